@@ -1,0 +1,1 @@
+//! oxccl-cuda: see docs/ARCHITECTURE.md.

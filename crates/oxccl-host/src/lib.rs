@@ -1,0 +1,1 @@
+//! oxccl-host: see docs/ARCHITECTURE.md.

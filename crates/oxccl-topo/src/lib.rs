@@ -1,0 +1,2 @@
+//! oxccl-topo: see docs/ARCHITECTURE.md.
+#![forbid(unsafe_code)]

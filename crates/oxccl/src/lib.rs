@@ -1,0 +1,1 @@
+//! oxccl: see docs/ARCHITECTURE.md.
