@@ -138,13 +138,12 @@ impl FromStr for DataType {
             "bfloat16" | "bf16" => DataType::Bf16,
             "f8e4m3" | "fp8_e4m3" | "float8e4m3" | "e4m3" => DataType::F8E4M3,
             "f8e5m2" | "fp8_e5m2" | "float8e5m2" | "e5m2" => DataType::F8E5M2,
-            _ => {
-                return Err(CoreError::Parse {
-                    what: "data type",
-                    value: s.to_string(),
-                    expected: "int8 uint8 int32 uint32 int64 uint64 half float double bfloat16 f8e4m3 f8e5m2",
-                })
-            }
+            _ => return Err(CoreError::Parse {
+                what: "data type",
+                value: s.to_string(),
+                expected:
+                    "int8 uint8 int32 uint32 int64 uint64 half float double bfloat16 f8e4m3 f8e5m2",
+            }),
         };
         Ok(t)
     }

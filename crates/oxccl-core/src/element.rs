@@ -143,8 +143,20 @@ macro_rules! widened_float_element {
     };
 }
 
-widened_float_element!(f16, DataType::F16, f16::from_f32, f16::to_f32, f16::from_f64);
-widened_float_element!(bf16, DataType::Bf16, bf16::from_f32, bf16::to_f32, bf16::from_f64);
+widened_float_element!(
+    f16,
+    DataType::F16,
+    f16::from_f32,
+    f16::to_f32,
+    f16::from_f64
+);
+widened_float_element!(
+    bf16,
+    DataType::Bf16,
+    bf16::from_f32,
+    bf16::to_f32,
+    bf16::from_f64
+);
 widened_float_element!(
     F8E4M3,
     DataType::F8E4M3,
@@ -258,6 +270,11 @@ mod tests {
     fn fp8_saturates() {
         let big = F8E4M3::from_f64(1e6);
         assert_eq!(big.to_f64(), 448.0);
-        assert_eq!(F8E4M3::from_f64(200.0).add(F8E4M3::from_f64(300.0)).to_f64(), 448.0);
+        assert_eq!(
+            F8E4M3::from_f64(200.0)
+                .add(F8E4M3::from_f64(300.0))
+                .to_f64(),
+            448.0
+        );
     }
 }

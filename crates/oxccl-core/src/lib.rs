@@ -10,13 +10,20 @@ pub mod coll;
 pub mod dtype;
 pub mod element;
 pub mod error;
+pub mod gen;
+pub mod interp;
+pub mod plan;
 pub mod redop;
+pub mod reference;
+pub mod testkit;
 
 pub use coll::{Algo, CollKind, Collective, Proto};
 pub use dtype::DataType;
 pub use element::Element;
 pub use error::CoreError;
-pub use redop::{LoweredOp, RedOp};
+pub use gen::{generate, PlanRequest};
+pub use plan::Plan;
+pub use redop::{BaseOp, LoweredOp, RedOp};
 
 // Re-exported so `with_dtype!` works in crates that do not name them.
 pub use float8;

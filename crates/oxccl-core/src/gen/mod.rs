@@ -1,0 +1,189 @@
+//! Algorithm generators: `(collective, ranks, channels, chunk)` to a [`Plan`].
+//!
+//! Each generator lives in its own module and builds every rank's part.
+//! [`generate`] dispatches on the requested [`Algo`] and says clearly when
+//! an algorithm does not serve a collective. [`supports`] is the table the
+//! selector and `docs/ARCHITECTURE.md` use.
+
+mod ring;
+
+use crate::coll::{Algo, CollKind, Collective};
+use crate::error::CoreError;
+use crate::plan::{BufDecl, BufRole, Plan, Rank, RankPlan};
+
+/// What to generate.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct PlanRequest {
+    pub coll: Collective,
+    pub nranks: u32,
+    pub algo: Algo,
+    /// Channels (parallel step lists, one thread block each on a GPU).
+    pub channels: u32,
+    /// Largest message in elements (a FIFO slot). Generators pipeline in
+    /// pieces of at most this many elements.
+    pub chunk: usize,
+    /// Whether input and output overlap as NCCL's in-place convention says.
+    pub in_place: bool,
+    /// Rank orders for rings, one per channel (cycled). Empty: `0..n`.
+    pub rings: Vec<Vec<Rank>>,
+}
+
+impl PlanRequest {
+    /// A request with one channel, 64 Ki-element chunks and identity rings.
+    pub fn new(coll: Collective, nranks: u32, algo: Algo) -> Self {
+        PlanRequest {
+            coll,
+            nranks,
+            algo,
+            channels: 1,
+            chunk: 1 << 16,
+            in_place: false,
+            rings: Vec::new(),
+        }
+    }
+
+    /// The ring order used by `channel`.
+    pub fn ring(&self, channel: u32) -> Vec<Rank> {
+        if self.rings.is_empty() {
+            (0..self.nranks).collect()
+        } else {
+            self.rings[channel as usize % self.rings.len()].clone()
+        }
+    }
+}
+
+/// Whether `algo` has a generator for `kind`.
+pub fn supports(algo: Algo, kind: CollKind) -> bool {
+    use CollKind::*;
+    match algo {
+        Algo::Ring => true,
+        Algo::Chain | Algo::BinaryTree => matches!(kind, AllReduce | Reduce | Broadcast),
+        Algo::DoubleBinaryTree => matches!(kind, AllReduce),
+        Algo::OneShot | Algo::TwoShot => matches!(kind, AllReduce),
+        Algo::AllPairs => matches!(
+            kind,
+            AllGather | ReduceScatter | AllToAll | Gather | Scatter | Broadcast | Reduce
+        ),
+    }
+}
+
+/// Builds the plan `req` asks for.
+pub fn generate(req: &PlanRequest) -> Result<Plan, CoreError> {
+    validate(req)?;
+    if !supports(req.algo, req.coll.kind) {
+        return Err(CoreError::Unsupported {
+            algo: req.algo.to_string(),
+            coll: req.coll.kind.to_string(),
+        });
+    }
+    let ranks = (0..req.nranks)
+        .map(|r| {
+            let mut rp = empty_rank_plan(req, r);
+            match req.algo {
+                Algo::Ring => ring::build(req, r, &mut rp),
+                _ => Err(CoreError::Unsupported {
+                    algo: req.algo.to_string(),
+                    coll: req.coll.kind.to_string(),
+                }),
+            }?;
+            Ok(rp)
+        })
+        .collect::<Result<Vec<_>, CoreError>>()?;
+    Ok(Plan {
+        algo: req.algo,
+        coll: Some(req.coll),
+        nranks: req.nranks,
+        ranks,
+    })
+}
+
+fn validate(req: &PlanRequest) -> Result<(), CoreError> {
+    let bad = |m: String| Err(CoreError::InvalidRequest(m));
+    if req.nranks == 0 {
+        return bad("zero ranks".into());
+    }
+    if req.channels == 0 {
+        return bad("zero channels".into());
+    }
+    if req.chunk == 0 {
+        return bad("zero chunk size".into());
+    }
+    if req.coll.kind.has_root() && req.coll.root >= req.nranks {
+        return bad(format!(
+            "root {} out of range for {} ranks",
+            req.coll.root, req.nranks
+        ));
+    }
+    for ring in &req.rings {
+        let mut seen = vec![false; req.nranks as usize];
+        for &r in ring {
+            if (r as usize) >= seen.len() || std::mem::replace(&mut seen[r as usize], true) {
+                return bad(format!(
+                    "ring {ring:?} is not a permutation of 0..{}",
+                    req.nranks
+                ));
+            }
+        }
+        if ring.len() != req.nranks as usize {
+            return bad(format!(
+                "ring {ring:?} is not a permutation of 0..{}",
+                req.nranks
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A rank plan with the standard input/output buffers and no scratch yet.
+fn empty_rank_plan(req: &PlanRequest, rank: Rank) -> RankPlan {
+    let c = &req.coll;
+    RankPlan {
+        rank,
+        nranks: req.nranks,
+        bufs: vec![
+            BufDecl {
+                role: BufRole::Input,
+                len: c.input_len(req.nranks),
+                must_write: false,
+            },
+            BufDecl {
+                role: BufRole::Output,
+                len: c.output_len(req.nranks),
+                must_write: c.writes_output(rank),
+            },
+            BufDecl {
+                role: BufRole::Scratch,
+                len: 0,
+                must_write: false,
+            },
+        ],
+        channels: Vec::new(),
+    }
+}
+
+/// Splits `0..len` into `parts` contiguous ranges whose sizes differ by at
+/// most one element, larger ones first.
+pub fn split(len: usize, parts: usize) -> Vec<std::ops::Range<usize>> {
+    let parts = parts.max(1);
+    let (q, rem) = (len / parts, len % parts);
+    let mut lo = 0;
+    (0..parts)
+        .map(|i| {
+            let hi = lo + q + usize::from(i < rem);
+            let r = lo..hi;
+            lo = hi;
+            r
+        })
+        .collect()
+}
+
+/// Splits `0..len` into pieces of at most `chunk` elements.
+pub fn pieces(
+    range: std::ops::Range<usize>,
+    chunk: usize,
+) -> impl Iterator<Item = std::ops::Range<usize>> {
+    let chunk = chunk.max(1);
+    (range.start..range.end)
+        .step_by(chunk)
+        .map(move |lo| lo..(lo + chunk).min(range.end))
+}
