@@ -1,1 +1,6 @@
-//! oxccl: see docs/ARCHITECTURE.md.
+//! oxccl: collective communications in the style of NCCL.
+pub mod backend;
+pub mod error;
+
+pub use backend::BackendKind;
+pub use error::{Error, Result};

@@ -1,0 +1,215 @@
+//! The backend trait: what a device family must provide so the facade can
+//! run plans on it.
+//!
+//! One backend object serves every rank of a clique (the communicators made
+//! by one `init_all`). The facade validates every argument, chooses and
+//! generates the plan, and hands each rank's part to [`Backend::execute`]
+//! with raw buffer addresses; the backend only has to run plan steps and
+//! manage memory. Backends never see user slices or typed buffers.
+//!
+//! How the two backends map the facade's notions:
+//!
+//! | notion | host backend | CUDA backend |
+//! | --- | --- | --- |
+//! | [`RawBuf::addr`] | a host virtual address | a `CUdeviceptr` in the rank's context |
+//! | `alloc` | zeroed host memory | `cuMemAlloc` (peer-accessible, "registered") |
+//! | `execute` | runs the plan on the calling thread, returns when done | enqueues one launch on the rank's stream, returns at once |
+//! | `synchronize` | nothing to wait for | waits for the rank's stream |
+//! | timer | `Instant` | CUDA events on the rank's stream |
+
+pub mod cuda;
+// pub mod host; (lands with oxccl-host)
+
+use std::fmt::Debug;
+use std::time::Duration;
+
+use oxccl_core::plan::RankPlan;
+use oxccl_core::{DataType, LoweredOp};
+
+use crate::error::Error;
+
+/// Which backend a clique runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum BackendKind {
+    /// Ranks are threads of this process, memory is host memory.
+    Host,
+    /// Ranks are CUDA devices (round-robin over the visible ones; several
+    /// ranks may share one GPU).
+    Cuda,
+    /// CUDA when a device is present, else host.
+    #[default]
+    Auto,
+}
+
+impl BackendKind {
+    pub const fn name(self) -> &'static str {
+        match self {
+            BackendKind::Host => "host",
+            BackendKind::Cuda => "cuda",
+            BackendKind::Auto => "auto",
+        }
+    }
+}
+
+impl std::fmt::Display for BackendKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for BackendKind {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self, Error> {
+        match s.to_ascii_lowercase().as_str() {
+            "host" | "cpu" => Ok(BackendKind::Host),
+            "cuda" | "gpu" => Ok(BackendKind::Cuda),
+            "auto" => Ok(BackendKind::Auto),
+            _ => Err(Error::Config {
+                var: "backend".into(),
+                value: s.into(),
+                reason: "expected host, cuda or auto".into(),
+            }),
+        }
+    }
+}
+
+/// A span of backend memory: an address in the rank's address space (host
+/// pointer or device pointer) and a length in bytes. Plain data: it owns
+/// nothing and is only meaningful to the backend that produced it (or, on
+/// the host backend, to the user slice it was taken from).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RawBuf {
+    pub addr: u64,
+    pub bytes: usize,
+}
+
+impl RawBuf {
+    /// No memory: stands for scratch buffers (the backend provides them)
+    /// and zero-length buffers.
+    pub const NULL: RawBuf = RawBuf { addr: 0, bytes: 0 };
+
+    /// The sub-span starting `off` bytes in, `bytes` long.
+    pub fn sub(self, off: usize, bytes: usize) -> RawBuf {
+        debug_assert!(off + bytes <= self.bytes, "sub-span out of range");
+        RawBuf {
+            addr: self.addr + off as u64,
+            bytes,
+        }
+    }
+
+    /// One past the last byte.
+    pub fn end(self) -> u64 {
+        self.addr + self.bytes as u64
+    }
+}
+
+/// What a backend is told when a clique is created.
+#[derive(Clone, Debug)]
+pub struct BackendOptions {
+    pub nranks: u32,
+    /// Every wait gives up after this long with an error naming rank,
+    /// peer, channel and step.
+    pub deadline: Duration,
+}
+
+/// Elapsed-time measurement on one rank, in the rank's execution order:
+/// `start` marks the point after everything already issued, `stop` marks
+/// the point after everything issued since and waits for it.
+pub trait Timer: Send + Debug {
+    fn start(&mut self) -> Result<(), Error>;
+    fn stop(&mut self) -> Result<Duration, Error>;
+}
+
+/// A device family. One object per clique, shared by its ranks' threads.
+///
+/// Contract for [`Backend::execute`]: `bufs` has one entry per
+/// `plan.bufs` entry, in order; entries for [`oxccl_core::plan::BufRole::Scratch`]
+/// buffers are [`RawBuf::NULL`] (the backend provides scratch). The facade
+/// has checked lengths, bounds and aliasing, so each non-scratch entry holds
+/// at least `plan.bufs[i].len * dtype.size()` bytes. Input and output may
+/// overlap exactly as the plan's in-place convention says.
+pub trait Backend: Send + Sync + Debug {
+    /// Which backend this is (`Host` or `Cuda`, never `Auto`).
+    fn kind(&self) -> BackendKind;
+
+    /// A short description for logs and the sweep's JSON (`"host, 4 threads"`,
+    /// `"cuda, 1x NVIDIA H200"`).
+    fn describe(&self) -> String;
+
+    /// Whether `execute` blocks until the plan has run (host) rather than
+    /// enqueueing it (CUDA). A thread driving several communicators in a
+    /// group runs blocking backends' plans on scoped threads.
+    fn blocking(&self) -> bool;
+
+    /// Whether memory from [`Backend::alloc`] is registered, i.e. every rank
+    /// can address every other rank's buffers, so plans with direct
+    /// (remote get/put) steps may be used on it.
+    fn registered_alloc(&self) -> bool;
+
+    /// Largest FIFO message in bytes: generators pipeline in pieces of at
+    /// most `chunk_bytes / elem_size` elements.
+    fn chunk_bytes(&self) -> usize;
+
+    /// Largest number of channels a plan may have.
+    fn max_channels(&self) -> u32;
+
+    /// Runs (host) or enqueues (CUDA) rank `rank`'s part of a plan.
+    ///
+    /// # Safety
+    /// Every non-null entry of `bufs` must be memory of this rank that is
+    /// valid for reads and writes of its length for the duration of the
+    /// call (host) or until the rank's stream reaches the enqueued work
+    /// (CUDA), and not accessed by anything else meanwhile except as the
+    /// plan's in-place aliasing says.
+    unsafe fn execute(
+        &self,
+        rank: u32,
+        plan: &RankPlan,
+        bufs: &[RawBuf],
+        dtype: DataType,
+        op: &LoweredOp,
+    ) -> Result<(), Error>;
+
+    /// Allocates `bytes` bytes of zeroed memory for `rank`.
+    fn alloc(&self, rank: u32, bytes: usize) -> Result<RawBuf, Error>;
+
+    /// Frees memory from [`Backend::alloc`].
+    ///
+    /// # Safety
+    /// `buf` must come from `alloc` on this backend for `rank` and not be
+    /// used afterwards.
+    unsafe fn free(&self, rank: u32, buf: RawBuf);
+
+    /// Copies `src` into backend memory at `dst` (ordered after work
+    /// already issued on the rank; returns when the copy is done).
+    ///
+    /// # Safety
+    /// `dst` must lie inside memory from `alloc` for `rank`, with at least
+    /// `src.len()` bytes.
+    unsafe fn write(&self, rank: u32, dst: RawBuf, src: &[u8]) -> Result<(), Error>;
+
+    /// Copies backend memory at `src` into `dst` (ordered after work already
+    /// issued on the rank).
+    ///
+    /// # Safety
+    /// `src` must lie inside memory from `alloc` for `rank`, with at least
+    /// `dst.len()` bytes.
+    unsafe fn read(&self, rank: u32, src: RawBuf, dst: &mut [u8]) -> Result<(), Error>;
+
+    /// Waits until everything issued on `rank` has completed.
+    fn synchronize(&self, rank: u32) -> Result<(), Error>;
+
+    /// Makes every rank's pending and future waits fail promptly.
+    fn abort(&self);
+
+    /// The first failure any rank of the clique hit, if any.
+    fn failure(&self) -> Option<Error>;
+
+    /// A timer ordered with `rank`'s work.
+    fn timer(&self, rank: u32) -> Result<Box<dyn Timer>, Error>;
+
+    /// Copy bandwidth ceiling in GB/s (bytes read + written counted once
+    /// as `bytes`), measured by copying `bytes` bytes: host single-thread
+    /// memcpy, CUDA `cuMemcpyDtoD`. The sweep's `--baseline`.
+    fn copy_bandwidth(&self, bytes: usize) -> Result<f64, Error>;
+}

@@ -1,0 +1,138 @@
+//! The facade's error type: one variant per validation rule, so callers
+//! (and the C ABI) can tell what went wrong and how to fix it.
+
+use oxccl_core::{CollKind, CoreError, DataType};
+use thiserror::Error;
+
+/// `ncclResult_t` values, for the C ABI.
+pub mod nccl_code {
+    pub const SUCCESS: i32 = 0;
+    pub const UNHANDLED_CUDA_ERROR: i32 = 1;
+    pub const SYSTEM_ERROR: i32 = 2;
+    pub const INTERNAL_ERROR: i32 = 3;
+    pub const INVALID_ARGUMENT: i32 = 4;
+    pub const INVALID_USAGE: i32 = 5;
+    pub const REMOTE_ERROR: i32 = 6;
+}
+
+/// Everything the `oxccl` API can report. Validation errors are returned
+/// before anything is written.
+#[derive(Debug, Error, Clone, PartialEq)]
+pub enum Error {
+    /// A buffer's length does not fit the call.
+    #[error("{what} has {got} elements but this call needs exactly {expected}; pass a buffer or a .slice() of {expected} elements")]
+    LengthMismatch {
+        what: &'static str,
+        expected: usize,
+        got: usize,
+    },
+    /// A root rank outside `0..nranks`.
+    #[error("root {root} is out of range: the communicator has ranks 0..{nranks}")]
+    RootOutOfRange { root: u32, nranks: u32 },
+    /// A Send/Recv peer outside `0..nranks`.
+    #[error("peer {peer} is out of range: the communicator has ranks 0..{nranks}")]
+    PeerOutOfRange { peer: u32, nranks: u32 },
+    /// Send and receive buffers overlap without being NCCL's in-place
+    /// layout for this collective.
+    #[error("{coll}: send and receive buffers overlap but are not the in-place layout ({detail}); use disjoint buffers or the exact in-place layout")]
+    InvalidInPlace { coll: CollKind, detail: String },
+    /// An operator that is not defined for the data type.
+    #[error("reduction op {op} is not defined for {dtype}: {reason}")]
+    OpNotDefined {
+        op: String,
+        dtype: DataType,
+        reason: String,
+    },
+    /// A null (or, on the raw API, misaligned) pointer.
+    #[error("{what}: {detail}")]
+    BadPointer { what: &'static str, detail: String },
+    /// A buffer that belongs to another backend or rank, or a host slice
+    /// given to a device backend.
+    #[error("{what}: {detail}")]
+    ForeignBuffer { what: &'static str, detail: String },
+    /// A call on a communicator after `destroy`.
+    #[error("rank {rank}: the communicator was destroyed; create a new one")]
+    Destroyed { rank: u32 },
+    /// A call on a communicator whose clique failed or was aborted earlier.
+    #[error(
+        "rank {rank}: the communicator failed earlier ({cause}); destroy it and create a new one"
+    )]
+    Failed { rank: u32, cause: String },
+    /// A wait ran past its deadline (names rank, peer, channel and step).
+    #[error("timeout: {0}")]
+    Timeout(String),
+    /// The operation was aborted (by `abort` or by a peer's failure).
+    #[error("aborted: {0}")]
+    Aborted(String),
+    /// A bad configuration value (an environment variable or a `Config` field).
+    #[error("{var}={value:?}: {reason}")]
+    Config {
+        var: String,
+        value: String,
+        reason: String,
+    },
+    /// No algorithm allowed by the configuration serves this call.
+    #[error("no algorithm allowed by the configuration implements {coll} (allowed: {allowed}); widen NCCL_ALGO/OXCCL_ALGO")]
+    NoAlgorithm { coll: CollKind, allowed: String },
+    /// Calls in the wrong order: group end without start, a communicator
+    /// used by a group on another thread, ...
+    #[error("invalid usage: {0}")]
+    InvalidUsage(String),
+    /// The requested backend cannot be used here.
+    #[error("backend unavailable: {0}")]
+    BackendUnavailable(String),
+    /// A backend failure (driver error, allocation failure, ...).
+    #[error("backend error: {0}")]
+    Backend(String),
+    /// A device driver error (CUDA).
+    #[error("CUDA error: {0}")]
+    Cuda(String),
+    /// A bug in oxccl (a plan the generators should not have produced).
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl Error {
+    /// The `ncclResult_t` code NCCL would return for this error.
+    pub fn nccl_result(&self) -> i32 {
+        use nccl_code::*;
+        match self {
+            Error::LengthMismatch { .. }
+            | Error::RootOutOfRange { .. }
+            | Error::PeerOutOfRange { .. }
+            | Error::InvalidInPlace { .. }
+            | Error::OpNotDefined { .. }
+            | Error::BadPointer { .. }
+            | Error::ForeignBuffer { .. }
+            | Error::Config { .. }
+            | Error::NoAlgorithm { .. } => INVALID_ARGUMENT,
+            Error::Destroyed { .. } | Error::InvalidUsage(_) | Error::BackendUnavailable(_) => {
+                INVALID_USAGE
+            }
+            Error::Failed { .. } | Error::Aborted(_) => REMOTE_ERROR,
+            Error::Timeout(_) | Error::Backend(_) => SYSTEM_ERROR,
+            Error::Cuda(_) => UNHANDLED_CUDA_ERROR,
+            Error::Internal(_) => INTERNAL_ERROR,
+        }
+    }
+}
+
+impl From<CoreError> for Error {
+    fn from(e: CoreError) -> Self {
+        match e {
+            CoreError::Parse {
+                what,
+                value,
+                expected,
+            } => Error::Config {
+                var: what.into(),
+                value,
+                reason: format!("expected one of: {expected}"),
+            },
+            other => Error::Internal(other.to_string()),
+        }
+    }
+}
+
+/// Shorthand.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
