@@ -1,0 +1,259 @@
+//! Every number the model uses, in one place, with where it came from.
+//!
+//! Bandwidths are GB/s (10^9 bytes/s) in one direction; latencies are µs.
+//! "NCCL" below means NCCL 2.30's published tuning constants (its
+//! `src/graph/tuning.cc` and topology code, read as facts); "spec" means the
+//! vendor's data sheet; "assumed" marks our own estimates, which
+//! [`crate::calibrate`] replaces with fitted values once a sweep exists.
+//!
+//! | quantity | value | source |
+//! | --- | --- | --- |
+//! | NVLink 2 (V100) per link | 20 | NCCL's sm70 value (spec: 25 raw) |
+//! | NVLink 3 (A100) per link | 20 | NCCL's sm80 value (spec: 25 raw) |
+//! | NVLink 3 bridge (GA102) per link | 14 | spec: 4 links = 112.5 GB/s both ways |
+//! | NVLink 4 (H100/H200) per link | 20.6 | NCCL's sm90 value (18 links ≈ 371) |
+//! | NVLink 5 (B200) per link | 40 | assumed: spec 50 raw × NCCL's ~0.8 efficiency |
+//! | PCIe Gen3 x16 | 12 | NCCL; other generations scale ×2 per generation and by width |
+//! | PCIe, speed not given | Gen4 x16 = 24 | assumed (hint files leave it empty) |
+//! | inter-socket, Intel | 10 | assumed; NCCL uses a per-CPU constant of this order |
+//! | inter-socket, AMD | 16 | assumed, as above |
+//! | network, speed not given | 12 | NCCL's NET default |
+//! | GPU memory copy (ranks on one GPU) | per GPU below | H200: measured 4.21 TB/s read+write (docs/gpu-machine facts); others spec HBM ÷ 2 |
+//! | base latency Ring LL/LL128/Simple | 6.6 / 14 / 8.4 | NCCL |
+//! | base latency Tree LL/LL128/Simple | 6.8 / 14 / 8.4 | NCCL |
+//! | hop NVLink Tree, Ring | LL 0.6/0.6, LL128 1.25/1.9, Simple 4.0/3.4 | NCCL |
+//! | hop PCIe Tree, Ring | LL 1.0/1.0, LL128 1.9/2.5, Simple 4.0/5.7 | NCCL |
+//! | hop network Tree, Ring | LL 5/2.7, LL128 8.5/4.0, Simple 14/14 | NCCL |
+//! | hop between ranks of one GPU | NVLink values | assumed: device memory is at least as close |
+//! | LL / LL128 bandwidth factor | 0.5 / 0.92 | NCCL (LL: 8 data bytes per 16) |
+//! | tree bandwidth factor | 0.92 | NCCL |
+//! | per-channel bandwidth cap | 24 (Simple, LL128), 8 (LL) | assumed: ~16 channels reach H100's 371 GB/s in practice |
+//! | all-pairs (one/two-shot) base latency | 4.0 (LL), 6.0 (Simple) | assumed: one launch (~4.6 µs measured floor on H200) plus flags |
+//! | all-pairs per-peer signal | 0.2 | assumed |
+
+use oxccl_core::{Algo, Proto};
+
+/// Default bandwidth of a network port whose speed is not given.
+pub const NET_DEFAULT_BW: f64 = 12.0;
+
+/// Bandwidth of one NVLink of generation `gen`.
+pub fn nvlink_bw(gen: crate::graph::NvLinkGen) -> f64 {
+    use crate::graph::NvLinkGen::*;
+    match gen {
+        V2 => 20.0,
+        V3 => 20.0,
+        V3Bridge => 14.0,
+        V4 => 20.6,
+        V5 => 40.0,
+    }
+}
+
+/// Bandwidth of a PCIe link; `gen == 0` (unknown) assumes Gen4, `width == 0`
+/// assumes x16.
+pub fn pcie_bw(gen: u8, width: u8) -> f64 {
+    let gen = if gen == 0 { 4 } else { gen };
+    let width = if width == 0 { 16 } else { width };
+    let per_lane_gen3 = 12.0 / 16.0;
+    per_lane_gen3 * 2f64.powi(i32::from(gen) - 3) * f64::from(width)
+}
+
+/// Bandwidth of the inter-socket link for a CPU `vendor` string.
+pub fn smp_bw(vendor: &str) -> f64 {
+    if vendor.contains("AMD") {
+        16.0
+    } else {
+        10.0
+    }
+}
+
+/// What we know of a GPU model.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct GpuSpec {
+    pub name: &'static str,
+    pub device_id: u32,
+    pub sm: u32,
+    /// Device-to-device copy bandwidth, bytes moved (not read + written).
+    pub copy_gbps: f64,
+}
+
+/// Known GPUs by PCI device id (spec sheets; H200 measured).
+pub const GPUS: [GpuSpec; 9] = [
+    GpuSpec {
+        name: "V100-SXM2-16GB",
+        device_id: 0x1db1,
+        sm: 70,
+        copy_gbps: 450.0,
+    },
+    GpuSpec {
+        name: "V100-SXM2-32GB",
+        device_id: 0x1db5,
+        sm: 70,
+        copy_gbps: 450.0,
+    },
+    GpuSpec {
+        name: "A100-SXM4-40GB",
+        device_id: 0x20b0,
+        sm: 80,
+        copy_gbps: 780.0,
+    },
+    GpuSpec {
+        name: "A100-SXM4-80GB",
+        device_id: 0x20b2,
+        sm: 80,
+        copy_gbps: 1000.0,
+    },
+    GpuSpec {
+        name: "A100-PCIE-80GB",
+        device_id: 0x20b5,
+        sm: 80,
+        copy_gbps: 950.0,
+    },
+    GpuSpec {
+        name: "RTX-A6000",
+        device_id: 0x2230,
+        sm: 86,
+        copy_gbps: 380.0,
+    },
+    GpuSpec {
+        name: "H100-SXM5-80GB",
+        device_id: 0x2330,
+        sm: 90,
+        copy_gbps: 1670.0,
+    },
+    GpuSpec {
+        name: "H200",
+        device_id: 0x2335,
+        sm: 90,
+        copy_gbps: 2105.0,
+    },
+    GpuSpec {
+        name: "B200",
+        device_id: 0x2901,
+        sm: 100,
+        copy_gbps: 4000.0,
+    },
+];
+
+/// The spec of a PCI device id, if known.
+pub fn gpu_by_device_id(id: u32) -> Option<GpuSpec> {
+    GPUS.iter().copied().find(|g| g.device_id == id)
+}
+
+/// Copy bandwidth for a GPU known only by compute capability.
+pub fn copy_bw_for_sm(sm: u32) -> f64 {
+    match sm {
+        0 => 400.0,
+        1..=79 => 450.0,
+        80..=85 => 780.0,
+        86..=89 => 380.0,
+        90..=99 => 1670.0,
+        _ => 4000.0,
+    }
+}
+
+/// Kind of hop, for per-hop latency.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum HopClass {
+    NvLink,
+    Pcie,
+    Net,
+}
+
+/// Which latency family an algorithm uses.
+fn family(algo: Algo) -> usize {
+    match algo {
+        Algo::Ring | Algo::Chain => 1,
+        _ => 0,
+    }
+}
+
+fn proto_index(p: Proto) -> usize {
+    match p {
+        Proto::LL => 0,
+        Proto::LL128 => 1,
+        Proto::Simple => 2,
+    }
+}
+
+/// The model's constants; [`Constants::default`] is the table above and
+/// [`crate::calibrate`] adjusts a copy.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Constants {
+    /// `[tree family, ring family][LL, LL128, Simple]`.
+    pub base_lat: [[f64; 3]; 2],
+    /// `[tree, ring][NvLink, Pcie, Net][LL, LL128, Simple]`.
+    pub hop_lat: [[[f64; 3]; 3]; 2],
+    /// `[LL, LL128, Simple]`.
+    pub proto_bw: [f64; 3],
+    pub tree_bw: f64,
+    /// Per channel, `[LL, LL128, Simple]`.
+    pub chan_cap: [f64; 3],
+    /// All-pairs base latency `[LL, LL128, Simple]`.
+    pub direct_base_lat: [f64; 3],
+    pub direct_peer_lat: f64,
+    /// Fitted corrections per (algorithm, protocol): latency added and
+    /// bandwidth multiplied. Empty until calibrated.
+    pub fitted: Vec<(Algo, Proto, f64, f64)>,
+}
+
+impl Default for Constants {
+    fn default() -> Self {
+        Constants {
+            base_lat: [[6.8, 14.0, 8.4], [6.6, 14.0, 8.4]],
+            hop_lat: [
+                [[0.6, 1.25, 4.0], [1.0, 1.9, 4.0], [5.0, 8.5, 14.0]],
+                [[0.6, 1.9, 3.4], [1.0, 2.5, 5.7], [2.7, 4.0, 14.0]],
+            ],
+            proto_bw: [0.5, 0.92, 1.0],
+            tree_bw: 0.92,
+            chan_cap: [8.0, 24.0, 24.0],
+            direct_base_lat: [4.0, 5.0, 6.0],
+            direct_peer_lat: 0.2,
+            fitted: Vec::new(),
+        }
+    }
+}
+
+impl Constants {
+    /// Base latency of `algo` with `proto`.
+    pub fn base(&self, algo: Algo, proto: Proto) -> f64 {
+        match algo {
+            Algo::OneShot | Algo::TwoShot | Algo::AllPairs => {
+                self.direct_base_lat[proto_index(proto)]
+            }
+            _ => self.base_lat[family(algo)][proto_index(proto)],
+        }
+    }
+
+    /// Latency of one hop of `class` for `algo` with `proto`.
+    pub fn hop(&self, algo: Algo, proto: Proto, class: HopClass) -> f64 {
+        let c = match class {
+            HopClass::NvLink => 0,
+            HopClass::Pcie => 1,
+            HopClass::Net => 2,
+        };
+        let fam = match algo {
+            Algo::Ring | Algo::Chain | Algo::OneShot | Algo::TwoShot | Algo::AllPairs => 1,
+            _ => 0,
+        };
+        self.hop_lat[fam][c][proto_index(proto)]
+    }
+
+    /// Bandwidth factor of a protocol.
+    pub fn proto_factor(&self, proto: Proto) -> f64 {
+        self.proto_bw[proto_index(proto)]
+    }
+
+    /// Per-channel bandwidth cap of a protocol.
+    pub fn channel_cap(&self, proto: Proto) -> f64 {
+        self.chan_cap[proto_index(proto)]
+    }
+
+    /// The calibrated correction for (algo, proto): (latency add, bw mult).
+    pub fn correction(&self, algo: Algo, proto: Proto) -> (f64, f64) {
+        self.fitted
+            .iter()
+            .find(|f| f.0 == algo && f.1 == proto)
+            .map_or((0.0, 1.0), |f| (f.2, f.3))
+    }
+}
