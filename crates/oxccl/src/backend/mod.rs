@@ -24,7 +24,7 @@ use std::fmt::Debug;
 use std::time::Duration;
 
 use oxccl_core::plan::RankPlan;
-use oxccl_core::{DataType, LoweredOp};
+use oxccl_core::{DataType, LoweredOp, Proto};
 
 use crate::error::Error;
 
@@ -103,6 +103,20 @@ impl RawBuf {
     }
 }
 
+/// One rank's share of one operation (or one group), as the facade hands
+/// it to [`Backend::execute`].
+#[derive(Clone, Copy, Debug)]
+pub struct Launch<'a> {
+    pub rank: u32,
+    pub plan: &'a RankPlan,
+    /// One entry per `plan.bufs` entry (see [`Backend`] for the contract).
+    pub bufs: &'a [RawBuf],
+    pub dtype: DataType,
+    pub op: &'a LoweredOp,
+    /// Wire protocol for FIFO connections (the host backend has one).
+    pub proto: Proto,
+}
+
 /// What a backend is told when a clique is created.
 #[derive(Clone, Debug)]
 pub struct BackendOptions {
@@ -122,7 +136,7 @@ pub trait Timer: Send + Debug {
 
 /// A device family. One object per clique, shared by its ranks' threads.
 ///
-/// Contract for [`Backend::execute`]: `bufs` has one entry per
+/// Contract for [`Backend::execute`]: `launch.bufs` has one entry per
 /// `plan.bufs` entry, in order; entries for [`oxccl_core::plan::BufRole::Scratch`]
 /// buffers are [`RawBuf::NULL`] (the backend provides scratch). The facade
 /// has checked lengths, bounds and aliasing, so each non-scratch entry holds
@@ -153,22 +167,15 @@ pub trait Backend: Send + Sync + Debug {
     /// Largest number of channels a plan may have.
     fn max_channels(&self) -> u32;
 
-    /// Runs (host) or enqueues (CUDA) rank `rank`'s part of a plan.
+    /// Runs (host) or enqueues (CUDA) one rank's part of a plan.
     ///
     /// # Safety
-    /// Every non-null entry of `bufs` must be memory of this rank that is
-    /// valid for reads and writes of its length for the duration of the
-    /// call (host) or until the rank's stream reaches the enqueued work
-    /// (CUDA), and not accessed by anything else meanwhile except as the
-    /// plan's in-place aliasing says.
-    unsafe fn execute(
-        &self,
-        rank: u32,
-        plan: &RankPlan,
-        bufs: &[RawBuf],
-        dtype: DataType,
-        op: &LoweredOp,
-    ) -> Result<(), Error>;
+    /// Every non-null entry of `launch.bufs` must be memory of
+    /// `launch.rank` that is valid for reads and writes of its length for
+    /// the duration of the call (host) or until the rank's stream reaches
+    /// the enqueued work (CUDA), and not accessed by anything else
+    /// meanwhile except as the plan's in-place aliasing says.
+    unsafe fn execute(&self, launch: &Launch<'_>) -> Result<(), Error>;
 
     /// Allocates `bytes` bytes of zeroed memory for `rank`.
     fn alloc(&self, rank: u32, bytes: usize) -> Result<RawBuf, Error>;
