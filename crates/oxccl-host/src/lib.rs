@@ -1,1 +1,54 @@
-//! oxccl-host: see docs/ARCHITECTURE.md.
+//! oxccl-host: the CPU backend. Ranks are threads of one process; every
+//! connection is a shared-memory FIFO with NCCL's head/tail counters.
+//!
+//! A [`HostFabric`] holds what one communicator's ranks share. Each rank's
+//! thread calls [`HostFabric::execute`] with its part of a plan from
+//! `oxccl_core::gen`; the fabric runs the same plans as the reference
+//! interpreter (`oxccl_core::interp`), with real concurrency. See
+//! `docs/ARCHITECTURE.md` (section `oxccl-host`) for the FIFO layout, the
+//! waiting policy and the invariants.
+
+mod compile;
+mod config;
+mod error;
+mod exec;
+mod fabric;
+mod fifo;
+mod kernel;
+
+pub use config::HostConfig;
+pub use error::HostError;
+pub use exec::ExecStats;
+pub use fabric::HostFabric;
+
+/// One caller buffer of a call: `bytes` bytes at `ptr`. One per entry of
+/// the plan's `bufs`, scratch buffers excepted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HostBuf {
+    pub ptr: *mut u8,
+    pub bytes: usize,
+}
+
+// SAFETY: a `HostBuf` is only an address and a length; dereferencing it is
+// gated by the `unsafe` contract of `HostFabric::execute`.
+unsafe impl Send for HostBuf {}
+// SAFETY: as above.
+unsafe impl Sync for HostBuf {}
+
+impl HostBuf {
+    /// A buffer over a slice (input buffers are never written by the fabric).
+    pub fn from_slice<T>(s: &[T]) -> HostBuf {
+        HostBuf {
+            ptr: s.as_ptr().cast_mut().cast(),
+            bytes: size_of_val(s),
+        }
+    }
+
+    /// A buffer over a mutable slice.
+    pub fn from_mut_slice<T>(s: &mut [T]) -> HostBuf {
+        HostBuf {
+            ptr: s.as_mut_ptr().cast(),
+            bytes: size_of_val(s),
+        }
+    }
+}

@@ -1,0 +1,277 @@
+//! Checks a rank's plan against its buffers and this fabric, and resolves
+//! it into a [`Program`]: every local operand an address, every connection
+//! a [`Link`]. All validation happens here, before any step runs, so a bad
+//! call writes nothing.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use oxccl_core::plan::{BufRole, Dst, Loc, Rank, RankPlan, Src, Step};
+
+use crate::error::HostError;
+use crate::fabric::HostFabric;
+use crate::fifo::Link;
+use crate::HostBuf;
+
+/// A resolved step.
+#[derive(Debug)]
+pub(crate) enum Op {
+    Xfer(XOp),
+    Signal { link: usize, peer: Rank },
+    Wait { link: usize, peer: Rank },
+}
+
+/// A resolved transfer; `len` in elements.
+#[derive(Debug)]
+pub(crate) struct XOp {
+    pub srcs: Vec<OSrc>,
+    pub dsts: Vec<ODst>,
+    pub len: usize,
+    pub post: bool,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum OSrc {
+    Local {
+        addr: usize,
+        pre: bool,
+    },
+    Recv {
+        link: usize,
+        peer: Rank,
+    },
+    /// Resolved at run time against the peer's published buffers.
+    Remote {
+        peer: Rank,
+        buf: usize,
+        off: usize,
+        pre: bool,
+    },
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum ODst {
+    Local { addr: usize },
+    Send { link: usize, peer: Rank },
+    Remote { peer: Rank, buf: usize, off: usize },
+}
+
+/// A rank's plan, ready to run.
+#[derive(Debug)]
+pub(crate) struct Program {
+    pub channels: Vec<Vec<Op>>,
+    pub links: Vec<Arc<Link>>,
+    /// Per plan buffer: address and length in elements, as published to
+    /// peers for remote steps.
+    pub bufs: Vec<(usize, usize)>,
+}
+
+/// Scratch memory reused between calls: 8-byte words, so every element
+/// type is aligned.
+pub(crate) type Scratch = Vec<u64>;
+
+/// Builds the program for `plan` over `bufs` with elements of `elem`
+/// bytes, carving scratch buffers out of `scratch`.
+pub(crate) fn compile(
+    fab: &HostFabric,
+    plan: &RankPlan,
+    bufs: &[HostBuf],
+    elem: usize,
+    scratch: &mut Scratch,
+) -> Result<Program, HostError> {
+    let me = plan.rank;
+    let bad = |m: String| Err(HostError::InvalidPlan(format!("rank {me}: {m}")));
+    if plan.nranks != fab.nranks() || me >= plan.nranks {
+        return bad(format!(
+            "plan is for rank {me} of {} but the fabric has {} ranks",
+            plan.nranks,
+            fab.nranks()
+        ));
+    }
+    let given = plan
+        .bufs
+        .iter()
+        .filter(|b| b.role != BufRole::Scratch)
+        .count();
+    if bufs.len() != given {
+        return bad(format!(
+            "{} buffers given, the plan declares {given} (not counting scratch)",
+            bufs.len()
+        ));
+    }
+    // Scratch: one 64-byte-aligned region per scratch buffer.
+    let mut scratch_offs = Vec::new();
+    let mut total = 0usize;
+    for d in plan.bufs.iter().filter(|b| b.role == BufRole::Scratch) {
+        scratch_offs.push(total);
+        let bytes = d.len.checked_mul(elem).ok_or_else(|| {
+            HostError::InvalidPlan(format!("rank {me}: scratch size overflows"))
+        })?;
+        total = total.saturating_add(bytes.next_multiple_of(64));
+    }
+    let words = total.div_ceil(8);
+    if scratch.len() < words {
+        scratch.resize(words, 0);
+    }
+    let scratch_base = scratch.as_mut_ptr() as usize;
+    let mut user = bufs.iter();
+    let mut scratch_regions = scratch_offs.into_iter();
+    let mut addrs = Vec::with_capacity(plan.bufs.len());
+    for (i, d) in plan.bufs.iter().enumerate() {
+        if d.role == BufRole::Scratch {
+            let off = scratch_regions.next().expect("one region per scratch buffer");
+            addrs.push((scratch_base + off, d.len));
+            continue;
+        }
+        let b = user.next().expect("counted above");
+        let need = d.len.checked_mul(elem).unwrap_or(usize::MAX);
+        if b.bytes < need {
+            return bad(format!(
+                "buffer {i} ({:?}) has {} bytes, the plan needs {need}",
+                d.role, b.bytes
+            ));
+        }
+        if d.len > 0 && (b.ptr.is_null() || (b.ptr as usize) % elem != 0) {
+            return bad(format!(
+                "buffer {i} ({:?}) pointer {:p} is null or not aligned to {elem} bytes",
+                d.role, b.ptr
+            ));
+        }
+        addrs.push((b.ptr as usize, d.len));
+    }
+
+    let mut link_ix: HashMap<(usize, Rank, Rank), usize> = HashMap::new();
+    let mut links = Vec::new();
+    let mut link = |c: usize, from: Rank, to: Rank| {
+        *link_ix.entry((c, from, to)).or_insert_with(|| {
+            links.push(fab.link(c, from, to));
+            links.len() - 1
+        })
+    };
+    let mut channels = Vec::with_capacity(plan.channels.len());
+    for (c, ch) in plan.channels.iter().enumerate() {
+        let mut ops = Vec::with_capacity(ch.steps.len());
+        for (s, step) in ch.steps.iter().enumerate() {
+            let at = |m: String| HostError::InvalidPlan(format!("rank {me} channel {c} step {s}: {m}"));
+            let peer_ok = |p: Rank| {
+                if p < plan.nranks {
+                    Ok(p)
+                } else {
+                    Err(at(format!("peer {p} out of range")))
+                }
+            };
+            let local = |l: Loc, len: usize, write: bool| -> Result<usize, HostError> {
+                let (decl, (addr, blen)) = plan
+                    .bufs
+                    .get(l.buf.0 as usize)
+                    .zip(addrs.get(l.buf.0 as usize))
+                    .ok_or_else(|| at(format!("no buffer {}", l.buf.0)))?;
+                if l.off.checked_add(len).is_none_or(|end| end > *blen) {
+                    return Err(at(format!("{l}+{len} exceeds buffer length {blen}")));
+                }
+                if write && decl.role == BufRole::Input {
+                    return Err(at(format!("writes into input buffer at {l}")));
+                }
+                Ok(addr + l.off * elem)
+            };
+            let op = match *step {
+                Step::Signal { peer } => Op::Signal {
+                    link: link(c, me, peer_ok(peer)?),
+                    peer,
+                },
+                Step::Wait { peer } => Op::Wait {
+                    link: link(c, peer_ok(peer)?, me),
+                    peer,
+                },
+                Step::Xfer(ref x) => {
+                    if x.srcs.is_empty() {
+                        return Err(at("transfer without a source".into()));
+                    }
+                    let mut srcs = Vec::with_capacity(x.srcs.len());
+                    let mut recv_from = Vec::new();
+                    for src in &x.srcs {
+                        srcs.push(match *src {
+                            Src::Local { at: l, pre } => OSrc::Local {
+                                addr: local(l, x.len, false)?,
+                                pre,
+                            },
+                            Src::Recv { peer } => {
+                                if recv_from.contains(&peer) {
+                                    return Err(at(format!("receives twice from peer {peer}")));
+                                }
+                                recv_from.push(peer);
+                                OSrc::Recv {
+                                    link: link(c, peer_ok(peer)?, me),
+                                    peer,
+                                }
+                            }
+                            Src::Remote { peer, at: l, pre } => {
+                                // Plans are symmetric: the peer's buffer has our declaration.
+                                local(l, x.len, false)?;
+                                OSrc::Remote {
+                                    peer: peer_ok(peer)?,
+                                    buf: l.buf.0 as usize,
+                                    off: l.off,
+                                    pre,
+                                }
+                            }
+                        });
+                    }
+                    let mut dsts = Vec::with_capacity(x.dsts.len());
+                    let mut send_to = Vec::new();
+                    let mut local_dsts: Vec<usize> = Vec::new();
+                    let bytes = x.len.saturating_mul(elem);
+                    for dst in &x.dsts {
+                        dsts.push(match *dst {
+                            Dst::Local(l) => {
+                                let addr = local(l, x.len, true)?;
+                                if local_dsts.iter().any(|&o| o.abs_diff(addr) < bytes) {
+                                    return Err(at("overlapping destinations".into()));
+                                }
+                                local_dsts.push(addr);
+                                ODst::Local { addr }
+                            }
+                            Dst::Send { peer } => {
+                                if send_to.contains(&peer) {
+                                    return Err(at(format!("sends twice to peer {peer}")));
+                                }
+                                send_to.push(peer);
+                                if bytes > fab.config().slot_bytes {
+                                    return Err(at(format!(
+                                        "message of {bytes} bytes exceeds the {}-byte slot; use chunk <= slot_bytes / element size",
+                                        fab.config().slot_bytes
+                                    )));
+                                }
+                                ODst::Send {
+                                    link: link(c, me, peer_ok(peer)?),
+                                    peer,
+                                }
+                            }
+                            Dst::Remote { peer, at: l } => {
+                                local(l, x.len, true)?;
+                                ODst::Remote {
+                                    peer: peer_ok(peer)?,
+                                    buf: l.buf.0 as usize,
+                                    off: l.off,
+                                }
+                            }
+                        });
+                    }
+                    Op::Xfer(XOp {
+                        srcs,
+                        dsts,
+                        len: x.len,
+                        post: x.post,
+                    })
+                }
+            };
+            ops.push(op);
+        }
+        channels.push(ops);
+    }
+    Ok(Program {
+        channels,
+        links,
+        bufs: addrs,
+    })
+}

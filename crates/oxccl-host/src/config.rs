@@ -1,0 +1,45 @@
+//! Tuning knobs of a [`crate::HostFabric`].
+
+use std::time::Duration;
+
+/// How a host fabric sizes its connections and how long it waits.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HostConfig {
+    /// Longest any single wait (for a message, a free slot or a signal) may
+    /// last before the collective fails with [`crate::HostError::Deadline`].
+    /// Default 300 s: generous, because a slow peer is not a hung one.
+    pub deadline: Duration,
+    /// Message slots per connection. At least
+    /// [`oxccl_core::interp::MIN_FIFO_DEPTH`] (the depth plans are checked
+    /// at); default 8.
+    pub slots: usize,
+    /// Bytes per slot: the largest message a plan may send. Default 512 KiB;
+    /// callers size the plan's chunk as `slot_bytes / elem_size`.
+    pub slot_bytes: usize,
+    /// Idle rounds spent spinning (crossbeam `Backoff::snooze`, which spins
+    /// then yields) before a rank parks until a peer wakes it.
+    pub spin: u32,
+}
+
+impl Default for HostConfig {
+    fn default() -> Self {
+        HostConfig {
+            deadline: Duration::from_secs(300),
+            slots: 8,
+            slot_bytes: 512 << 10,
+            spin: 64,
+        }
+    }
+}
+
+impl HostConfig {
+    /// `self` with every field forced into its legal range: at least
+    /// `MIN_FIFO_DEPTH` slots and at least 8 bytes per slot (one element of
+    /// the widest type), so a config can never make a fabric that deadlocks
+    /// a checked plan.
+    pub(crate) fn sanitized(mut self) -> Self {
+        self.slots = self.slots.max(oxccl_core::interp::MIN_FIFO_DEPTH);
+        self.slot_bytes = self.slot_bytes.max(8);
+        self
+    }
+}

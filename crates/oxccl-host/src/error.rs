@@ -1,0 +1,58 @@
+//! The host backend's error type.
+
+use std::time::Duration;
+
+use oxccl_core::plan::Rank;
+use thiserror::Error;
+
+/// Everything that can go wrong in oxccl-host.
+#[derive(Debug, Error, Clone, PartialEq)]
+pub enum HostError {
+    /// A wait outlived [`crate::HostConfig::deadline`]. The fabric is
+    /// failed from then on. `absent` lists the ranks that had not even
+    /// started this call when the deadline expired: usually the real
+    /// culprits, several hops up the chain of waits.
+    #[error(
+        "rank {rank}: deadline of {elapsed:?} expired on channel {channel} step {step} waiting for a {waiting_for} from peer {peer}{}; the communicator is unusable: rebuild it",
+        absent_note(absent)
+    )]
+    Deadline {
+        rank: Rank,
+        peer: Rank,
+        channel: usize,
+        step: usize,
+        /// `"message"` (receive), `"slot"` (send: the peer has not drained
+        /// the FIFO) or `"signal"` (a `Wait` step).
+        waiting_for: &'static str,
+        elapsed: Duration,
+        absent: Vec<Rank>,
+    },
+    /// [`crate::HostFabric::abort`] was called.
+    #[error("rank {rank}: the communicator was aborted; rebuild it")]
+    Aborted { rank: Rank },
+    /// The fabric failed earlier (or a peer's failure stopped this call).
+    #[error("{0}")]
+    Failed(String),
+    /// The plan or the buffers do not fit this fabric; nothing was run.
+    #[error("invalid plan: {0}")]
+    InvalidPlan(String),
+    /// Ranks disagree at run time (a message of the wrong length, a remote
+    /// access to a peer that is in another call): the calls or plans of the
+    /// ranks do not match. The fabric is failed from then on.
+    #[error("rank {rank}: channel {channel} step {step}: {detail} (peer {peer}); the communicator is unusable: rebuild it")]
+    Mismatch {
+        rank: Rank,
+        peer: Rank,
+        channel: usize,
+        step: usize,
+        detail: String,
+    },
+}
+
+fn absent_note(absent: &[Rank]) -> String {
+    if absent.is_empty() {
+        String::new()
+    } else {
+        format!(" (rank(s) {absent:?} never joined this call)")
+    }
+}

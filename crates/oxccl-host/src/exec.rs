@@ -1,0 +1,291 @@
+//! A rank's executor: runs its channels round-robin from one thread.
+//!
+//! Each round advances every channel as far as it goes (a step runs only
+//! when all its messages have arrived and all its sends have a free slot,
+//! so steps never half-run). When no channel moved, the rank is idle: it
+//! snoozes `spin` times (crossbeam `Backoff`: spin, then yield), then parks
+//! until a peer wakes it or the earliest deadline of a blocked channel.
+//! Every producer wakes the consumer it unblocks, so parking loses nothing,
+//! and more ranks than cores still make progress.
+
+use std::time::Instant;
+
+use crossbeam::sync::Parker;
+use crossbeam::utils::Backoff;
+use oxccl_core::plan::Rank;
+use oxccl_core::{Element, LoweredOp};
+
+use crate::compile::{ODst, OSrc, Op, Program, XOp};
+use crate::error::HostError;
+use crate::fabric::HostFabric;
+use crate::kernel::{transfer, In, TypedOp};
+
+/// What a call did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ExecStats {
+    /// Steps run, over all channels.
+    pub steps: usize,
+    /// Messages sent.
+    pub messages: usize,
+    /// Payload bytes sent.
+    pub bytes_sent: usize,
+    /// Times the rank parked waiting for a peer.
+    pub parks: usize,
+}
+
+/// Why a step could not run yet.
+#[derive(Clone, Copy, Debug)]
+struct Blocked {
+    peer: Rank,
+    what: &'static str,
+}
+
+struct Runner<'a, T> {
+    fab: &'a HostFabric,
+    me: Rank,
+    call: u64,
+    prog: &'a Program,
+    op: TypedOp<T>,
+    srcs: Vec<In<T>>,
+    dsts: Vec<*mut T>,
+    /// Claimed messages `(link, seq)` and slots `(link, seq)` of a step.
+    recvs: Vec<(usize, u64)>,
+    sends: Vec<(usize, u64)>,
+    temp: Vec<T>,
+    stats: ExecStats,
+}
+
+/// Runs `prog` for rank `me` (its call number `call`) to completion.
+pub(crate) fn run<T: Element>(
+    fab: &HostFabric,
+    me: Rank,
+    call: u64,
+    prog: &Program,
+    op: &LoweredOp,
+    parker: &Parker,
+) -> Result<ExecStats, HostError> {
+    let mut r = Runner {
+        fab,
+        me,
+        call,
+        prog,
+        op: TypedOp::<T>::new(op),
+        srcs: Vec::new(),
+        dsts: Vec::new(),
+        recvs: Vec::new(),
+        sends: Vec::new(),
+        temp: Vec::new(),
+        stats: ExecStats::default(),
+    };
+    let nch = prog.channels.len();
+    let mut pc = vec![0usize; nch];
+    let mut since: Vec<Option<(Instant, Blocked)>> = vec![None; nch];
+    let backoff = Backoff::new();
+    let mut idle = 0u32;
+    let deadline = fab.config().deadline;
+    loop {
+        if fab.is_broken() {
+            return Err(fab.stop_error(me).expect("broken fabric has a reason"));
+        }
+        let mut progressed = false;
+        let mut done = true;
+        for c in 0..nch {
+            let ops = &prog.channels[c];
+            while pc[c] < ops.len() {
+                match r.try_step(c, pc[c], &ops[pc[c]])? {
+                    None => {
+                        pc[c] += 1;
+                        r.stats.steps += 1;
+                        progressed = true;
+                        since[c] = None;
+                    }
+                    Some(b) => {
+                        if since[c].is_none() {
+                            since[c] = Some((Instant::now(), b));
+                        }
+                        break;
+                    }
+                }
+            }
+            done &= pc[c] == ops.len();
+        }
+        if done {
+            return Ok(r.stats);
+        }
+        if progressed {
+            idle = 0;
+            backoff.reset();
+            continue;
+        }
+        // Idle: the channel blocked longest decides the deadline.
+        let (c, (t0, b)) = since
+            .iter()
+            .enumerate()
+            .filter_map(|(c, s)| s.map(|s| (c, s)))
+            .min_by_key(|(_, (t0, _))| *t0)
+            .expect("an unfinished channel is blocked");
+        let elapsed = t0.elapsed();
+        if elapsed >= deadline {
+            let err = HostError::Deadline {
+                rank: me,
+                peer: b.peer,
+                channel: c,
+                step: pc[c],
+                waiting_for: b.what,
+                elapsed,
+                absent: fab.absent(call),
+            };
+            tracing::error!(%err, "host fabric deadline");
+            fab.fail(err.to_string());
+            return Err(err);
+        }
+        if idle < fab.config().spin {
+            idle += 1;
+            backoff.snooze();
+        } else {
+            r.stats.parks += 1;
+            parker.park_timeout(deadline - elapsed);
+        }
+    }
+}
+
+impl<T: Element> Runner<'_, T> {
+    /// Runs step `s` of channel `c` if it can run now; otherwise says what
+    /// it waits for.
+    fn try_step(&mut self, c: usize, s: usize, op: &Op) -> Result<Option<Blocked>, HostError> {
+        let links = &self.prog.links;
+        match *op {
+            Op::Signal { link, peer } => {
+                links[link].signal();
+                self.fab.wake(peer);
+                Ok(None)
+            }
+            Op::Wait { link, peer } => Ok((!links[link].try_wait()).then_some(Blocked {
+                peer,
+                what: "signal",
+            })),
+            Op::Xfer(ref x) => self.try_xfer(c, s, x),
+        }
+    }
+
+    fn try_xfer(&mut self, c: usize, s: usize, x: &XOp) -> Result<Option<Blocked>, HostError> {
+        let links = &self.prog.links;
+        let elem = size_of::<T>();
+        self.srcs.clear();
+        self.dsts.clear();
+        self.recvs.clear();
+        self.sends.clear();
+        // Readiness first: nothing is consumed or published unless all of
+        // the step can run.
+        for src in &x.srcs {
+            let (ptr, pre) = match *src {
+                OSrc::Local { addr, pre } => (addr, pre),
+                OSrc::Recv { link, peer } => {
+                    let Some((seq, ptr, len)) = links[link].try_peek() else {
+                        return Ok(Some(Blocked {
+                            peer,
+                            what: "message",
+                        }));
+                    };
+                    if len != x.len {
+                        return Err(self.mismatch(
+                            peer,
+                            c,
+                            s,
+                            format!("receives {} elements but the message has {len}", x.len),
+                        ));
+                    }
+                    self.recvs.push((link, seq));
+                    (ptr as usize, false)
+                }
+                OSrc::Remote {
+                    peer,
+                    buf,
+                    off,
+                    pre,
+                } => (self.remote(peer, c, s, buf, off, x.len)?, pre),
+            };
+            self.srcs.push(In {
+                ptr: ptr as *const T,
+                pre,
+            });
+        }
+        for dst in &x.dsts {
+            let ptr = match *dst {
+                ODst::Local { addr } => addr,
+                ODst::Send { link, peer } => {
+                    let Some((seq, ptr)) = links[link].try_reserve() else {
+                        return Ok(Some(Blocked { peer, what: "slot" }));
+                    };
+                    self.sends.push((link, seq));
+                    ptr as usize
+                }
+                ODst::Remote { peer, buf, off } => self.remote(peer, c, s, buf, off, x.len)?,
+            };
+            self.dsts.push(ptr as *mut T);
+        }
+        // SAFETY: local operands were bounds- and alignment-checked by
+        // `compile` against buffers the caller of `execute` vouched for;
+        // remote ones against the peer's published buffers of this very call
+        // (the plan's wait ordered them after the peer's publication);
+        // claimed slots hold `len` elements (checked against the slot size)
+        // and belong to this rank until released/published below. Local
+        // destinations are pairwise disjoint (checked in `compile`); slots
+        // and peers' memory are disjoint from them.
+        unsafe {
+            transfer(
+                &self.srcs,
+                &self.dsts,
+                x.len,
+                x.post,
+                &self.op,
+                &mut self.temp,
+            )
+        };
+        for &(link, seq) in &self.recvs {
+            links[link].release(seq);
+        }
+        for (&(link, seq), dst) in self.sends.iter().zip(x.dsts.iter().filter_map(|d| match d {
+            ODst::Send { peer, .. } => Some(*peer),
+            _ => None,
+        })) {
+            links[link].publish(seq, x.len);
+            self.fab.wake(dst);
+            self.stats.messages += 1;
+            self.stats.bytes_sent += x.len * elem;
+        }
+        for src in &x.srcs {
+            if let OSrc::Recv { peer, .. } = *src {
+                self.fab.wake(peer);
+            }
+        }
+        Ok(None)
+    }
+
+    fn remote(
+        &self,
+        peer: Rank,
+        c: usize,
+        s: usize,
+        buf: usize,
+        off: usize,
+        len: usize,
+    ) -> Result<usize, HostError> {
+        self.fab
+            .remote(peer, self.call, buf, off, len, size_of::<T>())
+            .map_err(|d| self.mismatch(peer, c, s, d))
+    }
+
+    /// A run-time disagreement between ranks: fails the fabric.
+    fn mismatch(&self, peer: Rank, channel: usize, step: usize, detail: String) -> HostError {
+        let err = HostError::Mismatch {
+            rank: self.me,
+            peer,
+            channel,
+            step,
+            detail,
+        };
+        self.fab.fail(err.to_string());
+        err
+    }
+}

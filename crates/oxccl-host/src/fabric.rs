@@ -1,0 +1,276 @@
+//! The fabric: everything the ranks of one communicator share.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam::sync::{Parker, Unparker};
+use oxccl_core::plan::{Rank, RankPlan};
+use oxccl_core::{with_dtype, DataType, LoweredOp};
+use parking_lot::{Mutex, RwLock};
+
+use crate::compile::{compile, Scratch};
+use crate::config::HostConfig;
+use crate::error::HostError;
+use crate::exec::{run, ExecStats};
+use crate::fifo::Link;
+use crate::HostBuf;
+
+/// The shared state of one communicator's ranks on the host backend:
+/// connections (created on first use, kept across calls), per-rank
+/// wake-ups, scratch memory and published buffers, and the failure state.
+#[derive(Debug)]
+pub struct HostFabric {
+    nranks: u32,
+    cfg: HostConfig,
+    links: RwLock<HashMap<(usize, Rank, Rank), Arc<Link>>>,
+    ranks: Box<[RankSlot]>,
+    /// Set once, by the first deadline, mismatch or abort.
+    broken: AtomicBool,
+    aborted: AtomicBool,
+    reason: Mutex<Option<String>>,
+    /// Ranks currently inside `execute`.
+    active: AtomicU32,
+}
+
+#[derive(Debug)]
+struct RankSlot {
+    /// Held for the whole of a call: one call per rank at a time.
+    state: Mutex<RankState>,
+    unparker: Unparker,
+    /// Calls this rank has started (its current call's number).
+    joined: AtomicU64,
+    published: Mutex<Publication>,
+}
+
+#[derive(Debug)]
+struct RankState {
+    parker: Parker,
+    scratch: Scratch,
+}
+
+/// A rank's buffers for one call, for peers' remote steps.
+#[derive(Debug, Default)]
+struct Publication {
+    call: u64,
+    bufs: Vec<(usize, usize)>,
+}
+
+/// Leaves the active count when a call ends, however it ends.
+struct Active<'a>(&'a AtomicU32);
+
+impl Drop for Active<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl HostFabric {
+    /// A fabric for `nranks` ranks. Connections are made on first use.
+    pub fn new(nranks: u32, cfg: HostConfig) -> Arc<HostFabric> {
+        let ranks = (0..nranks)
+            .map(|_| {
+                let parker = Parker::new();
+                RankSlot {
+                    unparker: parker.unparker().clone(),
+                    state: Mutex::new(RankState {
+                        parker,
+                        scratch: Scratch::new(),
+                    }),
+                    joined: AtomicU64::new(0),
+                    published: Mutex::new(Publication::default()),
+                }
+            })
+            .collect();
+        Arc::new(HostFabric {
+            nranks,
+            cfg: cfg.sanitized(),
+            links: RwLock::new(HashMap::new()),
+            ranks,
+            broken: AtomicBool::new(false),
+            aborted: AtomicBool::new(false),
+            reason: Mutex::new(None),
+            active: AtomicU32::new(0),
+        })
+    }
+
+    /// The configuration in force (after clamping `slots` to at least
+    /// `MIN_FIFO_DEPTH`).
+    pub fn config(&self) -> &HostConfig {
+        &self.cfg
+    }
+
+    pub fn nranks(&self) -> u32 {
+        self.nranks
+    }
+
+    /// Runs `plan` (the part of rank `plan.rank`) on `bufs`, blocking until
+    /// it is done. Called concurrently from one thread per rank, each with
+    /// its own `RankPlan` of the same `Plan` (or group plan); every rank
+    /// must make the same sequence of calls, as NCCL requires.
+    ///
+    /// `bufs` holds one entry per entry of `plan.bufs` except scratch
+    /// buffers, which the fabric provides (and reuses between calls).
+    ///
+    /// On a deadline or a mismatch the fabric fails for good: every rank's
+    /// pending call stops promptly, and later calls return
+    /// [`HostError::Failed`]. Before an error returns, every rank inside a
+    /// call has left it, so no peer still touches this rank's buffers.
+    ///
+    /// # Safety
+    /// Each `HostBuf` points to `bytes` valid bytes for the whole call,
+    /// aligned for `dtype`. Output buffers are not read or written by
+    /// anyone else during the call (except peers through this fabric);
+    /// input buffers are not written during the call. An input may alias an
+    /// output (in-place calls).
+    pub unsafe fn execute(
+        &self,
+        plan: &RankPlan,
+        bufs: &[HostBuf],
+        dtype: DataType,
+        op: &LoweredOp,
+    ) -> Result<ExecStats, HostError> {
+        let me = plan.rank;
+        let slot = self.ranks.get(me as usize).ok_or_else(|| {
+            HostError::InvalidPlan(format!(
+                "rank {me} out of range for a fabric of {} ranks",
+                self.nranks
+            ))
+        })?;
+        self.active.fetch_add(1, Ordering::AcqRel);
+        let active = Active(&self.active);
+        if let Some(e) = self.stop_error(me) {
+            return Err(e);
+        }
+        let mut state = slot.state.try_lock().ok_or_else(|| {
+            HostError::InvalidPlan(format!("rank {me} is already executing on this fabric"))
+        })?;
+        let state = &mut *state;
+        let prog = compile(self, plan, bufs, dtype.size(), &mut state.scratch)?;
+        let call = slot.joined.fetch_add(1, Ordering::AcqRel) + 1;
+        *slot.published.lock() = Publication {
+            call,
+            bufs: prog.bufs.clone(),
+        };
+        let res = with_dtype!(dtype, T => run::<T>(self, me, call, &prog, op, &state.parker));
+        if res.is_err() {
+            drop(active);
+            self.quiesce();
+        }
+        res
+    }
+
+    /// Fails every rank's pending and future call promptly with
+    /// [`HostError::Aborted`]. The fabric stays unusable.
+    pub fn abort(&self) {
+        self.aborted.store(true, Ordering::Release);
+        self.fail("the communicator was aborted; rebuild it".into());
+    }
+
+    /// Why the fabric is unusable, once it is: a [`HostError::Failed`]
+    /// naming the first failure and saying to rebuild the communicator.
+    pub fn failure(&self) -> Option<HostError> {
+        if !self.broken.load(Ordering::Acquire) {
+            return None;
+        }
+        let reason = self.reason.lock().clone().unwrap_or_default();
+        Some(HostError::Failed(format!(
+            "communicator failed earlier: {reason}"
+        )))
+    }
+
+    /// The connection `(channel, from, to)`, created on first use.
+    pub(crate) fn link(&self, channel: usize, from: Rank, to: Rank) -> Arc<Link> {
+        let key = (channel, from, to);
+        if let Some(l) = self.links.read().get(&key) {
+            return l.clone();
+        }
+        self.links
+            .write()
+            .entry(key)
+            .or_insert_with(|| Arc::new(Link::new(self.cfg.slots, self.cfg.slot_bytes)))
+            .clone()
+    }
+
+    /// Counters `[tail, head, posted, consumed]` of a connection, if it
+    /// exists: for tests and diagnostics.
+    pub fn link_counters(&self, channel: usize, from: Rank, to: Rank) -> Option<[u64; 4]> {
+        self.links
+            .read()
+            .get(&(channel, from, to))
+            .map(|l| l.counters())
+    }
+
+    /// Wakes `rank` if it is parked (or makes its next park return).
+    pub(crate) fn wake(&self, rank: Rank) {
+        self.ranks[rank as usize].unparker.unpark();
+    }
+
+    /// Marks the fabric failed (first reason wins) and wakes everyone.
+    pub(crate) fn fail(&self, reason: String) {
+        self.reason.lock().get_or_insert(reason);
+        self.broken.store(true, Ordering::Release);
+        for r in self.ranks.iter() {
+            r.unparker.unpark();
+        }
+    }
+
+    /// The error rank `me` returns if the fabric is failed.
+    pub(crate) fn stop_error(&self, me: Rank) -> Option<HostError> {
+        if self.aborted.load(Ordering::Acquire) {
+            Some(HostError::Aborted { rank: me })
+        } else {
+            self.failure()
+        }
+    }
+
+    /// Whether the fabric is failed (one Acquire load: checked every round).
+    pub(crate) fn is_broken(&self) -> bool {
+        self.broken.load(Ordering::Acquire)
+    }
+
+    /// Ranks that have not started call number `call`.
+    pub(crate) fn absent(&self, call: u64) -> Vec<Rank> {
+        (0..self.nranks)
+            .filter(|&r| self.ranks[r as usize].joined.load(Ordering::Acquire) < call)
+            .collect()
+    }
+
+    /// Address of `len` elements at `off` of `peer`'s buffer `buf` in call
+    /// `call`, or why not.
+    pub(crate) fn remote(
+        &self,
+        peer: Rank,
+        call: u64,
+        buf: usize,
+        off: usize,
+        len: usize,
+        elem: usize,
+    ) -> Result<usize, String> {
+        let p = self.ranks[peer as usize].published.lock();
+        if p.call != call {
+            return Err(format!(
+                "remote access to a peer in call {} from call {call}: the plan lacks a signal/wait before it",
+                p.call
+            ));
+        }
+        match p.bufs.get(buf) {
+            Some(&(addr, blen)) if off.checked_add(len).is_some_and(|e| e <= blen) => {
+                Ok(addr + off * elem)
+            }
+            _ => Err(format!("remote buffer {buf} has no elements {off}..+{len}")),
+        }
+    }
+
+    /// Waits (bounded by the deadline) until no rank is inside a call, so
+    /// that once an error returns no peer touches the caller's buffers.
+    /// Every rank in a call sees the failure within a step, so this is
+    /// short.
+    fn quiesce(&self) {
+        let start = Instant::now();
+        while self.active.load(Ordering::Acquire) > 0 && start.elapsed() < self.cfg.deadline {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+}

@@ -1,0 +1,213 @@
+//! One-way connections: a FIFO of message slots plus a semaphore.
+//!
+//! A [`Link`] carries everything rank `from` sends rank `to` on one
+//! channel. Slots belong to the receiver side (here: the fabric's shared
+//! memory). The protocol is NCCL's head/tail counters:
+//!
+//! - the sender may fill slot `tail % slots` once `tail - head < slots`; it
+//!   writes the payload and the slot's length, then stores `tail + 1` with
+//!   Release;
+//! - the receiver may read slot `head % slots` once `tail > head` (Acquire),
+//!   and when done stores `head + 1` with Release, which hands the slot back.
+//!
+//! Counters are 64-bit and only grow, so a link needs no reset between
+//! calls: each call starts where the last one stopped. Each counter has a
+//! single writer, so plain stores suffice; the Acquire loads on the other
+//! side order the slot's contents.
+//!
+//! The semaphore (`posted`/`consumed`) serves `Signal`/`Wait` steps: a
+//! signal is a Release increment of `posted`; a wait succeeds once `posted`
+//! exceeds `consumed` (Acquire) and then bumps `consumed`, which only the
+//! receiver touches.
+
+use std::alloc::{self, Layout};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::OnceLock;
+
+use crossbeam::utils::CachePadded;
+
+/// Slot memory: `slots × stride` bytes, 64-byte aligned, zero-initialised.
+#[derive(Debug)]
+struct SlotMem {
+    base: *mut u8,
+    layout: Layout,
+}
+
+// SAFETY: `SlotMem` owns its allocation; concurrent access to the bytes is
+// ordered by the head/tail protocol of `Link` (a slot has one writer at a
+// time, and its readers run only after the writer's Release).
+unsafe impl Send for SlotMem {}
+// SAFETY: as above; `&SlotMem` only hands out the base address.
+unsafe impl Sync for SlotMem {}
+
+impl SlotMem {
+    fn new(bytes: usize) -> SlotMem {
+        let layout = Layout::from_size_align(bytes.max(64), 64).expect("slot memory layout");
+        // SAFETY: the layout has a non-zero size. Zeroed memory comes from
+        // calloc/mmap, so untouched slots cost no physical pages.
+        let base = unsafe { alloc::alloc_zeroed(layout) };
+        if base.is_null() {
+            alloc::handle_alloc_error(layout);
+        }
+        SlotMem { base, layout }
+    }
+}
+
+impl Drop for SlotMem {
+    fn drop(&mut self) {
+        // SAFETY: `base` came from `alloc_zeroed` with this very layout.
+        unsafe { alloc::dealloc(self.base, self.layout) }
+    }
+}
+
+/// A one-way connection `(channel, from, to)`.
+#[derive(Debug)]
+pub(crate) struct Link {
+    /// Messages published by the sender.
+    tail: CachePadded<AtomicU64>,
+    /// Messages drained by the receiver.
+    head: CachePadded<AtomicU64>,
+    /// Signals posted by `from`.
+    posted: CachePadded<AtomicU64>,
+    /// Signals consumed by `to`'s waits (only `to` touches it).
+    consumed: AtomicU64,
+    /// Length in elements of the message in each slot.
+    lens: Box<[AtomicUsize]>,
+    /// Allocated on first message, so signal-only links cost nothing.
+    mem: OnceLock<SlotMem>,
+    stride: usize,
+}
+
+impl Link {
+    pub(crate) fn new(slots: usize, slot_bytes: usize) -> Link {
+        Link {
+            tail: CachePadded::new(AtomicU64::new(0)),
+            head: CachePadded::new(AtomicU64::new(0)),
+            posted: CachePadded::new(AtomicU64::new(0)),
+            consumed: AtomicU64::new(0),
+            lens: (0..slots).map(|_| AtomicUsize::new(0)).collect(),
+            mem: OnceLock::new(),
+            // Keep every slot 64-byte aligned (a cache line; any element type).
+            stride: slot_bytes.next_multiple_of(64),
+        }
+    }
+
+    fn slots(&self) -> u64 {
+        self.lens.len() as u64
+    }
+
+    fn slot_ptr(&self, seq: u64) -> *mut u8 {
+        let mem = self
+            .mem
+            .get_or_init(|| SlotMem::new(self.stride * self.lens.len()));
+        let i = (seq % self.slots()) as usize;
+        // SAFETY: `i < slots`, so the offset stays inside the allocation of
+        // `stride × slots` bytes.
+        unsafe { mem.base.add(i * self.stride) }
+    }
+
+    /// Sender side: the slot to fill next, if the receiver has freed one.
+    pub(crate) fn try_reserve(&self) -> Option<(u64, *mut u8)> {
+        let t = self.tail.load(Ordering::Relaxed);
+        // Acquire: the receiver's reads of the slot we are about to reuse
+        // happen before our writes into it.
+        let h = self.head.load(Ordering::Acquire);
+        (t - h < self.slots()).then(|| (t, self.slot_ptr(t)))
+    }
+
+    /// Sender side: publishes slot `seq` (from `try_reserve`) holding `len`
+    /// elements.
+    pub(crate) fn publish(&self, seq: u64, len: usize) {
+        self.lens[(seq % self.slots()) as usize].store(len, Ordering::Relaxed);
+        self.tail.store(seq + 1, Ordering::Release);
+    }
+
+    /// Receiver side: the next message (sequence, slot, length in
+    /// elements), if one has arrived.
+    pub(crate) fn try_peek(&self) -> Option<(u64, *const u8, usize)> {
+        let h = self.head.load(Ordering::Relaxed);
+        let t = self.tail.load(Ordering::Acquire);
+        (t > h).then(|| {
+            let len = self.lens[(h % self.slots()) as usize].load(Ordering::Relaxed);
+            (h, self.slot_ptr(h).cast_const(), len)
+        })
+    }
+
+    /// Receiver side: hands slot `seq` (from `try_peek`) back to the sender.
+    pub(crate) fn release(&self, seq: u64) {
+        self.head.store(seq + 1, Ordering::Release);
+    }
+
+    /// `Signal`: releases this thread's earlier writes to the waiter.
+    pub(crate) fn signal(&self) {
+        self.posted.fetch_add(1, Ordering::Release);
+    }
+
+    /// `Wait`: consumes one signal if one is pending.
+    pub(crate) fn try_wait(&self) -> bool {
+        let consumed = self.consumed.load(Ordering::Relaxed);
+        if self.posted.load(Ordering::Acquire) > consumed {
+            self.consumed.store(consumed + 1, Ordering::Relaxed);
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Counters `(tail, head, posted, consumed)`, for tests and diagnostics.
+    pub(crate) fn counters(&self) -> [u64; 4] {
+        [
+            self.tail.load(Ordering::Acquire),
+            self.head.load(Ordering::Acquire),
+            self.posted.load(Ordering::Acquire),
+            self.consumed.load(Ordering::Acquire),
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_wrap_around_slots_and_only_grow() {
+        let l = Link::new(2, 16);
+        let mut seen = Vec::new();
+        for i in 0..5u64 {
+            let (t, p) = l.try_reserve().expect("room");
+            assert_eq!(t, i);
+            // SAFETY: the slot holds 16 bytes and is ours until published.
+            unsafe { p.write(i as u8) };
+            l.publish(t, 1);
+            if i % 2 == 1 {
+                assert!(l.try_reserve().is_none(), "two slots are full");
+                for _ in 0..2 {
+                    let (h, p, len) = l.try_peek().expect("message");
+                    assert_eq!(len, 1);
+                    // SAFETY: the slot was published with one byte.
+                    seen.push(unsafe { p.read() });
+                    l.release(h);
+                }
+            }
+        }
+        let (h, p, _) = l.try_peek().expect("last message");
+        // SAFETY: as above.
+        seen.push(unsafe { p.read() });
+        l.release(h);
+        assert_eq!(seen, [0, 1, 2, 3, 4]);
+        assert!(l.try_peek().is_none());
+        assert_eq!(l.counters()[..2], [5, 5]);
+    }
+
+    #[test]
+    fn waits_consume_signals_in_order() {
+        let l = Link::new(2, 8);
+        assert!(!l.try_wait());
+        l.signal();
+        l.signal();
+        assert!(l.try_wait());
+        assert!(l.try_wait());
+        assert!(!l.try_wait());
+        assert_eq!(l.counters()[2..], [2, 2]);
+    }
+}
