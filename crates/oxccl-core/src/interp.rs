@@ -13,6 +13,7 @@ use std::collections::{HashMap, VecDeque};
 use crate::element::Element;
 use crate::error::CoreError;
 use crate::plan::{BufDecl, BufId, BufRole, Dst, Loc, Plan, Rank, Src, Step};
+use crate::race::Race;
 use crate::redop::LoweredOp;
 
 /// Where a plan buffer lives in a rank's memory: arena and offset. Two
@@ -95,6 +96,15 @@ impl<T: Element> RankMem<T> {
         }
     }
 
+    /// Writes `data` at the start of buffer `buf` and marks it defined
+    /// (tests with several inputs, such as Send/Recv groups).
+    pub fn write_buf(&mut self, buf: BufId, data: &[T]) {
+        let v = self.views[buf.0 as usize];
+        let k = data.len().min(v.len);
+        self.arenas[v.arena][v.off..v.off + k].copy_from_slice(&data[..k]);
+        self.written[v.arena][v.off..v.off + k].fill(true);
+    }
+
     /// A copy of a buffer's contents.
     pub fn read_buf(&self, buf: BufId) -> Vec<T> {
         let v = self.views[buf.0 as usize];
@@ -147,6 +157,77 @@ pub fn run<T: Element>(
     mem: &mut [RankMem<T>],
     op: &LoweredOp,
     opts: &InterpOptions,
+) -> Result<InterpStats, CoreError> {
+    run_inner(plan, mem, op, opts, None)
+}
+
+/// Seeds the checker runs each plan under (the first also with race
+/// detection).
+const CHECK_SEEDS: [u64; 3] = [0, 1, 0x5EED];
+
+/// Checks `plan` for buffers laid out out of place (input and output
+/// separate): runs it symbolically under several schedules at the minimum
+/// FIFO depth, so it finds mismatched or missing messages, deadlocks,
+/// out-of-bounds slices, reads of undefined scratch or output, outputs
+/// never written, writes into inputs, and (through happens-before vector
+/// clocks, see `race`) unordered accesses to one element, remote accesses
+/// before the peer entered the call, and ranks that may finish while
+/// peers still access their memory.
+pub fn check(plan: &Plan) -> Result<(), CoreError> {
+    check_layout(plan, false)
+}
+
+/// [`check`] for a plan generated for an in-place call: input and output
+/// alias as [`crate::coll::Collective::in_place_offsets`] says.
+pub fn check_in_place(plan: &Plan) -> Result<(), CoreError> {
+    check_layout(plan, true)
+}
+
+fn check_layout(plan: &Plan, in_place: bool) -> Result<(), CoreError> {
+    let coll = match (in_place, plan.coll) {
+        (false, c) => c,
+        (true, Some(c)) => Some(c),
+        (true, None) => return Err(err("an in-place check needs the plan's collective".into())),
+    };
+    let fresh = || -> Vec<RankMem<u8>> {
+        plan.ranks
+            .iter()
+            .map(|rp| {
+                let alias = coll
+                    .filter(|_| in_place)
+                    .map(|c| c.in_place_offsets(rp.rank));
+                RankMem::new(&rp.bufs, &[], alias)
+            })
+            .collect()
+    };
+    let op = crate::redop::RedOp::Sum.lower(crate::DataType::U8, plan.nranks);
+    for (i, seed) in CHECK_SEEDS.into_iter().enumerate() {
+        let mut mem = fresh();
+        let opts = InterpOptions {
+            seed,
+            ..InterpOptions::default()
+        };
+        let mut race = (i == 0).then(|| {
+            let arenas: Vec<Vec<usize>> = mem
+                .iter()
+                .map(|m| m.arenas.iter().map(Vec::len).collect())
+                .collect();
+            Race::new(plan, &arenas)
+        });
+        run_inner(plan, &mut mem, &op, &opts, race.as_mut())?;
+        if let Some(r) = &race {
+            r.finish()?;
+        }
+    }
+    Ok(())
+}
+
+fn run_inner<T: Element>(
+    plan: &Plan,
+    mem: &mut [RankMem<T>],
+    op: &LoweredOp,
+    opts: &InterpOptions,
+    mut race: Option<&mut Race>,
 ) -> Result<InterpStats, CoreError> {
     let n = plan.nranks as usize;
     if plan.ranks.len() != n || mem.len() != n {
@@ -210,6 +291,11 @@ pub fn run<T: Element>(
                 let ran = match &steps[pc] {
                     Step::Signal { peer } => {
                         check_peer(*peer, n, r, c, pc)?;
+                        if let Some(race) = race.as_deref_mut() {
+                            let t = race.thread(r, c);
+                            race.tick(t);
+                            race.signal((c, me, *peer), t);
+                        }
                         *sems.entry((c, me, *peer)).or_default() += 1;
                         true
                     }
@@ -219,6 +305,11 @@ pub fn run<T: Element>(
                         let w = waits.entry((c, *peer, me)).or_default();
                         if posted > *w {
                             *w += 1;
+                            if let Some(race) = race.as_deref_mut() {
+                                let t = race.thread(r, c);
+                                race.tick(t);
+                                race.wait((c, *peer, me), t);
+                            }
                             true
                         } else {
                             false
@@ -255,7 +346,17 @@ pub fn run<T: Element>(
                             }
                         }
                         if ready {
-                            exec_xfer(plan, mem, &mut fifos, op, r, c, pc, x, &mut stats)?;
+                            let at = Site { r, c, pc };
+                            exec_xfer(
+                                plan,
+                                mem,
+                                &mut fifos,
+                                op,
+                                at,
+                                x,
+                                &mut stats,
+                                race.as_deref_mut(),
+                            )?;
                         }
                         ready
                     }
@@ -353,20 +454,50 @@ fn resolve<T>(
     Ok((v.arena, v.off + at.off))
 }
 
+/// Where a step is: rank, channel, index.
+#[derive(Clone, Copy, Debug)]
+struct Site {
+    r: usize,
+    c: usize,
+    pc: usize,
+}
+
 #[allow(clippy::too_many_arguments)] // reason: the interpreter's whole state for one step
 fn exec_xfer<T: Element>(
     plan: &Plan,
     mem: &mut [RankMem<T>],
     fifos: &mut HashMap<ConnKey, VecDeque<Vec<T>>>,
     op: &LoweredOp,
-    r: usize,
-    c: usize,
-    pc: usize,
+    at: Site,
     x: &crate::plan::Xfer,
     stats: &mut InterpStats,
+    mut race: Option<&mut Race>,
 ) -> Result<(), CoreError> {
+    let Site { r, c, pc } = at;
     let me = r as Rank;
     let what = format!("rank {r} channel {c} step {pc}");
+    // The step starts once its messages are there: it is ordered after
+    // their sends before it touches memory.
+    let t = race.as_deref_mut().map(|race| {
+        let t = race.thread(r, c);
+        race.tick(t);
+        for s in &x.srcs {
+            if let Src::Recv { peer } = *s {
+                race.recv((c, peer, me), t);
+            }
+        }
+        t
+    });
+    for s in &x.srcs {
+        if let Src::Remote { peer, .. } = *s {
+            check_peer(peer, plan.ranks.len(), r, c, pc)?;
+        }
+    }
+    for d in &x.dsts {
+        if let Dst::Remote { peer, .. } = *d {
+            check_peer(peer, plan.ranks.len(), r, c, pc)?;
+        }
+    }
     if x.srcs.is_empty() {
         return Err(err(format!("{what}: transfer without a source")));
     }
@@ -390,6 +521,9 @@ fn exec_xfer<T: Element>(
                         "{what}: reads undefined element {} of {role:?} buffer on rank {owner}",
                         at.off + i
                     )));
+                }
+                if let (Some(race), Some(t)) = (race.as_deref_mut(), t) {
+                    race.access(t, (owner, a, o), x.len, false, &what)?;
                 }
                 let src = &m.arenas[a][o..o + x.len];
                 if pre {
@@ -420,6 +554,9 @@ fn exec_xfer<T: Element>(
             Dst::Send { peer } => {
                 stats.messages += 1;
                 stats.elements_sent += x.len;
+                if let (Some(race), Some(t)) = (race.as_deref_mut(), t) {
+                    race.send((c, me, peer), t);
+                }
                 fifos
                     .entry((c, me, peer))
                     .or_default()
@@ -430,6 +567,7 @@ fn exec_xfer<T: Element>(
                     Dst::Remote { peer, .. } => peer as usize,
                     _ => r,
                 };
+                let (a, o) = resolve(&mem[owner], at, x.len, &what)?;
                 let role = plan.ranks[owner].bufs[at.buf.0 as usize].role;
                 if role == BufRole::Input {
                     return Err(err(format!(
@@ -437,7 +575,9 @@ fn exec_xfer<T: Element>(
                     )));
                 }
                 let m = &mut mem[owner];
-                let (a, o) = resolve(m, at, x.len, &what)?;
+                if let (Some(race), Some(t)) = (race.as_deref_mut(), t) {
+                    race.access(t, (owner, a, o), x.len, true, &what)?;
+                }
                 m.arenas[a][o..o + x.len].copy_from_slice(&out);
                 m.written[a][o..o + x.len].fill(true);
             }

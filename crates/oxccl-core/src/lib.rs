@@ -13,6 +13,7 @@ pub mod error;
 pub mod gen;
 pub mod interp;
 pub mod plan;
+mod race;
 pub mod redop;
 pub mod reference;
 pub mod testkit;

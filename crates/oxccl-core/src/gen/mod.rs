@@ -5,11 +5,15 @@
 //! an algorithm does not serve a collective. [`supports`] is the table the
 //! selector and `docs/ARCHITECTURE.md` use.
 
+mod allpairs;
+mod direct;
+pub mod p2p;
 mod ring;
+mod tree;
 
 use crate::coll::{Algo, CollKind, Collective};
 use crate::error::CoreError;
-use crate::plan::{BufDecl, BufRole, Plan, Rank, RankPlan};
+use crate::plan::{BufDecl, BufId, BufRole, Dst, Loc, Plan, Rank, RankPlan, Src, Step, Xfer};
 
 /// What to generate.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -26,6 +30,10 @@ pub struct PlanRequest {
     pub in_place: bool,
     /// Rank orders for rings, one per channel (cycled). Empty: `0..n`.
     pub rings: Vec<Vec<Rank>>,
+    /// Whether every rank's input, output and scratch are registered
+    /// (addressable by every peer). The one-shot and two-shot generators
+    /// then read peers' buffers directly instead of going through FIFOs.
+    pub registered: bool,
 }
 
 impl PlanRequest {
@@ -39,6 +47,7 @@ impl PlanRequest {
             chunk: 1 << 16,
             in_place: false,
             rings: Vec::new(),
+            registered: false,
         }
     }
 
@@ -81,10 +90,11 @@ pub fn generate(req: &PlanRequest) -> Result<Plan, CoreError> {
             let mut rp = empty_rank_plan(req, r);
             match req.algo {
                 Algo::Ring => ring::build(req, r, &mut rp),
-                _ => Err(CoreError::Unsupported {
-                    algo: req.algo.to_string(),
-                    coll: req.coll.kind.to_string(),
-                }),
+                Algo::Chain | Algo::BinaryTree | Algo::DoubleBinaryTree => {
+                    tree::build(req, r, &mut rp)
+                }
+                Algo::OneShot | Algo::TwoShot if req.registered => direct::build(req, r, &mut rp),
+                Algo::OneShot | Algo::TwoShot | Algo::AllPairs => allpairs::build(req, r, &mut rp),
             }?;
             Ok(rp)
         })
@@ -107,6 +117,9 @@ fn validate(req: &PlanRequest) -> Result<(), CoreError> {
     }
     if req.chunk == 0 {
         return bad("zero chunk size".into());
+    }
+    if req.coll.kind == CollKind::SendRecv {
+        return bad("Send/Recv plans come from gen::p2p::plan, not generate".into());
     }
     if req.coll.kind.has_root() && req.coll.root >= req.nranks {
         return bad(format!(
@@ -186,4 +199,93 @@ pub fn pieces(
     (range.start..range.end)
         .step_by(chunk)
         .map(move |lo| lo..(lo + chunk).min(range.end))
+}
+
+/// Sets the length of a rank's scratch buffer.
+fn set_scratch(rp: &mut RankPlan, len: usize) {
+    rp.bufs[BufId::SCRATCH.0 as usize].len = len;
+}
+
+/// One channel's steps as a generator emits them. Transfers of zero
+/// elements or without a destination are dropped here, on every rank alike
+/// (both ends of a connection compute the same lengths), so generators need
+/// no special cases for empty blocks.
+#[derive(Debug, Default)]
+struct Steps(Vec<Step>);
+
+impl Steps {
+    fn xfer(&mut self, srcs: Vec<Src>, dsts: Vec<Dst>, len: usize, post: bool) {
+        if len > 0 && !dsts.is_empty() {
+            self.0.push(Step::Xfer(Xfer {
+                srcs,
+                dsts,
+                len,
+                post,
+            }));
+        }
+    }
+
+    /// A plain transfer (no post-operation).
+    fn mv(&mut self, src: Src, dsts: Vec<Dst>, len: usize) {
+        self.xfer(vec![src], dsts, len, false);
+    }
+}
+
+/// A rank's own contribution to a reduction (pre-scaled).
+fn own(at: Loc) -> Src {
+    Src::Local { at, pre: true }
+}
+
+/// Local data moved as is.
+fn local(at: Loc) -> Src {
+    Src::Local { at, pre: false }
+}
+
+fn recv(peer: Rank) -> Src {
+    Src::Recv { peer }
+}
+
+fn send(peer: Rank) -> Dst {
+    Dst::Send { peer }
+}
+
+fn out(off: usize) -> Dst {
+    Dst::Local(Loc::output(off))
+}
+
+/// A rank's position in a ring order, and its neighbours at any distance.
+#[derive(Clone, Debug)]
+struct RingPos {
+    ring: Vec<Rank>,
+    pos: usize,
+}
+
+impl RingPos {
+    fn new(ring: Vec<Rank>, rank: Rank) -> Self {
+        let pos = ring
+            .iter()
+            .position(|&r| r == rank)
+            .expect("validated ring is a permutation");
+        RingPos { ring, pos }
+    }
+    fn n(&self) -> usize {
+        self.ring.len()
+    }
+    /// The rank `k` places after this one.
+    fn fwd(&self, k: usize) -> Rank {
+        self.ring[(self.pos + k) % self.n()]
+    }
+    /// The rank `k` places before this one.
+    fn back(&self, k: usize) -> Rank {
+        self.ring[(self.pos + self.n() - k % self.n()) % self.n()]
+    }
+    /// How many places after `rank` this one is.
+    fn dist_from(&self, rank: Rank) -> usize {
+        let p = self
+            .ring
+            .iter()
+            .position(|&r| r == rank)
+            .expect("rank in ring");
+        (self.pos + self.n() - p) % self.n()
+    }
 }

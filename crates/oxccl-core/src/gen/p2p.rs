@@ -1,0 +1,198 @@
+//! Send/Recv: a group of point-to-point operations as one plan.
+//!
+//! Every operation has its own buffer (an input for a send, an output for a
+//! receive), numbered in the order the rank listed its operations. The k-th
+//! send from a to b matches the k-th receive on b from a, and their counts
+//! must be equal. Each channel carries its `split` share of every
+//! operation, in pieces of at most `chunk` elements.
+//!
+//! Schedule (deadlock-free at FIFO depth 1 per connection and round): the
+//! sends from a to b form one stream of pieces, the receives on b from a
+//! the same stream. Round j of a channel is: the j-th self-copy piece, the
+//! j-th piece of every outgoing stream (peers in rotating order from the
+//! rank), then the j-th piece of every incoming stream. A round has one
+//! step per active stream; self send/receive pairs become local copies.
+
+use super::{local, pieces, recv, send, split, Steps};
+use crate::coll::Algo;
+use crate::error::CoreError;
+use crate::plan::{BufDecl, BufId, BufRole, Channel, Dst, Loc, Plan, Rank, RankPlan};
+
+/// One point-to-point operation of a rank.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum P2pOp {
+    Send { peer: Rank, count: usize },
+    Recv { peer: Rank, count: usize },
+}
+
+impl P2pOp {
+    fn peer(self) -> Rank {
+        match self {
+            P2pOp::Send { peer, .. } | P2pOp::Recv { peer, .. } => peer,
+        }
+    }
+    fn count(self) -> usize {
+        match self {
+            P2pOp::Send { count, .. } | P2pOp::Recv { count, .. } => count,
+        }
+    }
+    fn is_send(self) -> bool {
+        matches!(self, P2pOp::Send { .. })
+    }
+}
+
+/// A piece of one operation's buffer: `(buffer, offset, length)`.
+type Piece = (BufId, usize, usize);
+
+/// Builds the plan for `ops[r]`, the operations of each rank `r`.
+pub fn plan(
+    nranks: u32,
+    ops: &[Vec<P2pOp>],
+    chunk: usize,
+    channels: u32,
+) -> Result<Plan, CoreError> {
+    validate(nranks, ops, chunk, channels)?;
+    let ranks = (0..nranks)
+        .map(|r| rank_plan(nranks, r, &ops[r as usize], chunk, channels))
+        .collect::<Result<_, _>>()?;
+    Ok(Plan {
+        algo: Algo::AllPairs,
+        coll: None,
+        nranks,
+        ranks,
+    })
+}
+
+fn bad<T>(m: String) -> Result<T, CoreError> {
+    Err(CoreError::InvalidRequest(m))
+}
+
+fn validate(nranks: u32, ops: &[Vec<P2pOp>], chunk: usize, channels: u32) -> Result<(), CoreError> {
+    if nranks == 0 || channels == 0 || chunk == 0 {
+        return bad(format!(
+            "p2p plan needs ranks, channels and chunk > 0 (got {nranks}, {channels}, {chunk})"
+        ));
+    }
+    if ops.len() != nranks as usize {
+        return bad(format!("{} op lists for {nranks} ranks", ops.len()));
+    }
+    for (r, list) in ops.iter().enumerate() {
+        if list.len() > usize::from(u16::MAX) {
+            return bad(format!("rank {r}: too many operations ({})", list.len()));
+        }
+        if let Some(op) = list.iter().find(|o| o.peer() >= nranks) {
+            return bad(format!("rank {r}: peer {} out of range", op.peer()));
+        }
+    }
+    for a in 0..nranks {
+        for b in 0..nranks {
+            let sends = counts(&ops[a as usize], b, true);
+            let recvs = counts(&ops[b as usize], a, false);
+            if sends != recvs {
+                return bad(format!(
+                    "rank {a} sends {sends:?} to rank {b}, which receives {recvs:?} from it"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn counts(list: &[P2pOp], peer: Rank, sends: bool) -> Vec<usize> {
+    list.iter()
+        .filter(|o| o.peer() == peer && o.is_send() == sends)
+        .map(|o| o.count())
+        .collect()
+}
+
+/// The pieces, on channel `ch`, of the operations of `list` towards
+/// `peer` in one direction, in order.
+fn stream(
+    list: &[P2pOp],
+    peer: Rank,
+    sends: bool,
+    chunk: usize,
+    ch: usize,
+    nch: usize,
+) -> Vec<Piece> {
+    list.iter()
+        .enumerate()
+        .filter(|(_, o)| o.peer() == peer && o.is_send() == sends)
+        .flat_map(|(i, o)| {
+            let buf = BufId(i as u16);
+            pieces(split(o.count(), nch)[ch].clone(), chunk).map(move |p| (buf, p.start, p.len()))
+        })
+        .collect()
+}
+
+fn rank_plan(
+    nranks: u32,
+    rank: Rank,
+    list: &[P2pOp],
+    chunk: usize,
+    channels: u32,
+) -> Result<RankPlan, CoreError> {
+    let bufs = list
+        .iter()
+        .map(|o| BufDecl {
+            role: if o.is_send() {
+                BufRole::Input
+            } else {
+                BufRole::Output
+            },
+            len: o.count(),
+            must_write: !o.is_send(),
+        })
+        .collect();
+    let nch = channels as usize;
+    let peers: Vec<Rank> = (1..nranks).map(|k| (rank + k) % nranks).collect();
+    let mut chans = Vec::with_capacity(nch);
+    for ch in 0..nch {
+        let copies: Vec<(Piece, Piece)> = stream(list, rank, true, chunk, ch, nch)
+            .into_iter()
+            .zip(stream(list, rank, false, chunk, ch, nch))
+            .collect();
+        let outs: Vec<Vec<Piece>> = peers
+            .iter()
+            .map(|&q| stream(list, q, true, chunk, ch, nch))
+            .collect();
+        let ins: Vec<Vec<Piece>> = peers
+            .iter()
+            .map(|&q| stream(list, q, false, chunk, ch, nch))
+            .collect();
+        let rounds = outs
+            .iter()
+            .chain(&ins)
+            .map(Vec::len)
+            .chain([copies.len()])
+            .max()
+            .unwrap_or(0);
+        let mut s = Steps::default();
+        for j in 0..rounds {
+            if let Some(&((sb, so, len), (rb, ro, _))) = copies.get(j) {
+                s.mv(
+                    local(Loc::new(sb, so)),
+                    vec![Dst::Local(Loc::new(rb, ro))],
+                    len,
+                );
+            }
+            for (q, st) in peers.iter().zip(&outs) {
+                if let Some(&(b, o, len)) = st.get(j) {
+                    s.mv(local(Loc::new(b, o)), vec![send(*q)], len);
+                }
+            }
+            for (q, st) in peers.iter().zip(&ins) {
+                if let Some(&(b, o, len)) = st.get(j) {
+                    s.mv(recv(*q), vec![Dst::Local(Loc::new(b, o))], len);
+                }
+            }
+        }
+        chans.push(Channel { steps: s.0 });
+    }
+    Ok(RankPlan {
+        rank,
+        nranks,
+        bufs,
+        channels: chans,
+    })
+}

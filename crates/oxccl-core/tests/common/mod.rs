@@ -1,0 +1,66 @@
+//! Shared body of the generator tests: generate a plan, run it through the
+//! reference interpreter, compare with the sequential reference.
+
+// reason: each test binary uses a different subset of these helpers.
+#![allow(dead_code)]
+
+use oxccl_core::interp::{self, InterpOptions, RankMem};
+use oxccl_core::plan::{BufId, Plan};
+use oxccl_core::{generate, testkit, with_dtype, DataType, Element, PlanRequest, RedOp};
+
+/// Runs `req` with element type `T` and `op`; `Err` describes the first
+/// difference from the reference (or the checker's complaint).
+pub fn run_typed<T: Element>(req: &PlanRequest, op: RedOp, seed: u64) -> Result<Plan, String> {
+    let plan = generate(req).map_err(|e| format!("generate: {e}"))?;
+    let checked = if req.in_place {
+        interp::check_in_place(&plan)
+    } else {
+        interp::check(&plan)
+    };
+    checked.map_err(|e| format!("check: {e}"))?;
+    run_plan::<T>(req, &plan, op, seed)?;
+    Ok(plan)
+}
+
+/// Runs an already generated plan for `req`.
+pub fn run_plan<T: Element>(
+    req: &PlanRequest,
+    plan: &Plan,
+    op: RedOp,
+    seed: u64,
+) -> Result<(), String> {
+    let n = req.nranks;
+    let coll = req.coll;
+    let inputs: Vec<Vec<T>> = (0..n)
+        .map(|r| testkit::input(&coll, n, r, op, seed))
+        .collect();
+    let mut mem: Vec<RankMem<T>> = plan
+        .ranks
+        .iter()
+        .zip(&inputs)
+        .map(|(rp, i)| {
+            RankMem::new(
+                &rp.bufs,
+                i,
+                req.in_place.then(|| coll.in_place_offsets(rp.rank)),
+            )
+        })
+        .collect();
+    let lowered = op.lower(T::DTYPE, n);
+    let opts = InterpOptions {
+        seed,
+        ..InterpOptions::default()
+    };
+    interp::run(plan, &mut mem, &lowered, &opts).map_err(|e| format!("interp: {e}"))?;
+    let outs: Vec<Vec<T>> = mem.iter().map(|m| m.read_buf(BufId::OUTPUT)).collect();
+    let (wrong, first) = testkit::compare(&coll, &inputs, &outs, op);
+    if wrong > 0 {
+        return Err(format!("{wrong} wrong: {}", first.unwrap_or_default()));
+    }
+    Ok(())
+}
+
+/// [`run_typed`] for a run-time data type.
+pub fn run_dtype(req: &PlanRequest, dt: DataType, op: RedOp, seed: u64) -> Result<Plan, String> {
+    with_dtype!(dt, T => run_typed::<T>(req, op, seed))
+}

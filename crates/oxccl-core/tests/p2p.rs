@@ -1,0 +1,120 @@
+//! Send/Recv groups: random sets of point-to-point operations.
+
+use oxccl_core::gen::p2p::{self, P2pOp};
+use oxccl_core::interp::{self, InterpOptions, RankMem};
+use oxccl_core::plan::{BufId, BufRole};
+use oxccl_core::{CoreError, DataType, RedOp};
+use proptest::prelude::*;
+
+/// `(from, to, count)` messages, in the order ranks list them.
+fn run(
+    n: u32,
+    msgs: &[(u32, u32, usize)],
+    recv_first: u64,
+    chunk: usize,
+    channels: u32,
+    seed: u64,
+) {
+    let mut ops: Vec<Vec<P2pOp>> = vec![Vec::new(); n as usize];
+    let mut data: Vec<Vec<Vec<u32>>> = vec![Vec::new(); n as usize];
+    let mut expect: Vec<Vec<Option<Vec<u32>>>> = vec![Vec::new(); n as usize];
+    // Per rank: its sends and receives, each in message order.
+    for recvs_pass in [false, true] {
+        for r in 0..n {
+            let recvs = (recv_first >> r) & 1 == 1;
+            if recvs != recvs_pass {
+                for (i, &(a, b, count)) in msgs.iter().enumerate() {
+                    if a == r {
+                        ops[r as usize].push(P2pOp::Send { peer: b, count });
+                        let v: Vec<u32> = (0..count as u32).map(|j| (i as u32) << 16 | j).collect();
+                        data[r as usize].push(v);
+                        expect[r as usize].push(None);
+                    }
+                }
+            } else {
+                for (i, &(a, b, count)) in msgs.iter().enumerate() {
+                    if b == r {
+                        ops[r as usize].push(P2pOp::Recv { peer: a, count });
+                        let v: Vec<u32> = (0..count as u32).map(|j| (i as u32) << 16 | j).collect();
+                        data[r as usize].push(Vec::new());
+                        expect[r as usize].push(Some(v));
+                    }
+                }
+            }
+        }
+    }
+    let plan = p2p::plan(n, &ops, chunk, channels).unwrap();
+    oxccl_core::interp::check(&plan).unwrap();
+    let mut mem: Vec<RankMem<u32>> = plan
+        .ranks
+        .iter()
+        .enumerate()
+        .map(|(r, rp)| {
+            let mut m = RankMem::new(&rp.bufs, &[], None);
+            for (b, d) in data[r].iter().enumerate() {
+                if rp.bufs[b].role == BufRole::Input {
+                    m.write_buf(BufId(b as u16), d);
+                }
+            }
+            m
+        })
+        .collect();
+    let op = RedOp::Sum.lower(DataType::U32, n);
+    let opts = InterpOptions {
+        seed,
+        ..InterpOptions::default()
+    };
+    interp::run(&plan, &mut mem, &op, &opts).unwrap();
+    for r in 0..n as usize {
+        for (b, e) in expect[r].iter().enumerate() {
+            if let Some(e) = e {
+                assert_eq!(&mem[r].read_buf(BufId(b as u16)), e, "rank {r} op {b}");
+            }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+    #[test]
+    fn random_groups(
+        n in 1u32..=8,
+        raw in prop::collection::vec((0u32..64, 0u32..64, 0usize..40), 0..12),
+        recv_first in any::<u64>(),
+        chunk in 1usize..16,
+        channels in 1u32..4,
+        seed in any::<u64>(),
+    ) {
+        let msgs: Vec<_> = raw.into_iter().map(|(a, b, c)| (a % n, b % n, c)).collect();
+        run(n, &msgs, recv_first, chunk, channels, seed);
+    }
+}
+
+#[test]
+fn ring_exchange_both_orders() {
+    // Everyone sends to the next and receives from the previous, listing
+    // the receive first: the schedule must still not deadlock.
+    let n = 5;
+    let msgs: Vec<_> = (0..n).map(|r| (r, (r + 1) % n, 100)).collect();
+    run(n, &msgs, u64::MAX, 7, 2, 3);
+    run(n, &msgs, 0, 7, 2, 3);
+}
+
+#[test]
+fn self_send_is_a_copy() {
+    run(2, &[(0, 0, 10), (1, 1, 3), (0, 0, 4)], 0, 4, 1, 0);
+}
+
+#[test]
+fn mismatched_groups_are_refused() {
+    let e = |ops: &[Vec<P2pOp>]| p2p::plan(2, ops, 8, 1).unwrap_err();
+    let unmatched = e(&[vec![P2pOp::Send { peer: 1, count: 4 }], vec![]]);
+    assert!(matches!(unmatched, CoreError::InvalidRequest(m) if m.contains("sends [4]")));
+    let counts = e(&[
+        vec![P2pOp::Send { peer: 1, count: 4 }],
+        vec![P2pOp::Recv { peer: 0, count: 5 }],
+    ]);
+    assert!(matches!(counts, CoreError::InvalidRequest(_)));
+    let range = e(&[vec![P2pOp::Send { peer: 2, count: 4 }], vec![]]);
+    assert!(matches!(range, CoreError::InvalidRequest(m) if m.contains("out of range")));
+}
