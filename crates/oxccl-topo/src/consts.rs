@@ -30,6 +30,7 @@
 //! | per-channel bandwidth cap | 24 (Simple, LL128), 8 (LL) | assumed: ~16 channels reach H100's 371 GB/s in practice |
 //! | all-pairs (one/two-shot) base latency | 4.0 (LL), 6.0 (Simple) | assumed: one launch (~4.6 µs measured floor on H200) plus flags |
 //! | all-pairs per-peer signal | 0.2 | assumed |
+//! | all-pairs bandwidth efficiency | 0.85 | assumed: many concurrent peer streams reach less of the port than a ring (why one-shot/two-shot kernels are used only for small and medium sizes) |
 
 use oxccl_core::{Algo, Proto};
 
@@ -191,6 +192,8 @@ pub struct Constants {
     /// All-pairs base latency `[LL, LL128, Simple]`.
     pub direct_base_lat: [f64; 3],
     pub direct_peer_lat: f64,
+    /// Share of the port bandwidth the all-pairs algorithms reach.
+    pub direct_bw: f64,
     /// Fitted corrections per (algorithm, protocol): latency added and
     /// bandwidth multiplied. Empty until calibrated.
     pub fitted: Vec<(Algo, Proto, f64, f64)>,
@@ -209,6 +212,7 @@ impl Default for Constants {
             chan_cap: [8.0, 24.0, 24.0],
             direct_base_lat: [4.0, 5.0, 6.0],
             direct_peer_lat: 0.2,
+            direct_bw: 0.85,
             fitted: Vec::new(),
         }
     }

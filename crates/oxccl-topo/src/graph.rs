@@ -351,8 +351,19 @@ impl Topology {
 
     /// Every GPU, host by host in tree order: the index into this list is
     /// the "GPU index" used everywhere else in the crate.
+    ///
+    /// Within a host, GPUs are ordered by their `<gpu dev>` number when
+    /// every GPU has one (as detection and full dumps give), else in tree
+    /// order (hint files).
     pub fn gpus(&self) -> Vec<NodeId> {
-        self.of_kind(NodeKind::Gpu)
+        let mut v = self.of_kind(NodeKind::Gpu);
+        let dev = |g: NodeId| self.nodes[g].gpu.as_ref().and_then(|i| i.attrs.int("dev"));
+        if v.iter().all(|&g| dev(g).is_some()) {
+            v.sort_by_key(|&g| (self.nodes[g].host, dev(g), g));
+        } else {
+            v.sort_by_key(|&g| (self.nodes[g].host, g));
+        }
+        v
     }
 
     /// GPUs of one host, in order.

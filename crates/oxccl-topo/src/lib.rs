@@ -1,14 +1,43 @@
 //! oxccl-topo: the machine as a graph, and the choices made on it.
+//!
+//! # API (kept small and stable)
+//!
+//! - [`Topology`]: the graph. Build it with [`Topology::detect`] (live
+//!   machine, never panics), [`Topology::from_env`] (`OXCCL_TOPO_FILE`,
+//!   then `NCCL_TOPO_FILE`, else detect), [`Topology::from_xml_str`] /
+//!   [`Topology::from_xml_file`], or [`Topology::preset`]`(name, hosts)`;
+//!   write it with [`Topology::to_xml_string`]. GPU indices everywhere are
+//!   positions in [`Topology::gpus`].
+//! - [`Topology::path`] / [`Topology::gpu_matrix`]: [`PathClass`]
+//!   (X, NV#, NVB, PIX, PXB, PHB, NODE, SYS, NET), bottleneck bandwidth,
+//!   hops.
+//! - [`select::Selector`]: `Selector::new(&topo, ranks_to_gpus)`, then
+//!   `choose(kind, bytes, nranks, allowed_algos, allowed_protos) -> Choice
+//!   { algo, proto, channels, predicted_us }` and `rings() -> Vec<Vec<u32>>`
+//!   (one rank order per channel). `bytes` is nccl-tests' size of the call
+//!   (`Collective::bytes`). The allowed lists already reflect
+//!   NCCL_ALGO/NCCL_PROTO; the selector never returns anything outside them
+//!   except, when nothing allowed applies at all, Ring (with the first
+//!   allowed protocol the model accepts).
+//! - [`calibrate`]: read `cargo xtask sweep --json` output and fit the
+//!   [`consts::Constants`] to it.
+//! - [`search`]: ring search and the double binary tree.
 #![forbid(unsafe_code)]
 
+pub mod calibrate;
 pub mod consts;
+pub mod detect;
 pub mod error;
 pub mod graph;
+pub mod model;
 pub mod paths;
 pub mod presets;
 pub mod report;
+pub mod search;
+pub mod select;
 pub mod xml;
 
 pub use error::{Result, TopoError};
 pub use graph::{Attrs, LinkKind, Node, NodeId, NodeKind, NvLinkGen, Topology};
 pub use paths::{Path, PathClass};
+pub use select::{Choice, Selector};

@@ -1,0 +1,318 @@
+//! The selector: algorithm, protocol and channel count per call, from the
+//! cost model, among what the caller allows.
+//!
+//! ```
+//! use oxccl_core::{Algo, CollKind, Proto};
+//! use oxccl_topo::{select::Selector, Topology};
+//!
+//! let topo = Topology::preset("hgx-h100", 1).unwrap();
+//! let sel = Selector::new(&topo, &[0, 1, 2, 3, 4, 5, 6, 7]);
+//! let c = sel.choose(CollKind::AllReduce, 1 << 30, 8, &Algo::ALL, &[Proto::Simple, Proto::LL]);
+//! assert_eq!(c.algo, Algo::Ring);
+//! assert_eq!(sel.rings().len() as u32, sel.max_channels());
+//! ```
+
+use oxccl_core::{Algo, CollKind, Proto};
+
+use crate::consts::{Constants, HopClass};
+use crate::graph::{NodeId, Topology};
+use crate::model::{predict, Shape};
+use crate::search::{search_rings, RingSet};
+
+/// What the selector picked for one call.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Choice {
+    pub algo: Algo,
+    pub proto: Proto,
+    pub channels: u32,
+    /// The model's predicted time, µs.
+    pub predicted_us: f64,
+}
+
+/// Channel counts the selector considers by default.
+pub const DEFAULT_MAX_CHANNELS: u32 = 16;
+
+/// Picks algorithms for one communicator. Build it once per communicator.
+#[derive(Clone, Debug)]
+pub struct Selector {
+    consts: Constants,
+    shape: Shape,
+    nranks: u32,
+    max_channels: u32,
+    /// Ring order of GPU positions inside a host, one per ring found.
+    gpu_rings: Vec<Vec<usize>>,
+    /// For each host spanned (in order), for each GPU position, its ranks.
+    host_ranks: Vec<Vec<Vec<u32>>>,
+    ringset: RingSet,
+}
+
+impl Selector {
+    /// A selector for ranks placed on GPUs: `ranks_to_gpus[r]` is rank
+    /// `r`'s GPU index in `topo.gpus()`. Ranks may share a GPU. An index
+    /// out of range is treated as GPU 0 (with a warning), and a topology
+    /// with no GPU as one GPU on one host, so this never panics.
+    pub fn new(topo: &Topology, ranks_to_gpus: &[usize]) -> Selector {
+        let all = topo.gpus();
+        let nranks = ranks_to_gpus.len().max(1) as u32;
+        let gpu_of = |r: usize| -> Option<NodeId> {
+            let g = ranks_to_gpus.get(r).copied().unwrap_or(0);
+            match all.get(g) {
+                Some(&n) => Some(n),
+                None => {
+                    if !all.is_empty() {
+                        tracing::warn!(
+                            "selector: rank {r} on GPU {g}, which does not exist; using GPU 0"
+                        );
+                    }
+                    all.first().copied()
+                }
+            }
+        };
+        // Hosts in order of first appearance; GPUs per host likewise.
+        let mut hosts: Vec<(u32, Vec<NodeId>, Vec<Vec<u32>>)> = Vec::new();
+        for r in 0..ranks_to_gpus.len().max(1) {
+            let g = gpu_of(r);
+            let h = g.map_or(0, |g| topo.nodes[g].host);
+            let idx = match hosts.iter().position(|x| x.0 == h) {
+                Some(i) => i,
+                None => {
+                    hosts.push((h, Vec::new(), Vec::new()));
+                    hosts.len() - 1
+                }
+            };
+            let entry = &mut hosts[idx];
+            let pos = match g.and_then(|g| entry.1.iter().position(|&x| x == g)) {
+                Some(p) => p,
+                None => {
+                    entry.1.extend(g);
+                    entry.2.push(Vec::new());
+                    entry.2.len() - 1
+                }
+            };
+            entry.2[pos].push(r as u32);
+        }
+        let (_, gpus0, ranks0) = &hosts[0];
+        let per_gpu = ranks0.iter().map(Vec::len).max().unwrap_or(1).max(1) as f64;
+        let ringset = if gpus0.is_empty() {
+            RingSet {
+                rings: vec![vec![0]],
+                bw_per_ring: crate::consts::copy_bw_for_sm(0),
+                nvlink_only: true,
+            }
+        } else {
+            search_rings(topo, gpus0, DEFAULT_MAX_CHANNELS as usize)
+        };
+        let local = gpus0
+            .iter()
+            .map(|&g| topo.local_bw(g))
+            .fold(f64::INFINITY, f64::min);
+        let local = if local.is_finite() {
+            local
+        } else {
+            crate::consts::copy_bw_for_sm(0)
+        };
+        let intra_bw = ringset.total_bw().min(local) / per_gpu;
+        let pairs_nvlink = gpus0
+            .iter()
+            .all(|&a| gpus0.iter().all(|&b| topo.path(a, b).class.is_nvlink()));
+        let direct_bw = if gpus0.len() <= 1 {
+            local / per_gpu
+        } else {
+            gpus0
+                .iter()
+                .map(|&g| topo.nvlinks_of(g).map(|(_, l)| l.bw).sum::<f64>())
+                .fold(f64::INFINITY, f64::min)
+                / per_gpu
+        };
+        let mut nics: Vec<NodeId> = Vec::new();
+        let mut inter_bw = 0.0;
+        for &g in gpus0 {
+            if let Some((nic, p)) = topo.nearest_nic(g) {
+                if !nics.contains(&nic) {
+                    nics.push(nic);
+                    inter_bw += p.bw.min(topo.nic_bw(nic));
+                }
+            }
+        }
+        if inter_bw <= 0.0 {
+            inter_bw = crate::consts::NET_DEFAULT_BW;
+        }
+        let shape = Shape {
+            nnodes: hosts.len() as u32,
+            ranks_per_node: hosts
+                .iter()
+                .map(|h| h.2.iter().map(Vec::len).sum::<usize>())
+                .max()
+                .unwrap_or(1) as u32,
+            intra_bw,
+            intra_hop: if ringset.nvlink_only {
+                HopClass::NvLink
+            } else {
+                HopClass::Pcie
+            },
+            inter_bw,
+            direct_ok: hosts.len() == 1 && pairs_nvlink,
+            direct_bw,
+            ll128_ok: pairs_nvlink,
+        };
+        Selector {
+            consts: Constants::default(),
+            shape,
+            nranks,
+            max_channels: DEFAULT_MAX_CHANNELS,
+            gpu_rings: ringset.rings.clone(),
+            host_ranks: hosts.into_iter().map(|h| h.2).collect(),
+            ringset,
+        }
+    }
+
+    /// Uses other constants (e.g. from [`crate::calibrate`]).
+    pub fn with_constants(mut self, consts: Constants) -> Self {
+        self.consts = consts;
+        self
+    }
+
+    /// Caps the channel count (at least 1); [`Selector::rings`] returns
+    /// this many rings.
+    pub fn with_max_channels(mut self, max: u32) -> Self {
+        self.max_channels = max.max(1);
+        self
+    }
+
+    /// The largest channel count `choose` may return.
+    pub fn max_channels(&self) -> u32 {
+        self.max_channels
+    }
+
+    /// The placement as the model sees it.
+    pub fn shape(&self) -> &Shape {
+        &self.shape
+    }
+
+    /// The constants in use.
+    pub fn constants(&self) -> &Constants {
+        &self.consts
+    }
+
+    /// The rings found inside the first host (GPU positions) and their
+    /// bandwidth.
+    pub fn ring_set(&self) -> &RingSet {
+        &self.ringset
+    }
+
+    /// One ring per channel (`max_channels` of them), as rank orders: each
+    /// host's GPUs in the searched order, ranks of one GPU next to each
+    /// other, hosts one after another.
+    pub fn rings(&self) -> Vec<Vec<u32>> {
+        (0..self.max_channels as usize)
+            .map(|c| {
+                let order = &self.gpu_rings[c % self.gpu_rings.len()];
+                let mut ring = Vec::with_capacity(self.nranks as usize);
+                for host in &self.host_ranks {
+                    if order.len() == host.len() {
+                        for &p in order {
+                            ring.extend_from_slice(&host[p]);
+                        }
+                    } else {
+                        // A host shaped differently from the first keeps its own order.
+                        for ranks in host {
+                            ring.extend_from_slice(ranks);
+                        }
+                    }
+                }
+                ring
+            })
+            .collect()
+    }
+
+    /// The model's time for one combination, µs (`None` where it does not
+    /// apply).
+    pub fn predict(
+        &self,
+        kind: CollKind,
+        algo: Algo,
+        proto: Proto,
+        channels: u32,
+        bytes: usize,
+        nranks: u32,
+    ) -> Option<f64> {
+        predict(
+            &self.consts,
+            &self.shape,
+            kind,
+            algo,
+            proto,
+            channels,
+            bytes,
+            nranks,
+        )
+    }
+
+    /// The channel counts considered: powers of two up to the maximum, and
+    /// the maximum.
+    pub fn channel_options(&self) -> Vec<u32> {
+        let mut v: Vec<u32> = (0..6)
+            .map(|i| 1u32 << i)
+            .filter(|&c| c < self.max_channels)
+            .collect();
+        v.push(self.max_channels);
+        v
+    }
+
+    /// The best (algorithm, protocol) among those allowed, with the fewest
+    /// channels that come within 1% of its best time. `bytes` is the
+    /// nccl-tests size of the call (see [`crate::model`]). When nothing
+    /// allowed applies (for instance only LL128 off NVLink, or only
+    /// all-pairs on PCIe), falls back to Ring with the first allowed
+    /// protocol that the model accepts, else Simple.
+    pub fn choose(
+        &self,
+        kind: CollKind,
+        bytes: usize,
+        nranks: u32,
+        allowed_algos: &[Algo],
+        allowed_protos: &[Proto],
+    ) -> Choice {
+        let chans = self.channel_options();
+        let best_for = |algo: Algo, proto: Proto| -> Option<Choice> {
+            let times: Vec<(u32, f64)> = chans
+                .iter()
+                .filter_map(|&c| Some((c, self.predict(kind, algo, proto, c, bytes, nranks)?)))
+                .collect();
+            let min = times.iter().map(|t| t.1).fold(f64::INFINITY, f64::min);
+            let (channels, predicted_us) = times.into_iter().find(|t| t.1 <= min * 1.01 + 1e-3)?;
+            Some(Choice {
+                algo,
+                proto,
+                channels,
+                predicted_us,
+            })
+        };
+        let mut best: Option<Choice> = None;
+        for &algo in allowed_algos {
+            for &proto in allowed_protos {
+                if let Some(c) = best_for(algo, proto) {
+                    if best.is_none_or(|b| c.predicted_us < b.predicted_us) {
+                        best = Some(c);
+                    }
+                }
+            }
+        }
+        best.unwrap_or_else(|| {
+            let proto = allowed_protos
+                .iter()
+                .copied()
+                .find(|&p| {
+                    self.predict(kind, Algo::Ring, p, 1, bytes, nranks)
+                        .is_some()
+                })
+                .unwrap_or(Proto::Simple);
+            best_for(Algo::Ring, proto).unwrap_or(Choice {
+                algo: Algo::Ring,
+                proto,
+                channels: 1,
+                predicted_us: f64::NAN,
+            })
+        })
+    }
+}
