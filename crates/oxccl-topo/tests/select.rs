@@ -1,0 +1,243 @@
+//! Selector picks on a few points, overrides, rings and calibration.
+
+use oxccl_core::{Algo, CollKind, Proto};
+use oxccl_topo::calibrate::{fit, parse_sweep};
+use oxccl_topo::select::Selector;
+use oxccl_topo::Topology;
+
+const PROTOS: [Proto; 2] = [Proto::Simple, Proto::LL];
+
+fn hgx(hosts: u32) -> (Topology, Selector) {
+    let t = Topology::preset("hgx-h100", hosts).unwrap();
+    let ranks: Vec<usize> = (0..t.gpus().len()).collect();
+    let s = Selector::new(&t, &ranks);
+    (t, s)
+}
+
+fn pick(s: &Selector, bytes: usize, n: u32, algos: &[Algo], protos: &[Proto]) -> (Algo, Proto) {
+    let c = s.choose(CollKind::AllReduce, bytes, n, algos, protos);
+    assert!(c.predicted_us.is_finite() && c.predicted_us > 0.0);
+    (c.algo, c.proto)
+}
+
+#[test]
+fn pinned_picks_one_host() {
+    let (_, s) = hgx(1);
+    assert_eq!(
+        pick(&s, 8, 8, &Algo::ALL, &PROTOS),
+        (Algo::OneShot, Proto::LL)
+    );
+    let c = s.choose(CollKind::AllReduce, 1 << 30, 8, &Algo::ALL, &PROTOS);
+    assert_eq!(
+        (c.algo, c.proto, c.channels),
+        (Algo::Ring, Proto::Simple, 16)
+    );
+    // 1 GiB at ~371 GB/s busbw: 2 × 7/8 × 1 GiB / 371 GB/s ≈ 5.1 ms.
+    assert!(
+        (5000.0..5300.0).contains(&c.predicted_us),
+        "{}",
+        c.predicted_us
+    );
+    // Without all-pairs, small messages go to a tree-family algorithm with LL.
+    let classic = [Algo::Ring, Algo::DoubleBinaryTree];
+    assert_eq!(pick(&s, 8, 8, &classic, &PROTOS).1, Proto::LL);
+}
+
+#[test]
+fn pinned_picks_64_hosts() {
+    let (_, s) = hgx(64);
+    assert_eq!(s.shape().nnodes, 64);
+    let n = 512;
+    // Tiny messages: a logarithmic tree, LL.
+    let (a, p) = pick(&s, 8, n, &Algo::ALL, &PROTOS);
+    assert!(
+        matches!(a, Algo::BinaryTree | Algo::DoubleBinaryTree),
+        "{a}"
+    );
+    assert_eq!(p, Proto::LL);
+    // 1 GiB across 512 ranks: the ring's 1022 steps of latency cost more
+    // than the tree's bandwidth discount.
+    assert_eq!(
+        pick(&s, 1 << 30, n, &Algo::ALL, &PROTOS),
+        (Algo::DoubleBinaryTree, Proto::Simple)
+    );
+    // 16 GiB: the ring's bandwidth wins.
+    assert_eq!(
+        pick(&s, 16 << 30, n, &Algo::ALL, &PROTOS),
+        (Algo::Ring, Proto::Simple)
+    );
+    // All-pairs does not apply across hosts for AllReduce.
+    assert!(s
+        .predict(CollKind::AllReduce, Algo::OneShot, Proto::LL, 1, 8, n)
+        .is_none());
+}
+
+#[test]
+fn overrides_win() {
+    let (_, s) = hgx(1);
+    assert_eq!(
+        pick(&s, 8, 8, &[Algo::Ring], &PROTOS),
+        (Algo::Ring, Proto::LL)
+    );
+    assert_eq!(
+        pick(&s, 8, 8, &Algo::ALL, &[Proto::Simple]).1,
+        Proto::Simple
+    );
+    assert_eq!(
+        pick(&s, 1 << 30, 8, &[Algo::DoubleBinaryTree], &[Proto::LL]),
+        (Algo::DoubleBinaryTree, Proto::LL)
+    );
+    // LL128 is chosen only when allowed.
+    let c = s.choose(CollKind::AllReduce, 1 << 20, 8, &Algo::ALL, &Proto::ALL);
+    let c2 = s.choose(CollKind::AllReduce, 1 << 20, 8, &Algo::ALL, &PROTOS);
+    assert!(c.predicted_us <= c2.predicted_us);
+    assert_ne!(c2.proto, Proto::LL128);
+    // An allowed set that cannot apply falls back to Ring.
+    let t = Topology::preset("pcie-8gpu", 1).unwrap();
+    let p = Selector::new(&t, &(0..8).collect::<Vec<_>>());
+    assert_eq!(
+        pick(&p, 1 << 20, 8, &[Algo::OneShot], &PROTOS).0,
+        Algo::Ring
+    );
+    assert_eq!(
+        p.choose(CollKind::AllReduce, 1 << 20, 8, &Algo::ALL, &[Proto::LL128])
+            .proto,
+        Proto::Simple
+    );
+}
+
+#[test]
+fn picks_serve_the_collective() {
+    let (_, s) = hgx(2);
+    for kind in CollKind::ALL {
+        for bytes in [8usize, 1 << 16, 1 << 26] {
+            let c = s.choose(kind, bytes, 16, &Algo::ALL, &PROTOS);
+            assert!(
+                oxccl_topo::model::serves(c.algo, kind) || kind == CollKind::SendRecv,
+                "{kind} {}",
+                c.algo
+            );
+            assert!(c.channels >= 1 && c.channels <= s.max_channels());
+        }
+    }
+    // AllToAll across hosts may use all-pairs over the network.
+    let c = s.choose(CollKind::AllToAll, 1 << 26, 16, &Algo::ALL, &PROTOS);
+    assert!(matches!(c.algo, Algo::AllPairs | Algo::Ring));
+}
+
+#[test]
+fn rings_cover_every_rank() {
+    let (_, s) = hgx(2);
+    let rings = s.rings();
+    assert_eq!(rings.len() as u32, s.max_channels());
+    for r in &rings {
+        let mut v = r.clone();
+        v.sort_unstable();
+        assert_eq!(v, (0..16).collect::<Vec<u32>>());
+    }
+    // DGX-1: consecutive ranks in each ring are NVLink neighbours.
+    let t = Topology::preset("dgx1", 1).unwrap();
+    let s = Selector::new(&t, &(0..8).collect::<Vec<_>>()).with_max_channels(4);
+    let g = t.gpus();
+    for r in s.rings() {
+        for i in 0..8 {
+            let p = t.path(g[r[i] as usize], g[r[(i + 1) % 8] as usize]);
+            assert!(p.class.is_nvlink());
+        }
+    }
+}
+
+#[test]
+fn several_ranks_on_one_gpu() {
+    let t = Topology::preset("single-gpu", 1).unwrap();
+    let s = Selector::new(&t, &[0, 0, 0, 0]);
+    assert!(s.shape().direct_ok);
+    // Four ranks share the GPU's copy bandwidth.
+    assert!((s.shape().intra_bw - 2105.0 / 4.0).abs() < 1e-6);
+    let r = s.rings();
+    assert_eq!(r[0], vec![0, 1, 2, 3]);
+    let c = s.choose(
+        CollKind::AllReduce,
+        8,
+        4,
+        &[Algo::Ring, Algo::DoubleBinaryTree],
+        &PROTOS,
+    );
+    assert_eq!(c.algo, Algo::Ring);
+    // A CPU-only topology (no GPU) still gives a selector.
+    let s = Selector::new(&Topology::detect(), &[0, 1]);
+    let c = s.choose(CollKind::AllGather, 1024, 2, &Algo::ALL, &PROTOS);
+    assert!(c.predicted_us.is_finite());
+}
+
+#[test]
+fn ring_latency_linear_tree_logarithmic() {
+    let lat = |hosts: u32, algo: Algo| {
+        let (_, s) = hgx(hosts);
+        s.predict(CollKind::AllReduce, algo, Proto::LL, 1, 8, hosts * 8)
+            .unwrap()
+    };
+    let (r2, r4, r8) = (lat(2, Algo::Ring), lat(4, Algo::Ring), lat(8, Algo::Ring));
+    let (t2, t4, t8) = (
+        lat(2, Algo::DoubleBinaryTree),
+        lat(4, Algo::DoubleBinaryTree),
+        lat(8, Algo::DoubleBinaryTree),
+    );
+    // Ring: equal increments per doubling of ranks grow (linear in ranks).
+    assert!((r8 - r4) > 1.9 * (r4 - r2));
+    // Tree: equal increments per doubling (logarithmic).
+    assert!(((t8 - t4) - (t4 - t2)).abs() < 1e-3);
+}
+
+#[test]
+fn calibration_recovers_a_known_machine() {
+    let (_, s) = hgx(1);
+    // A "measured" machine 5 µs slower and at 80% of the model's bandwidth.
+    let mut results = Vec::new();
+    for e in 0..=30 {
+        let bytes = 8usize << e;
+        let p0 = s
+            .predict(CollKind::AllReduce, Algo::Ring, Proto::Simple, 16, 0, 8)
+            .unwrap();
+        let p = s
+            .predict(CollKind::AllReduce, Algo::Ring, Proto::Simple, 16, bytes, 8)
+            .unwrap();
+        let t = p0 + 5.0 + (p - p0) / 0.8;
+        results.push(format!(
+            r#"{{"coll":"allreduce","dtype":"float","op":"sum","bytes":{bytes},"count":{},"algo":"ring","proto":"simple","channels":16,"time_us":{t},"algbw_gbps":0,"busbw_gbps":0,"in_place":false,"wrong":0,"future":1}}"#,
+            bytes / 4
+        ));
+    }
+    let json = format!(
+        r#"{{"machine":"test","backend":"model","nranks":8,"results":[{}]}}"#,
+        results.join(",")
+    );
+    let sweep = parse_sweep(&json).unwrap();
+    let consts = fit(&s, &sweep);
+    let (lat, mul) = consts.correction(Algo::Ring, Proto::Simple);
+    assert!((lat - 5.0).abs() < 0.01, "{lat}");
+    assert!((mul - 0.8).abs() < 0.01, "{mul}");
+    let cal = s.clone().with_constants(consts);
+    let a = cal
+        .predict(
+            CollKind::AllReduce,
+            Algo::Ring,
+            Proto::Simple,
+            16,
+            1 << 30,
+            8,
+        )
+        .unwrap();
+    let b = s
+        .predict(
+            CollKind::AllReduce,
+            Algo::Ring,
+            Proto::Simple,
+            16,
+            1 << 30,
+            8,
+        )
+        .unwrap();
+    assert!(a > b * 1.2);
+    assert!(parse_sweep("{").is_err());
+}
