@@ -26,6 +26,15 @@ pub enum Error {
         expected: usize,
         got: usize,
     },
+    /// A buffer whose length must be a multiple of the rank count.
+    #[error(
+        "{what} has {len} elements, which is not a multiple of the {nranks} ranks; pass a multiple"
+    )]
+    NotMultiple {
+        what: &'static str,
+        len: usize,
+        nranks: u32,
+    },
     /// A root rank outside `0..nranks`.
     #[error("root {root} is out of range: the communicator has ranks 0..{nranks}")]
     RootOutOfRange { root: u32, nranks: u32 },
@@ -98,6 +107,7 @@ impl Error {
         use nccl_code::*;
         match self {
             Error::LengthMismatch { .. }
+            | Error::NotMultiple { .. }
             | Error::RootOutOfRange { .. }
             | Error::PeerOutOfRange { .. }
             | Error::InvalidInPlace { .. }

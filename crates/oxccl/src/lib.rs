@@ -1,6 +1,82 @@
-//! oxccl: collective communications in the style of NCCL.
+//! oxccl: collective communications for GPUs, in the style of NCCL, in Rust.
+//!
+//! Each rank's thread calls collectives on its own [`Communicator`]:
+//!
+//! ```
+//! let comms = oxccl::init_all(4).unwrap();
+//! std::thread::scope(|s| for c in &comms { s.spawn(move || {
+//!     let mut v = vec![c.rank() as f32; 1024];
+//!     c.all_reduce_in_place(&mut v, oxccl::RedOp::Sum).unwrap();
+//!     assert_eq!(v[0], 6.0);
+//! }); });
+//! ```
+//!
+//! # Backends, buffers and streams
+//!
+//! [`init_all_with`] picks a backend through [`Config::backend`]: `Host`
+//! (ranks are threads of this process; what CI runs), `Cuda` (ranks
+//! round-robin over the visible GPUs, several ranks may share one), or
+//! `Auto` (CUDA when a device is present, else host). The same code runs on
+//! both:
+//!
+//! - **Buffers.** [`Communicator::alloc`] returns a [`Buffer<T>`]: host
+//!   memory on the host backend, `cuMemAlloc` device memory on CUDA
+//!   (registered, so direct all-pairs algorithms may use it, like
+//!   `ncclMemAlloc`). Fill and read it with `copy_from_slice`/`to_vec`; take
+//!   views at any element offset with `slice(range)`. On the host backend
+//!   plain `&[T]`/`&mut [T]` are accepted too; on CUDA they are refused
+//!   with [`Error::ForeignBuffer`].
+//! - **Streams.** On the host backend a call completes before it returns.
+//!   On CUDA a call is enqueued on the communicator's stream and returns at
+//!   once; [`Communicator::synchronize`] waits for it, and `to_vec`/
+//!   `copy_from_slice` are ordered after work already issued. Code that
+//!   calls `synchronize` where it needs results is correct on both.
+//! - **In place.** Pass the same buffer (or NCCL's in-place layout:
+//!   AllGather's send is the rank's block of the receive buffer,
+//!   ReduceScatter's receive is the rank's block of the send buffer);
+//!   the `*_in_place` methods do it for plain slices. Any other overlap is
+//!   [`Error::InvalidInPlace`].
+//!
+//! # Validation
+//!
+//! Every argument is checked here, once, before anything runs; each rule
+//! has its own [`Error`] variant and nothing is written when a check fails.
+//! Defined op/type pairs: Sum, Prod, Max, Min and Avg on every type (Avg on
+//! integers sums then divides with truncation, as NCCL); PreMulSum needs a
+//! finite scalar, integral and in range on integer types.
+//!
+//! # Groups
+//!
+//! [`group`] (or [`Group`]) issues several operations together: grouped
+//! Send/Recv (all-to-all exchanges, rings) and collectives, on one or
+//! several communicators driven by one thread. See [`group`] for how they
+//! run.
+//!
+//! # Configuration and logging
+//!
+//! [`Config`] overrides algorithm, protocol, channels and deadline; see
+//! [`config`] for `NCCL_ALGO`/`NCCL_PROTO` syntax and the `OXCCL_` twins.
+//! `NCCL_DEBUG=INFO` (or `OXCCL_DEBUG=INFO`) logs, through `tracing`, the
+//! algorithm, protocol and channel count each collective used.
+
 pub mod backend;
+mod buffer;
+mod comm;
+pub mod config;
+mod debug;
 pub mod error;
+pub mod group;
+mod plans;
+mod validate;
 
 pub use backend::BackendKind;
+pub use buffer::{Buffer, In, Out, Slice};
+pub use comm::{init_all, init_all_with, Communicator};
+pub use config::Config;
 pub use error::{Error, Result};
+pub use group::{group, Group};
+pub use plans::Choice;
+
+/// The pure core (plan IR, generators, test support), for tools and tests.
+pub use oxccl_core as core;
+pub use oxccl_core::{Algo, CollKind, DataType, Element, Proto, RedOp};

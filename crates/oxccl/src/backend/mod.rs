@@ -18,7 +18,7 @@
 //! | timer | `Instant` | CUDA events on the rank's stream |
 
 pub mod cuda;
-// pub mod host; (lands with oxccl-host)
+pub mod host;
 
 use std::fmt::Debug;
 use std::time::Duration;

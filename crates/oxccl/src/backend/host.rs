@@ -1,0 +1,204 @@
+//! The host backend: ranks are threads of this process, buffers are host
+//! memory, and plans run on `oxccl_host::HostFabric` (shared-memory FIFOs).
+//! Calls block until done, so "streams" are trivial: `synchronize` has
+//! nothing to wait for and the timer is an `Instant`.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use oxccl_core::plan::BufRole;
+use oxccl_host::{HostBuf, HostConfig, HostError, HostFabric};
+
+use super::{Backend, BackendKind, BackendOptions, Launch, RawBuf, Timer};
+use crate::error::Error;
+
+/// Alignment of host allocations: enough for every element type and for
+/// vectorised copies.
+const ALIGN: usize = 64;
+
+/// The host backend of one clique.
+#[derive(Debug)]
+pub struct HostBackend {
+    fabric: Arc<HostFabric>,
+    nranks: u32,
+}
+
+/// Creates the host backend for `opts.nranks` ranks.
+pub fn create(opts: &BackendOptions) -> Result<Arc<dyn Backend>, Error> {
+    let cfg = HostConfig {
+        deadline: opts.deadline,
+        ..HostConfig::default()
+    };
+    Ok(Arc::new(HostBackend {
+        fabric: HostFabric::new(opts.nranks, cfg),
+        nranks: opts.nranks,
+    }))
+}
+
+/// Maps a fabric error onto the facade's.
+pub(crate) fn map_error(e: HostError) -> Error {
+    match e {
+        e @ HostError::Deadline { .. } => Error::Timeout(e.to_string()),
+        e @ HostError::Aborted { .. } => Error::Aborted(e.to_string()),
+        HostError::Failed(m) => Error::Aborted(m),
+        e @ HostError::Mismatch { .. } => Error::Backend(e.to_string()),
+        HostError::InvalidPlan(m) => Error::Internal(m),
+    }
+}
+
+fn layout(bytes: usize) -> Result<std::alloc::Layout, Error> {
+    std::alloc::Layout::from_size_align(bytes, ALIGN)
+        .map_err(|e| Error::Backend(format!("cannot allocate {bytes} bytes: {e}")))
+}
+
+fn host_buf(raw: RawBuf) -> HostBuf {
+    HostBuf {
+        ptr: raw.addr as usize as *mut u8,
+        bytes: raw.bytes,
+    }
+}
+
+impl Backend for HostBackend {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Host
+    }
+
+    fn describe(&self) -> String {
+        format!("host, {} rank threads", self.nranks)
+    }
+
+    fn blocking(&self) -> bool {
+        true
+    }
+
+    fn registered_alloc(&self) -> bool {
+        // Every rank is a thread of one process: any buffer is addressable
+        // by every peer through the fabric's published buffer table.
+        true
+    }
+
+    fn chunk_bytes(&self) -> usize {
+        self.fabric.config().slot_bytes
+    }
+
+    fn max_channels(&self) -> u32 {
+        32
+    }
+
+    unsafe fn execute(&self, launch: &Launch<'_>) -> Result<(), Error> {
+        let bufs: Vec<HostBuf> = launch
+            .plan
+            .bufs
+            .iter()
+            .zip(launch.bufs)
+            .filter(|(d, _)| d.role != BufRole::Scratch)
+            .map(|(_, r)| host_buf(*r))
+            .collect();
+        // SAFETY: the caller guarantees (trait contract) that every
+        // non-scratch buffer is valid host memory of its length for the
+        // call, aliased only as the plan's in-place layout says; the
+        // facade aligned allocations and checked element alignment.
+        unsafe {
+            self.fabric
+                .execute(launch.plan, &bufs, launch.dtype, launch.op)
+                .map(|_| ())
+                .map_err(map_error)
+        }
+    }
+
+    fn alloc(&self, _rank: u32, bytes: usize) -> Result<RawBuf, Error> {
+        let layout = layout(bytes.max(1))?;
+        // SAFETY: the layout has a non-zero size.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        if ptr.is_null() {
+            return Err(Error::Backend(format!(
+                "out of host memory ({bytes} bytes)"
+            )));
+        }
+        Ok(RawBuf {
+            addr: ptr as usize as u64,
+            bytes,
+        })
+    }
+
+    unsafe fn free(&self, _rank: u32, buf: RawBuf) {
+        if let Ok(layout) = layout(buf.bytes.max(1)) {
+            // SAFETY: `buf` came from `alloc` with this very layout
+            // (caller's contract), and is not used afterwards.
+            unsafe { std::alloc::dealloc(buf.addr as usize as *mut u8, layout) };
+        }
+    }
+
+    unsafe fn write(&self, _rank: u32, dst: RawBuf, src: &[u8]) -> Result<(), Error> {
+        // SAFETY: `dst` has room for `src.len()` bytes (caller's contract);
+        // a user slice cannot overlap memory the backend owns.
+        unsafe {
+            std::ptr::copy_nonoverlapping(src.as_ptr(), dst.addr as usize as *mut u8, src.len())
+        };
+        Ok(())
+    }
+
+    unsafe fn read(&self, _rank: u32, src: RawBuf, dst: &mut [u8]) -> Result<(), Error> {
+        // SAFETY: `src` holds at least `dst.len()` bytes (caller's
+        // contract) and does not overlap the user's slice.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                src.addr as usize as *const u8,
+                dst.as_mut_ptr(),
+                dst.len(),
+            )
+        };
+        Ok(())
+    }
+
+    fn synchronize(&self, _rank: u32) -> Result<(), Error> {
+        Ok(())
+    }
+
+    fn abort(&self) {
+        self.fabric.abort();
+    }
+
+    fn failure(&self) -> Option<Error> {
+        self.fabric.failure().map(map_error)
+    }
+
+    fn timer(&self, _rank: u32) -> Result<Box<dyn Timer>, Error> {
+        Ok(Box::new(HostTimer { start: None }))
+    }
+
+    fn copy_bandwidth(&self, bytes: usize) -> Result<f64, Error> {
+        let src = vec![1u8; bytes.max(1)];
+        let mut dst = vec![0u8; bytes.max(1)];
+        // Warm up (page faults), then take the best of a few copies.
+        dst.copy_from_slice(&src);
+        let mut best = Duration::MAX;
+        for _ in 0..5 {
+            let t = Instant::now();
+            dst.copy_from_slice(std::hint::black_box(&src));
+            std::hint::black_box(&mut dst);
+            best = best.min(t.elapsed());
+        }
+        Ok(bytes as f64 / best.as_secs_f64().max(1e-9) / 1e9)
+    }
+}
+
+/// Wall-clock timer: host calls complete on return.
+#[derive(Debug)]
+struct HostTimer {
+    start: Option<Instant>,
+}
+
+impl Timer for HostTimer {
+    fn start(&mut self) -> Result<(), Error> {
+        self.start = Some(Instant::now());
+        Ok(())
+    }
+
+    fn stop(&mut self) -> Result<Duration, Error> {
+        self.start
+            .take()
+            .map(|s| s.elapsed())
+            .ok_or_else(|| Error::InvalidUsage("timer stopped before it was started".into()))
+    }
+}

@@ -1,0 +1,376 @@
+//! Buffers: memory a communicator's backend owns, and the argument types
+//! collectives accept.
+//!
+//! A [`Buffer<T>`] is opaque memory of one rank (host memory on the host
+//! backend, `cuMemAlloc` device memory on CUDA), reached only through
+//! copies ([`Buffer::copy_from_slice`], [`Buffer::to_vec`]). Because Rust
+//! code never holds a reference into it, two views of one buffer may be
+//! passed to one call: that is how in-place calls are written
+//! (`comm.all_reduce(&buf, &buf, op)`), and overlapping views that are not
+//! the in-place layout are detected and refused. A buffer is `Send` but not
+//! `Sync`: one thread uses it at a time.
+//!
+//! On the host backend, plain `&[T]` (send) and `&mut [T]` (receive)
+//! slices are accepted too; the borrow checker keeps them disjoint.
+
+use std::cell::Cell;
+use std::marker::PhantomData;
+use std::ops::{Bound, RangeBounds};
+use std::sync::Arc;
+
+use oxccl_core::Element;
+
+use crate::backend::{Backend, RawBuf};
+use crate::error::{Error, Result};
+
+/// Memory of one rank, allocated by [`crate::Communicator::alloc`].
+#[derive(Debug)]
+pub struct Buffer<T: Element> {
+    backend: Arc<dyn Backend>,
+    clique: u64,
+    rank: u32,
+    raw: RawBuf,
+    len: usize,
+    /// `Cell<()>` makes the buffer `!Sync`; `T` ties it to its element type.
+    _marker: PhantomData<(T, Cell<()>)>,
+}
+
+impl<T: Element> Buffer<T> {
+    pub(crate) fn new(
+        backend: Arc<dyn Backend>,
+        clique: u64,
+        rank: u32,
+        len: usize,
+    ) -> Result<Self> {
+        let bytes = len
+            .checked_mul(std::mem::size_of::<T>())
+            .ok_or_else(|| Error::Backend(format!("buffer of {len} elements overflows")))?;
+        let raw = if bytes == 0 {
+            RawBuf::NULL
+        } else {
+            backend.alloc(rank, bytes)?
+        };
+        Ok(Buffer {
+            backend,
+            clique,
+            rank,
+            raw,
+            len,
+            _marker: PhantomData,
+        })
+    }
+
+    /// Length in elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The rank whose memory this is.
+    pub fn rank(&self) -> u32 {
+        self.rank
+    }
+
+    /// A view of elements `range`. Panics if the range is out of bounds,
+    /// as slice indexing does.
+    pub fn slice(&self, range: impl RangeBounds<usize>) -> Slice<'_, T> {
+        self.full().slice(range)
+    }
+
+    /// A view of the whole buffer.
+    pub fn full(&self) -> Slice<'_, T> {
+        Slice {
+            buf: self,
+            off: 0,
+            len: self.len,
+        }
+    }
+
+    /// Overwrites the buffer's start with `src` (which may be shorter).
+    pub fn copy_from_slice(&self, src: &[T]) -> Result<()> {
+        self.full().copy_from_slice(src)
+    }
+
+    /// Copies the buffer out.
+    pub fn to_vec(&self) -> Result<Vec<T>> {
+        self.full().to_vec()
+    }
+}
+
+impl<T: Element> Drop for Buffer<T> {
+    fn drop(&mut self) {
+        if self.raw.bytes > 0 {
+            // SAFETY: `raw` came from `alloc` on this backend for `rank`,
+            // and every view borrows `self`, so none outlives the buffer.
+            unsafe { self.backend.free(self.rank, self.raw) };
+        }
+    }
+}
+
+/// A view of part of a [`Buffer`], at any element offset.
+#[derive(Debug)]
+pub struct Slice<'a, T: Element> {
+    buf: &'a Buffer<T>,
+    off: usize,
+    len: usize,
+}
+
+impl<T: Element> Clone for Slice<'_, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T: Element> Copy for Slice<'_, T> {}
+
+impl<'a, T: Element> Slice<'a, T> {
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// A sub-view, `range` relative to this view.
+    pub fn slice(&self, range: impl RangeBounds<usize>) -> Slice<'a, T> {
+        let lo = match range.start_bound() {
+            Bound::Included(&s) => s,
+            Bound::Excluded(&s) => s + 1,
+            Bound::Unbounded => 0,
+        };
+        let hi = match range.end_bound() {
+            Bound::Included(&e) => e + 1,
+            Bound::Excluded(&e) => e,
+            Bound::Unbounded => self.len,
+        };
+        assert!(
+            lo <= hi && hi <= self.len,
+            "slice {lo}..{hi} out of range for a view of {} elements",
+            self.len
+        );
+        Slice {
+            buf: self.buf,
+            off: self.off + lo,
+            len: hi - lo,
+        }
+    }
+
+    fn raw(&self) -> RawBuf {
+        let es = std::mem::size_of::<T>();
+        if self.len == 0 {
+            return RawBuf {
+                addr: self.buf.raw.addr + (self.off * es) as u64,
+                bytes: 0,
+            };
+        }
+        self.buf.raw.sub(self.off * es, self.len * es)
+    }
+
+    /// Overwrites the view's start with `src`.
+    pub fn copy_from_slice(&self, src: &[T]) -> Result<()> {
+        if src.len() > self.len {
+            return Err(Error::LengthMismatch {
+                what: "source slice",
+                expected: self.len,
+                got: src.len(),
+            });
+        }
+        if src.is_empty() {
+            return Ok(());
+        }
+        let dst = self.slice(..src.len()).raw();
+        // SAFETY: `Element` types are plain data (no padding, no
+        // invariants), so viewing them as bytes is sound.
+        let bytes = unsafe {
+            std::slice::from_raw_parts(src.as_ptr().cast::<u8>(), std::mem::size_of_val(src))
+        };
+        // SAFETY: `dst` lies inside the buffer's allocation, of this rank.
+        unsafe { self.buf.backend.write(self.buf.rank, dst, bytes) }
+    }
+
+    /// Copies the view out.
+    pub fn to_vec(&self) -> Result<Vec<T>> {
+        let mut out = vec![T::default(); self.len];
+        if self.len == 0 {
+            return Ok(out);
+        }
+        // SAFETY: as in `copy_from_slice`; every bit pattern written by
+        // the backend was produced from values of `T` or is zeroed memory,
+        // and all-zero bytes are a valid value of every `Element` type.
+        let bytes = unsafe {
+            std::slice::from_raw_parts_mut(
+                out.as_mut_ptr().cast::<u8>(),
+                std::mem::size_of_val(&out[..]),
+            )
+        };
+        // SAFETY: the view lies inside the buffer's allocation, of this rank.
+        unsafe { self.buf.backend.read(self.buf.rank, self.raw(), bytes)? };
+        Ok(out)
+    }
+}
+
+/// Where an argument's memory lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Space {
+    /// A user slice in host memory.
+    Host,
+    /// Backend memory of a clique's rank.
+    Backend { clique: u64, rank: u32 },
+}
+
+/// A resolved argument: raw span, element count and memory space.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Arg {
+    pub space: Space,
+    pub raw: RawBuf,
+    pub len: usize,
+}
+
+/// A send (read-only) argument: a [`Buffer`], a [`Slice`] of one, or (host
+/// backend) a `&[T]`.
+#[derive(Debug)]
+pub struct In<'a, T> {
+    pub(crate) arg: Arg,
+    _marker: PhantomData<&'a [T]>,
+}
+
+/// A receive argument: a [`Buffer`], a [`Slice`] of one, or (host backend)
+/// a `&mut [T]`.
+#[derive(Debug)]
+pub struct Out<'a, T> {
+    pub(crate) arg: Arg,
+    _marker: PhantomData<&'a mut [T]>,
+}
+
+fn slice_arg<T: Element>(s: &Slice<'_, T>) -> Arg {
+    Arg {
+        space: Space::Backend {
+            clique: s.buf.clique,
+            rank: s.buf.rank,
+        },
+        raw: s.raw(),
+        len: s.len,
+    }
+}
+
+fn host_arg<T>(ptr: *const T, len: usize) -> Arg {
+    Arg {
+        space: Space::Host,
+        raw: RawBuf {
+            addr: ptr as usize as u64,
+            bytes: len * std::mem::size_of::<T>(),
+        },
+        len,
+    }
+}
+
+macro_rules! arg_from {
+    ($ty:ident) => {
+        impl<'a, T: Element> From<Slice<'a, T>> for $ty<'a, T> {
+            fn from(s: Slice<'a, T>) -> Self {
+                $ty {
+                    arg: slice_arg(&s),
+                    _marker: PhantomData,
+                }
+            }
+        }
+        impl<'a, T: Element> From<&'a Slice<'a, T>> for $ty<'a, T> {
+            fn from(s: &'a Slice<'a, T>) -> Self {
+                (*s).into()
+            }
+        }
+        impl<'a, T: Element> From<&'a Buffer<T>> for $ty<'a, T> {
+            fn from(b: &'a Buffer<T>) -> Self {
+                b.full().into()
+            }
+        }
+    };
+}
+arg_from!(In);
+arg_from!(Out);
+
+impl<'a, T: Element> From<&'a [T]> for In<'a, T> {
+    fn from(s: &'a [T]) -> Self {
+        In {
+            arg: host_arg(s.as_ptr(), s.len()),
+            _marker: PhantomData,
+        }
+    }
+}
+impl<'a, T: Element> From<&'a Vec<T>> for In<'a, T> {
+    fn from(s: &'a Vec<T>) -> Self {
+        s.as_slice().into()
+    }
+}
+impl<'a, T: Element, const N: usize> From<&'a [T; N]> for In<'a, T> {
+    fn from(s: &'a [T; N]) -> Self {
+        s.as_slice().into()
+    }
+}
+impl<'a, T: Element> From<&'a mut [T]> for Out<'a, T> {
+    fn from(s: &'a mut [T]) -> Self {
+        Out {
+            arg: host_arg(s.as_mut_ptr(), s.len()),
+            _marker: PhantomData,
+        }
+    }
+}
+impl<'a, T: Element> From<&'a mut Vec<T>> for Out<'a, T> {
+    fn from(s: &'a mut Vec<T>) -> Self {
+        s.as_mut_slice().into()
+    }
+}
+impl<'a, T: Element, const N: usize> From<&'a mut [T; N]> for Out<'a, T> {
+    fn from(s: &'a mut [T; N]) -> Self {
+        s.as_mut_slice().into()
+    }
+}
+
+impl<'a, T> Out<'a, T> {
+    /// Block `i` of `n` equal blocks (in-place AllGather's send buffer).
+    pub(crate) fn block(&self, i: usize, n: usize, es: usize) -> Result<In<'a, T>> {
+        Ok(In {
+            arg: block_of(&self.arg, i, n, es)?,
+            _marker: PhantomData,
+        })
+    }
+
+    /// Block `i` of `n` as a receive argument (in-place ReduceScatter).
+    pub(crate) fn block_out(&self, i: usize, n: usize, es: usize) -> Result<Out<'a, T>> {
+        Ok(Out {
+            arg: block_of(&self.arg, i, n, es)?,
+            _marker: PhantomData,
+        })
+    }
+
+    /// The same memory as a send argument, for in-place forms. The
+    /// returned value is only used while `self` is, inside one call.
+    pub(crate) fn as_in(&self) -> In<'a, T> {
+        In {
+            arg: self.arg,
+            _marker: PhantomData,
+        }
+    }
+}
+
+fn block_of(arg: &Arg, i: usize, n: usize, es: usize) -> Result<Arg> {
+    if arg.len % n != 0 {
+        return Err(Error::NotMultiple {
+            what: "in-place buffer",
+            len: arg.len,
+            nranks: n as u32,
+        });
+    }
+    let len = arg.len / n;
+    Ok(Arg {
+        space: arg.space,
+        raw: RawBuf {
+            addr: arg.raw.addr + (i * len * es) as u64,
+            bytes: len * es,
+        },
+        len,
+    })
+}

@@ -1,0 +1,452 @@
+//! The communicator: one rank's handle on a clique, and every collective.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use oxccl_core::plan::{BufRole, RankPlan};
+use oxccl_core::{CollKind, CoreError, Element, Plan, RedOp};
+
+use crate::backend::{self, Backend, BackendKind, BackendOptions, Launch, RawBuf};
+use crate::buffer::{Buffer, In, Out};
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::plans::{self, Choice, PlanCache, PlanKey};
+use crate::validate::{self, Checked, Owner};
+
+/// What the communicators of one `init_all` share.
+#[derive(Debug)]
+pub(crate) struct Clique {
+    pub id: u64,
+    pub nranks: u32,
+    pub backend: Arc<dyn Backend>,
+    pub config: Config,
+    pub plans: PlanCache,
+}
+
+static NEXT_CLIQUE: AtomicU64 = AtomicU64::new(1);
+
+/// One rank of a set of ranks that run collectives together. Each rank's
+/// thread calls the collectives on its own communicator, as with NCCL.
+#[derive(Debug)]
+pub struct Communicator {
+    rank: u32,
+    clique: Arc<Clique>,
+    destroyed: AtomicBool,
+}
+
+/// Creates `n` communicators, ranks `0..n` of one clique in this process,
+/// configured from the environment (see [`crate::config`]).
+pub fn init_all(n: u32) -> Result<Vec<Communicator>> {
+    init_all_with(n, Config::from_env()?)
+}
+
+/// Creates `n` communicators with an explicit configuration (the
+/// environment is not read).
+pub fn init_all_with(n: u32, config: Config) -> Result<Vec<Communicator>> {
+    if n == 0 {
+        return Err(Error::InvalidUsage(
+            "init_all needs at least one rank".into(),
+        ));
+    }
+    crate::debug::init(config.debug);
+    let opts = BackendOptions {
+        nranks: n,
+        deadline: config.deadline,
+    };
+    let backend = match config.backend {
+        BackendKind::Host => backend::host::create(&opts)?,
+        BackendKind::Cuda => backend::cuda::create(&opts)?,
+        BackendKind::Auto if backend::cuda::available() => backend::cuda::create(&opts)?,
+        BackendKind::Auto => backend::host::create(&opts)?,
+    };
+    tracing::info!(nranks = n, backend = %backend.describe(), "oxccl: communicators created");
+    let clique = Arc::new(Clique {
+        id: NEXT_CLIQUE.fetch_add(1, Ordering::Relaxed),
+        nranks: n,
+        backend,
+        config,
+        plans: PlanCache::default(),
+    });
+    Ok((0..n)
+        .map(|rank| Communicator {
+            rank,
+            clique: clique.clone(),
+            destroyed: AtomicBool::new(false),
+        })
+        .collect())
+}
+
+/// One rank's share of an operation, ready for the backend.
+#[derive(Debug)]
+pub(crate) struct Prepared {
+    pub plan: RankPlan,
+    pub bufs: Vec<RawBuf>,
+}
+
+impl Communicator {
+    pub fn rank(&self) -> u32 {
+        self.rank
+    }
+
+    pub fn nranks(&self) -> u32 {
+        self.clique.nranks
+    }
+
+    /// The backend this communicator runs on (`Host` or `Cuda`).
+    pub fn backend(&self) -> BackendKind {
+        self.clique.backend.kind()
+    }
+
+    /// A description of the backend (for logs and reports).
+    pub fn describe_backend(&self) -> String {
+        self.clique.backend.describe()
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.clique.config
+    }
+
+    pub(crate) fn clique(&self) -> &Arc<Clique> {
+        &self.clique
+    }
+
+    pub(crate) fn owner(&self) -> Owner {
+        Owner {
+            clique: self.clique.id,
+            rank: self.rank,
+            nranks: self.clique.nranks,
+            backend: self.clique.backend.kind(),
+        }
+    }
+
+    /// Errors if the communicator was destroyed or its clique failed.
+    pub(crate) fn check_usable(&self) -> Result<()> {
+        if self.destroyed.load(Ordering::Acquire) {
+            return Err(Error::Destroyed { rank: self.rank });
+        }
+        if let Some(e) = self.clique.backend.failure() {
+            return Err(Error::Failed {
+                rank: self.rank,
+                cause: e.to_string(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Allocates `len` zeroed elements of this rank's memory (host memory
+    /// on the host backend, registered device memory on CUDA).
+    pub fn alloc<T: Element>(&self, len: usize) -> Result<Buffer<T>> {
+        self.check_usable()?;
+        Buffer::new(self.clique.backend.clone(), self.clique.id, self.rank, len)
+    }
+
+    /// Waits until every operation issued on this rank has completed
+    /// (a no-op on the host backend, where calls complete on return).
+    pub fn synchronize(&self) -> Result<()> {
+        self.check_usable()?;
+        self.clique.backend.synchronize(self.rank)
+    }
+
+    /// Marks the communicator unusable: later calls return
+    /// [`Error::Destroyed`]. Buffers stay valid until dropped.
+    pub fn destroy(&self) {
+        self.destroyed.store(true, Ordering::Release);
+    }
+
+    /// Aborts the whole clique: every rank's pending and later operations
+    /// fail promptly ([`Error::Aborted`], then [`Error::Failed`]).
+    pub fn abort(&self) {
+        self.clique.backend.abort();
+    }
+
+    /// The clique's failure, if it failed (NCCL's `ncclCommGetAsyncError`).
+    pub fn async_error(&self) -> Option<Error> {
+        self.clique.backend.failure()
+    }
+
+    /// Number of distinct plans generated so far by this clique.
+    pub fn cached_plans(&self) -> usize {
+        self.clique.plans.len()
+    }
+
+    /// A backend timer ordered with this rank's work (for benchmarks).
+    pub fn timer(&self) -> Result<Box<dyn backend::Timer>> {
+        self.clique.backend.timer(self.rank)
+    }
+
+    /// The backend's copy-bandwidth ceiling in GB/s, measured on `bytes`.
+    pub fn copy_bandwidth(&self, bytes: usize) -> Result<f64> {
+        self.clique.backend.copy_bandwidth(bytes)
+    }
+
+    /// Any collective, by kind: the generic entry point the typed methods,
+    /// the sweep and the tests share. Counts come from the buffers (see
+    /// [`oxccl_core::Collective`] for each collective's layout); `op` is
+    /// ignored by non-reductions and `root` by rootless collectives.
+    pub fn collective<'a, T: Element>(
+        &self,
+        kind: CollKind,
+        send: impl Into<In<'a, T>>,
+        recv: impl Into<Out<'a, T>>,
+        op: RedOp,
+        root: u32,
+    ) -> Result<()> {
+        if kind == CollKind::SendRecv {
+            return Err(Error::InvalidUsage(
+                "Send/Recv go through send(), recv() or a group".into(),
+            ));
+        }
+        self.check_usable()?;
+        let (send, recv) = (send.into(), recv.into());
+        let op = if kind.is_reduction() { op } else { RedOp::Sum };
+        let checked = validate::collective(
+            kind,
+            &send.arg,
+            &recv.arg,
+            root,
+            op,
+            T::DTYPE,
+            &self.owner(),
+        )?;
+        if checked.coll.count == 0 {
+            return Ok(());
+        }
+        let (prepared, choice) = self.prepare(&checked, T::DTYPE.size())?;
+        self.log(&checked, T::DTYPE, &choice);
+        self.launch(&prepared, T::DTYPE, op, choice.proto)
+    }
+
+    /// Chooses and fetches the plan for a checked call.
+    pub(crate) fn prepare(&self, c: &Checked, elem_size: usize) -> Result<(Prepared, Choice)> {
+        let cl = &self.clique;
+        let bytes = c.coll.bytes(cl.nranks, elem_size);
+        let mut choice = plans::choose(&cl.config, c.coll.kind, bytes, cl.backend.max_channels())?;
+        let chunk = (cl.config.chunk_bytes.unwrap_or(cl.backend.chunk_bytes()) / elem_size).max(1);
+        let registered = c.backend_memory && cl.backend.registered_alloc();
+        let mut last = None;
+        // The first allowed algorithm whose generator serves this shape
+        // (`choose` put its pick first).
+        for algo in plans::allowed_algos(&cl.config, c.coll.kind) {
+            let key = PlanKey {
+                coll: c.coll,
+                elem_size,
+                algo,
+                channels: choice.channels,
+                chunk,
+                in_place: c.in_place,
+                registered,
+            };
+            match cl.plans.get(cl.nranks, key) {
+                Ok(plan) => {
+                    choice.algo = algo;
+                    return Ok((self.bind(&plan, c.send, c.recv), choice));
+                }
+                Err(e @ CoreError::Unsupported { .. }) => last = Some(e),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(match last {
+            Some(e) => Error::NoAlgorithm {
+                coll: c.coll.kind,
+                allowed: e.to_string(),
+            },
+            None => Error::Internal("plan selection chose nothing".into()),
+        })
+    }
+
+    /// This rank's part of `plan` with the call's buffers attached.
+    fn bind(&self, plan: &Plan, send: RawBuf, recv: RawBuf) -> Prepared {
+        let rp = plan.ranks[self.rank as usize].clone();
+        let bufs = rp
+            .bufs
+            .iter()
+            .map(|b| match b.role {
+                BufRole::Input => send,
+                BufRole::Output => recv,
+                BufRole::Scratch => RawBuf::NULL,
+            })
+            .collect();
+        Prepared { plan: rp, bufs }
+    }
+
+    /// Hands a prepared plan to the backend; a failure marks the clique.
+    pub(crate) fn launch(
+        &self,
+        p: &Prepared,
+        dtype: oxccl_core::DataType,
+        op: RedOp,
+        proto: oxccl_core::Proto,
+    ) -> Result<()> {
+        let lowered = op.lower(dtype, self.clique.nranks);
+        let launch = Launch {
+            rank: self.rank,
+            plan: &p.plan,
+            bufs: &p.bufs,
+            dtype,
+            op: &lowered,
+            proto,
+        };
+        // SAFETY: every buffer passed validation: it is this rank's backend
+        // memory or a borrowed user slice (host backend only) of at least
+        // the plan's length, alive for the whole call (the `In`/`Out`
+        // borrows outlive it), and aliased only in the in-place layout.
+        let res = unsafe { self.clique.backend.execute(&launch) };
+        if let Err(e) = &res {
+            tracing::warn!(rank = self.rank, error = %e, "oxccl: operation failed; aborting the communicator");
+            self.clique.backend.abort();
+        }
+        res
+    }
+
+    fn log(&self, c: &Checked, dtype: oxccl_core::DataType, ch: &Choice) {
+        tracing::info!(
+            rank = self.rank,
+            coll = %c.coll.kind,
+            count = c.coll.count,
+            dtype = %dtype,
+            root = c.coll.root,
+            in_place = c.in_place,
+            algo = %ch.algo,
+            proto = %ch.proto,
+            channels = ch.channels,
+            predicted_us = ch.predicted_us,
+            "oxccl: collective"
+        );
+    }
+
+    /// `recv[i] = op over ranks of send[i]`. In place: pass the same buffer.
+    pub fn all_reduce<'a, T: Element>(
+        &self,
+        send: impl Into<In<'a, T>>,
+        recv: impl Into<Out<'a, T>>,
+        op: RedOp,
+    ) -> Result<()> {
+        self.collective(CollKind::AllReduce, send, recv, op, 0)
+    }
+
+    /// In-place AllReduce (for plain slices, which cannot be passed twice).
+    pub fn all_reduce_in_place<'a, T: Element>(
+        &self,
+        buf: impl Into<Out<'a, T>>,
+        op: RedOp,
+    ) -> Result<()> {
+        let out = buf.into();
+        self.collective(CollKind::AllReduce, out.as_in(), out, op, 0)
+    }
+
+    /// Copies the root's `send` into every rank's `recv`.
+    pub fn broadcast<'a, T: Element>(
+        &self,
+        send: impl Into<In<'a, T>>,
+        recv: impl Into<Out<'a, T>>,
+        root: u32,
+    ) -> Result<()> {
+        self.collective(CollKind::Broadcast, send, recv, RedOp::Sum, root)
+    }
+
+    /// In-place Broadcast.
+    pub fn broadcast_in_place<'a, T: Element>(
+        &self,
+        buf: impl Into<Out<'a, T>>,
+        root: u32,
+    ) -> Result<()> {
+        let out = buf.into();
+        self.collective(CollKind::Broadcast, out.as_in(), out, RedOp::Sum, root)
+    }
+
+    /// Reduces every rank's `send` into the root's `recv` (other ranks'
+    /// `recv` is not written but must have the same length).
+    pub fn reduce<'a, T: Element>(
+        &self,
+        send: impl Into<In<'a, T>>,
+        recv: impl Into<Out<'a, T>>,
+        op: RedOp,
+        root: u32,
+    ) -> Result<()> {
+        self.collective(CollKind::Reduce, send, recv, op, root)
+    }
+
+    /// `recv` (n × count) = every rank's `send` (count), in rank order. In
+    /// place: `send` is this rank's block of `recv`.
+    pub fn all_gather<'a, T: Element>(
+        &self,
+        send: impl Into<In<'a, T>>,
+        recv: impl Into<Out<'a, T>>,
+    ) -> Result<()> {
+        self.collective(CollKind::AllGather, send, recv, RedOp::Sum, 0)
+    }
+
+    /// In-place AllGather: this rank's block of `buf` is its contribution.
+    pub fn all_gather_in_place<'a, T: Element>(&self, buf: impl Into<Out<'a, T>>) -> Result<()> {
+        let out = buf.into();
+        let n = self.clique.nranks as usize;
+        let send = out.block(self.rank as usize, n, std::mem::size_of::<T>())?;
+        self.collective(CollKind::AllGather, send, out, RedOp::Sum, 0)
+    }
+
+    /// `recv` (count) = block `rank` of the reduction of every rank's
+    /// `send` (n × count). In place: `recv` is this rank's block of `send`.
+    pub fn reduce_scatter<'a, T: Element>(
+        &self,
+        send: impl Into<In<'a, T>>,
+        recv: impl Into<Out<'a, T>>,
+        op: RedOp,
+    ) -> Result<()> {
+        self.collective(CollKind::ReduceScatter, send, recv, op, 0)
+    }
+
+    /// In-place ReduceScatter: the result lands in this rank's block of `buf`.
+    pub fn reduce_scatter_in_place<'a, T: Element>(
+        &self,
+        buf: impl Into<Out<'a, T>>,
+        op: RedOp,
+    ) -> Result<()> {
+        let out = buf.into();
+        let n = self.clique.nranks as usize;
+        let recv = out.block_out(self.rank as usize, n, std::mem::size_of::<T>())?;
+        self.collective(CollKind::ReduceScatter, out.as_in(), recv, op, 0)
+    }
+
+    /// Block `j` of `send` goes to rank `j`; block `i` of `recv` comes from
+    /// rank `i` (both n × count).
+    pub fn all_to_all<'a, T: Element>(
+        &self,
+        send: impl Into<In<'a, T>>,
+        recv: impl Into<Out<'a, T>>,
+    ) -> Result<()> {
+        self.collective(CollKind::AllToAll, send, recv, RedOp::Sum, 0)
+    }
+
+    /// The root's `recv` (n × count) = every rank's `send` (count).
+    pub fn gather<'a, T: Element>(
+        &self,
+        send: impl Into<In<'a, T>>,
+        recv: impl Into<Out<'a, T>>,
+        root: u32,
+    ) -> Result<()> {
+        self.collective(CollKind::Gather, send, recv, RedOp::Sum, root)
+    }
+
+    /// Every rank's `recv` (count) = block `rank` of the root's `send`.
+    pub fn scatter<'a, T: Element>(
+        &self,
+        send: impl Into<In<'a, T>>,
+        recv: impl Into<Out<'a, T>>,
+        root: u32,
+    ) -> Result<()> {
+        self.collective(CollKind::Scatter, send, recv, RedOp::Sum, root)
+    }
+
+    /// Sends `buf` to `peer` (which must call `recv` with the same count).
+    /// Outside a group this is a group of one operation.
+    pub fn send<'a, T: Element>(&self, buf: impl Into<In<'a, T>>, peer: u32) -> Result<()> {
+        let buf: In<'_, T> = buf.into();
+        crate::group::group(|g| g.send::<T>(self, buf, peer))
+    }
+
+    /// Receives into `buf` from `peer`.
+    pub fn recv<'a, T: Element>(&self, buf: impl Into<Out<'a, T>>, peer: u32) -> Result<()> {
+        let buf: Out<'_, T> = buf.into();
+        crate::group::group(|g| g.recv::<T>(self, buf, peer))
+    }
+}

@@ -1,0 +1,290 @@
+//! Configuration: algorithm/protocol filters, channels, deadline, backend,
+//! and their environment variables.
+//!
+//! `NCCL_ALGO` / `NCCL_PROTO` follow NCCL's syntax, and `OXCCL_ALGO` /
+//! `OXCCL_PROTO` (same syntax) win over them:
+//!
+//! - a comma list allows only those names: `ring,tree`;
+//! - a leading `^` excludes them instead: `^ring`;
+//! - `;`-separated `collective:list` entries apply per collective, and a
+//!   plain list among them applies to every other collective:
+//!   `allreduce:tree;broadcast:^ring` or `ring;allreduce:tree,ring`.
+//!
+//! Names are case-insensitive. Algorithms: `ring`, `tree` (double binary
+//! tree), `chain`, `btree`, `oneshot`, `twoshot`, `allpairs`. Protocols:
+//! `simple`, `ll`, `ll128`. NCCL names oxccl does not implement (`nvls`,
+//! `collnet`, `pat`, ...) and misspellings are errors, never ignored.
+//!
+//! Other variables: `OXCCL_CHANNELS` (else `NCCL_MAX_NCHANNELS`) caps the
+//! channel count; `OXCCL_DEADLINE_MS` sets the wait deadline;
+//! `OXCCL_BACKEND` = `host` | `cuda` | `auto`; `OXCCL_DEBUG` (else
+//! `NCCL_DEBUG`) = `VERSION` | `WARN` | `INFO` | `TRACE` turns on logging.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use oxccl_core::{Algo, CollKind, Proto};
+
+use crate::backend::BackendKind;
+use crate::error::{Error, Result};
+
+/// Which names a filter lets through, for one collective.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rule<T> {
+    /// `^` form: the names are excluded rather than allowed.
+    pub exclude: bool,
+    pub names: Vec<T>,
+}
+
+impl<T: PartialEq> Rule<T> {
+    fn allows(&self, x: &T) -> bool {
+        self.names.contains(x) != self.exclude
+    }
+}
+
+/// A parsed `NCCL_ALGO`/`NCCL_PROTO` value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Filter<T> {
+    /// Applies to collectives without their own rule.
+    pub default: Option<Rule<T>>,
+    pub per_coll: Vec<(CollKind, Rule<T>)>,
+}
+
+impl<T> Default for Filter<T> {
+    fn default() -> Self {
+        Filter {
+            default: None,
+            per_coll: Vec::new(),
+        }
+    }
+}
+
+impl<T: PartialEq + Copy> Filter<T> {
+    /// Whether `x` may be used for `kind`.
+    pub fn allows(&self, kind: CollKind, x: T) -> bool {
+        let rule = self
+            .per_coll
+            .iter()
+            .rev()
+            .find(|(k, _)| *k == kind)
+            .map(|(_, r)| r)
+            .or(self.default.as_ref());
+        rule.is_none_or(|r| r.allows(&x))
+    }
+
+    /// The members of `all` allowed for `kind`, in `all`'s order.
+    pub fn allowed(&self, kind: CollKind, all: &[T]) -> Vec<T> {
+        all.iter()
+            .copied()
+            .filter(|x| self.allows(kind, *x))
+            .collect()
+    }
+
+    /// Whether no rule is set.
+    pub fn is_empty(&self) -> bool {
+        self.default.is_none() && self.per_coll.is_empty()
+    }
+}
+
+/// NCCL algorithm names that oxccl knows but does not implement.
+const NCCL_ONLY_ALGOS: [&str; 6] = [
+    "collnet",
+    "collnetdirect",
+    "collnetchain",
+    "nvls",
+    "nvlstree",
+    "pat",
+];
+
+/// Parses one algorithm name, in NCCL's or oxccl's spelling.
+fn parse_algo(var: &str, value: &str, name: &str) -> Result<Algo> {
+    if NCCL_ONLY_ALGOS.contains(&name.to_ascii_lowercase().as_str()) {
+        return Err(Error::Config {
+            var: var.into(),
+            value: value.into(),
+            reason: format!("algorithm {name:?} is an NCCL algorithm oxccl does not implement; use ring, tree, chain, btree, oneshot, twoshot or allpairs"),
+        });
+    }
+    Algo::from_str(name).map_err(|e| Error::Config {
+        var: var.into(),
+        value: value.into(),
+        reason: e.to_string(),
+    })
+}
+
+fn parse_proto(var: &str, value: &str, name: &str) -> Result<Proto> {
+    Proto::from_str(name).map_err(|e| Error::Config {
+        var: var.into(),
+        value: value.into(),
+        reason: e.to_string(),
+    })
+}
+
+/// Parses a filter value with `item` parsing each name. `var` names the
+/// variable in errors.
+fn parse_filter<T>(
+    var: &str,
+    value: &str,
+    item: impl Fn(&str, &str, &str) -> Result<T>,
+) -> Result<Filter<T>> {
+    let bad = |reason: String| Error::Config {
+        var: var.into(),
+        value: value.into(),
+        reason,
+    };
+    let mut f = Filter::default();
+    for entry in value.split(';').map(str::trim).filter(|e| !e.is_empty()) {
+        let (coll, list) = match entry.split_once(':') {
+            Some((c, l)) => (
+                Some(CollKind::from_str(c.trim()).map_err(|e| bad(e.to_string()))?),
+                l.trim(),
+            ),
+            None => (None, entry),
+        };
+        let (exclude, list) = match list.strip_prefix('^') {
+            Some(rest) => (true, rest),
+            None => (false, list),
+        };
+        let names = list
+            .split(',')
+            .map(str::trim)
+            .filter(|n| !n.is_empty())
+            .map(|n| item(var, value, n))
+            .collect::<Result<Vec<T>>>()?;
+        if names.is_empty() {
+            return Err(bad(format!("entry {entry:?} names nothing")));
+        }
+        let rule = Rule { exclude, names };
+        match coll {
+            Some(k) => f.per_coll.push((k, rule)),
+            None if f.default.is_some() => {
+                return Err(bad("more than one list applies to every collective".into()))
+            }
+            None => f.default = Some(rule),
+        }
+    }
+    Ok(f)
+}
+
+/// Parses an `NCCL_ALGO`-style value (see the module docs).
+pub fn parse_algo_filter(var: &str, value: &str) -> Result<Filter<Algo>> {
+    parse_filter(var, value, parse_algo)
+}
+
+/// Parses an `NCCL_PROTO`-style value (see the module docs).
+pub fn parse_proto_filter(var: &str, value: &str) -> Result<Filter<Proto>> {
+    parse_filter(var, value, parse_proto)
+}
+
+/// Logging level from `NCCL_DEBUG`/`OXCCL_DEBUG`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum DebugLevel {
+    Version,
+    Warn,
+    Info,
+    Trace,
+}
+
+impl DebugLevel {
+    fn parse(var: &str, value: &str) -> Result<DebugLevel> {
+        Ok(match value.trim().to_ascii_uppercase().as_str() {
+            "VERSION" => DebugLevel::Version,
+            "WARN" => DebugLevel::Warn,
+            "INFO" => DebugLevel::Info,
+            "TRACE" => DebugLevel::Trace,
+            _ => {
+                return Err(Error::Config {
+                    var: var.into(),
+                    value: value.into(),
+                    reason: "expected VERSION, WARN, INFO or TRACE".into(),
+                })
+            }
+        })
+    }
+}
+
+/// How a clique is set up and how it chooses plans.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub backend: BackendKind,
+    /// Which algorithms may be chosen (per collective).
+    pub algo: Filter<Algo>,
+    /// Which protocols may be chosen (per collective).
+    pub proto: Filter<Proto>,
+    /// Channel count: `None` lets the selector decide; the backend's
+    /// maximum caps it either way.
+    pub channels: Option<u32>,
+    /// Every wait gives up after this long.
+    pub deadline: Duration,
+    /// FIFO message size override in bytes (`None`: the backend's).
+    pub chunk_bytes: Option<usize>,
+    /// Logging requested through the environment.
+    pub debug: Option<DebugLevel>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            backend: BackendKind::Auto,
+            algo: Filter::default(),
+            proto: Filter::default(),
+            channels: None,
+            deadline: Duration::from_secs(300),
+            chunk_bytes: None,
+            debug: None,
+        }
+    }
+}
+
+impl Config {
+    /// Defaults overridden by the process environment.
+    pub fn from_env() -> Result<Config> {
+        Config::from_vars(|k| std::env::var(k).ok())
+    }
+
+    /// Defaults overridden by the variables `get` returns (a pure function
+    /// of its input, so it can be tested without touching the process
+    /// environment). `OXCCL_*` variables win over their `NCCL_*` twins.
+    pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<Config> {
+        let pick = |ox: &'static str, nccl: Option<&'static str>| {
+            get(ox)
+                .map(|v| (ox, v))
+                .or_else(|| nccl.and_then(|n| get(n).map(|v| (n, v))))
+        };
+        let mut c = Config::default();
+        if let Some((var, v)) = pick("OXCCL_ALGO", Some("NCCL_ALGO")) {
+            c.algo = parse_algo_filter(var, &v)?;
+        }
+        if let Some((var, v)) = pick("OXCCL_PROTO", Some("NCCL_PROTO")) {
+            c.proto = parse_proto_filter(var, &v)?;
+        }
+        if let Some((var, v)) = pick("OXCCL_CHANNELS", Some("NCCL_MAX_NCHANNELS")) {
+            c.channels = Some(parse_positive(var, &v)?);
+        }
+        if let Some((var, v)) = pick("OXCCL_DEADLINE_MS", None) {
+            c.deadline = Duration::from_millis(parse_positive(var, &v)?.into());
+        }
+        if let Some((var, v)) = pick("OXCCL_BACKEND", None) {
+            c.backend = BackendKind::from_str(&v).map_err(|_| Error::Config {
+                var: var.into(),
+                value: v.clone(),
+                reason: "expected host, cuda or auto".into(),
+            })?;
+        }
+        if let Some((var, v)) = pick("OXCCL_DEBUG", Some("NCCL_DEBUG")) {
+            c.debug = Some(DebugLevel::parse(var, &v)?);
+        }
+        Ok(c)
+    }
+}
+
+fn parse_positive(var: &str, v: &str) -> Result<u32> {
+    match v.trim().parse::<u32>() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err(Error::Config {
+            var: var.into(),
+            value: v.into(),
+            reason: "expected a positive integer".into(),
+        }),
+    }
+}

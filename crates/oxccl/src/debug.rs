@@ -1,0 +1,32 @@
+//! Logging: `NCCL_DEBUG` / `OXCCL_DEBUG` install a `tracing` subscriber
+//! (once per process, and only if the application has not set its own).
+//! At `INFO` every collective logs its algorithm, protocol and channels.
+
+use std::sync::Once;
+
+use crate::config::DebugLevel;
+
+static INIT: Once = Once::new();
+
+/// Installs a formatting subscriber at `level`, if one was requested.
+/// `RUST_LOG` refines the filter when set.
+pub(crate) fn init(level: Option<DebugLevel>) {
+    let Some(level) = level else { return };
+    INIT.call_once(|| {
+        let directive = match level {
+            DebugLevel::Version | DebugLevel::Warn => "oxccl=warn",
+            DebugLevel::Info => "oxccl=info,oxccl_host=info,oxccl_cuda=info",
+            DebugLevel::Trace => "oxccl=trace,oxccl_host=trace,oxccl_cuda=trace",
+        };
+        let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(directive));
+        // An application's own subscriber wins: failure here is expected then.
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr)
+            .try_init();
+        if level == DebugLevel::Version {
+            eprintln!("oxccl version {}", env!("CARGO_PKG_VERSION"));
+        }
+    });
+}

@@ -1,0 +1,383 @@
+//! Groups: several operations issued together and run as one plan per
+//! communicator (NCCL's `ncclGroupStart`/`ncclGroupEnd`).
+//!
+//! Operations are validated as they are added (an invalid one is refused
+//! and the group stays usable); nothing runs until [`Group::end`]. At the
+//! end, each communicator's operations become one merged plan per
+//! (data type, op): its collectives in issue order, then one Send/Recv
+//! block built by `oxccl_core::gen::p2p` (the k-th send from a to b
+//! matches the k-th receive on b from a). Every rank must issue matching
+//! groups, as with NCCL.
+//!
+//! One thread may drive several communicators in one group. On the host
+//! backend, where execution blocks, each communicator's plan then runs on
+//! its own scoped thread, so the ranks progress together; on CUDA the
+//! launches are enqueued one after the other on each rank's stream.
+
+use std::collections::BTreeMap;
+
+use oxccl_core::gen::p2p::{self, P2pOp};
+use oxccl_core::{CollKind, DataType, Element, Plan, Proto, RedOp};
+
+use crate::backend::RawBuf;
+use crate::buffer::{In, Out};
+use crate::comm::{Communicator, Prepared};
+use crate::error::{Error, Result};
+use crate::plans::Choice;
+use crate::validate;
+
+/// A collective or a Send/Recv waiting for the group's end.
+#[derive(Debug)]
+enum Pending {
+    Coll {
+        checked: validate::Checked,
+        op: RedOp,
+    },
+    P2p {
+        op: P2pOp,
+        raw: RawBuf,
+    },
+}
+
+#[derive(Debug)]
+struct Entry<'a> {
+    comm: &'a Communicator,
+    dtype: DataType,
+    pending: Pending,
+}
+
+/// A group being built. Buffers stay borrowed until it ends.
+#[derive(Debug, Default)]
+pub struct Group<'a> {
+    entries: Vec<Entry<'a>>,
+}
+
+/// Runs `f` to fill a group, then ends it.
+pub fn group<'a, R>(f: impl FnOnce(&mut Group<'a>) -> Result<R>) -> Result<R> {
+    let mut g = Group::new();
+    let r = f(&mut g)?;
+    g.end()?;
+    Ok(r)
+}
+
+/// One launch: a merged rank plan and its buffers.
+#[derive(Debug)]
+struct Job {
+    prepared: Prepared,
+    dtype: DataType,
+    op: RedOp,
+    proto: Proto,
+}
+
+impl<'a> Group<'a> {
+    pub fn new() -> Self {
+        Group::default()
+    }
+
+    /// Adds a send of `buf` to `peer`.
+    pub fn send<T: Element>(
+        &mut self,
+        comm: &'a Communicator,
+        buf: impl Into<In<'a, T>>,
+        peer: u32,
+    ) -> Result<()> {
+        comm.check_usable()?;
+        let arg = buf.into().arg;
+        validate::p2p("send buffer", &arg, peer, &comm.owner())?;
+        self.push(
+            comm,
+            T::DTYPE,
+            Pending::P2p {
+                op: P2pOp::Send {
+                    peer,
+                    count: arg.len,
+                },
+                raw: arg.raw,
+            },
+        );
+        Ok(())
+    }
+
+    /// Adds a receive into `buf` from `peer`.
+    pub fn recv<T: Element>(
+        &mut self,
+        comm: &'a Communicator,
+        buf: impl Into<Out<'a, T>>,
+        peer: u32,
+    ) -> Result<()> {
+        comm.check_usable()?;
+        let arg = buf.into().arg;
+        validate::p2p("receive buffer", &arg, peer, &comm.owner())?;
+        self.push(
+            comm,
+            T::DTYPE,
+            Pending::P2p {
+                op: P2pOp::Recv {
+                    peer,
+                    count: arg.len,
+                },
+                raw: arg.raw,
+            },
+        );
+        Ok(())
+    }
+
+    /// Adds any collective (see [`Communicator::collective`]).
+    pub fn collective<T: Element>(
+        &mut self,
+        comm: &'a Communicator,
+        kind: CollKind,
+        send: impl Into<In<'a, T>>,
+        recv: impl Into<Out<'a, T>>,
+        op: RedOp,
+        root: u32,
+    ) -> Result<()> {
+        if kind == CollKind::SendRecv {
+            return Err(Error::InvalidUsage(
+                "use Group::send and Group::recv".into(),
+            ));
+        }
+        comm.check_usable()?;
+        let (send, recv) = (send.into(), recv.into());
+        let op = if kind.is_reduction() { op } else { RedOp::Sum };
+        let checked = validate::collective(
+            kind,
+            &send.arg,
+            &recv.arg,
+            root,
+            op,
+            T::DTYPE,
+            &comm.owner(),
+        )?;
+        self.push(comm, T::DTYPE, Pending::Coll { checked, op });
+        Ok(())
+    }
+
+    /// Adds an AllReduce.
+    pub fn all_reduce<T: Element>(
+        &mut self,
+        comm: &'a Communicator,
+        send: impl Into<In<'a, T>>,
+        recv: impl Into<Out<'a, T>>,
+        op: RedOp,
+    ) -> Result<()> {
+        self.collective(comm, CollKind::AllReduce, send, recv, op, 0)
+    }
+
+    fn push(&mut self, comm: &'a Communicator, dtype: DataType, pending: Pending) {
+        self.entries.push(Entry {
+            comm,
+            dtype,
+            pending,
+        });
+    }
+
+    /// Runs every operation of the group; returns when all are done (host)
+    /// or enqueued (CUDA).
+    pub fn end(self) -> Result<()> {
+        // Communicators in first-use order, each with its operations.
+        let mut comms: Vec<(&Communicator, Vec<&Entry<'_>>)> = Vec::new();
+        for e in &self.entries {
+            match comms.iter_mut().find(|(c, _)| std::ptr::eq(*c, e.comm)) {
+                Some((_, list)) => list.push(e),
+                None => comms.push((e.comm, vec![e])),
+            }
+        }
+        let jobs = comms
+            .iter()
+            .map(|(comm, entries)| Ok((*comm, build_jobs(comm, entries)?)))
+            .collect::<Result<Vec<_>>>()?;
+        let blocking = jobs
+            .first()
+            .is_some_and(|(c, _)| c.clique().backend.blocking());
+        if jobs.len() > 1 && blocking {
+            std::thread::scope(|s| {
+                let handles: Vec<_> = jobs
+                    .iter()
+                    .map(|(comm, js)| s.spawn(move || run_jobs(comm, js)))
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| {
+                        h.join().unwrap_or_else(|_| {
+                            Err(Error::Internal("group thread panicked".into()))
+                        })
+                    })
+                    .collect::<Vec<_>>()
+                    .into_iter()
+                    .collect::<Result<()>>()
+            })
+        } else {
+            jobs.iter().try_for_each(|(comm, js)| run_jobs(comm, js))
+        }
+    }
+}
+
+fn run_jobs(comm: &Communicator, jobs: &[Job]) -> Result<()> {
+    for j in jobs {
+        comm.launch(&j.prepared, j.dtype, j.op, j.proto)?;
+    }
+    Ok(())
+}
+
+/// Key of a launch: operations of one data type and one reduction op share
+/// a launch (Send/Recv joins any launch of its data type).
+type LaunchKey = (DataType, String);
+
+fn op_key(op: RedOp) -> String {
+    match op {
+        RedOp::PreMulSum(s) => format!("premulsum:{:x}", s.to_bits()),
+        o => o.name().into(),
+    }
+}
+
+/// Builds one communicator's launches, in a deterministic order every rank
+/// reproduces.
+fn build_jobs(comm: &Communicator, entries: &[&Entry<'_>]) -> Result<Vec<Job>> {
+    comm.check_usable()?;
+    let mut by_key: BTreeMap<(u8, String), (Vec<&Entry<'_>>, Option<RedOp>)> = BTreeMap::new();
+    for e in entries {
+        let (dt, op) = match &e.pending {
+            Pending::Coll { op, .. } => (e.dtype, Some(*op)),
+            Pending::P2p { .. } => (e.dtype, None),
+        };
+        let key: LaunchKey = (dt, op.map(op_key).unwrap_or_default());
+        // Send/Recv ride with the first collective of their type, if any.
+        let slot = if op.is_none() {
+            by_key
+                .keys()
+                .find(|(d, _)| *d == dt as u8)
+                .cloned()
+                .unwrap_or((dt as u8, String::new()))
+        } else {
+            (key.0 as u8, key.1)
+        };
+        let v = by_key.entry(slot).or_insert_with(|| (Vec::new(), None));
+        v.0.push(e);
+        if op.is_some() {
+            v.1 = op;
+        }
+    }
+    by_key
+        .into_values()
+        .map(|(list, op)| build_job(comm, &list, op.unwrap_or(RedOp::Sum)))
+        .filter_map(Result::transpose)
+        .collect()
+}
+
+/// Merges one launch's operations into a single rank plan.
+fn build_job(comm: &Communicator, list: &[&Entry<'_>], op: RedOp) -> Result<Option<Job>> {
+    let dtype = list[0].dtype;
+    let es = dtype.size();
+    let mut parts: Vec<Prepared> = Vec::new();
+    let mut proto = None::<Proto>;
+    let mut p2p_ops = Vec::new();
+    let mut p2p_bufs = Vec::new();
+    for e in list {
+        match &e.pending {
+            Pending::Coll { checked, .. } if checked.coll.count == 0 => {}
+            Pending::Coll { checked, .. } => {
+                let (prep, choice): (Prepared, Choice) = comm.prepare(checked, es)?;
+                proto.get_or_insert(choice.proto);
+                parts.push(prep);
+            }
+            Pending::P2p { op, raw } => {
+                let count = match op {
+                    P2pOp::Send { count, .. } | P2pOp::Recv { count, .. } => *count,
+                };
+                if count > 0 {
+                    p2p_ops.push(*op);
+                    p2p_bufs.push(*raw);
+                }
+            }
+        }
+    }
+    if !p2p_ops.is_empty() {
+        parts.push(p2p_part(comm, &p2p_ops, p2p_bufs, es)?);
+    }
+    if parts.is_empty() {
+        return Ok(None);
+    }
+    tracing::info!(
+        rank = comm.rank(),
+        operations = list.len(),
+        dtype = %dtype,
+        "oxccl: group launch"
+    );
+    Ok(Some(Job {
+        prepared: merge(comm, parts),
+        dtype,
+        op,
+        proto: proto.unwrap_or(Proto::Simple),
+    }))
+}
+
+/// The Send/Recv part of this rank. `gen::p2p::plan` builds every rank's
+/// part from every rank's list; a rank only knows its own, so the peers'
+/// lists are stood in by the mirror image of this rank's operations with
+/// them (which is all this rank's part depends on).
+fn p2p_part(comm: &Communicator, ops: &[P2pOp], bufs: Vec<RawBuf>, es: usize) -> Result<Prepared> {
+    let n = comm.nranks();
+    let me = comm.rank();
+    let mut lists: Vec<Vec<P2pOp>> = vec![Vec::new(); n as usize];
+    for op in ops {
+        match *op {
+            P2pOp::Send { peer, count } if peer != me => {
+                lists[peer as usize].push(P2pOp::Recv { peer: me, count })
+            }
+            P2pOp::Recv { peer, count } if peer != me => {
+                lists[peer as usize].push(P2pOp::Send { peer: me, count })
+            }
+            _ => {}
+        }
+    }
+    lists[me as usize] = ops.to_vec();
+    let cl = comm.clique();
+    let chunk = (cl.config.chunk_bytes.unwrap_or(cl.backend.chunk_bytes()) / es).max(1);
+    // Every rank must use the same channel count whatever its own traffic,
+    // so it does not depend on sizes.
+    let channels = cl
+        .config
+        .channels
+        .unwrap_or(2)
+        .clamp(1, cl.backend.max_channels());
+    let plan = p2p::plan(n, &lists, chunk, channels).map_err(|e| match e {
+        oxccl_core::CoreError::InvalidRequest(m) => Error::InvalidUsage(format!(
+            "this rank's sends to itself and receives from itself do not match: {m}"
+        )),
+        other => other.into(),
+    })?;
+    let rp = plan.ranks[me as usize].clone();
+    Ok(Prepared { plan: rp, bufs })
+}
+
+/// Concatenates rank plans: buffers and channels of later parts are
+/// renumbered after earlier ones (via `Plan::merge`).
+fn merge(comm: &Communicator, parts: Vec<Prepared>) -> Prepared {
+    if parts.len() == 1 {
+        return parts.into_iter().next().expect("one part");
+    }
+    let mut bufs = Vec::new();
+    let singles: Vec<Plan> = parts
+        .into_iter()
+        .map(|p| {
+            bufs.extend(p.bufs);
+            let mut rp = p.plan;
+            rp.rank = 0;
+            rp.nranks = 1;
+            Plan {
+                algo: oxccl_core::Algo::Ring,
+                coll: None,
+                nranks: 1,
+                ranks: vec![rp],
+            }
+        })
+        .collect();
+    let mut merged = Plan::merge(oxccl_core::Algo::Ring, &singles)
+        .ranks
+        .pop()
+        .expect("one rank");
+    merged.rank = comm.rank();
+    merged.nranks = comm.nranks();
+    Prepared { plan: merged, bufs }
+}

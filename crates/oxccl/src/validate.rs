@@ -1,0 +1,206 @@
+//! Argument validation, done once here for every backend: lengths, root,
+//! peer, reduction op, buffer ownership and NCCL's in-place rules. Nothing
+//! is executed (so nothing is written) unless all of it passes.
+
+use oxccl_core::{CollKind, Collective, DataType, RedOp};
+
+use crate::backend::{BackendKind, RawBuf};
+use crate::buffer::{Arg, Space};
+use crate::error::{Error, Result};
+
+/// Which communicator an argument must belong to.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Owner {
+    pub clique: u64,
+    pub rank: u32,
+    pub nranks: u32,
+    pub backend: BackendKind,
+}
+
+/// A collective call that passed validation.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Checked {
+    pub coll: Collective,
+    pub in_place: bool,
+    pub send: RawBuf,
+    pub recv: RawBuf,
+    /// Whether both buffers are backend memory (so registered, where the
+    /// backend registers its allocations).
+    pub backend_memory: bool,
+}
+
+/// Checks that `arg` may be used by `owner`.
+pub(crate) fn check_space(what: &'static str, arg: &Arg, owner: &Owner) -> Result<()> {
+    match arg.space {
+        Space::Host if owner.backend != BackendKind::Host => Err(Error::ForeignBuffer {
+            what,
+            detail: format!(
+                "plain Rust slices can only be used on the host backend; this communicator runs on {}: allocate with comm.alloc()",
+                owner.backend
+            ),
+        }),
+        Space::Host => Ok(()),
+        Space::Backend { clique, rank } if clique != owner.clique || rank != owner.rank => {
+            Err(Error::ForeignBuffer {
+                what,
+                detail: format!(
+                    "the buffer belongs to rank {rank} of communicator set #{clique}, but the call is on rank {} of set #{}: allocate it with this communicator's alloc()",
+                    owner.rank, owner.clique
+                ),
+            })
+        }
+        Space::Backend { .. } => Ok(()),
+    }
+}
+
+/// Whether `op` is defined on `dtype`. Sum, Prod, Max, Min and Avg are
+/// defined on every type (Avg on integers sums then divides with
+/// truncation, as NCCL does). PreMulSum needs a finite scalar, and on
+/// integer types an integer scalar the type can hold, since it is
+/// converted to the element type once.
+pub(crate) fn check_op(op: RedOp, dtype: DataType) -> Result<()> {
+    let RedOp::PreMulSum(s) = op else {
+        return Ok(());
+    };
+    let fail = |reason: String| {
+        Err(Error::OpNotDefined {
+            op: format!("premulsum({s})"),
+            dtype,
+            reason,
+        })
+    };
+    if !s.is_finite() {
+        return fail("the scalar must be finite".into());
+    }
+    if !dtype.is_float() {
+        let max = dtype.exact_int_range() as f64;
+        let min = if dtype.name().starts_with('u') {
+            0.0
+        } else {
+            -max - 1.0
+        };
+        if s.fract() != 0.0 || s < min || s > max {
+            return fail(format!(
+                "on integer types the scalar must be an integer in {min}..={max}"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Validates a collective call and works out its count and whether it is
+/// in place.
+pub(crate) fn collective(
+    kind: CollKind,
+    send: &Arg,
+    recv: &Arg,
+    root: u32,
+    op: RedOp,
+    dtype: DataType,
+    owner: &Owner,
+) -> Result<Checked> {
+    let n = owner.nranks;
+    if kind.has_root() && root >= n {
+        return Err(Error::RootOutOfRange { root, nranks: n });
+    }
+    if kind.is_reduction() {
+        check_op(op, dtype)?;
+    }
+    check_space("send buffer", send, owner)?;
+    check_space("receive buffer", recv, owner)?;
+    let nu = n as usize;
+    let count = match kind {
+        CollKind::ReduceScatter | CollKind::Scatter => recv.len,
+        CollKind::AllToAll => {
+            if send.len % nu != 0 {
+                return Err(Error::NotMultiple {
+                    what: "send buffer",
+                    len: send.len,
+                    nranks: n,
+                });
+            }
+            send.len / nu
+        }
+        _ => send.len,
+    };
+    let coll = Collective::new(kind, count, if kind.has_root() { root } else { 0 });
+    let (want_in, want_out) = (coll.input_len(n), coll.output_len(n));
+    if send.len != want_in {
+        return Err(Error::LengthMismatch {
+            what: "send buffer",
+            expected: want_in,
+            got: send.len,
+        });
+    }
+    if recv.len != want_out {
+        return Err(Error::LengthMismatch {
+            what: "receive buffer",
+            expected: want_out,
+            got: recv.len,
+        });
+    }
+    let in_place = in_place(&coll, send, recv, dtype.size(), owner.rank)?;
+    Ok(Checked {
+        coll,
+        in_place,
+        send: send.raw,
+        recv: recv.raw,
+        backend_memory: matches!(send.space, Space::Backend { .. })
+            && matches!(recv.space, Space::Backend { .. }),
+    })
+}
+
+/// Decides whether overlapping buffers are NCCL's in-place layout:
+/// AllGather/Gather: the send buffer is the rank's own block of the
+/// receive buffer; ReduceScatter/Scatter: the receive buffer is the rank's
+/// own block of the send buffer; every other collective: the same start.
+/// Disjoint buffers are out of place; any other overlap is an error.
+fn in_place(coll: &Collective, send: &Arg, recv: &Arg, es: usize, rank: u32) -> Result<bool> {
+    let (s, r) = (send.raw, recv.raw);
+    let disjoint = send.space != recv.space
+        || s.bytes == 0
+        || r.bytes == 0
+        || s.end() <= r.addr
+        || r.end() <= s.addr;
+    if disjoint {
+        return Ok(false);
+    }
+    let (in_off, out_off) = coll.in_place_offsets(rank);
+    let (want_send, want) = match coll.kind {
+        CollKind::AllGather | CollKind::Gather => (
+            r.addr + (in_off * es) as u64,
+            "the send buffer must be this rank's block of the receive buffer",
+        ),
+        CollKind::ReduceScatter | CollKind::Scatter => (
+            s.addr,
+            "the receive buffer must be this rank's block of the send buffer",
+        ),
+        _ => (
+            r.addr,
+            "send and receive buffers must start at the same address",
+        ),
+    };
+    let want_recv = match coll.kind {
+        CollKind::ReduceScatter | CollKind::Scatter => s.addr + (out_off * es) as u64,
+        _ => r.addr,
+    };
+    if s.addr == want_send && r.addr == want_recv {
+        return Ok(true);
+    }
+    let rel = i128::from(s.addr) - i128::from(r.addr);
+    Err(Error::InvalidInPlace {
+        coll: coll.kind,
+        detail: format!("send starts {rel} bytes from receive; {want}"),
+    })
+}
+
+/// Validates one Send or Recv.
+pub(crate) fn p2p(what: &'static str, arg: &Arg, peer: u32, owner: &Owner) -> Result<()> {
+    if peer >= owner.nranks {
+        return Err(Error::PeerOutOfRange {
+            peer,
+            nranks: owner.nranks,
+        });
+    }
+    check_space(what, arg, owner)
+}

@@ -1,0 +1,216 @@
+//! Every collective × dtype × op × in-place through the Communicator API,
+//! one generic body for every backend: host always, CUDA when a device is
+//! there (else it prints `skipped: no CUDA device`).
+
+use oxccl::core::testkit;
+use oxccl::core::{with_dtype, Collective};
+use oxccl::{BackendKind, CollKind, Communicator, Config, DataType, Element, RedOp};
+
+const KINDS: [CollKind; 8] = [
+    CollKind::AllReduce,
+    CollKind::Broadcast,
+    CollKind::Reduce,
+    CollKind::AllGather,
+    CollKind::ReduceScatter,
+    CollKind::AllToAll,
+    CollKind::Gather,
+    CollKind::Scatter,
+];
+
+const OPS: [RedOp; 6] = [
+    RedOp::Sum,
+    RedOp::Prod,
+    RedOp::Max,
+    RedOp::Min,
+    RedOp::Avg,
+    RedOp::PreMulSum(2.0),
+];
+
+/// Runs one case on every rank; returns the number of wrong elements and
+/// the first difference.
+fn run_case<T: Element>(
+    comms: &[Communicator],
+    kind: CollKind,
+    count: usize,
+    op: RedOp,
+    root: u32,
+    in_place: bool,
+) -> (u64, Option<String>) {
+    let n = comms.len() as u32;
+    let coll = Collective::new(kind, count, root);
+    let inputs: Vec<Vec<T>> = (0..n)
+        .map(|r| testkit::input::<T>(&coll, n, r, op, 7))
+        .collect();
+    let outputs: Vec<Vec<T>> = std::thread::scope(|s| {
+        let hs: Vec<_> = comms
+            .iter()
+            .map(|c| {
+                let input = &inputs[c.rank() as usize];
+                s.spawn(move || run_rank(c, &coll, input, op, in_place))
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    testkit::compare(&coll, &inputs, &outputs, op)
+}
+
+/// One rank's call, on buffers from the communicator (both backends).
+fn run_rank<T: Element>(
+    c: &Communicator,
+    coll: &Collective,
+    input: &[T],
+    op: RedOp,
+    in_place: bool,
+) -> Vec<T> {
+    let n = c.nranks();
+    let (ilen, olen) = (coll.input_len(n), coll.output_len(n));
+    let (in_off, out_off) = coll.in_place_offsets(c.rank());
+    let res;
+    let out;
+    if in_place {
+        let buf = c.alloc::<T>(ilen.max(olen)).unwrap();
+        buf.slice(in_off..in_off + ilen)
+            .copy_from_slice(input)
+            .unwrap();
+        let send = buf.slice(in_off..in_off + ilen);
+        let recv = buf.slice(out_off..out_off + olen);
+        res = c.collective(coll.kind, send, recv, op, coll.root);
+        c.synchronize().unwrap();
+        out = recv.to_vec().unwrap();
+    } else {
+        let send = c.alloc::<T>(ilen).unwrap();
+        let recv = c.alloc::<T>(olen).unwrap();
+        send.copy_from_slice(input).unwrap();
+        res = c.collective(coll.kind, &send, &recv, op, coll.root);
+        c.synchronize().unwrap();
+        out = recv.to_vec().unwrap();
+    }
+    if let Err(e) = res {
+        panic!("rank {}: {} failed: {e}", c.rank(), coll.kind);
+    }
+    out
+}
+
+/// The generic body: every case on `comms`.
+fn all_cases(comms: &[Communicator], count: usize) {
+    let n = comms.len() as u32;
+    let mut failures = Vec::new();
+    let mut cases = 0;
+    for kind in KINDS {
+        let ops: &[RedOp] = if kind.is_reduction() { &OPS } else { &OPS[..1] };
+        for dt in DataType::ALL {
+            for &op in ops {
+                for in_place in [false, true] {
+                    let root = if kind.has_root() { n - 1 } else { 0 };
+                    let (wrong, first) =
+                        with_dtype!(dt, T => run_case::<T>(comms, kind, count, op, root, in_place));
+                    cases += 1;
+                    if wrong > 0 {
+                        failures.push(format!(
+                            "{kind} {dt} {op} in_place={in_place}: {wrong} wrong, {}",
+                            first.unwrap_or_default()
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    assert!(cases > 500, "ran {cases} cases");
+    assert!(
+        failures.is_empty(),
+        "{} of {cases} cases failed on {n} ranks:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+fn host(n: u32) -> Vec<Communicator> {
+    oxccl::init_all_with(
+        n,
+        Config {
+            backend: BackendKind::Host,
+            ..Config::default()
+        },
+    )
+    .unwrap()
+}
+
+#[test]
+fn host_every_case_3_ranks() {
+    all_cases(&host(3), 37);
+}
+
+#[test]
+fn host_every_case_4_ranks() {
+    all_cases(&host(4), 1000);
+}
+
+#[test]
+fn host_every_case_1_rank() {
+    all_cases(&host(1), 5);
+}
+
+#[test]
+fn cuda_every_case() {
+    if !oxccl::backend::cuda::available() {
+        println!("skipped: no CUDA device");
+        return;
+    }
+    let comms = oxccl::init_all_with(
+        2,
+        Config {
+            backend: BackendKind::Cuda,
+            ..Config::default()
+        },
+    )
+    .unwrap();
+    all_cases(&comms, 1000);
+}
+
+#[test]
+fn host_plain_slices_and_in_place_forms() {
+    let comms = host(4);
+    std::thread::scope(|s| {
+        for c in &comms {
+            s.spawn(move || {
+                let r = c.rank() as f32;
+                let send = vec![r; 10];
+                let mut recv = vec![0.0f32; 10];
+                c.all_reduce(&send, &mut recv, RedOp::Sum).unwrap();
+                assert_eq!(recv, vec![6.0; 10]);
+                let mut v = vec![r + 1.0; 10];
+                c.all_reduce_in_place(&mut v, RedOp::Max).unwrap();
+                assert_eq!(v, vec![4.0; 10]);
+                let mut g = vec![0i32; 8];
+                g[2 * c.rank() as usize] = c.rank() as i32;
+                g[2 * c.rank() as usize + 1] = 10 + c.rank() as i32;
+                c.all_gather_in_place(&mut g).unwrap();
+                assert_eq!(g, vec![0, 10, 1, 11, 2, 12, 3, 13]);
+                let mut rs = vec![1u8; 8];
+                c.reduce_scatter_in_place(&mut rs, RedOp::Sum).unwrap();
+                let me = 2 * c.rank() as usize;
+                assert_eq!(&rs[me..me + 2], &[4, 4]);
+                let mut b = vec![c.rank() as u64; 3];
+                c.broadcast_in_place(&mut b, 2).unwrap();
+                assert_eq!(b, vec![2; 3]);
+            });
+        }
+    });
+}
+
+#[test]
+fn repeated_calls_reuse_cached_plans() {
+    let comms = host(2);
+    std::thread::scope(|s| {
+        for c in &comms {
+            s.spawn(move || {
+                let mut v = vec![1.0f64; 100];
+                for _ in 0..5 {
+                    c.all_reduce_in_place(&mut v, RedOp::Sum).unwrap();
+                }
+                assert_eq!(v[0], 32.0);
+            });
+        }
+    });
+    assert_eq!(comms[0].cached_plans(), 1);
+}
