@@ -7,7 +7,7 @@ use oxccl_core::{Algo, CollKind, Collective, DataType, PlanRequest, RedOp};
 
 #[test]
 fn every_generator_small_grid() {
-    for algo in [Algo::Ring, Algo::AllPairs, Algo::OneShot, Algo::TwoShot] {
+    for algo in Algo::ALL {
         for kind in CollKind::ALL {
             if kind == CollKind::SendRecv || !supports(algo, kind) {
                 continue;

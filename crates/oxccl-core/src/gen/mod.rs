@@ -9,7 +9,7 @@ mod allpairs;
 mod direct;
 pub mod p2p;
 mod ring;
-mod tree;
+pub mod tree;
 
 use crate::coll::{Algo, CollKind, Collective};
 use crate::error::CoreError;
