@@ -22,9 +22,12 @@ fn every_generator_small_grid() {
                             req.in_place = in_place;
                             req.channels = channels;
                             req.chunk = chunk;
-                            for dt in [DataType::F32, DataType::I32] {
-                                if let Err(e) = common::run_dtype(&req, dt, RedOp::Sum, 7) {
-                                    panic!("{algo} {kind} n={n} count={count} root={root} in_place={in_place} ch={channels} chunk={chunk} {dt}: {e}");
+                            for registered in [false, true] {
+                                req.registered = registered;
+                                for dt in [DataType::F32, DataType::I32] {
+                                    if let Err(e) = common::run_dtype(&req, dt, RedOp::Sum, 7) {
+                                        panic!("{algo} {kind} n={n} count={count} root={root} in_place={in_place} ch={channels} chunk={chunk} registered={registered} {dt}: {e}");
+                                    }
                                 }
                             }
                         }

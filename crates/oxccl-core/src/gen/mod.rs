@@ -229,6 +229,14 @@ impl Steps {
     fn mv(&mut self, src: Src, dsts: Vec<Dst>, len: usize) {
         self.xfer(vec![src], dsts, len, false);
     }
+
+    /// Every rank signals every peer, then waits for every peer: after it,
+    /// each rank knows every peer has reached this point of this channel.
+    fn barrier(&mut self, rank: Rank, nranks: u32) {
+        let peers = || (1..nranks).map(move |k| (rank + k) % nranks);
+        self.0.extend(peers().map(|peer| Step::Signal { peer }));
+        self.0.extend(peers().map(|peer| Step::Wait { peer }));
+    }
 }
 
 /// A rank's own contribution to a reduction (pre-scaled).
