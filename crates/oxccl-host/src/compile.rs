@@ -104,9 +104,10 @@ pub(crate) fn compile(
     let mut total = 0usize;
     for d in plan.bufs.iter().filter(|b| b.role == BufRole::Scratch) {
         scratch_offs.push(total);
-        let bytes = d.len.checked_mul(elem).ok_or_else(|| {
-            HostError::InvalidPlan(format!("rank {me}: scratch size overflows"))
-        })?;
+        let bytes = d
+            .len
+            .checked_mul(elem)
+            .ok_or_else(|| HostError::InvalidPlan(format!("rank {me}: scratch size overflows")))?;
         total = total.saturating_add(bytes.next_multiple_of(64));
     }
     let words = total.div_ceil(8);
@@ -119,12 +120,14 @@ pub(crate) fn compile(
     let mut addrs = Vec::with_capacity(plan.bufs.len());
     for (i, d) in plan.bufs.iter().enumerate() {
         if d.role == BufRole::Scratch {
-            let off = scratch_regions.next().expect("one region per scratch buffer");
+            let off = scratch_regions
+                .next()
+                .expect("one region per scratch buffer");
             addrs.push((scratch_base + off, d.len));
             continue;
         }
         let b = user.next().expect("counted above");
-        let need = d.len.checked_mul(elem).unwrap_or(usize::MAX);
+        let need = d.len.saturating_mul(elem);
         if b.bytes < need {
             return bad(format!(
                 "buffer {i} ({:?}) has {} bytes, the plan needs {need}",
@@ -152,7 +155,8 @@ pub(crate) fn compile(
     for (c, ch) in plan.channels.iter().enumerate() {
         let mut ops = Vec::with_capacity(ch.steps.len());
         for (s, step) in ch.steps.iter().enumerate() {
-            let at = |m: String| HostError::InvalidPlan(format!("rank {me} channel {c} step {s}: {m}"));
+            let at =
+                |m: String| HostError::InvalidPlan(format!("rank {me} channel {c} step {s}: {m}"));
             let peer_ok = |p: Rank| {
                 if p < plan.nranks {
                     Ok(p)

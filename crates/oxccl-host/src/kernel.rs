@@ -187,7 +187,16 @@ mod tests {
         let bp = b.as_mut_ptr();
         // b = a + b in place, copied to c as well.
         run(
-            &[In { ptr: a.as_ptr(), pre: false }, In { ptr: bp, pre: false }],
+            &[
+                In {
+                    ptr: a.as_ptr(),
+                    pre: false,
+                },
+                In {
+                    ptr: bp,
+                    pre: false,
+                },
+            ],
             &[bp, c.as_mut_ptr()],
             len,
             false,
@@ -204,7 +213,16 @@ mod tests {
         // SAFETY: offsets inside `v`.
         let (src, dst) = unsafe { (p.add(2).cast_const(), p) };
         // Avg on f32 lowers to a pre-scale of 1/4.
-        run(&[In { ptr: src, pre: true }], &[dst], 8, false, RedOp::Avg);
+        run(
+            &[In {
+                ptr: src,
+                pre: true,
+            }],
+            &[dst],
+            8,
+            false,
+            RedOp::Avg,
+        );
         let want: Vec<f32> = (2..10).map(|i| i as f32 / 4.0).collect();
         assert_eq!(&v[..8], &want[..]);
     }
@@ -218,7 +236,16 @@ mod tests {
         // SAFETY: pointers into arrays of two elements.
         unsafe {
             transfer(
-                &[In { ptr: a.as_ptr(), pre: true }, In { ptr: b.as_ptr(), pre: true }],
+                &[
+                    In {
+                        ptr: a.as_ptr(),
+                        pre: true,
+                    },
+                    In {
+                        ptr: b.as_ptr(),
+                        pre: true,
+                    },
+                ],
                 &[out.as_mut_ptr()],
                 2,
                 true,

@@ -75,7 +75,10 @@ fn request(
 }
 
 fn check(fabs: &mut Fabrics, req: &PlanRequest, dt: DataType, op: RedOp, seed: u64) -> Checked {
-    assert!(req.chunk * dt.size() <= fabs.slot_bytes, "chunk must fit a slot");
+    assert!(
+        req.chunk * dt.size() <= fabs.slot_bytes,
+        "chunk must fit a slot"
+    );
     let fab = fabs.get(req.nranks);
     with_dtype!(dt, T => check_request::<T>(&fab, req, op, seed)).unwrap_or_else(|e| panic!("{e}"))
 }
@@ -89,7 +92,10 @@ fn every_dtype_op_and_placement() {
     let mut ran = 0;
     for (algo, kind) in supported() {
         for dt in DataType::ALL {
-            for op in OPS.into_iter().filter(|&op| oxccl_core::testkit::op_applies(kind, op)) {
+            for op in OPS
+                .into_iter()
+                .filter(|&op| oxccl_core::testkit::op_applies(kind, op))
+            {
                 for in_place in [false, true] {
                     let chunk = (64 / dt.size()).min(5);
                     let req = request(algo, kind, 3, 37, 1, 2, chunk, in_place);
@@ -141,16 +147,18 @@ fn arb_case() -> impl Strategy<Value = (PlanRequest, DataType, RedOp, u64)> {
         any::<u64>(),
         any::<u32>(),
     )
-        .prop_map(move |(p, n, count, channels, chunk, in_place, dt, op, seed, root)| {
-            let (algo, kind) = pairs[p];
-            let op = if oxccl_core::testkit::op_applies(kind, OPS[op]) {
-                OPS[op]
-            } else {
-                RedOp::Sum
-            };
-            let req = request(algo, kind, n, count, root % n, channels, chunk, in_place);
-            (req, DataType::ALL[dt], op, seed)
-        })
+        .prop_map(
+            move |(p, n, count, channels, chunk, in_place, dt, op, seed, root)| {
+                let (algo, kind) = pairs[p];
+                let op = if oxccl_core::testkit::op_applies(kind, OPS[op]) {
+                    OPS[op]
+                } else {
+                    RedOp::Sum
+                };
+                let req = request(algo, kind, n, count, root % n, channels, chunk, in_place);
+                (req, DataType::ALL[dt], op, seed)
+            },
+        )
 }
 
 proptest! {

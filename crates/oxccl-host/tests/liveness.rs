@@ -6,8 +6,10 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{check_request, run_plan, small_config, Checked};
-use oxccl_core::{gen, generate, testkit, Algo, CollKind, Collective, DataType, PlanRequest, RedOp};
+use common::{check_request, run_plan, small_config, Checked, RankResult};
+use oxccl_core::{
+    gen, generate, testkit, Algo, CollKind, Collective, DataType, PlanRequest, RedOp,
+};
 use oxccl_host::{HostConfig, HostError, HostFabric};
 
 fn allreduce(n: u32, count: usize, algo: Algo, channels: u32, chunk: usize) -> PlanRequest {
@@ -49,12 +51,8 @@ fn eight_ranks_oversubscribed_allreduce_sweep() {
     assert!(fab.failure().is_none());
 }
 
-/// Runs a 4-rank... ring AllReduce with `absent` ranks never calling.
-fn ring_with_absent(
-    fab: &Arc<HostFabric>,
-    n: u32,
-    absent: &[u32],
-) -> Vec<Option<Result<(Vec<f32>, oxccl_host::ExecStats), HostError>>> {
+/// Runs an `n`-rank ring AllReduce with `absent` ranks never calling.
+fn ring_with_absent(fab: &Arc<HostFabric>, n: u32, absent: &[u32]) -> Vec<Option<RankResult<f32>>> {
     let req = allreduce(n, 1000, Algo::Ring, 1, 16);
     let plan = generate(&req).unwrap();
     let inputs: Vec<Vec<f32>> = (0..n)

@@ -54,7 +54,8 @@ pub fn run_plan<T: Element>(
                     if skip {
                         return None;
                     }
-                    let bases: Vec<*mut T> = mem.arenas.iter_mut().map(|a| a.as_mut_ptr()).collect();
+                    let bases: Vec<*mut T> =
+                        mem.arenas.iter_mut().map(|a| a.as_mut_ptr()).collect();
                     let bufs: Vec<HostBuf> = rp
                         .bufs
                         .iter()
@@ -79,7 +80,10 @@ pub fn run_plan<T: Element>(
                 })
             })
             .collect();
-        handles.into_iter().map(|h| h.join().expect("rank thread panicked")).collect()
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("rank thread panicked"))
+            .collect()
     })
 }
 
