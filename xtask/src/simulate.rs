@@ -1,8 +1,215 @@
-//! `cargo xtask simulate` (being written).
+//! `cargo xtask simulate`: predicted time and bus bandwidth at scale, from
+//! the cost model, for ring, tree, double binary tree and the pick.
+
+use oxccl_core::{Algo, CollKind, Proto};
+use oxccl_topo::select::Selector;
+use oxccl_topo::Topology;
+use plotters::prelude::*;
+
+use crate::topo::{human, placement};
 
 #[derive(Debug, clap::Args)]
-pub struct SimulateArgs {}
+pub struct SimulateArgs {
+    /// Built-in machine to repeat on every host.
+    #[arg(long, default_value = "hgx-h100")]
+    pub preset: String,
+    /// Host counts, comma separated.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "1,2,4,8,16,32,64,128,256,512,1024"
+    )]
+    pub nodes: Vec<u32>,
+    /// Collective.
+    #[arg(long, default_value = "allreduce")]
+    pub coll: String,
+    /// Ranks per GPU.
+    #[arg(long, default_value_t = 1)]
+    pub ranks_per_gpu: u32,
+    /// Protocols the pick may use, comma separated.
+    #[arg(long, value_delimiter = ',', default_value = "simple,ll")]
+    pub protos: Vec<String>,
+    /// Also plot busbw against size (one line per host count, the pick) and
+    /// small-message time against ranks (ring, trees, pick) to this SVG.
+    #[arg(long)]
+    pub svg: Option<String>,
+}
 
-pub fn run(_a: SimulateArgs) -> anyhow::Result<()> {
-    anyhow::bail!("simulate is not implemented yet")
+const COLUMNS: [(&str, Option<Algo>); 4] = [
+    ("ring", Some(Algo::Ring)),
+    ("tree", Some(Algo::BinaryTree)),
+    ("dbtree", Some(Algo::DoubleBinaryTree)),
+    ("pick", None),
+];
+
+fn best(
+    sel: &Selector,
+    kind: CollKind,
+    algo: Algo,
+    protos: &[Proto],
+    bytes: usize,
+    n: u32,
+) -> Option<f64> {
+    let mut t = f64::INFINITY;
+    for &p in protos {
+        for &c in &sel.channel_options() {
+            if let Some(x) = sel.predict(kind, algo, p, c, bytes, n) {
+                t = t.min(x);
+            }
+        }
+    }
+    t.is_finite().then_some(t)
+}
+
+pub fn run(a: SimulateArgs) -> anyhow::Result<()> {
+    let kind: CollKind = a.coll.parse()?;
+    let protos: Vec<Proto> = a
+        .protos
+        .iter()
+        .map(|p| p.parse())
+        .collect::<Result<_, _>>()?;
+    let sizes: Vec<usize> = (0..=31).map(|i| 8usize << i).collect();
+    let mut curves: Vec<(u32, Vec<(f64, f64)>)> = Vec::new();
+    let mut small: Vec<(u32, [Option<f64>; 4])> = Vec::new();
+    for &nodes in &a.nodes {
+        let t = Topology::preset(&a.preset, nodes)?;
+        let ranks = placement(&t, a.ranks_per_gpu);
+        let n = ranks.len() as u32;
+        let sel = Selector::new(&t, &ranks);
+        println!(
+            "\n{} × {nodes} host(s), {n} ranks, {kind}: time µs / busbw GB/s",
+            a.preset
+        );
+        print!("{:>9}", "size");
+        for (name, _) in COLUMNS {
+            print!(" {:>20}", name);
+        }
+        println!("  pick");
+        let mut curve = Vec::new();
+        for (i, &b) in sizes.iter().enumerate() {
+            let pick = sel.choose(kind, b, n, &Algo::ALL, &protos);
+            let cell = |t: Option<f64>| match t {
+                Some(t) => format!(
+                    "{t:>10.1} /{:>7.1}",
+                    b as f64 / (t * 1000.0) * kind.busbw_factor(n)
+                ),
+                None => format!("{:>20}", "-"),
+            };
+            let times: Vec<Option<f64>> = COLUMNS
+                .iter()
+                .map(|(_, algo)| match algo {
+                    Some(algo) => best(&sel, kind, *algo, &protos, b, n),
+                    None => Some(pick.predicted_us),
+                })
+                .collect();
+            if i == 0 {
+                small.push((n, [times[0], times[1], times[2], times[3]]));
+            }
+            curve.push((
+                b as f64,
+                b as f64 / (pick.predicted_us * 1000.0) * kind.busbw_factor(n),
+            ));
+            // Print every other size to keep the table readable.
+            if i % 2 == 0 || i == sizes.len() - 1 {
+                print!("{:>9}", human(b));
+                for t in &times {
+                    print!(" {}", cell(*t));
+                }
+                println!("  {}/{}/{}ch", pick.algo, pick.proto, pick.channels);
+            }
+        }
+        curves.push((nodes, curve));
+    }
+    println!("\n8-byte {kind} time (µs) by ranks: ring grows linearly, trees logarithmically");
+    println!(
+        "{:>7} {:>10} {:>10} {:>10} {:>10}",
+        "ranks", "ring", "tree", "dbtree", "pick"
+    );
+    let f = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v:.1}"));
+    for (n, t) in &small {
+        println!(
+            "{:>7} {:>10} {:>10} {:>10} {:>10}",
+            n,
+            f(t[0]),
+            f(t[1]),
+            f(t[2]),
+            f(t[3])
+        );
+    }
+    if let Some(path) = &a.svg {
+        plot(path, &a.preset, kind, &curves, &small)?;
+        println!("\nwrote {path}");
+    }
+    Ok(())
+}
+
+fn plot(
+    path: &str,
+    preset: &str,
+    kind: CollKind,
+    curves: &[(u32, Vec<(f64, f64)>)],
+    small: &[(u32, [Option<f64>; 4])],
+) -> anyhow::Result<()> {
+    let root = SVGBackend::new(path, (1400, 600)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let (left, right) = root.split_horizontally(700);
+    let max_bw = curves
+        .iter()
+        .flat_map(|c| c.1.iter().map(|p| p.1))
+        .fold(1.0, f64::max);
+    let mut ch = ChartBuilder::on(&left)
+        .caption(
+            format!("{preset}: predicted {kind} busbw (pick)"),
+            ("sans-serif", 18),
+        )
+        .margin(10)
+        .x_label_area_size(40)
+        .y_label_area_size(50)
+        .build_cartesian_2d((8f64..(16u64 << 30) as f64).log_scale(), 0f64..max_bw * 1.1)?;
+    ch.configure_mesh()
+        .x_desc("bytes")
+        .y_desc("busbw GB/s")
+        .x_label_formatter(&|v| human(*v as usize))
+        .draw()?;
+    for (i, (nodes, c)) in curves.iter().enumerate() {
+        let color = Palette99::pick(i).to_rgba();
+        ch.draw_series(LineSeries::new(c.iter().copied(), color))?
+            .label(format!("{nodes} host(s)"))
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 15, y)], color));
+    }
+    ch.configure_series_labels()
+        .background_style(WHITE)
+        .border_style(BLACK)
+        .draw()?;
+    let max_n = small.iter().map(|s| s.0).max().unwrap_or(1).max(2) as f64;
+    let max_t = small
+        .iter()
+        .flat_map(|s| s.1.iter().flatten().copied())
+        .fold(1.0, f64::max);
+    let mut ch = ChartBuilder::on(&right)
+        .caption(format!("{preset}: 8-byte {kind} time"), ("sans-serif", 18))
+        .margin(10)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .build_cartesian_2d(
+            (1f64..max_n * 1.2).log_scale(),
+            (1f64..max_t * 1.5).log_scale(),
+        )?;
+    ch.configure_mesh().x_desc("ranks").y_desc("µs").draw()?;
+    for (k, (name, _)) in COLUMNS.iter().enumerate() {
+        let color = Palette99::pick(k + 3).to_rgba();
+        let pts: Vec<(f64, f64)> = small
+            .iter()
+            .filter_map(|s| Some((f64::from(s.0), s.1[k]?)))
+            .collect();
+        ch.draw_series(LineSeries::new(pts, color))?
+            .label(*name)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 15, y)], color));
+    }
+    ch.configure_series_labels()
+        .background_style(WHITE)
+        .border_style(BLACK)
+        .draw()?;
+    root.present()?;
+    Ok(())
 }

@@ -1,8 +1,192 @@
-//! `cargo xtask topo` (being written).
+//! `cargo xtask topo`: a machine's topology (live, from NCCL XML or a
+//! preset), the rings and trees chosen on it, and with `--explain` the
+//! model's predicted time per algorithm and protocol.
+
+use anyhow::Context as _;
+use oxccl_core::{Algo, CollKind, Proto};
+use oxccl_topo::search::{children, double_binary_tree};
+use oxccl_topo::select::Selector;
+use oxccl_topo::Topology;
 
 #[derive(Debug, clap::Args)]
-pub struct TopoArgs {}
+pub struct TopoArgs {
+    /// Read an NCCL topology XML file instead of detecting.
+    #[arg(long, conflicts_with = "preset")]
+    pub file: Option<String>,
+    /// Use a built-in machine (dgx1, dgx-a100, hgx-h100, hgx-h200, hgx-b200,
+    /// pcie-8gpu, nvlink-bridge, single-gpu).
+    #[arg(long)]
+    pub preset: Option<String>,
+    /// Hosts (presets only).
+    #[arg(long, default_value_t = 1)]
+    pub nodes: u32,
+    /// Ranks per GPU (several ranks on one GPU).
+    #[arg(long, default_value_t = 1)]
+    pub ranks_per_gpu: u32,
+    /// Write the topology as NCCL XML.
+    #[arg(long)]
+    pub dump: Option<String>,
+    /// Table of predicted times for this collective (e.g. allreduce).
+    #[arg(long)]
+    pub explain: Option<String>,
+}
 
-pub fn run(_a: TopoArgs) -> anyhow::Result<()> {
-    anyhow::bail!("topo is not implemented yet")
+/// Loads the topology the flags name.
+pub fn load(file: Option<&str>, preset: Option<&str>, nodes: u32) -> anyhow::Result<Topology> {
+    Ok(match (file, preset) {
+        (Some(f), _) => Topology::from_xml_file(f).with_context(|| format!("reading {f}"))?,
+        (None, Some(p)) => Topology::preset(p, nodes)?,
+        (None, None) => Topology::from_env(),
+    })
+}
+
+/// Rank r → GPU index, `per_gpu` ranks on each GPU (one rank when there is
+/// no GPU at all).
+pub fn placement(t: &Topology, per_gpu: u32) -> Vec<usize> {
+    let n = t.gpus().len().max(1);
+    (0..n * per_gpu.max(1) as usize)
+        .map(|r| r / per_gpu.max(1) as usize)
+        .collect()
+}
+
+/// Human size: 8 B, 64 KiB, 1 GiB.
+pub fn human(b: usize) -> String {
+    const U: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = b as f64;
+    let mut i = 0;
+    while v >= 1024.0 && i < U.len() - 1 {
+        v /= 1024.0;
+        i += 1;
+    }
+    format!("{v:.0} {}", U[i])
+}
+
+pub fn run(a: TopoArgs) -> anyhow::Result<()> {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("OXCCL_LOG")
+                .unwrap_or_else(|_| "error".into()),
+        )
+        .with_writer(std::io::stderr)
+        .try_init();
+    let t = load(a.file.as_deref(), a.preset.as_deref(), a.nodes)?;
+    let source = match (&a.file, &a.preset) {
+        (Some(f), _) => format!("file {f}"),
+        (None, Some(p)) => format!("preset {p} × {} host(s)", a.nodes),
+        (None, None) => "this machine".to_string(),
+    };
+    println!("Topology of {source}");
+    print!("{}", t.summary());
+    println!();
+    let hosts = t.nhosts().max(1);
+    // Hosts are alike in presets; show the first and say so.
+    print!("{}", t.matrix_report(0));
+    if hosts > 1 {
+        println!(
+            "(hosts 1..{} are laid out like host0; between hosts every path is NET)",
+            hosts - 1
+        );
+    }
+    if let Some(path) = &a.dump {
+        t.to_xml_file(path)?;
+        println!("\nwrote {path}");
+    }
+    if t.gpus().is_empty() {
+        println!("\n0 GPUs: no rings or trees to choose (set OXCCL_LOG=warn to see what detection missed)");
+        return Ok(());
+    }
+    let ranks = placement(&t, a.ranks_per_gpu);
+    let nranks = ranks.len() as u32;
+    let sel = Selector::new(&t, &ranks);
+    let rs = sel.ring_set();
+    println!(
+        "\nRings ({} rank(s) on {} host(s)): {} distinct, {:.1} GB/s each, {:.1} GB/s in all, {}",
+        nranks,
+        sel.shape().nnodes,
+        rs.rings.len(),
+        rs.bw_per_ring,
+        rs.total_bw(),
+        if rs.nvlink_only {
+            "NVLink hops only"
+        } else {
+            "PCIe/SYS hops used"
+        }
+    );
+    for (c, r) in sel.rings().iter().take(rs.rings.len().max(1)).enumerate() {
+        let shown: Vec<String> = r.iter().take(32).map(u32::to_string).collect();
+        let more = if r.len() > 32 { " ..." } else { "" };
+        println!("  ring {c}: {}{more}", shown.join(" "));
+    }
+    let chain: Vec<String> = sel.rings()[0]
+        .iter()
+        .take(sel.shape().ranks_per_node as usize)
+        .map(u32::to_string)
+        .collect();
+    println!("Trees: inside a host the chain {}", chain.join(" → "));
+    let nn = sel.shape().nnodes as usize;
+    if nn > 1 {
+        let [t0, t1] = double_binary_tree(nn);
+        for (k, tree) in [t0, t1].iter().enumerate() {
+            let ch = children(tree);
+            let root = tree.iter().position(Option::is_none).unwrap_or(0);
+            let show: Vec<String> = (0..nn.min(16))
+                .map(|h| format!("{h}→{}", tree[h].map_or("root".into(), |p| p.to_string())))
+                .collect();
+            println!(
+                "  tree {k} across hosts (root {root}, {} leaves): {}{}",
+                ch.iter().filter(|c| c.is_empty()).count(),
+                show.join(" "),
+                if nn > 16 { " ..." } else { "" }
+            );
+        }
+    } else {
+        println!("  one host: the double binary tree is that chain");
+    }
+    if let Some(coll) = &a.explain {
+        let kind: CollKind = coll.parse()?;
+        explain(&sel, kind, nranks);
+    }
+    Ok(())
+}
+
+fn explain(sel: &Selector, kind: CollKind, nranks: u32) {
+    let protos = [Proto::LL, Proto::LL128, Proto::Simple];
+    let combos: Vec<(Algo, Proto)> = Algo::ALL
+        .iter()
+        .flat_map(|&a| protos.iter().map(move |&p| (a, p)))
+        .filter(|&(a, p)| sel.predict(kind, a, p, 1, 1024, nranks).is_some())
+        .collect();
+    println!(
+        "\nPredicted {kind} time (µs, best channel count) on {nranks} ranks; * marks the pick among all algorithms and protocols"
+    );
+    print!("{:>9}", "size");
+    for (a, p) in &combos {
+        print!(" {:>15}", format!("{a}/{p}"));
+    }
+    println!("  {:>22} {:>10}", "pick", "busbw GB/s");
+    let mut b = 8usize;
+    while b <= 16 << 30 {
+        let pick = sel.choose(kind, b, nranks, &Algo::ALL, &protos);
+        print!("{:>9}", human(b));
+        for &(a, p) in &combos {
+            let best = sel
+                .channel_options()
+                .iter()
+                .filter_map(|&c| sel.predict(kind, a, p, c, b, nranks))
+                .fold(f64::INFINITY, f64::min);
+            let mark = if a == pick.algo && p == pick.proto {
+                "*"
+            } else {
+                " "
+            };
+            print!(" {:>14.1}{mark}", best);
+        }
+        let busbw = b as f64 / (pick.predicted_us * 1000.0) * kind.busbw_factor(nranks);
+        println!(
+            "  {:>22} {:>10.1}",
+            format!("{}/{}/{}ch", pick.algo, pick.proto, pick.channels),
+            busbw
+        );
+        b *= 2;
+    }
 }

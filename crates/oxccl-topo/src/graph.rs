@@ -276,6 +276,12 @@ impl Topology {
         let gpus: Vec<NodeId> = (0..nodes.len())
             .filter(|&i| nodes[i].kind == NodeKind::Gpu)
             .collect();
+        // (host, bus id) → GPU, so that resolving NVLink targets stays
+        // linear on thousand-host simulations.
+        let by_bus: std::collections::HashMap<(u32, String), NodeId> = gpus
+            .iter()
+            .filter_map(|&g| Some(((nodes[g].host, nodes[g].busid()?), g)))
+            .collect();
         for &g in &gpus {
             let sm = nodes[g].sm();
             let gen = NvLinkGen::for_sm(sm);
@@ -297,10 +303,10 @@ impl Topology {
                 if target.is_none() || target == own {
                     continue;
                 }
-                let peer = gpus.iter().copied().find(|&o| {
-                    o != g && nodes[o].host == nodes[g].host && nodes[o].busid() == target
-                });
-                let Some(peer) = peer else { continue };
+                let peer = target.and_then(|t| by_bus.get(&(nodes[g].host, t)).copied());
+                let Some(peer) = peer.filter(|&p| p != g) else {
+                    continue;
+                };
                 if pair_done.insert((g.min(peer), g.max(peer))) {
                     links.push(Link {
                         a: g,
