@@ -1,8 +1,600 @@
-//! `cargo xtask sweep` (being written).
+//! `cargo xtask sweep`: the nccl-tests style performance sweep.
+//!
+//! For every collective, data type, op and size (from `-b` to `-e`, times
+//! `-f` each step) it runs `-w` warm-up and `-n` timed iterations on every
+//! rank, out of place then in place, and prints nccl-tests' table. Inputs
+//! are small integers (`testkit::input`) so results are exact; with `-c 1`
+//! every result is checked against the sequential reference and the sweep
+//! exits non-zero if any element is wrong. Reported time: the slowest
+//! rank's time for the `-n` iterations divided by `-n` (a mean per call).
 
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::sync::Barrier;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use oxccl::core::testkit;
+use oxccl::core::{with_dtype, Collective};
+use oxccl::{BackendKind, CollKind, Communicator, Config, DataType, Element, RedOp};
+use serde::Serialize;
+
+mod plot;
+
+/// Flags follow nccl-tests' letters.
 #[derive(Debug, clap::Args)]
-pub struct SweepArgs {}
+pub struct SweepArgs {
+    /// Smallest size in bytes (K/M/G suffixes).
+    #[arg(short = 'b', long = "minbytes", default_value = "8", value_parser = parse_size)]
+    min_bytes: usize,
+    /// Largest size in bytes (K/M/G suffixes).
+    #[arg(short = 'e', long = "maxbytes", default_value = "256K", value_parser = parse_size)]
+    max_bytes: usize,
+    /// Multiply the size by this factor each step.
+    #[arg(short = 'f', long = "stepfactor", default_value_t = 4)]
+    factor: usize,
+    /// Timed iterations per size.
+    #[arg(short = 'n', long = "iters", default_value_t = 5)]
+    iters: u32,
+    /// Warm-up iterations per size.
+    #[arg(short = 'w', long = "warmup_iters", default_value_t = 1)]
+    warmup: u32,
+    /// Check results (1) or not (0).
+    #[arg(short = 'c', long = "check", default_value_t = 1)]
+    check: u32,
+    /// Reduction op: sum, prod, max, min, avg, premulsum or all.
+    #[arg(short = 'o', long = "op", default_value = "sum")]
+    op: String,
+    /// Data type (nccl-tests names: float, half, int32, ...) or all.
+    #[arg(short = 'd', long = "datatype", default_value = "float")]
+    dtype: String,
+    /// Root rank for rooted collectives.
+    #[arg(short = 'r', long = "root", default_value_t = 0)]
+    root: u32,
+    /// Collective name, comma list, or all.
+    #[arg(long, default_value = "all")]
+    coll: String,
+    /// Number of ranks.
+    #[arg(long, default_value_t = 4)]
+    ranks: u32,
+    /// host, cuda or auto (CUDA when present, else host).
+    #[arg(long, default_value = "auto")]
+    backend: String,
+    /// Algorithm filter, NCCL_ALGO syntax (e.g. `ring`, `^ring`, `allreduce:tree`).
+    #[arg(long)]
+    algo: Option<String>,
+    /// Protocol filter, NCCL_PROTO syntax.
+    #[arg(long)]
+    proto: Option<String>,
+    /// Channel count.
+    #[arg(long)]
+    channels: Option<u32>,
+    /// Write the results as JSON.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Measure the backend's copy ceiling and add a ratio column.
+    #[arg(long)]
+    baseline: bool,
+    /// Plot busbw against size as SVG.
+    #[arg(long)]
+    svg: Option<PathBuf>,
+}
 
-pub fn run(_a: SweepArgs) -> anyhow::Result<()> {
-    anyhow::bail!("sweep is not implemented yet")
+/// Parses `8`, `64K`, `1M`, `2G` (powers of 1024).
+pub fn parse_size(s: &str) -> Result<usize, String> {
+    let t = s.trim();
+    let (num, mult) = match t.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let m = match c.to_ascii_uppercase() {
+                'K' => 1usize << 10,
+                'M' => 1 << 20,
+                'G' => 1 << 30,
+                _ => return Err(format!("bad size suffix in {s:?}: use K, M or G")),
+            };
+            (&t[..i], m)
+        }
+        _ => (t, 1),
+    };
+    num.parse::<usize>()
+        .map_err(|e| format!("bad size {s:?}: {e}"))?
+        .checked_mul(mult)
+        .ok_or_else(|| format!("size {s:?} overflows"))
+}
+
+/// One measured configuration, as the JSON report holds it.
+#[derive(Clone, Debug, Serialize)]
+pub struct Row {
+    pub coll: String,
+    pub dtype: String,
+    pub op: String,
+    pub bytes: usize,
+    pub count: usize,
+    pub algo: String,
+    pub proto: String,
+    pub channels: u32,
+    pub time_us: f64,
+    pub algbw_gbps: f64,
+    pub busbw_gbps: f64,
+    pub in_place: bool,
+    pub wrong: u64,
+}
+
+#[derive(Debug, Serialize)]
+struct Report<'a> {
+    machine: String,
+    backend: String,
+    nranks: u32,
+    copy_gbps: Option<f64>,
+    results: &'a [Row],
+}
+
+/// Collectives of `--coll all`, in nccl-tests' order.
+const ALL_COLLS: [CollKind; 9] = [
+    CollKind::AllReduce,
+    CollKind::Broadcast,
+    CollKind::Reduce,
+    CollKind::AllGather,
+    CollKind::ReduceScatter,
+    CollKind::AllToAll,
+    CollKind::Gather,
+    CollKind::Scatter,
+    CollKind::SendRecv,
+];
+
+const ALL_OPS: [RedOp; 6] = [
+    RedOp::Sum,
+    RedOp::Prod,
+    RedOp::Max,
+    RedOp::Min,
+    RedOp::Avg,
+    RedOp::PreMulSum(2.0),
+];
+
+fn list<T: Copy>(
+    spec: &str,
+    all: &[T],
+    parse: impl Fn(&str) -> anyhow::Result<T>,
+) -> anyhow::Result<Vec<T>> {
+    if spec.eq_ignore_ascii_case("all") {
+        return Ok(all.to_vec());
+    }
+    spec.split(',').map(|s| parse(s.trim())).collect()
+}
+
+pub fn run(a: SweepArgs) -> anyhow::Result<()> {
+    if a.factor < 2 || a.min_bytes == 0 || a.min_bytes > a.max_bytes || a.iters == 0 {
+        bail!("need -f >= 2, 0 < -b <= -e and -n >= 1");
+    }
+    let colls = list(&a.coll, &ALL_COLLS, |s| Ok(s.parse::<CollKind>()?))?;
+    let dtypes = list(&a.dtype, &DataType::ALL, |s| Ok(s.parse::<DataType>()?))?;
+    let ops = list(&a.op, &ALL_OPS, |s| Ok(s.parse::<RedOp>()?))?;
+    let mut config = Config::from_env()?;
+    config.backend = a.backend.parse::<BackendKind>()?;
+    if let Some(v) = &a.algo {
+        config.algo = oxccl::config::parse_algo_filter("--algo", v)?;
+    }
+    if let Some(v) = &a.proto {
+        config.proto = oxccl::config::parse_proto_filter("--proto", v)?;
+    }
+    if a.channels.is_some() {
+        config.channels = a.channels;
+    }
+    let comms = oxccl::init_all_with(a.ranks, config).context("creating communicators")?;
+    let n = a.ranks;
+    if n == 0 || a.root >= n {
+        bail!("root {} out of range for {n} ranks", a.root);
+    }
+    let sizes: Vec<usize> = std::iter::successors(Some(a.min_bytes), |&s| s.checked_mul(a.factor))
+        .take_while(|&s| s <= a.max_bytes)
+        .collect();
+    let backend = comms[0].describe_backend();
+    let machine = machine();
+    let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
+        "# oxccl sweep: {n} ranks, backend {backend}, machine {machine}"
+    )?;
+    writeln!(
+        out,
+        "# -b {} -e {} -f {} -n {} -w {} -c {} (time: slowest rank, mean per call)",
+        a.min_bytes, a.max_bytes, a.factor, a.iters, a.warmup, a.check
+    )?;
+    let copy_gbps = if a.baseline {
+        let bytes = a.max_bytes.max(1 << 20);
+        let bw = comms[0].copy_bandwidth(bytes)?;
+        writeln!(
+            out,
+            "# copy ceiling: {bw:.2} GB/s (backend copy of {bytes} bytes, same run)"
+        )?;
+        Some(bw)
+    } else {
+        None
+    };
+    let cases: Vec<(CollKind, DataType, RedOp)> = colls
+        .iter()
+        .flat_map(|&k| {
+            let ops: Vec<RedOp> = if k.is_reduction() {
+                ops.clone()
+            } else {
+                vec![RedOp::Sum]
+            };
+            dtypes
+                .iter()
+                .flat_map(move |&d| ops.clone().into_iter().map(move |o| (k, d, o)))
+        })
+        .collect();
+    let bar = progress(
+        std::io::stdout().is_terminal(),
+        (cases.len() * sizes.len()) as u64,
+    );
+    let mut rows: Vec<Row> = Vec::new();
+    let mut last_kind = None;
+    for (kind, dt, op) in cases {
+        if last_kind != Some(kind) {
+            header(&mut out, kind, copy_gbps.is_some())?;
+            last_kind = Some(kind);
+        }
+        for &size in &sizes {
+            bar.inc(1);
+            let Some(count) = count_for(kind, size, dt.size(), n) else {
+                continue;
+            };
+            let root = if kind.has_root() { a.root } else { 0 };
+            let coll = Collective::new(kind, count, root);
+            let mut pair = Vec::new();
+            for in_place in [false, true] {
+                if kind == CollKind::SendRecv && in_place {
+                    continue;
+                }
+                let m = with_dtype!(dt, T => measure::<T>(&comms, &coll, op, in_place, &a))?;
+                let time = m.time.as_secs_f64().max(1e-9);
+                let bytes = coll.bytes(n, dt.size());
+                let algbw = bytes as f64 / time / 1e9;
+                let choice = comms[0].last_choice();
+                pair.push(Row {
+                    coll: kind.name().into(),
+                    dtype: dt.name().into(),
+                    op: op.name().into(),
+                    bytes,
+                    count,
+                    algo: choice.map_or("p2p".into(), |c| c.algo.name().into()),
+                    proto: choice.map_or("simple".into(), |c| c.proto.name().into()),
+                    channels: choice.map_or(0, |c| c.channels),
+                    time_us: time * 1e6,
+                    algbw_gbps: algbw,
+                    busbw_gbps: algbw * kind.busbw_factor(n),
+                    in_place,
+                    wrong: m.wrong,
+                });
+                if let Some(first) = m.first_wrong {
+                    bar.suspend(|| {
+                        eprintln!("# WRONG {kind} {dt} {op} {size}B in_place={in_place}: {first}")
+                    });
+                }
+            }
+            let line = format_row(&coll, dt, op, kind.is_reduction(), &pair, copy_gbps);
+            bar.suspend(|| writeln!(out, "{line}"))?;
+            rows.extend(pair);
+        }
+    }
+    bar.finish_and_clear();
+    let wrong: u64 = rows.iter().map(|r| r.wrong).sum();
+    let avg_bus = rows.iter().map(|r| r.busbw_gbps).sum::<f64>() / rows.len().max(1) as f64;
+    writeln!(
+        out,
+        "# Out of bounds values : {wrong} {}",
+        if wrong == 0 { "OK" } else { "FAILED" }
+    )?;
+    writeln!(out, "# Avg bus bandwidth    : {avg_bus:.4} ")?;
+    if let Some(path) = &a.json {
+        let rep = Report {
+            machine,
+            backend: comms[0].backend().name().into(),
+            nranks: n,
+            copy_gbps,
+            results: &rows,
+        };
+        std::fs::write(path, serde_json::to_string_pretty(&rep)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    if let Some(path) = &a.svg {
+        plot::plot(path, &rows, n)?;
+    }
+    if wrong > 0 {
+        bail!("{wrong} wrong elements");
+    }
+    Ok(())
+}
+
+/// Elements per rank for a row of `size` bytes (nccl-tests' size is the
+/// larger buffer), or `None` when it rounds to zero.
+fn count_for(kind: CollKind, size: usize, es: usize, n: u32) -> Option<usize> {
+    let per = match kind {
+        CollKind::AllGather
+        | CollKind::Gather
+        | CollKind::ReduceScatter
+        | CollKind::Scatter
+        | CollKind::AllToAll => es * n as usize,
+        _ => es,
+    };
+    Some(size / per).filter(|&c| c > 0)
+}
+
+fn progress(show: bool, total: u64) -> indicatif::ProgressBar {
+    if !show {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::with_draw_target(
+        Some(total),
+        indicatif::ProgressDrawTarget::stderr(),
+    );
+    if let Ok(style) = indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} {elapsed}") {
+        bar.set_style(style);
+    }
+    bar
+}
+
+fn header(out: &mut impl Write, kind: CollKind, ratio: bool) -> std::io::Result<()> {
+    let extra = if ratio { "   ratio" } else { "" };
+    writeln!(out, "#\n# Collective: {kind}")?;
+    writeln!(
+        out,
+        "#{:>62}{:>34}{extra}{:>34}{extra}",
+        "", "out-of-place", "in-place"
+    )?;
+    writeln!(
+        out,
+        "#{:>11} {:>12} {:>9} {:>9} {:>6}  {}  {}",
+        "size",
+        "count",
+        "type",
+        "redop",
+        "root",
+        cols(ratio),
+        cols(ratio)
+    )?;
+    writeln!(
+        out,
+        "#{:>11} {:>12} {:>9} {:>9} {:>6}  {:>9} {:>7} {:>7} {:>6}{}  {:>9} {:>7} {:>7} {:>6}{}",
+        "(B)",
+        "(elements)",
+        "",
+        "",
+        "",
+        "(us)",
+        "(GB/s)",
+        "(GB/s)",
+        "",
+        if ratio { "        " } else { "" },
+        "(us)",
+        "(GB/s)",
+        "(GB/s)",
+        "",
+        if ratio { "        " } else { "" }
+    )
+}
+
+fn cols(ratio: bool) -> String {
+    format!(
+        "{:>9} {:>7} {:>7} {:>6}{}",
+        "time",
+        "algbw",
+        "busbw",
+        "#wrong",
+        if ratio { "  %ceil" } else { "" }
+    )
+}
+
+fn format_row(
+    coll: &Collective,
+    dt: DataType,
+    op: RedOp,
+    red: bool,
+    pair: &[Row],
+    copy: Option<f64>,
+) -> String {
+    let root = if coll.kind.has_root() {
+        coll.root as i64
+    } else {
+        -1
+    };
+    let opname = if red { op.name() } else { "none" };
+    let mut s = format!(
+        "{:>12} {:>12} {:>9} {:>9} {:>6}",
+        pair.first().map_or(0, |r| r.bytes),
+        coll.count,
+        dt.name(),
+        opname,
+        root
+    );
+    for r in pair {
+        s += &format!(
+            "  {:>9.2} {:>7.2} {:>7.2} {:>6}",
+            r.time_us, r.algbw_gbps, r.busbw_gbps, r.wrong
+        );
+        if let Some(c) = copy {
+            s += &format!(" {:>6.1}%", 100.0 * r.busbw_gbps / c);
+        }
+    }
+    if pair.len() == 1 {
+        s += &format!("  {:>9} {:>7} {:>7} {:>6}", "N/A", "N/A", "N/A", "N/A");
+    }
+    s
+}
+
+/// What one configuration measured.
+struct Measured {
+    time: Duration,
+    wrong: u64,
+    first_wrong: Option<String>,
+}
+
+/// Runs warm-up, timed iterations and (with `-c`) a checked call on every
+/// rank; returns the slowest rank's mean time per call and the check.
+fn measure<T: Element>(
+    comms: &[Communicator],
+    coll: &Collective,
+    op: RedOp,
+    in_place: bool,
+    a: &SweepArgs,
+) -> anyhow::Result<Measured> {
+    let n = comms.len() as u32;
+    let inputs: Vec<Vec<T>> = (0..n)
+        .map(|r| testkit::input::<T>(coll, n, r, op, 1))
+        .collect();
+    let barrier = Barrier::new(comms.len());
+    let results: Vec<anyhow::Result<(Duration, Vec<T>)>> = std::thread::scope(|s| {
+        let hs: Vec<_> = comms
+            .iter()
+            .map(|c| {
+                let (input, barrier) = (&inputs[c.rank() as usize], &barrier);
+                s.spawn(move || rank_run(c, coll, input, op, in_place, a, barrier))
+            })
+            .collect();
+        hs.into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(anyhow::anyhow!("rank thread panicked")))
+            })
+            .collect()
+    });
+    let mut time = Duration::ZERO;
+    let mut outputs = Vec::new();
+    for r in results {
+        let (t, o) = r?;
+        time = time.max(t);
+        outputs.push(o);
+    }
+    let (wrong, first_wrong) = if a.check == 0 {
+        (0, None)
+    } else if coll.kind == CollKind::SendRecv {
+        check_sendrecv(&inputs, &outputs)
+    } else {
+        testkit::compare(coll, &inputs, &outputs, op)
+    };
+    Ok(Measured {
+        time: time / a.iters,
+        wrong,
+        first_wrong,
+    })
+}
+
+/// Expected: each rank holds its predecessor's input.
+fn check_sendrecv<T: Element>(inputs: &[Vec<T>], outputs: &[Vec<T>]) -> (u64, Option<String>) {
+    let n = inputs.len();
+    let mut wrong = 0;
+    let mut first = None;
+    for (r, got) in outputs.iter().enumerate() {
+        let exp = &inputs[(r + n - 1) % n];
+        for (i, (e, g)) in exp.iter().zip(got).enumerate() {
+            if !e.bits_eq(*g) {
+                wrong += 1;
+                first.get_or_insert_with(|| {
+                    format!("rank {r} element {i}: expected {e:?}, got {g:?}")
+                });
+            }
+        }
+    }
+    (wrong, first)
+}
+
+/// One rank's share of [`measure`].
+fn rank_run<T: Element>(
+    c: &Communicator,
+    coll: &Collective,
+    input: &[T],
+    op: RedOp,
+    in_place: bool,
+    a: &SweepArgs,
+    barrier: &Barrier,
+) -> anyhow::Result<(Duration, Vec<T>)> {
+    let n = c.nranks();
+    let (ilen, olen) = (coll.input_len(n), coll.output_len(n));
+    let (in_off, out_off) = if in_place {
+        coll.in_place_offsets(c.rank())
+    } else {
+        (0, 0)
+    };
+    let main = c.alloc::<T>(ilen.max(olen))?;
+    let other = if in_place {
+        None
+    } else {
+        Some(c.alloc::<T>(olen)?)
+    };
+    let send = main.slice(in_off..in_off + ilen);
+    let recv = match &other {
+        Some(o) => o.full(),
+        None => main.slice(out_off..out_off + olen),
+    };
+    let peer_next = (c.rank() + 1) % n;
+    let peer_prev = (c.rank() + n - 1) % n;
+    let call = || -> oxccl::Result<()> {
+        if coll.kind == CollKind::SendRecv {
+            oxccl::group(|g| {
+                g.send(c, send, peer_next)?;
+                g.recv(c, recv, peer_prev)
+            })
+        } else {
+            c.collective(coll.kind, send, recv, op, coll.root)
+        }
+    };
+    send.copy_from_slice(input)?;
+    for _ in 0..a.warmup {
+        call()?;
+    }
+    c.synchronize()?;
+    barrier.wait();
+    let mut timer = c.timer()?;
+    timer.start()?;
+    for _ in 0..a.iters {
+        call()?;
+    }
+    let t = timer.stop()?;
+    let mut out = Vec::new();
+    if a.check != 0 {
+        // In-place iterations overwrote the input: restore it, run once more.
+        send.copy_from_slice(input)?;
+        barrier.wait();
+        call()?;
+        c.synchronize()?;
+        out = recv.to_vec()?;
+    }
+    Ok((t, out))
+}
+
+/// `hostname, N cores, CPU model`.
+fn machine() -> String {
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    format!("{cores} cores, {cpu}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse_with_suffixes() {
+        assert_eq!(parse_size("8"), Ok(8));
+        assert_eq!(parse_size("64K"), Ok(64 << 10));
+        assert_eq!(parse_size("64M"), Ok(64 << 20));
+        assert_eq!(parse_size("1g"), Ok(1 << 30));
+        assert!(parse_size("3X").is_err());
+        assert!(parse_size("").is_err());
+    }
+
+    #[test]
+    fn counts_follow_nccl_tests_sizes() {
+        assert_eq!(count_for(CollKind::AllReduce, 64, 4, 4), Some(16));
+        assert_eq!(count_for(CollKind::AllGather, 64, 4, 4), Some(4));
+        assert_eq!(count_for(CollKind::AllGather, 8, 4, 4), None);
+    }
 }

@@ -32,6 +32,8 @@ pub struct Communicator {
     rank: u32,
     clique: Arc<Clique>,
     destroyed: AtomicBool,
+    /// What the last collective on this rank chose (for reports).
+    last_choice: parking_lot::Mutex<Option<Choice>>,
 }
 
 /// Creates `n` communicators, ranks `0..n` of one clique in this process,
@@ -72,6 +74,7 @@ pub fn init_all_with(n: u32, config: Config) -> Result<Vec<Communicator>> {
             rank,
             clique: clique.clone(),
             destroyed: AtomicBool::new(false),
+            last_choice: parking_lot::Mutex::new(None),
         })
         .collect())
 }
@@ -164,6 +167,11 @@ impl Communicator {
         self.clique.backend.failure()
     }
 
+    /// Algorithm, protocol and channels of the last collective this rank ran.
+    pub fn last_choice(&self) -> Option<Choice> {
+        *self.last_choice.lock()
+    }
+
     /// Number of distinct plans generated so far by this clique.
     pub fn cached_plans(&self) -> usize {
         self.clique.plans.len()
@@ -213,6 +221,7 @@ impl Communicator {
         }
         let (prepared, choice) = self.prepare(&checked, T::DTYPE.size())?;
         self.log(&checked, T::DTYPE, &choice);
+        *self.last_choice.lock() = Some(choice);
         self.launch(&prepared, T::DTYPE, op, choice.proto)
     }
 

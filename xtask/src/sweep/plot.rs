@@ -1,0 +1,55 @@
+//! `--svg`: bus bandwidth against size, one line per collective (out of place).
+
+use std::path::Path;
+
+use plotters::prelude::*;
+
+use super::Row;
+
+pub fn plot(path: &Path, rows: &[Row], nranks: u32) -> anyhow::Result<()> {
+    let max_bw = rows
+        .iter()
+        .map(|r| r.busbw_gbps)
+        .fold(0.0f64, f64::max)
+        .max(1e-3);
+    let min_b = rows.iter().map(|r| r.bytes).min().unwrap_or(1).max(1) as f64;
+    let max_b = rows.iter().map(|r| r.bytes).max().unwrap_or(2).max(2) as f64;
+    let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(format!("oxccl busbw, {nranks} ranks"), ("sans-serif", 22))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .build_cartesian_2d((min_b..max_b * 1.01).log_scale(), 0.0..max_bw * 1.1)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    chart
+        .configure_mesh()
+        .x_desc("size (bytes)")
+        .y_desc("busbw (GB/s)")
+        .draw()
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut names: Vec<&str> = rows.iter().map(|r| r.coll.as_str()).collect();
+    names.dedup();
+    for (i, name) in names.iter().enumerate() {
+        let color = Palette99::pick(i).to_rgba();
+        let pts: Vec<(f64, f64)> = rows
+            .iter()
+            .filter(|r| r.coll == *name && !r.in_place)
+            .map(|r| (r.bytes as f64, r.busbw_gbps))
+            .collect();
+        chart
+            .draw_series(LineSeries::new(pts, color))
+            .map_err(|e| anyhow::anyhow!("{e}"))?
+            .label(*name)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color));
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    root.present().map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok(())
+}
