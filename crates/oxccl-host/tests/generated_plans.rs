@@ -66,11 +66,13 @@ fn request(
     channels: u32,
     chunk: usize,
     in_place: bool,
+    registered: bool,
 ) -> PlanRequest {
     let mut req = PlanRequest::new(Collective::new(kind, count, root), n, algo);
     req.channels = channels;
     req.chunk = chunk;
     req.in_place = in_place;
+    req.registered = registered;
     req
 }
 
@@ -89,24 +91,30 @@ fn check(fabs: &mut Fabrics, req: &PlanRequest, dt: DataType, op: RedOp, seed: u
 #[test]
 fn every_dtype_op_and_placement() {
     let mut fabs = Fabrics::new(64);
-    let mut ran = 0;
+    let (mut ran, mut remote) = (0, 0);
     for (algo, kind) in supported() {
         for dt in DataType::ALL {
             for op in OPS
                 .into_iter()
                 .filter(|&op| oxccl_core::testkit::op_applies(kind, op))
             {
-                for in_place in [false, true] {
+                for (in_place, registered) in
+                    [(false, false), (true, false), (false, true), (true, true)]
+                {
                     let chunk = (64 / dt.size()).min(5);
-                    let req = request(algo, kind, 3, 37, 1, 2, chunk, in_place);
+                    let req = request(algo, kind, 3, 37, 1, 2, chunk, in_place, registered);
                     if check(&mut fabs, &req, dt, op, 7) == Checked::Ran {
                         ran += 1;
+                        let plan = oxccl_core::generate(&req).expect("generated above");
+                        remote += usize::from(plan.ranks.iter().any(|r| r.needs_registration()));
                     }
                 }
             }
         }
     }
-    println!("ran {ran} (algo, collective, dtype, op, placement) cases");
+    println!(
+        "ran {ran} (algo, collective, dtype, op, placement) cases, {remote} with remote steps"
+    );
     assert!(ran > 0, "at least the ring AllReduce must run");
 }
 
@@ -119,9 +127,11 @@ fn shapes() {
         for n in [1u32, 2, 4, 5, 8] {
             for count in [0usize, 1, 7, 100, 1001] {
                 for channels in [1u32, 3] {
-                    for in_place in [false, true] {
+                    for (in_place, registered) in [(false, false), (true, true)] {
                         let root = (n - 1).min(2);
-                        let req = request(algo, kind, n, count, root, channels, 16, in_place);
+                        let req = request(
+                            algo, kind, n, count, root, channels, 16, in_place, registered,
+                        );
                         check(&mut fabs, &req, DataType::F32, RedOp::Sum, count as u64);
                         if kind.is_reduction() {
                             check(&mut fabs, &req, DataType::I8, RedOp::Max, 3);
@@ -141,21 +151,31 @@ fn arb_case() -> impl Strategy<Value = (PlanRequest, DataType, RedOp, u64)> {
         0usize..300,
         1u32..=3,
         1usize..=8,
-        any::<bool>(),
+        (any::<bool>(), any::<bool>()),
         0..DataType::ALL.len(),
         0..OPS.len(),
         any::<u64>(),
         any::<u32>(),
     )
         .prop_map(
-            move |(p, n, count, channels, chunk, in_place, dt, op, seed, root)| {
+            move |(p, n, count, channels, chunk, (in_place, registered), dt, op, seed, root)| {
                 let (algo, kind) = pairs[p];
                 let op = if oxccl_core::testkit::op_applies(kind, OPS[op]) {
                     OPS[op]
                 } else {
                     RedOp::Sum
                 };
-                let req = request(algo, kind, n, count, root % n, channels, chunk, in_place);
+                let req = request(
+                    algo,
+                    kind,
+                    n,
+                    count,
+                    root % n,
+                    channels,
+                    chunk,
+                    in_place,
+                    registered,
+                );
                 (req, DataType::ALL[dt], op, seed)
             },
         )
