@@ -237,8 +237,7 @@ impl Topology {
                 }
                 sw
             };
-        let class;
-        match lca {
+        let class = match lca {
             Some(l) if self.nodes[l].kind != NodeKind::Host => {
                 switches += climb(&ca, Some(l), &mut links, true);
                 let mut down = Vec::new();
@@ -248,11 +247,11 @@ impl Topology {
                 if self.nodes[l].kind == NodeKind::PciSwitch {
                     switches += 1;
                 }
-                class = match self.nodes[l].kind {
+                match self.nodes[l].kind {
                     NodeKind::Cpu => PathClass::Phb,
                     _ if switches <= 1 => PathClass::Pix,
                     _ => PathClass::Pxb,
-                };
+                }
             }
             _ => {
                 climb(&ca, None, &mut links, true);
@@ -270,13 +269,13 @@ impl Topology {
                 climb(&cb, None, &mut down, false);
                 down.reverse();
                 links.extend(down);
-                class = if self.numa_of(a) == self.numa_of(b) && self.numa_of(a) >= 0 {
+                if self.numa_of(a) == self.numa_of(b) && self.numa_of(a) >= 0 {
                     PathClass::Node
                 } else {
                     PathClass::Sys
-                };
+                }
             }
-        }
+        };
         let bw = links
             .iter()
             .map(|&(i, _)| self.links[i].bw)

@@ -224,7 +224,7 @@ pub fn binary_tree(n: usize) -> Vec<Option<usize>> {
 /// other and each tree carries half the data.
 pub fn double_binary_tree(n: usize) -> [Vec<Option<usize>>; 2] {
     let t0 = binary_tree(n);
-    let map = |r: usize| if n % 2 == 0 { n - 1 - r } else { (r + 1) % n };
+    let map = |r: usize| if n & 1 == 0 { n - 1 - r } else { (r + 1) % n };
     // t1 is t0 relabelled: physical rank map(v) plays virtual rank v.
     let mut t1 = vec![None; n];
     for v in 0..n {

@@ -190,10 +190,10 @@ proptest! {
         prop_assert_eq!(&back, &t);
         // Paths exist between every pair and are symmetric in class.
         let m = t.gpu_matrix();
-        for i in 0..m.len() {
-            for j in 0..m.len() {
-                prop_assert_eq!(m[i][j].class, m[j][i].class);
-                prop_assert!(m[i][j].bw > 0.0);
+        for (i, row) in m.iter().enumerate() {
+            for (j, p) in row.iter().enumerate() {
+                prop_assert_eq!(p.class, m[j][i].class);
+                prop_assert!(p.bw > 0.0);
             }
         }
     }
