@@ -29,6 +29,17 @@ pub struct Choice {
     pub predicted_us: f64,
 }
 
+impl std::fmt::Display for Choice {
+    /// The line the communicator logs under `NCCL_DEBUG=INFO`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "algo {} proto {} channels {} predicted {:.1} us",
+            self.algo, self.proto, self.channels, self.predicted_us
+        )
+    }
+}
+
 /// Channel counts the selector considers by default.
 pub const DEFAULT_MAX_CHANNELS: u32 = 16;
 
