@@ -1,26 +1,188 @@
-//! The CUDA backend's entry points.
-//!
-//! PLACEHOLDER: the CUDA engineer replaces this module (within the current
-//! session) with the real binding to `oxccl-cuda`. Until then it reports a
-//! clean [`Error::BackendUnavailable`] and `available()` is false, so
-//! `Backend::Auto` falls back to the host backend and GPU tests print
-//! `skipped: no CUDA device`. The interface the facade relies on is exactly
-//! these two functions.
+//! The CUDA backend: binds the facade's [`Backend`] trait to
+//! `oxccl_cuda::World`. Ranks are placed round-robin on the visible GPUs
+//! (several ranks may share one); each rank has its own non-blocking
+//! stream, and `execute` enqueues one kernel launch there and returns.
 
 use std::sync::Arc;
+use std::time::Duration;
 
-use super::{Backend, BackendOptions};
+use oxccl_core::plan::BufRole;
+use oxccl_cuda::driver::Event;
+use oxccl_cuda::{CudaError, World, WorldConfig};
+
+use super::{Backend, BackendKind, BackendOptions, Launch, RawBuf, Timer};
 use crate::error::Error;
 
-/// Whether a CUDA device can be used in this process.
+/// Whether a CUDA device can be used in this process (never panics).
 pub fn available() -> bool {
-    false
+    oxccl_cuda::available().is_ok()
 }
 
 /// Creates the CUDA backend for a clique of `opts.nranks` ranks (ranks
 /// round-robin over the visible devices).
-pub fn create(_opts: &BackendOptions) -> Result<Arc<dyn Backend>, Error> {
-    Err(Error::BackendUnavailable(
-        "CUDA backend not built yet".into(),
-    ))
+pub fn create(opts: &BackendOptions) -> Result<Arc<dyn Backend>, Error> {
+    let info = oxccl_cuda::available().map_err(|e| Error::BackendUnavailable(e.to_string()))?;
+    let cfg = WorldConfig::round_robin(opts.nranks, info.devices.len() as i32, opts.deadline);
+    let world = World::new(cfg).map_err(map_error)?;
+    Ok(Arc::new(CudaBackend { world }))
+}
+
+/// Maps a CUDA backend error onto the facade's.
+pub(crate) fn map_error(e: CudaError) -> Error {
+    match e {
+        e @ (CudaError::NoDriver(_) | CudaError::NoNvrtc(_)) => {
+            Error::BackendUnavailable(e.to_string())
+        }
+        e @ CudaError::Timeout { .. } => Error::Timeout(e.to_string()),
+        e @ CudaError::Aborted { .. } => Error::Aborted(e.to_string()),
+        e @ (CudaError::Driver { .. } | CudaError::Compile { .. }) => Error::Cuda(e.to_string()),
+        CudaError::Plan(m) => Error::Internal(m),
+        CudaError::Invalid(m) => Error::Backend(m),
+    }
+}
+
+/// The CUDA backend of one clique.
+#[derive(Debug)]
+pub struct CudaBackend {
+    world: Arc<World>,
+}
+
+impl Backend for CudaBackend {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Cuda
+    }
+
+    fn describe(&self) -> String {
+        format!("cuda, {}", self.world.describe())
+    }
+
+    fn blocking(&self) -> bool {
+        false
+    }
+
+    fn registered_alloc(&self) -> bool {
+        // `alloc` is cuMemAlloc in a context with peer access to every
+        // other rank's device (or the same device): peers can load/store it.
+        true
+    }
+
+    fn chunk_bytes(&self) -> usize {
+        self.world.slot_bytes()
+    }
+
+    fn max_channels(&self) -> u32 {
+        self.world.max_channels()
+    }
+
+    unsafe fn execute(&self, launch: &Launch<'_>) -> Result<(), Error> {
+        let bufs: Vec<u64> = launch
+            .plan
+            .bufs
+            .iter()
+            .zip(launch.bufs)
+            .map(|(d, r)| {
+                if d.role == BufRole::Scratch {
+                    0
+                } else {
+                    r.addr
+                }
+            })
+            .collect();
+        let w = &self.world;
+        let p = w
+            .prepare(launch.plan, launch.dtype.size())
+            .map_err(map_error)?;
+        // SAFETY: the caller guarantees (trait contract) every non-scratch
+        // buffer is device memory of this rank valid until the stream
+        // reaches the kernel; the facade only picks plans with remote steps
+        // for buffers from `alloc`, which every rank can address.
+        unsafe { w.launch(&p, launch.rank, &bufs, launch.dtype, launch.op) }.map_err(map_error)
+    }
+
+    fn alloc(&self, rank: u32, bytes: usize) -> Result<RawBuf, Error> {
+        let addr = self.world.alloc(rank, bytes).map_err(map_error)?;
+        Ok(RawBuf { addr, bytes })
+    }
+
+    unsafe fn free(&self, rank: u32, buf: RawBuf) {
+        // An error means the buffer is not ours: nothing to release.
+        let _ = self.world.free(rank, buf.addr);
+    }
+
+    unsafe fn write(&self, rank: u32, dst: RawBuf, src: &[u8]) -> Result<(), Error> {
+        let s = self.world.stream(rank).map_err(map_error)?;
+        // SAFETY: `dst` lies in memory from `alloc` with room for `src`
+        // (caller's contract).
+        unsafe { s.write_sync(dst.addr, src) }.map_err(map_error)
+    }
+
+    unsafe fn read(&self, rank: u32, src: RawBuf, dst: &mut [u8]) -> Result<(), Error> {
+        let s = self.world.stream(rank).map_err(map_error)?;
+        // SAFETY: `src` lies in memory from `alloc` holding `dst.len()`
+        // bytes (caller's contract).
+        unsafe { s.read_sync(src.addr, dst) }.map_err(map_error)
+    }
+
+    fn synchronize(&self, rank: u32) -> Result<(), Error> {
+        self.world.synchronize(rank).map_err(map_error)
+    }
+
+    fn abort(&self) {
+        self.world.abort();
+    }
+
+    fn failure(&self) -> Option<Error> {
+        self.world.failure().map(map_error)
+    }
+
+    fn timer(&self, rank: u32) -> Result<Box<dyn Timer>, Error> {
+        let start = self.world.event(rank).map_err(map_error)?;
+        let stop = self.world.event(rank).map_err(map_error)?;
+        Ok(Box::new(CudaTimer {
+            world: self.world.clone(),
+            rank,
+            start,
+            stop,
+            started: false,
+        }))
+    }
+
+    fn copy_bandwidth(&self, bytes: usize) -> Result<f64, Error> {
+        let secs = self
+            .world
+            .time_copy(0, bytes.max(1), 10)
+            .map_err(map_error)?;
+        Ok(bytes as f64 / secs.max(1e-12) / 1e9)
+    }
+}
+
+/// Device-event timer on one rank's stream.
+#[derive(Debug)]
+struct CudaTimer {
+    world: Arc<World>,
+    rank: u32,
+    start: Event,
+    stop: Event,
+    started: bool,
+}
+
+impl Timer for CudaTimer {
+    fn start(&mut self) -> Result<(), Error> {
+        let s = self.world.stream(self.rank).map_err(map_error)?;
+        self.start.record(s).map_err(map_error)?;
+        self.started = true;
+        Ok(())
+    }
+
+    fn stop(&mut self) -> Result<Duration, Error> {
+        if !std::mem::take(&mut self.started) {
+            return Err(Error::InvalidUsage(
+                "timer stopped before it was started".into(),
+            ));
+        }
+        let s = self.world.stream(self.rank).map_err(map_error)?;
+        self.stop.record(s).map_err(map_error)?;
+        let ms = self.stop.elapsed_since(&self.start).map_err(map_error)?;
+        Ok(Duration::from_secs_f64(f64::from(ms.max(0.0)) / 1e3))
+    }
 }
