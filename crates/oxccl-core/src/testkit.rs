@@ -10,7 +10,10 @@ use crate::redop::{LoweredOp, RedOp};
 /// up to `nranks` of them are exact in every float type), varied by seed.
 ///
 /// Values lie in `1..=bound` where `bound` keeps the reduction of `nranks`
-/// values inside the type's exact-integer range for `op`.
+/// values inside the type's exact-integer range for `op`. Where even
+/// `nranks` ones would leave that range (8-bit floats on many ranks), each
+/// element is 1 on at most `cap` ranks (rotating with the element index)
+/// and 0 elsewhere, so sums stay exact in any order.
 pub fn input<T: Element>(
     coll: &Collective,
     nranks: u32,
@@ -36,6 +39,17 @@ pub fn input<T: Element>(
         }
         _ => (range / n).clamp(1, 100),
     };
+    // Terms a sum may hold before leaving the exact range.
+    let cap = match op {
+        RedOp::PreMulSum(s) => (range as f64 / s.abs().max(1.0)) as u64,
+        RedOp::Sum | RedOp::Avg => range,
+        _ => u64::MAX,
+    };
+    if n > cap {
+        return (0..len as u64)
+            .map(|i| T::from_f64(f64::from(u8::from((u64::from(rank) + i) % n < cap))))
+            .collect();
+    }
     let mut x = seed ^ (u64::from(rank) + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
     (0..len)
         .map(|_| {
@@ -47,9 +61,17 @@ pub fn input<T: Element>(
         .collect()
 }
 
-/// Tolerance (absolute, in units of the value) for float results whose
-/// computation is not exact: Avg and PreMulSum with a non-integer scale
-/// round at every step, in an order the algorithm chooses.
+/// Relative tolerance for float results whose computation is not exact:
+/// Avg and PreMulSum with a non-integer scale round at every step, in an
+/// order the algorithm chooses. Everything else (integers; floats filled
+/// by [`input`] with small integers) must match exactly: 0.
+///
+/// Bound: a pre-scaled sum of n non-negative terms computed in any order
+/// is within (n + 1)·u·|sum| of the exact value (u = ε/2, half the type's
+/// machine epsilon: one rounding for the scale, n − 1 for the additions),
+/// and so is the reference; so |got − expected| ≤ (n + 1)·ε·max(|expected|, 1).
+/// Twice that is allowed, for the rounding of the scale itself and
+/// subnormal results in the 8-bit types.
 pub fn tolerance(dtype: crate::DataType, op: RedOp, nranks: u32) -> f64 {
     let inexact = match op {
         RedOp::Avg => dtype.is_float(),
@@ -59,16 +81,16 @@ pub fn tolerance(dtype: crate::DataType, op: RedOp, nranks: u32) -> f64 {
     if !inexact {
         return 0.0;
     }
-    // Relative epsilon of the type, times the number of roundings.
+    // Machine epsilon: 2^-(mantissa bits).
     let eps = match dtype {
         crate::DataType::F64 => f64::EPSILON,
-        crate::DataType::F32 => f32::EPSILON as f64,
+        crate::DataType::F32 => f64::from(f32::EPSILON),
         crate::DataType::F16 => 1.0 / 1024.0,
         crate::DataType::Bf16 => 1.0 / 128.0,
         crate::DataType::F8E4M3 => 1.0 / 8.0,
         _ => 1.0 / 4.0,
     };
-    eps * 4.0 * f64::from(nranks.max(1)) * 100.0
+    2.0 * eps * f64::from(nranks.max(1) + 1)
 }
 
 /// Compares outputs with the reference. Returns the number of wrong
