@@ -7,7 +7,7 @@
 //!
 //! | collective    | steps per piece                                        |
 //! |---------------|--------------------------------------------------------|
-//! | AllReduce     | 2(n−1) (a round of n blocks: reduce-scatter then all-gather) |
+//! | AllReduce     | 2n−1 per round of n blocks (send, n−2 × recv_reduce_send, recv_reduce_copy_send, n−2 × recv_copy_send, recv): 2(n−1) messages |
 //! | Broadcast     | 1 (a pipelined chain from the root along the ring)     |
 //! | Reduce        | 1 (a pipelined chain along the ring ending at the root)|
 //! | AllGather     | n (send own block, n−2 × recv_copy_send, recv)         |
