@@ -1,7 +1,8 @@
 //! Plans print readably, and stay compact: step counts as documented and
 //! messages no larger than the chunk.
 
-use oxccl_core::gen::supports;
+mod common;
+
 use oxccl_core::{generate, Algo, CollKind, Collective, PlanRequest};
 
 #[test]
@@ -60,34 +61,29 @@ fn ring_allreduce_has_two_n_minus_one_steps_and_messages_per_round() {
 
 #[test]
 fn messages_never_exceed_the_chunk() {
-    for algo in Algo::ALL {
-        for kind in CollKind::ALL {
-            if kind == CollKind::SendRecv || !supports(algo, kind) {
-                continue;
-            }
-            for registered in [false, true] {
-                let mut req = PlanRequest::new(Collective::new(kind, 1000, 1), 6, algo);
-                req.chunk = 37;
-                req.channels = 2;
-                req.registered = registered;
-                let plan = generate(&req).unwrap();
-                for rp in &plan.ranks {
-                    assert!(
-                        rp.max_message() <= 37,
-                        "{algo} {kind}: {}",
-                        rp.max_message()
-                    );
-                    // Compact: steps grow with pieces, not elements.
-                    assert!(
-                        rp.step_count() < 1000,
-                        "{algo} {kind}: {} steps",
-                        rp.step_count()
-                    );
-                    assert_eq!(
-                        rp.needs_registration(),
-                        registered && matches!(algo, Algo::OneShot | Algo::TwoShot)
-                    );
-                }
+    for (algo, kind) in common::served() {
+        for registered in [false, true] {
+            let mut req = PlanRequest::new(Collective::new(kind, 1000, 1), 6, algo);
+            req.chunk = 37;
+            req.channels = 2;
+            req.registered = registered;
+            let plan = generate(&req).unwrap();
+            for rp in &plan.ranks {
+                assert!(
+                    rp.max_message() <= 37,
+                    "{algo} {kind}: {}",
+                    rp.max_message()
+                );
+                // Compact: steps grow with pieces, not elements.
+                assert!(
+                    rp.step_count() < 1000,
+                    "{algo} {kind}: {} steps",
+                    rp.step_count()
+                );
+                assert_eq!(
+                    rp.needs_registration(),
+                    registered && matches!(algo, Algo::OneShot | Algo::TwoShot)
+                );
             }
         }
     }

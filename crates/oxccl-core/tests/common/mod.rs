@@ -4,9 +4,23 @@
 // reason: each test binary uses a different subset of these helpers.
 #![allow(dead_code)]
 
+use oxccl_core::gen::supports;
 use oxccl_core::interp::{self, InterpOptions, RankMem};
 use oxccl_core::plan::{BufId, Plan};
-use oxccl_core::{generate, testkit, with_dtype, DataType, Element, PlanRequest, RedOp};
+use oxccl_core::{
+    generate, testkit, with_dtype, Algo, CollKind, DataType, Element, PlanRequest, RedOp,
+};
+
+/// Every (algorithm, collective) pair with a generator (Send/Recv has its
+/// own builder).
+pub fn served() -> impl Iterator<Item = (Algo, CollKind)> {
+    Algo::ALL.into_iter().flat_map(|a| {
+        CollKind::ALL
+            .into_iter()
+            .filter(move |&k| k != CollKind::SendRecv && supports(a, k))
+            .map(move |k| (a, k))
+    })
+}
 
 /// Runs `req` with element type `T` and `op`; `Err` describes the first
 /// difference from the reference (or the checker's complaint).
