@@ -1,1 +1,21 @@
-//! oxccl-cuda: see docs/ARCHITECTURE.md.
+//! oxccl-cuda: the CUDA backend.
+//!
+//! Plans from `oxccl-core` run on the GPU through one kernel launch per
+//! operation: block `c` of the launch walks channel `c`'s steps (see
+//! `kernels/oxccl_exec.cuh`). Kernels are NVRTC-compiled from the embedded
+//! `kernels/` sources for the device's own architecture at first use and
+//! cached on disk. cudarc loads `libcuda`/`libnvrtc` at run time, so the
+//! crate builds and its CPU tests pass on machines without CUDA; there,
+//! [`available`] returns [`CudaError::NoDriver`] and nothing panics.
+//! See docs/ARCHITECTURE.md, section oxccl-cuda.
+
+pub mod device;
+pub mod driver;
+pub mod encode;
+pub mod error;
+pub mod kernels;
+pub mod world;
+
+pub use device::{available, device_or_skip, CudaInfo, DeviceInfo};
+pub use error::{CudaError, Result};
+pub use world::{Prepared, World, WorldConfig};

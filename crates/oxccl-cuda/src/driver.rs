@@ -1,0 +1,547 @@
+//! Thin owning wrappers over the CUDA driver API (through cudarc's
+//! dynamically loaded bindings): contexts, device memory from `cuMemAlloc`,
+//! host-mapped memory, streams, events, modules and graphs.
+//!
+//! cudarc's safe allocations come from the stream-ordered pool, which peer
+//! access and IPC cannot use, so every allocation here is `cuMemAlloc`.
+//! cudarc panics when `libcuda` is missing or lacks a symbol; [`init`]
+//! checks the library first and contains such panics, and nothing here is
+//! reachable before [`init`] succeeded.
+
+use std::ffi::c_void;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Arc, OnceLock};
+
+use cudarc::driver::{result, sys};
+
+use crate::error::{CudaError, Result};
+
+/// Runs a closure that calls into cudarc, turning a panic (a missing
+/// library or symbol) into an error.
+pub(crate) fn guarded<T>(what: &'static str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|p| {
+        let msg = p
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_else(|| "panic".into());
+        Err(CudaError::NoDriver(format!("{what}: {msg}")))
+    })
+}
+
+/// Loads libcuda and calls `cuInit` once per process.
+pub fn init() -> Result<()> {
+    static INIT: OnceLock<Result<()>> = OnceLock::new();
+    INIT.get_or_init(|| {
+        guarded("cuInit", || {
+            // SAFETY: only probes whether the shared library can be opened.
+            if !unsafe { sys::is_culib_present() } {
+                return Err(CudaError::NoDriver(
+                    "libcuda.so could not be loaded (no NVIDIA driver on this machine)".into(),
+                ));
+            }
+            result::init().map_err(|e| CudaError::NoDriver(format!("cuInit failed: {e:?}")))
+        })
+    })
+    .clone()
+}
+
+fn check(call: &'static str, r: sys::CUresult) -> Result<()> {
+    r.result().map_err(|e| CudaError::driver(call, e))
+}
+
+/// Number of visible devices (0 when the driver is present but has none).
+pub fn device_count() -> Result<i32> {
+    init()?;
+    result::device::get_count().map_err(|e| CudaError::driver("cuDeviceGetCount", e))
+}
+
+/// A device's primary context, retained for the lifetime of this value.
+#[derive(Debug)]
+pub struct Ctx {
+    pub ordinal: i32,
+    pub dev: sys::CUdevice,
+    ctx: sys::CUcontext,
+}
+
+// SAFETY: a CUcontext handle may be used from any thread once made current
+// there; `bind` does that before every use.
+unsafe impl Send for Ctx {}
+// SAFETY: as above; the handle itself is never mutated.
+unsafe impl Sync for Ctx {}
+
+impl Ctx {
+    pub fn new(ordinal: i32) -> Result<Arc<Ctx>> {
+        init()?;
+        let dev = result::device::get(ordinal).map_err(|e| CudaError::driver("cuDeviceGet", e))?;
+        // SAFETY: `dev` came from cuDeviceGet.
+        let ctx = unsafe { result::primary_ctx::retain(dev) }
+            .map_err(|e| CudaError::driver("cuDevicePrimaryCtxRetain", e))?;
+        let c = Arc::new(Ctx { ordinal, dev, ctx });
+        c.bind()?;
+        Ok(c)
+    }
+
+    /// Makes this context current on the calling thread.
+    pub fn bind(&self) -> Result<()> {
+        // SAFETY: the context is retained until `self` drops.
+        unsafe { check("cuCtxSetCurrent", sys::cuCtxSetCurrent(self.ctx)) }
+    }
+
+    pub fn attr(&self, a: sys::CUdevice_attribute) -> Result<i32> {
+        // SAFETY: `dev` is a valid device.
+        unsafe { result::device::get_attribute(self.dev, a) }
+            .map_err(|e| CudaError::driver("cuDeviceGetAttribute", e))
+    }
+
+    /// Lets this context access memory of `peer`'s device. "Already
+    /// enabled" counts as success.
+    pub fn enable_peer(&self, peer: &Ctx) -> Result<()> {
+        if peer.dev == self.dev {
+            return Ok(());
+        }
+        let mut can = 0;
+        // SAFETY: both devices are valid; `can` is a valid out-pointer.
+        unsafe {
+            check(
+                "cuDeviceCanAccessPeer",
+                sys::cuDeviceCanAccessPeer(&mut can, self.dev, peer.dev),
+            )?
+        };
+        if can == 0 {
+            return Err(CudaError::Invalid(format!(
+                "device {} cannot access device {} (no P2P path)",
+                self.ordinal, peer.ordinal
+            )));
+        }
+        self.bind()?;
+        // SAFETY: the peer context is retained for the call.
+        let r = unsafe { sys::cuCtxEnablePeerAccess(peer.ctx, 0) };
+        if r == sys::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED {
+            return Ok(());
+        }
+        check("cuCtxEnablePeerAccess", r)
+    }
+}
+
+impl Drop for Ctx {
+    fn drop(&mut self) {
+        // SAFETY: balances the retain in `new`.
+        let _ = unsafe { result::primary_ctx::release(self.dev) };
+    }
+}
+
+/// Device memory from `cuMemAlloc`: addressable by peers (after peer access)
+/// and usable by IPC, unlike pool memory.
+#[derive(Debug)]
+pub struct DevMem {
+    pub ptr: u64,
+    pub bytes: usize,
+    ctx: Arc<Ctx>,
+}
+
+impl DevMem {
+    /// Allocates `bytes` (at least 1) and zeroes them.
+    pub fn zeroed(ctx: &Arc<Ctx>, bytes: usize) -> Result<DevMem> {
+        ctx.bind()?;
+        // SAFETY: plain allocation in the current context.
+        let ptr = unsafe { result::malloc_sync(bytes.max(1)) }
+            .map_err(|e| CudaError::driver("cuMemAlloc", e))?;
+        let m = DevMem {
+            ptr,
+            bytes,
+            ctx: ctx.clone(),
+        };
+        // SAFETY: `ptr` holds at least `bytes.max(1)` bytes. The memset runs
+        // on the legacy stream, which the ranks' non-blocking streams never
+        // wait for, and syncing it waits for nothing of theirs.
+        unsafe {
+            check("cuMemsetD8", sys::cuMemsetD8_v2(ptr, 0, bytes.max(1)))?;
+            check(
+                "cuStreamSynchronize",
+                sys::cuStreamSynchronize(std::ptr::null_mut()),
+            )?;
+        }
+        Ok(m)
+    }
+
+    /// Copies `src` to the start of this allocation (synchronous).
+    pub fn upload(&self, src: &[u8]) -> Result<()> {
+        if src.len() > self.bytes {
+            return Err(CudaError::Invalid(format!(
+                "upload of {} bytes into {} bytes",
+                src.len(),
+                self.bytes
+            )));
+        }
+        self.ctx.bind()?;
+        // SAFETY: bounds checked above.
+        unsafe { result::memcpy_htod_sync(self.ptr, src) }
+            .map_err(|e| CudaError::driver("cuMemcpyHtoD", e))
+    }
+}
+
+impl Drop for DevMem {
+    fn drop(&mut self) {
+        if self.ctx.bind().is_ok() {
+            // SAFETY: `ptr` came from cuMemAlloc and is freed once.
+            let _ = unsafe { result::free_sync(self.ptr) };
+        }
+    }
+}
+
+/// Page-locked host memory mapped into every context's address space: the
+/// host writes it directly (the abort flag) and kernels read it.
+#[derive(Debug)]
+pub struct HostMapped {
+    host: *mut c_void,
+    pub dev_ptr: u64,
+    bytes: usize,
+}
+
+// SAFETY: the memory is plain bytes owned by this value; access goes
+// through volatile reads/writes of whole words.
+unsafe impl Send for HostMapped {}
+// SAFETY: as above.
+unsafe impl Sync for HostMapped {}
+
+impl HostMapped {
+    pub fn zeroed(ctx: &Ctx, bytes: usize) -> Result<HostMapped> {
+        ctx.bind()?;
+        let flags = sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE;
+        // SAFETY: plain pinned allocation.
+        let host = unsafe { result::malloc_host(bytes, flags) }
+            .map_err(|e| CudaError::driver("cuMemHostAlloc", e))?;
+        // SAFETY: `host` holds `bytes` bytes.
+        unsafe { std::ptr::write_bytes(host.cast::<u8>(), 0, bytes) };
+        let mut dev_ptr = 0;
+        // SAFETY: `host` was allocated with DEVICEMAP.
+        unsafe {
+            check(
+                "cuMemHostGetDevicePointer",
+                sys::cuMemHostGetDevicePointer_v2(&mut dev_ptr, host, 0),
+            )?
+        };
+        Ok(HostMapped {
+            host,
+            dev_ptr,
+            bytes,
+        })
+    }
+
+    /// Writes word `i` (volatile, visible to running kernels).
+    pub fn store_u32(&self, i: usize, v: u32) {
+        assert!((i + 1) * 4 <= self.bytes, "host-mapped word out of range");
+        // SAFETY: in bounds (checked), aligned (page-aligned base).
+        unsafe { std::ptr::write_volatile(self.host.cast::<u32>().add(i), v) };
+    }
+
+    pub fn load_u32(&self, i: usize) -> u32 {
+        assert!((i + 1) * 4 <= self.bytes, "host-mapped word out of range");
+        // SAFETY: in bounds (checked), aligned (page-aligned base).
+        unsafe { std::ptr::read_volatile(self.host.cast::<u32>().add(i)) }
+    }
+}
+
+impl Drop for HostMapped {
+    fn drop(&mut self) {
+        // SAFETY: allocated by cuMemHostAlloc, freed once.
+        let _ = unsafe { result::free_host(self.host) };
+    }
+}
+
+/// A non-blocking stream (no implicit sync with the legacy default stream).
+#[derive(Debug)]
+pub struct Stream {
+    pub raw: sys::CUstream,
+    ctx: Arc<Ctx>,
+}
+
+// SAFETY: stream handles may be used from any thread with the context bound.
+unsafe impl Send for Stream {}
+// SAFETY: as above.
+unsafe impl Sync for Stream {}
+
+impl Stream {
+    pub fn new(ctx: &Arc<Ctx>) -> Result<Stream> {
+        ctx.bind()?;
+        let raw = result::stream::create(result::stream::StreamKind::NonBlocking)
+            .map_err(|e| CudaError::driver("cuStreamCreate", e))?;
+        Ok(Stream {
+            raw,
+            ctx: ctx.clone(),
+        })
+    }
+
+    pub fn ctx(&self) -> &Arc<Ctx> {
+        &self.ctx
+    }
+
+    pub fn synchronize(&self) -> Result<()> {
+        self.ctx.bind()?;
+        // SAFETY: valid stream.
+        unsafe { result::stream::synchronize(self.raw) }
+            .map_err(|e| CudaError::driver("cuStreamSynchronize", e))
+    }
+
+    /// Enqueues a device-to-device copy.
+    ///
+    /// # Safety
+    /// Both ranges must be valid device memory of `bytes` bytes until the
+    /// stream reaches the copy.
+    pub unsafe fn copy_dtod(&self, dst: u64, src: u64, bytes: usize) -> Result<()> {
+        self.ctx.bind()?;
+        // SAFETY: caller's contract.
+        unsafe {
+            check(
+                "cuMemcpyDtoDAsync",
+                sys::cuMemcpyDtoDAsync_v2(dst, src, bytes, self.raw),
+            )
+        }
+    }
+
+    /// Copies host bytes to device memory, ordered on this stream, and waits.
+    ///
+    /// # Safety
+    /// `dst` must be valid device memory of `src.len()` bytes.
+    pub unsafe fn write_sync(&self, dst: u64, src: &[u8]) -> Result<()> {
+        self.ctx.bind()?;
+        // SAFETY: caller's contract; `src` outlives the synchronisation below.
+        unsafe { result::memcpy_htod_async(dst, src, self.raw) }
+            .map_err(|e| CudaError::driver("cuMemcpyHtoDAsync", e))?;
+        self.synchronize()
+    }
+
+    /// Copies device memory to host bytes, ordered on this stream, and waits.
+    ///
+    /// # Safety
+    /// `src` must be valid device memory of `dst.len()` bytes.
+    pub unsafe fn read_sync(&self, src: u64, dst: &mut [u8]) -> Result<()> {
+        self.ctx.bind()?;
+        // SAFETY: caller's contract; `dst` outlives the synchronisation below.
+        unsafe { result::memcpy_dtoh_async(dst, src, self.raw) }
+            .map_err(|e| CudaError::driver("cuMemcpyDtoHAsync", e))?;
+        self.synchronize()
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        if self.ctx.bind().is_ok() {
+            // SAFETY: created in `new`, destroyed once.
+            let _ = unsafe { result::stream::destroy(self.raw) };
+        }
+    }
+}
+
+/// A timing event.
+#[derive(Debug)]
+pub struct Event {
+    raw: sys::CUevent,
+    ctx: Arc<Ctx>,
+}
+
+// SAFETY: event handles may be used from any thread with the context bound.
+unsafe impl Send for Event {}
+
+impl Event {
+    pub fn new(ctx: &Arc<Ctx>) -> Result<Event> {
+        ctx.bind()?;
+        let raw = result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT)
+            .map_err(|e| CudaError::driver("cuEventCreate", e))?;
+        Ok(Event {
+            raw,
+            ctx: ctx.clone(),
+        })
+    }
+
+    pub fn record(&self, s: &Stream) -> Result<()> {
+        self.ctx.bind()?;
+        // SAFETY: valid event and stream of the same context.
+        unsafe { result::event::record(self.raw, s.raw) }
+            .map_err(|e| CudaError::driver("cuEventRecord", e))
+    }
+
+    /// Milliseconds from `start` to `self`, waiting for `self`.
+    pub fn elapsed_since(&self, start: &Event) -> Result<f32> {
+        self.ctx.bind()?;
+        // SAFETY: valid events.
+        unsafe {
+            result::event::synchronize(self.raw)
+                .map_err(|e| CudaError::driver("cuEventSynchronize", e))?;
+            result::event::elapsed(start.raw, self.raw)
+                .map_err(|e| CudaError::driver("cuEventElapsedTime", e))
+        }
+    }
+}
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        if self.ctx.bind().is_ok() {
+            // SAFETY: created in `new`, destroyed once.
+            let _ = unsafe { result::event::destroy(self.raw) };
+        }
+    }
+}
+
+/// A loaded module and the context it lives in.
+#[derive(Debug)]
+pub struct Module {
+    raw: sys::CUmodule,
+    ctx: Arc<Ctx>,
+}
+
+// SAFETY: module and function handles are context-wide, usable from any
+// thread with the context bound.
+unsafe impl Send for Module {}
+// SAFETY: as above.
+unsafe impl Sync for Module {}
+
+/// A kernel of a [`Module`].
+#[derive(Clone, Copy, Debug)]
+pub struct Function(pub(crate) sys::CUfunction);
+
+// SAFETY: see Module.
+unsafe impl Send for Function {}
+// SAFETY: see Module.
+unsafe impl Sync for Function {}
+
+impl Module {
+    pub fn load(ctx: &Arc<Ctx>, cubin: &[u8]) -> Result<Module> {
+        ctx.bind()?;
+        // SAFETY: `cubin` is a complete image produced by NVRTC (or the
+        // cache, which stores exactly such images).
+        let raw = unsafe { result::module::load_data(cubin.as_ptr().cast()) }
+            .map_err(|e| CudaError::driver("cuModuleLoadData", e))?;
+        Ok(Module {
+            raw,
+            ctx: ctx.clone(),
+        })
+    }
+
+    pub fn function(&self, name: &str) -> Result<Function> {
+        self.ctx.bind()?;
+        let c = std::ffi::CString::new(name).map_err(|e| CudaError::Invalid(e.to_string()))?;
+        // SAFETY: module is loaded.
+        let f = unsafe { result::module::get_function(self.raw, c) }
+            .map_err(|e| CudaError::driver("cuModuleGetFunction", e))?;
+        Ok(Function(f))
+    }
+}
+
+impl Drop for Module {
+    fn drop(&mut self) {
+        if self.ctx.bind().is_ok() {
+            // SAFETY: loaded in `load`, unloaded once.
+            let _ = unsafe { result::module::unload(self.raw) };
+        }
+    }
+}
+
+impl Function {
+    /// Blocks of `threads` threads that fit on one SM at once.
+    pub fn max_blocks_per_sm(&self, threads: u32) -> Result<u32> {
+        let mut n = 0;
+        // SAFETY: valid function; out-pointer valid.
+        unsafe {
+            check(
+                "cuOccupancyMaxActiveBlocksPerMultiprocessor",
+                sys::cuOccupancyMaxActiveBlocksPerMultiprocessor(&mut n, self.0, threads as i32, 0),
+            )?
+        };
+        Ok(n.max(0) as u32)
+    }
+
+    /// Launches with one parameter passed by value.
+    ///
+    /// # Safety
+    /// `P` must match the kernel's parameter layout, and every pointer in
+    /// it must stay valid until the stream reaches the kernel.
+    pub unsafe fn launch<P>(
+        &self,
+        grid: u32,
+        threads: u32,
+        stream: &Stream,
+        param: &P,
+    ) -> Result<()> {
+        stream.ctx.bind()?;
+        let mut args = [param as *const P as *mut c_void];
+        // SAFETY: caller's contract; the driver copies the parameter before returning.
+        unsafe {
+            result::launch_kernel(
+                self.0,
+                (grid, 1, 1),
+                (threads, 1, 1),
+                0,
+                stream.raw,
+                &mut args,
+            )
+        }
+        .map_err(|e| CudaError::driver("cuLaunchKernel", e))
+    }
+}
+
+/// A captured and instantiated CUDA graph.
+#[derive(Debug)]
+pub struct Graph {
+    graph: sys::CUgraph,
+    exec: sys::CUgraphExec,
+    ctx: Arc<Ctx>,
+}
+
+// SAFETY: graph handles may be launched from any thread with the context bound.
+unsafe impl Send for Graph {}
+
+impl Graph {
+    /// Captures everything `body` enqueues on `stream` into a graph.
+    pub fn capture(stream: &Stream, body: impl FnOnce() -> Result<()>) -> Result<Graph> {
+        stream.ctx.bind()?;
+        // SAFETY: valid stream; relaxed mode so other threads' unrelated
+        // driver calls are not disturbed by this capture.
+        unsafe {
+            check(
+                "cuStreamBeginCapture",
+                sys::cuStreamBeginCapture_v2(
+                    stream.raw,
+                    sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
+                ),
+            )?
+        };
+        let body_result = body();
+        // SAFETY: capture was begun above on this stream.
+        let graph = unsafe { result::stream::end_capture(stream.raw) }
+            .map_err(|e| CudaError::driver("cuStreamEndCapture", e))?;
+        body_result?;
+        let mut exec = std::ptr::null_mut();
+        // SAFETY: `graph` is a valid captured graph.
+        unsafe {
+            check(
+                "cuGraphInstantiate",
+                sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0),
+            )?
+        };
+        Ok(Graph {
+            graph,
+            exec,
+            ctx: stream.ctx.clone(),
+        })
+    }
+
+    pub fn launch(&self, stream: &Stream) -> Result<()> {
+        self.ctx.bind()?;
+        // SAFETY: valid instantiated graph and stream.
+        unsafe { check("cuGraphLaunch", sys::cuGraphLaunch(self.exec, stream.raw)) }
+    }
+}
+
+impl Drop for Graph {
+    fn drop(&mut self) {
+        if self.ctx.bind().is_ok() {
+            // SAFETY: created in `capture`, destroyed once.
+            unsafe {
+                let _ = sys::cuGraphExecDestroy(self.exec);
+                let _ = sys::cuGraphDestroy(self.graph);
+            }
+        }
+    }
+}

@@ -1,0 +1,350 @@
+//! The device encoding of a [`RankPlan`]: fixed-size records the kernel in
+//! `kernels/oxccl_exec.cuh` walks. Pure Rust, so it is tested without a GPU.
+//!
+//! Layout of the uploaded blob (every part 16-byte aligned):
+//! `chans[nchannels]`, `steps[..]`, `operands[..]`, then two tables of
+//! device pointers filled in at upload: `conns[..]` (one `OxConn` per FIFO
+//! connection the plan uses) and `sems[..]` (one `OxSem` per semaphore).
+//! Connections and semaphores are named by `(channel, from, to)` keys; the
+//! operand refers to them by table index.
+
+use std::collections::HashMap;
+
+use oxccl_core::plan::{Dst, RankPlan, Src, Step};
+
+use crate::error::{CudaError, Result};
+
+/// Mirrors `OX_MAX_BUFS` in `kernels/oxccl_common.cuh`.
+pub const MAX_BUFS: usize = 64;
+/// Mirrors `OX_MAX_OPERANDS`.
+pub const MAX_OPERANDS: usize = 32;
+/// Mirrors `OX_CONN_HEADER`: the counters before a connection's slots.
+pub const CONN_HEADER: usize = 256;
+/// Size of an `OxSem`.
+pub const SEM_BYTES: usize = 256;
+
+const K_LOCAL: u8 = 0;
+const K_CONN: u8 = 1;
+const K_REMOTE: u8 = 2;
+const S_XFER: u8 = 0;
+const S_SIGNAL: u8 = 1;
+const S_WAIT: u8 = 2;
+const F_PRE: u8 = 1;
+const F_POST: u8 = 1;
+
+/// `(channel, from, to)`: names a FIFO connection or a semaphore.
+pub type LinkKey = (u32, u32, u32);
+
+/// A plan in device form, before the pointer tables are known.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Encoded {
+    /// Per channel: (first step, step count).
+    pub chans: Vec<(u32, u32)>,
+    /// Per step: (op, nsrc, ndst, flags, first, len).
+    pub steps: Vec<(u8, u8, u8, u8, u32, u64)>,
+    /// Per operand: (kind, flags, buf, idx, off).
+    pub ops: Vec<(u8, u8, u16, u32, u64)>,
+    /// FIFO connections, by table index.
+    pub conns: Vec<LinkKey>,
+    /// Semaphores, by table index.
+    pub sems: Vec<LinkKey>,
+    /// Whether any step reads or writes a peer's buffer directly.
+    pub remote: bool,
+}
+
+/// Byte offsets of each part in the blob.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BlobLayout {
+    pub steps: usize,
+    pub ops: usize,
+    pub conns: usize,
+    pub sems: usize,
+    pub total: usize,
+}
+
+fn align16(x: usize) -> usize {
+    x.div_ceil(16) * 16
+}
+
+fn index_of(table: &mut Vec<LinkKey>, map: &mut HashMap<LinkKey, u32>, k: LinkKey) -> u32 {
+    *map.entry(k).or_insert_with(|| {
+        table.push(k);
+        (table.len() - 1) as u32
+    })
+}
+
+fn small<T: TryFrom<usize>>(v: usize, what: &str) -> Result<T> {
+    T::try_from(v)
+        .map_err(|_| CudaError::Plan(format!("{what} {v} does not fit the device encoding")))
+}
+
+/// Encodes one rank's plan.
+pub fn encode(rp: &RankPlan) -> Result<Encoded> {
+    if rp.bufs.len() > MAX_BUFS {
+        return Err(CudaError::Plan(format!(
+            "{} buffers; the device executor takes at most {MAX_BUFS} (split the group)",
+            rp.bufs.len()
+        )));
+    }
+    let me = rp.rank;
+    let mut e = Encoded::default();
+    let (mut conn_map, mut sem_map) = (HashMap::new(), HashMap::new());
+    for (c, ch) in rp.channels.iter().enumerate() {
+        let c = c as u32;
+        let first = small::<u32>(e.steps.len(), "step index")?;
+        for (i, s) in ch.steps.iter().enumerate() {
+            match s {
+                Step::Signal { peer } | Step::Wait { peer } => {
+                    let (op, key) = match s {
+                        Step::Signal { .. } => (S_SIGNAL, (c, me, *peer)),
+                        _ => (S_WAIT, (c, *peer, me)),
+                    };
+                    let idx = index_of(&mut e.sems, &mut sem_map, key);
+                    e.steps.push((op, 0, 0, 0, idx, u64::from(*peer)));
+                }
+                Step::Xfer(x) => {
+                    if x.srcs.is_empty()
+                        || x.srcs.len() > MAX_OPERANDS
+                        || x.dsts.len() > MAX_OPERANDS
+                    {
+                        return Err(CudaError::Plan(format!(
+                            "channel {c} step {i}: {} sources and {} destinations (1..={MAX_OPERANDS} sources and at most {MAX_OPERANDS} destinations allowed)",
+                            x.srcs.len(),
+                            x.dsts.len()
+                        )));
+                    }
+                    let first_op = small::<u32>(e.ops.len(), "operand index")?;
+                    for s in &x.srcs {
+                        let o = match *s {
+                            Src::Local { at, pre } => (
+                                K_LOCAL,
+                                if pre { F_PRE } else { 0 },
+                                at.buf.0,
+                                0,
+                                at.off as u64,
+                            ),
+                            Src::Recv { peer } => {
+                                let idx = index_of(&mut e.conns, &mut conn_map, (c, peer, me));
+                                (K_CONN, 0, small(peer as usize, "peer")?, idx, 0)
+                            }
+                            Src::Remote { peer, at, pre } => {
+                                e.remote = true;
+                                (
+                                    K_REMOTE,
+                                    if pre { F_PRE } else { 0 },
+                                    at.buf.0,
+                                    peer,
+                                    at.off as u64,
+                                )
+                            }
+                        };
+                        e.ops.push(o);
+                    }
+                    for d in &x.dsts {
+                        let o = match *d {
+                            Dst::Local(at) => (K_LOCAL, 0, at.buf.0, 0, at.off as u64),
+                            Dst::Send { peer } => {
+                                let idx = index_of(&mut e.conns, &mut conn_map, (c, me, peer));
+                                (K_CONN, 0, small(peer as usize, "peer")?, idx, 0)
+                            }
+                            Dst::Remote { peer, at } => {
+                                e.remote = true;
+                                (K_REMOTE, 0, at.buf.0, peer, at.off as u64)
+                            }
+                        };
+                        e.ops.push(o);
+                    }
+                    for o in &e.ops[first_op as usize..] {
+                        if o.0 != K_CONN && o.2 as usize >= rp.bufs.len() {
+                            return Err(CudaError::Plan(format!(
+                                "channel {c} step {i}: buffer {} not declared",
+                                o.2
+                            )));
+                        }
+                    }
+                    e.steps.push((
+                        S_XFER,
+                        x.srcs.len() as u8,
+                        x.dsts.len() as u8,
+                        if x.post { F_POST } else { 0 },
+                        first_op,
+                        x.len as u64,
+                    ));
+                }
+            }
+        }
+        e.chans
+            .push((first, small::<u32>(ch.steps.len(), "step count")?));
+    }
+    Ok(e)
+}
+
+impl Encoded {
+    pub fn layout(&self) -> BlobLayout {
+        let steps = align16(self.chans.len() * 8);
+        let ops = steps + self.steps.len() * 16;
+        let conns = ops + self.ops.len() * 16;
+        let sems = align16(conns + self.conns.len() * 8);
+        let total = align16(sems + self.sems.len() * 8).max(16);
+        BlobLayout {
+            steps,
+            ops,
+            conns,
+            sems,
+            total,
+        }
+    }
+
+    /// The blob, with the pointer tables set to `conn_ptrs` and `sem_ptrs`
+    /// (one per entry of `conns` / `sems`).
+    pub fn blob(&self, conn_ptrs: &[u64], sem_ptrs: &[u64]) -> Vec<u8> {
+        assert_eq!(
+            conn_ptrs.len(),
+            self.conns.len(),
+            "one pointer per connection"
+        );
+        assert_eq!(sem_ptrs.len(), self.sems.len(), "one pointer per semaphore");
+        let l = self.layout();
+        let mut b = vec![0u8; l.total];
+        let mut put = |at: usize, bytes: &[u8]| b[at..at + bytes.len()].copy_from_slice(bytes);
+        for (i, &(first, n)) in self.chans.iter().enumerate() {
+            put(i * 8, &first.to_le_bytes());
+            put(i * 8 + 4, &n.to_le_bytes());
+        }
+        for (i, &(op, ns, nd, fl, first, len)) in self.steps.iter().enumerate() {
+            let at = l.steps + i * 16;
+            put(at, &[op, ns, nd, fl]);
+            put(at + 4, &first.to_le_bytes());
+            put(at + 8, &len.to_le_bytes());
+        }
+        for (i, &(kind, fl, buf, idx, off)) in self.ops.iter().enumerate() {
+            let at = l.ops + i * 16;
+            put(at, &[kind, fl]);
+            put(at + 2, &buf.to_le_bytes());
+            put(at + 4, &idx.to_le_bytes());
+            put(at + 8, &off.to_le_bytes());
+        }
+        for (i, p) in conn_ptrs.iter().enumerate() {
+            put(l.conns + i * 8, &p.to_le_bytes());
+        }
+        for (i, p) in sem_ptrs.iter().enumerate() {
+            put(l.sems + i * 8, &p.to_le_bytes());
+        }
+        b
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use oxccl_core::gen::{generate, PlanRequest};
+    use oxccl_core::plan::{BufDecl, BufRole, Channel, Loc, Xfer};
+    use oxccl_core::{Algo, CollKind, Collective};
+
+    #[test]
+    fn ring_allreduce_uses_two_connections_per_channel() {
+        let req = PlanRequest {
+            channels: 3,
+            chunk: 7,
+            ..PlanRequest::new(Collective::new(CollKind::AllReduce, 1000, 0), 4, Algo::Ring)
+        };
+        let plan = generate(&req).unwrap();
+        let e = encode(&plan.ranks[1]).unwrap();
+        assert_eq!(e.chans.len(), 3);
+        // Each channel receives from rank 0 and sends to rank 2.
+        assert_eq!(e.conns.len(), 6);
+        assert!(e.conns.contains(&(2, 0, 1)) && e.conns.contains(&(2, 1, 2)));
+        assert_eq!(e.steps.len(), plan.ranks[1].step_count());
+        assert!(!e.remote);
+        let total: usize = e.chans.iter().map(|c| c.1 as usize).sum();
+        assert_eq!(total, e.steps.len());
+    }
+
+    #[test]
+    fn blob_places_records_little_endian() {
+        let rp = RankPlan {
+            rank: 0,
+            nranks: 2,
+            bufs: vec![
+                BufDecl {
+                    role: BufRole::Input,
+                    len: 10,
+                    must_write: false,
+                },
+                BufDecl {
+                    role: BufRole::Output,
+                    len: 10,
+                    must_write: true,
+                },
+            ],
+            channels: vec![Channel {
+                steps: vec![
+                    Step::Signal { peer: 1 },
+                    Step::Wait { peer: 1 },
+                    Step::Xfer(Xfer {
+                        srcs: vec![
+                            Src::Local {
+                                at: Loc::input(3),
+                                pre: true,
+                            },
+                            Src::Remote {
+                                peer: 1,
+                                at: Loc::input(3),
+                                pre: true,
+                            },
+                        ],
+                        dsts: vec![Dst::Local(Loc::output(3)), Dst::Send { peer: 1 }],
+                        len: 5,
+                        post: true,
+                    }),
+                ],
+            }],
+        };
+        let e = encode(&rp).unwrap();
+        assert!(e.remote);
+        assert_eq!(e.sems, vec![(0, 0, 1), (0, 1, 0)]);
+        assert_eq!(e.conns, vec![(0, 0, 1)]);
+        let b = e.blob(&[0xAABB], &[1, 2]);
+        let l = e.layout();
+        assert_eq!(l.total % 16, 0);
+        let step2 = &b[l.steps + 32..l.steps + 48];
+        assert_eq!(&step2[..4], &[S_XFER, 2, 2, F_POST]);
+        assert_eq!(u64::from_le_bytes(step2[8..16].try_into().unwrap()), 5);
+        let remote = &b[l.ops + 16..l.ops + 32];
+        assert_eq!(remote[0], K_REMOTE);
+        assert_eq!(u32::from_le_bytes(remote[4..8].try_into().unwrap()), 1);
+        assert_eq!(u64::from_le_bytes(remote[8..16].try_into().unwrap()), 3);
+        assert_eq!(
+            u64::from_le_bytes(b[l.conns..l.conns + 8].try_into().unwrap()),
+            0xAABB
+        );
+        assert_eq!(
+            u64::from_le_bytes(b[l.sems + 8..l.sems + 16].try_into().unwrap()),
+            2
+        );
+    }
+
+    #[test]
+    fn too_many_operands_is_an_error() {
+        let srcs = vec![
+            Src::Local {
+                at: Loc::input(0),
+                pre: false
+            };
+            MAX_OPERANDS + 1
+        ];
+        let rp = RankPlan {
+            rank: 0,
+            nranks: 1,
+            bufs: vec![BufDecl {
+                role: BufRole::Input,
+                len: 1,
+                must_write: false,
+            }],
+            channels: vec![Channel {
+                steps: vec![Step::Xfer(Xfer::new(srcs, vec![], 1))],
+            }],
+        };
+        assert!(matches!(encode(&rp), Err(CudaError::Plan(_))));
+    }
+}

@@ -1,0 +1,64 @@
+//! The CUDA backend's error type.
+
+use thiserror::Error;
+
+/// Everything oxccl-cuda can report. Nothing in this crate panics on a
+/// missing driver: absence is [`CudaError::NoDriver`].
+#[derive(Debug, Error, Clone, PartialEq)]
+pub enum CudaError {
+    /// `libcuda` could not be loaded, or it reports no device.
+    #[error("no CUDA driver: {0}")]
+    NoDriver(String),
+    /// `libnvrtc` could not be loaded.
+    #[error("no NVRTC (CUDA runtime compiler): {0}")]
+    NoNvrtc(String),
+    /// A driver call failed.
+    #[error("CUDA driver call {call} failed: {detail}")]
+    Driver { call: &'static str, detail: String },
+    /// NVRTC rejected the kernel sources (the log is included).
+    #[error("NVRTC compilation of {module} for {arch} failed: {log}")]
+    Compile {
+        module: String,
+        arch: String,
+        log: String,
+    },
+    /// A plan the device encoding cannot express (too many operands...).
+    #[error("plan not executable on CUDA: {0}")]
+    Plan(String),
+    /// Bad arguments (rank out of range, buffer count mismatch...).
+    #[error("invalid argument: {0}")]
+    Invalid(String),
+    /// A device-side wait ran past its deadline.
+    #[error("rank {rank} channel {channel} step {step}: waited {waited_ms} ms for peer {peer} past the deadline")]
+    Timeout {
+        rank: u32,
+        peer: u32,
+        channel: u32,
+        step: u32,
+        waited_ms: u64,
+    },
+    /// The clique was aborted (by the host or by a failed peer) while a
+    /// device-side wait was pending.
+    #[error(
+        "rank {rank} channel {channel} step {step}: aborted while waiting for peer {peer} ({why})"
+    )]
+    Aborted {
+        rank: u32,
+        peer: u32,
+        channel: u32,
+        step: u32,
+        why: &'static str,
+    },
+}
+
+impl CudaError {
+    pub(crate) fn driver(call: &'static str, e: impl std::fmt::Debug) -> Self {
+        CudaError::Driver {
+            call,
+            detail: format!("{e:?}"),
+        }
+    }
+}
+
+/// Shorthand.
+pub type Result<T, E = CudaError> = std::result::Result<T, E>;

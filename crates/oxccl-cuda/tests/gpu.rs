@@ -1,0 +1,442 @@
+//! Device tests of the executor, straight on `World` (the facade's
+//! `crates/oxccl/tests/collectives.rs` runs the shared suite through the
+//! Communicator API). Without a GPU each prints `skipped: no CUDA device`.
+//!
+//! `OXCCL_GPU_RANKS` (e.g. `1,2,3,4,8`) chooses the rank counts; the
+//! default keeps a run short.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use oxccl_core::gen::{generate, supports, PlanRequest};
+use oxccl_core::plan::{BufRole, Plan};
+use oxccl_core::{testkit, with_dtype, Algo, CollKind, Collective, DataType, Element, RedOp};
+use oxccl_cuda::driver::Graph;
+use oxccl_cuda::{device_or_skip, CudaError, World, WorldConfig};
+
+const KINDS: [CollKind; 8] = [
+    CollKind::AllReduce,
+    CollKind::Broadcast,
+    CollKind::Reduce,
+    CollKind::AllGather,
+    CollKind::ReduceScatter,
+    CollKind::AllToAll,
+    CollKind::Gather,
+    CollKind::Scatter,
+];
+const OPS: [RedOp; 6] = [
+    RedOp::Sum,
+    RedOp::Prod,
+    RedOp::Max,
+    RedOp::Min,
+    RedOp::Avg,
+    RedOp::PreMulSum(2.0),
+];
+
+fn rank_counts() -> Vec<u32> {
+    std::env::var("OXCCL_GPU_RANKS")
+        .ok()
+        .map(|s| s.split(',').filter_map(|x| x.trim().parse().ok()).collect())
+        .unwrap_or_else(|| vec![1, 2, 3, 4, 8])
+}
+
+fn world(n: u32, ndev: usize, timeout: Duration) -> Arc<World> {
+    World::new(WorldConfig::round_robin(n, ndev as i32, timeout)).expect("world")
+}
+
+fn as_bytes<T: Element>(v: &[T]) -> &[u8] {
+    // SAFETY: every Element type is plain data without padding or invalid
+    // bit patterns; the slice covers exactly the vector's elements.
+    unsafe { std::slice::from_raw_parts(v.as_ptr().cast(), std::mem::size_of_val(v)) }
+}
+fn from_bytes<T: Element>(b: &[u8]) -> Vec<T> {
+    let n = b.len() / std::mem::size_of::<T>();
+    let mut v = vec![T::default(); n];
+    // SAFETY: as above; `v` has room for `n` elements = `b.len()` bytes.
+    unsafe {
+        std::ptr::copy_nonoverlapping(
+            b.as_ptr(),
+            v.as_mut_ptr().cast::<u8>(),
+            n * std::mem::size_of::<T>(),
+        )
+    };
+    v
+}
+
+/// One rank's buffers: (input address, output address, arena(s) to free).
+struct RankBufs {
+    input: u64,
+    output: u64,
+    arenas: Vec<u64>,
+}
+
+/// Allocates, poisons and fills one rank's buffers. `shift` elements of
+/// offset make sub-slices that start at odd element offsets.
+fn setup<T: Element>(
+    w: &World,
+    r: u32,
+    coll: &Collective,
+    input: &[T],
+    in_place: bool,
+    shift: usize,
+) -> RankBufs {
+    let n = w.nranks();
+    let sz = std::mem::size_of::<T>();
+    let (ilen, olen) = (coll.input_len(n), coll.output_len(n));
+    let s = w.stream(r).unwrap();
+    let poison = |addr: u64, elems: usize| {
+        // SAFETY: `addr` is an allocation of at least `elems` elements.
+        unsafe { s.write_sync(addr, &vec![0xA5u8; elems * sz]).unwrap() };
+    };
+    if in_place {
+        let len = ilen.max(olen) + shift;
+        let a = w.alloc(r, len * sz).unwrap();
+        poison(a, len);
+        let base = a + (shift * sz) as u64;
+        let (io, oo) = coll.in_place_offsets(r);
+        let (input_at, output_at) = if ilen <= olen {
+            (base + (io * sz) as u64, base)
+        } else {
+            (base, base + (oo * sz) as u64)
+        };
+        // SAFETY: inside the arena.
+        unsafe { s.write_sync(input_at, as_bytes(input)).unwrap() };
+        RankBufs {
+            input: input_at,
+            output: output_at,
+            arenas: vec![a],
+        }
+    } else {
+        let a = w.alloc(r, (ilen + shift) * sz).unwrap();
+        let b = w.alloc(r, (olen + shift) * sz).unwrap();
+        poison(b, olen + shift);
+        let (i, o) = (a + (shift * sz) as u64, b + (shift * sz) as u64);
+        // SAFETY: inside the allocation.
+        unsafe { s.write_sync(i, as_bytes(input)).unwrap() };
+        RankBufs {
+            input: i,
+            output: o,
+            arenas: vec![a, b],
+        }
+    }
+}
+
+fn run_case<T: Element>(
+    w: &World,
+    plan: &Plan,
+    coll: &Collective,
+    op: RedOp,
+    in_place: bool,
+    shift: usize,
+) -> Result<(u64, Option<String>), CudaError> {
+    let n = w.nranks();
+    let inputs: Vec<Vec<T>> = (0..n)
+        .map(|r| testkit::input::<T>(coll, n, r, op, 11 + shift as u64))
+        .collect();
+    let lowered = op.lower(T::DTYPE, n);
+    let outs: Vec<Result<Vec<T>, CudaError>> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..n)
+            .map(|r| {
+                let (inputs, lowered) = (&inputs, &lowered);
+                s.spawn(move || {
+                    let rp = &plan.ranks[r as usize];
+                    let b = setup::<T>(w, r, coll, &inputs[r as usize], in_place, shift);
+                    let addrs: Vec<u64> = rp
+                        .bufs
+                        .iter()
+                        .map(|d| match d.role {
+                            BufRole::Input => b.input,
+                            BufRole::Output => b.output,
+                            BufRole::Scratch => 0,
+                        })
+                        .collect();
+                    let p = w.prepare(rp, T::DTYPE.size())?;
+                    // SAFETY: the addresses are live allocations of this clique sized for the plan.
+                    unsafe { w.launch(&p, r, &addrs, T::DTYPE, lowered)? };
+                    w.synchronize(r)?;
+                    let mut bytes = vec![0u8; coll.output_len(n) * T::DTYPE.size()];
+                    // SAFETY: the output holds that many bytes.
+                    unsafe { w.stream(r)?.read_sync(b.output, &mut bytes)? };
+                    for a in b.arenas {
+                        w.free(r, a)?;
+                    }
+                    Ok(from_bytes::<T>(&bytes))
+                })
+            })
+            .collect();
+        hs.into_iter()
+            .map(|h| h.join().expect("rank thread"))
+            .collect()
+    });
+    let outputs = outs.into_iter().collect::<Result<Vec<_>, _>>()?;
+    Ok(testkit::compare(coll, &inputs, &outputs, op))
+}
+
+fn plan_for(
+    w: &World,
+    kind: CollKind,
+    count: usize,
+    algo: Algo,
+    in_place: bool,
+    registered: bool,
+    elem: usize,
+) -> Option<Plan> {
+    let n = w.nranks();
+    let root = if kind.has_root() { n - 1 } else { 0 };
+    let req = PlanRequest {
+        channels: w.max_channels().min(4),
+        chunk: (w.slot_bytes() / elem).max(1),
+        in_place,
+        registered,
+        ..PlanRequest::new(Collective::new(kind, count, root), n, algo)
+    };
+    generate(&req).ok()
+}
+
+/// Every collective × algorithm (FIFO and registered) × dtype × op ×
+/// in-place, a count not divisible by the rank count, odd offsets.
+#[test]
+fn every_case_on_the_device() {
+    let Some(info) = device_or_skip("every_case_on_the_device") else {
+        return;
+    };
+    for n in rank_counts() {
+        let w = world(n, info.devices.len(), Duration::from_secs(20));
+        let mut failures = Vec::new();
+        let mut cases = 0;
+        for kind in KINDS {
+            for algo in Algo::ALL {
+                if !supports(algo, kind) {
+                    continue;
+                }
+                for registered in [false, true] {
+                    let ops: &[RedOp] = if kind.is_reduction() { &OPS } else { &OPS[..1] };
+                    for dt in DataType::ALL {
+                        for &op in ops {
+                            for in_place in [false, true] {
+                                let count = 1001;
+                                let Some(plan) = plan_for(
+                                    &w,
+                                    kind,
+                                    count,
+                                    algo,
+                                    in_place,
+                                    registered,
+                                    dt.size(),
+                                ) else {
+                                    continue;
+                                };
+                                if registered && !plan.ranks.iter().any(|r| r.needs_registration())
+                                {
+                                    continue;
+                                }
+                                let coll = plan.coll.expect("collective plan");
+                                // Out of place: aligned (vector path); in place: odd offsets.
+                                let shift = usize::from(in_place);
+                                let res = with_dtype!(dt, T => run_case::<T>(&w, &plan, &coll, op, in_place, shift));
+                                cases += 1;
+                                match res {
+                                    Ok((0, _)) => {}
+                                    Ok((wrong, first)) => failures.push(format!("{kind} {algo} reg={registered} {dt} {op} in_place={in_place}: {wrong} wrong, {}", first.unwrap_or_default())),
+                                    Err(e) => failures.push(format!("{kind} {algo} reg={registered} {dt} {op} in_place={in_place}: {e}")),
+                                }
+                                if w.failed() {
+                                    panic!("clique failed: {failures:?}");
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        println!(
+            "every_case_on_the_device: {n} ranks: {cases} cases, {} failed",
+            failures.len()
+        );
+        assert!(
+            failures.is_empty(),
+            "{} of {cases} failed on {n} ranks:\n{}",
+            failures.len(),
+            failures.join("\n")
+        );
+    }
+}
+
+/// Sizes from 0 to 256 MiB per rank for ring and direct AllReduce (f32).
+#[test]
+fn allreduce_sizes_up_to_256_mib() {
+    let Some(info) = device_or_skip("allreduce_sizes_up_to_256_mib") else {
+        return;
+    };
+    let big = std::env::var("OXCCL_GPU_BIG").is_ok();
+    for n in rank_counts() {
+        let w = world(n, info.devices.len(), Duration::from_secs(30));
+        let mut counts = vec![0usize, 1, 7, 255, 4097, 1 << 20];
+        if big {
+            counts.push(64 << 20); // 256 MiB of f32 per rank
+        }
+        for count in counts {
+            for (algo, registered) in [
+                (Algo::Ring, false),
+                (Algo::OneShot, true),
+                (Algo::TwoShot, true),
+            ] {
+                let Some(plan) =
+                    plan_for(&w, CollKind::AllReduce, count, algo, false, registered, 4)
+                else {
+                    continue;
+                };
+                let coll = plan.coll.expect("collective");
+                let (wrong, first) =
+                    run_case::<f32>(&w, &plan, &coll, RedOp::Sum, false, 0).expect("run");
+                println!("allreduce {n} ranks {algo} count {count}: {wrong} wrong");
+                assert_eq!(wrong, 0, "{algo} count {count} on {n} ranks: {first:?}");
+            }
+        }
+    }
+}
+
+/// A collective captured into a CUDA graph per rank, replayed 1000 times;
+/// the result is checked after every replay's batch (counters keep
+/// growing across replays, nothing assumes a fresh state).
+#[test]
+fn graph_replays_1000_times() {
+    let Some(info) = device_or_skip("graph_replays_1000_times") else {
+        return;
+    };
+    let n = 4u32;
+    let w = world(n, info.devices.len(), Duration::from_secs(20));
+    let count = 4099usize;
+    let plan = plan_for(&w, CollKind::AllReduce, count, Algo::Ring, false, false, 4).expect("plan");
+    let coll = plan.coll.expect("collective");
+    let op = RedOp::Sum;
+    let inputs: Vec<Vec<i32>> = (0..n)
+        .map(|r| testkit::input::<i32>(&coll, n, r, op, 3))
+        .collect();
+    let lowered = op.lower(DataType::I32, n);
+    let outs: Vec<Vec<Vec<i32>>> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..n)
+            .map(|r| {
+                let (inputs, lowered, w, plan, coll) = (&inputs, &lowered, &w, &plan, &coll);
+                s.spawn(move || {
+                    let rp = &plan.ranks[r as usize];
+                    let b = setup::<i32>(w, r, coll, &inputs[r as usize], false, 0);
+                    let addrs = [b.input, b.output, 0];
+                    let p = w.prepare(rp, 4).unwrap();
+                    // Eager warm-up: compiles, uploads, allocates scratch.
+                    // SAFETY: live allocations sized for the plan.
+                    unsafe {
+                        w.launch(&p, r, &addrs[..rp.bufs.len()], DataType::I32, lowered)
+                            .unwrap()
+                    };
+                    w.synchronize(r).unwrap();
+                    let stream = w.stream(r).unwrap();
+                    let g = Graph::capture(stream, || {
+                        // SAFETY: as above; the graph is replayed while the buffers live.
+                        unsafe { w.launch(&p, r, &addrs[..rp.bufs.len()], DataType::I32, lowered) }
+                    })
+                    .unwrap();
+                    let mut results = Vec::new();
+                    for batch in 0..10 {
+                        // Clear the output so each batch must rewrite it.
+                        // SAFETY: output holds `count` i32.
+                        unsafe { stream.write_sync(b.output, &vec![0u8; count * 4]).unwrap() };
+                        for _ in 0..100 {
+                            g.launch(stream).unwrap();
+                        }
+                        w.synchronize(r)
+                            .unwrap_or_else(|e| panic!("rank {r} batch {batch}: {e}"));
+                        let mut bytes = vec![0u8; count * 4];
+                        // SAFETY: as above.
+                        unsafe { stream.read_sync(b.output, &mut bytes).unwrap() };
+                        results.push(from_bytes::<i32>(&bytes));
+                    }
+                    results
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for batch in 0..10 {
+        let outputs: Vec<Vec<i32>> = outs.iter().map(|o| o[batch].clone()).collect();
+        let (wrong, first) = testkit::compare(&coll, &inputs, &outputs, op);
+        assert_eq!(wrong, 0, "batch {batch}: {first:?}");
+    }
+    println!("graph_replays_1000_times: 1000 replays on {n} ranks, all batches right");
+}
+
+/// A rank whose peer never arrives fails with a timeout naming rank,
+/// peer, channel and step; the host does not hang; abort is prompt.
+#[test]
+fn missing_peer_times_out_and_abort_is_prompt() {
+    let Some(info) = device_or_skip("missing_peer_times_out_and_abort_is_prompt") else {
+        return;
+    };
+    let w = world(2, info.devices.len(), Duration::from_millis(300));
+    let plan = plan_for(&w, CollKind::AllReduce, 1000, Algo::Ring, false, false, 4).expect("plan");
+    let coll = plan.coll.expect("collective");
+    let input = testkit::input::<f32>(&coll, 2, 0, RedOp::Sum, 1);
+    let b = setup::<f32>(&w, 0, &coll, &input, false, 0);
+    let p = w.prepare(&plan.ranks[0], 4).unwrap();
+    let t = std::time::Instant::now();
+    // Only rank 0 launches.
+    // SAFETY: live allocations sized for the plan.
+    unsafe {
+        w.launch(
+            &p,
+            0,
+            &[b.input, b.output, 0][..plan.ranks[0].bufs.len()],
+            DataType::F32,
+            &RedOp::Sum.lower(DataType::F32, 2),
+        )
+        .unwrap()
+    };
+    let err = w.synchronize(0).expect_err("must time out");
+    let took = t.elapsed();
+    println!("timeout: {err} after {took:?}");
+    match err {
+        CudaError::Timeout {
+            rank: 0, peer: 1, ..
+        } => {}
+        other => panic!("unexpected error {other}"),
+    }
+    assert!(took < Duration::from_secs(20), "took {took:?}");
+    assert!(w.failed());
+
+    // Abort: a fresh clique with a long deadline; abort must end the wait.
+    let w = world(2, info.devices.len(), Duration::from_secs(600));
+    let b = setup::<f32>(&w, 0, &coll, &input, false, 0);
+    let p = w.prepare(&plan.ranks[0], 4).unwrap();
+    let t = std::time::Instant::now();
+    // SAFETY: live allocations sized for the plan.
+    unsafe {
+        w.launch(
+            &p,
+            0,
+            &[b.input, b.output, 0][..plan.ranks[0].bufs.len()],
+            DataType::F32,
+            &RedOp::Sum.lower(DataType::F32, 2),
+        )
+        .unwrap()
+    };
+    std::thread::sleep(Duration::from_millis(200));
+    w.abort();
+    let err = w.synchronize(0).expect_err("must abort");
+    println!("abort: {err} after {:?}", t.elapsed());
+    assert!(matches!(err, CudaError::Aborted { rank: 0, .. }), "{err}");
+    assert!(t.elapsed() < Duration::from_secs(20));
+}
+
+/// Without CUDA, `available` is a clean error, never a panic.
+#[test]
+fn available_never_panics() {
+    match oxccl_cuda::available() {
+        Ok(i) => println!(
+            "available: {} device(s), driver {}, nvrtc {:?}",
+            i.devices.len(),
+            i.driver_version,
+            i.nvrtc_version
+        ),
+        Err(e) => println!("available_never_panics: skipped: no CUDA device ({e})"),
+    }
+}

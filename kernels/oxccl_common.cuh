@@ -1,0 +1,131 @@
+// oxccl device-side definitions shared by every kernel.
+//
+// NVRTC compiles these sources without the CUDA toolkit headers, so the
+// fixed-width integer names are defined here. The structs below are the
+// device encoding of a plan; crates/oxccl-cuda/src/encode.rs mirrors them
+// with #[repr(C)] types and a layout test, so both sides must change together.
+
+typedef signed char i8;
+typedef unsigned char u8;
+typedef short i16;
+typedef unsigned short u16;
+typedef int i32;
+typedef unsigned int u32;
+typedef long long i64;
+typedef unsigned long long u64;
+
+#define OX_THREADS 512
+#define OX_MAX_BUFS 64
+#define OX_MAX_OPERANDS 32
+#define OX_CONN_HEADER 256
+
+// Operand kinds.
+#define OXK_LOCAL 0
+#define OXK_CONN 1
+#define OXK_REMOTE 2
+
+// Step kinds.
+#define OXS_XFER 0
+#define OXS_SIGNAL 1
+#define OXS_WAIT 2
+
+// Operand flags / step flags.
+#define OXF_PRE 1
+#define OXF_POST 1
+
+// Descriptor flags.
+#define OXD_PUBLISH 1
+#define OXD_PRE 2
+
+// Error codes written into OxError.code.
+#define OXE_TIMEOUT 1
+#define OXE_ABORTED 2
+#define OXE_PEER_FAILED 3
+
+// One source or destination of a transfer. 16 bytes.
+//  LOCAL:  bufs[buf] + off elements.
+//  CONN:   idx = connection table index, buf = peer rank (for errors).
+//  REMOTE: idx = peer rank, buf = buffer id in the peer's table.
+struct OxOperand {
+  u8 kind;
+  u8 flags;
+  u16 buf;
+  u32 idx;
+  u64 off;
+};
+
+// One step. 16 bytes. XFER: operands [first, first+nsrc+ndst). SIGNAL/WAIT:
+// first = semaphore table index, len = peer rank.
+struct OxStep {
+  u8 op;
+  u8 nsrc;
+  u8 ndst;
+  u8 flags;
+  u32 first;
+  u64 len;
+};
+
+struct OxChan {
+  u32 first;
+  u32 nsteps;
+};
+
+// A FIFO connection, in the receiver's memory. The slots follow the
+// header. Counters only grow: no reset between calls or graph replays.
+struct OxConn {
+  u64 tail;  // messages posted; written by the sender
+  u64 pad0[15];
+  u64 head;  // messages consumed; written by the receiver
+  u64 pad1[15];
+};
+
+// A one-sided semaphore (channel, from -> to), in the waiter's memory.
+struct OxSem {
+  u64 posted;    // bumped by the signaller
+  u64 pad0[15];
+  u64 consumed;  // waits completed; written by the waiter only
+  u64 pad1[15];
+};
+
+// First error of a launch; device memory of the rank, read by the host.
+struct OxError {
+  u32 code;
+  u32 rank;
+  u32 peer;
+  u32 channel;
+  u32 step;
+  u32 pad;
+  u64 waited_ns;
+};
+
+// Per-launch descriptor, passed by value as a __grid_constant__ parameter.
+struct OxDesc {
+  const OxChan* chans;
+  const OxStep* steps;
+  const OxOperand* ops;
+  const u64* conns;          // OxConn* per connection index
+  const u64* sems;           // OxSem* per semaphore index
+  u64* ptr_table;            // [nranks][OX_MAX_BUFS] buffer bases, for remote steps
+  const volatile u32* abort_flag;  // host-mapped; non-zero: abort
+  volatile u32* world_fail;  // set by any rank that failed, polled by all
+  OxError* err;
+  u64 scale_bits;            // pre-scale as the element type's bits
+  u64 timeout_ns;
+  u64 slot_bytes;
+  u32 rank;
+  u32 nranks;
+  u32 nbufs;
+  u32 flags;
+  u32 post_div;
+  u32 nslots;
+  u64 bufs[OX_MAX_BUFS];
+};
+
+// Layout checks: encode.rs asserts the same numbers on the Rust side.
+static_assert(sizeof(OxOperand) == 16, "OxOperand layout");
+static_assert(sizeof(OxStep) == 16, "OxStep layout");
+static_assert(sizeof(OxChan) == 8, "OxChan layout");
+static_assert(sizeof(OxConn) == OX_CONN_HEADER, "OxConn layout");
+static_assert(sizeof(OxSem) == 256, "OxSem layout");
+static_assert(sizeof(OxError) == 32, "OxError layout");
+static_assert(sizeof(OxDesc) == 632, "OxDesc layout");

@@ -1,0 +1,316 @@
+// The device plan executor: block b of a launch walks channel b's steps.
+//
+// Synchronisation follows DESIGN.md: a FIFO message is "data, fence,
+// counter store"; the receiver acquire-polls the counter. One thread per
+// block does the polling and the counter updates; __syncthreads() hands the
+// result to the rest of the block. Every poll checks the host's abort flag,
+// the world's failure word and a deadline (%globaltimer), and a failed wait
+// records {code, rank, peer, channel, step} before the block returns.
+
+__device__ __forceinline__ u64 ox_globaltimer() {
+  u64 t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+__device__ __forceinline__ u64 ox_ld_acquire(const u64* p) {
+  u64 v;
+  asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void ox_st_release(u64* p, u64 v) {
+  asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+__device__ __forceinline__ u64 ox_ld_volatile(const u64* p) {
+  return *(const volatile u64*)p;
+}
+
+// Loads that bypass L1: slots and peers' buffers are written by other SMs
+// (or GPUs), and L1 is not coherent.
+__device__ __forceinline__ uint4 ox_ld16(const char* p) {
+  uint4 v;
+  asm volatile("ld.global.cg.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+__device__ __forceinline__ void ox_st16(char* p, uint4 v) {
+  asm volatile("st.global.v4.u32 [%0], {%1,%2,%3,%4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z),
+               "r"(v.w)
+               : "memory");
+}
+template <typename T>
+__device__ __forceinline__ T ox_ld1(const char* p) {
+  union { T t; u8 b[sizeof(T)]; u16 h; u32 w; u64 d; } u;
+  if (sizeof(T) == 1) {
+    u32 v;
+    asm volatile("ld.global.cg.u8 %0, [%1];" : "=r"(v) : "l"(p));
+    u.b[0] = (u8)v;
+  } else if (sizeof(T) == 2) {
+    unsigned short v;
+    asm volatile("ld.global.cg.u16 %0, [%1];" : "=h"(v) : "l"(p));
+    u.h = v;
+  } else if (sizeof(T) == 4) {
+    asm volatile("ld.global.cg.u32 %0, [%1];" : "=r"(u.w) : "l"(p));
+  } else {
+    asm volatile("ld.global.cg.u64 %0, [%1];" : "=l"(u.d) : "l"(p));
+  }
+  return u.t;
+}
+template <typename T>
+__device__ __forceinline__ void ox_st1(char* p, T v) {
+  *(T*)p = v;
+}
+
+// Records the first failure of this rank and tells the world.
+__device__ void ox_fail(const OxDesc& d, u32 code, u32 peer, u32 step, u64 waited) {
+  if (atomicCAS(&d.err->code, 0u, code) == 0u) {
+    d.err->rank = d.rank;
+    d.err->peer = peer;
+    d.err->channel = blockIdx.x;
+    d.err->step = step;
+    d.err->waited_ns = waited;
+  }
+  __threadfence_system();
+  *d.world_fail = 1;
+}
+
+// Polls *p until it reaches `want`. Returns false (after recording why) on
+// abort, on a peer's failure, or past the deadline.
+__device__ bool ox_wait_geq(const OxDesc& d, const u64* p, u64 want, u32 peer, u32 step) {
+  if (ox_ld_acquire(p) >= want) return true;
+  const u64 t0 = ox_globaltimer();
+  for (u32 spins = 1;; ++spins) {
+    if (ox_ld_acquire(p) >= want) return true;
+    if ((spins & 255) == 0) {
+      u64 waited = ox_globaltimer() - t0;
+      if (*d.abort_flag != 0) {
+        ox_fail(d, OXE_ABORTED, peer, step, waited);
+        return false;
+      }
+      if (*d.world_fail != 0) {
+        ox_fail(d, OXE_PEER_FAILED, peer, step, waited);
+        return false;
+      }
+      if (waited > d.timeout_ns) {
+        ox_fail(d, OXE_TIMEOUT, peer, step, waited);
+        return false;
+      }
+    }
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ T ox_from_bits(u64 bits) {
+  union { u64 b; T t; } u;
+  u.b = bits;
+  return u.t;
+}
+
+// Element type for 16-byte vectors.
+template <typename T>
+union OxVec {
+  uint4 v;
+  T e[16 / sizeof(T)];
+};
+
+template <typename T>
+__device__ __forceinline__ uint4 ox_vpre(uint4 a, T s) {
+  OxVec<T> x;
+  x.v = a;
+#pragma unroll
+  for (int k = 0; k < (int)(16 / sizeof(T)); ++k) x.e[k] = OxNum<T>::mul(x.e[k], s);
+  return x.v;
+}
+template <typename T, int OP>
+__device__ __forceinline__ uint4 ox_vop(uint4 a, uint4 b) {
+  OxVec<T> x, y;
+  x.v = a;
+  y.v = b;
+#pragma unroll
+  for (int k = 0; k < (int)(16 / sizeof(T)); ++k) x.e[k] = ox_apply<T, OP>(x.e[k], y.e[k]);
+  return x.v;
+}
+template <typename T>
+__device__ __forceinline__ uint4 ox_vpost(uint4 a, u32 n) {
+  OxVec<T> x;
+  x.v = a;
+#pragma unroll
+  for (int k = 0; k < (int)(16 / sizeof(T)); ++k) x.e[k] = OxNum<T>::div(x.e[k], n);
+  return x.v;
+}
+
+#define OX_UNROLL 4
+
+// dst[k][i] = post(op_s(pre_s(src[s][i]))) for i < n, by the whole block.
+template <typename T, int OP>
+__device__ void ox_reduce_copy(char* const* src, const u8* pre, int nsrc, char* const* dst, int ndst,
+                               u64 n, T scale, u32 post) {
+  const u64 sz = sizeof(T);
+  const u32 nt = blockDim.x;
+  const u32 tid = threadIdx.x;
+  // Vectorise when every operand has the same offset within 16 bytes.
+  u32 mis = (u32)((u64)src[0] & 15);
+  bool same = (mis % sz) == 0;
+  for (int s = 1; s < nsrc; ++s) same = same && (((u64)src[s] & 15) == mis);
+  for (int k = 0; k < ndst; ++k) same = same && (((u64)dst[k] & 15) == mis);
+  u64 head = n;
+  if (same) head = mis == 0 ? 0 : ((16 - mis) / sz < n ? (16 - mis) / sz : n);
+  const u64 V = 16 / sz;
+  const u64 nvec = (n - head) / V;
+  const u64 vend = head + nvec * V;
+
+  // Scalar part: the unaligned head and the tail.
+  for (u64 j = tid; j < head + (n - vend); j += nt) {
+    u64 i = j < head ? j : vend + (j - head);
+    T acc = ox_ld1<T>(src[0] + i * sz);
+    if (pre[0]) acc = OxNum<T>::mul(acc, scale);
+    for (int s = 1; s < nsrc; ++s) {
+      T v = ox_ld1<T>(src[s] + i * sz);
+      if (pre[s]) v = OxNum<T>::mul(v, scale);
+      acc = ox_apply<T, OP>(acc, v);
+    }
+    if (post) acc = OxNum<T>::div(acc, post);
+    for (int k = 0; k < ndst; ++k) ox_st1<T>(dst[k] + i * sz, acc);
+  }
+  if (nvec == 0) return;
+
+  // Vector part: OX_UNROLL independent 16-byte loads per source in flight.
+  const u64 hb = head * sz;
+  for (u64 base = tid; base < nvec; base += (u64)nt * OX_UNROLL) {
+    uint4 acc[OX_UNROLL];
+#pragma unroll
+    for (int u = 0; u < OX_UNROLL; ++u) {
+      u64 v = base + (u64)u * nt;
+      if (v < nvec) acc[u] = ox_ld16(src[0] + hb + v * 16);
+    }
+    if (pre[0]) {
+#pragma unroll
+      for (int u = 0; u < OX_UNROLL; ++u) acc[u] = ox_vpre<T>(acc[u], scale);
+    }
+    for (int s = 1; s < nsrc; ++s) {
+      uint4 x[OX_UNROLL];
+#pragma unroll
+      for (int u = 0; u < OX_UNROLL; ++u) {
+        u64 v = base + (u64)u * nt;
+        if (v < nvec) x[u] = ox_ld16(src[s] + hb + v * 16);
+      }
+      if (pre[s]) {
+#pragma unroll
+        for (int u = 0; u < OX_UNROLL; ++u) x[u] = ox_vpre<T>(x[u], scale);
+      }
+#pragma unroll
+      for (int u = 0; u < OX_UNROLL; ++u) acc[u] = ox_vop<T, OP>(acc[u], x[u]);
+    }
+    if (post) {
+#pragma unroll
+      for (int u = 0; u < OX_UNROLL; ++u) acc[u] = ox_vpost<T>(acc[u], post);
+    }
+    for (int k = 0; k < ndst; ++k) {
+#pragma unroll
+      for (int u = 0; u < OX_UNROLL; ++u) {
+        u64 v = base + (u64)u * nt;
+        if (v < nvec) ox_st16(dst[k] + hb + v * 16, acc[u]);
+      }
+    }
+  }
+}
+
+__device__ __forceinline__ char* ox_slot(const OxDesc& d, u64 conn, u64 count) {
+  return (char*)conn + OX_CONN_HEADER + (count % d.nslots) * d.slot_bytes;
+}
+
+template <typename T, int OP>
+__device__ void ox_exec(const OxDesc& d) {
+  __shared__ char* s_src[OX_MAX_OPERANDS];
+  __shared__ char* s_dst[OX_MAX_OPERANDS];
+  __shared__ u8 s_pre[OX_MAX_OPERANDS];
+  __shared__ int s_fail;
+  const u32 tid = threadIdx.x;
+  const T scale = ox_from_bits<T>(d.scale_bits);
+
+  // Publish this rank's buffers for peers' remote steps. Every block
+  // writes the same values; the fence before each Signal releases them.
+  if ((d.flags & OXD_PUBLISH) && tid < d.nbufs) d.ptr_table[d.rank * OX_MAX_BUFS + tid] = d.bufs[tid];
+  if (tid == 0) s_fail = 0;
+  __syncthreads();
+
+  const OxChan c = d.chans[blockIdx.x];
+  for (u32 si = c.first; si < c.first + c.nsteps; ++si) {
+    const OxStep st = d.steps[si];
+    const u32 step = si - c.first;
+    if (st.op == OXS_SIGNAL) {
+      __syncthreads();
+      if (tid == 0) {
+        OxSem* sem = (OxSem*)d.sems[st.first];
+        __threadfence_system();
+        atomicAdd(&sem->posted, 1ull);
+      }
+    } else if (st.op == OXS_WAIT) {
+      if (tid == 0) {
+        OxSem* sem = (OxSem*)d.sems[st.first];
+        u64 want = ox_ld_volatile(&sem->consumed) + 1;
+        if (ox_wait_geq(d, &sem->posted, want, (u32)st.len, step)) {
+          *(volatile u64*)&sem->consumed = want;
+        } else {
+          s_fail = 1;
+        }
+      }
+      __syncthreads();
+      if (s_fail) return;
+    } else {
+      const int nsrc = st.nsrc, ndst = st.ndst;
+      if (tid == 0) {
+        bool ok = true;
+        for (int i = 0; i < nsrc + ndst && ok; ++i) {
+          const OxOperand o = d.ops[st.first + i];
+          char* p = 0;
+          if (o.kind == OXK_LOCAL) {
+            p = (char*)d.bufs[o.buf] + o.off * sizeof(T);
+          } else if (o.kind == OXK_REMOTE) {
+            p = (char*)ox_ld_volatile(&d.ptr_table[o.idx * OX_MAX_BUFS + o.buf]) + o.off * sizeof(T);
+          } else {
+            OxConn* cn = (OxConn*)d.conns[o.idx];
+            if (i < nsrc) {
+              u64 head = ox_ld_volatile(&cn->head);
+              ok = ox_wait_geq(d, &cn->tail, head + 1, o.buf, step);
+              p = ox_slot(d, (u64)cn, head);
+            } else {
+              u64 tail = ox_ld_volatile(&cn->tail);
+              if (tail + 1 > d.nslots) ok = ox_wait_geq(d, &cn->head, tail + 1 - d.nslots, o.buf, step);
+              p = ox_slot(d, (u64)cn, tail);
+            }
+          }
+          if (i < nsrc) {
+            s_src[i] = p;
+            s_pre[i] = (o.flags & OXF_PRE) && (d.flags & OXD_PRE);
+          } else {
+            s_dst[i - nsrc] = p;
+          }
+        }
+        if (!ok) s_fail = 1;
+      }
+      __syncthreads();
+      if (s_fail) return;
+      ox_reduce_copy<T, OP>(s_src, s_pre, nsrc, s_dst, ndst, st.len, scale,
+                            (st.flags & OXF_POST) ? d.post_div : 0);
+      __syncthreads();
+      if (tid == 0) {
+        bool fenced = false;
+        for (int i = 0; i < nsrc + ndst; ++i) {
+          const OxOperand o = d.ops[st.first + i];
+          if (o.kind != OXK_CONN) continue;
+          OxConn* cn = (OxConn*)d.conns[o.idx];
+          if (!fenced) {
+            __threadfence_system();
+            fenced = true;
+          }
+          if (i < nsrc) {
+            ox_st_release(&cn->head, ox_ld_volatile(&cn->head) + 1);
+          } else {
+            ox_st_release(&cn->tail, ox_ld_volatile(&cn->tail) + 1);
+          }
+        }
+      }
+    }
+  }
+}
