@@ -1,10 +1,11 @@
 //! Element loops: one transfer's sources reduced left to right into its
 //! destinations, monomorphised per element type.
 //!
-//! The result is computed once, into a *primary* destination that no source
-//! partially overlaps (a FIFO slot when there is one, so recv_reduce_send
-//! reduces straight from the incoming slot into the outgoing one), then
-//! copied to the other destinations. Reductions run in blocks of
+//! The result is computed once and written to every destination that no
+//! source partially overlaps (so recv_reduce_send reduces straight from the
+//! incoming slot into the outgoing one, and recv_reduce_copy_send writes
+//! the output and the outgoing slot in the same pass); a destination that
+//! does partially overlap a source gets a copy afterwards. Reductions run in blocks of
 //! [`BLOCK`] elements through an accumulator on the stack, so each source
 //! is streamed once and the loops over slices vectorise.
 
@@ -14,6 +15,9 @@ use oxccl_core::{BaseOp, Element, LoweredOp};
 
 /// Elements per accumulator block (8 KiB for 8-byte types: stays in L1).
 const BLOCK: usize = 1024;
+
+/// Destinations written straight from the accumulator; more are copied.
+const MAX_DIRECT: usize = 4;
 
 /// A source operand: address and whether the op's pre-scale applies.
 #[derive(Clone, Copy, Debug)]
@@ -63,33 +67,45 @@ pub(crate) unsafe fn transfer<T: Element>(
     if len == 0 || dsts.is_empty() {
         return;
     }
-    // A primary destination: each source either disjoint from it or exactly it.
+    // Destinations that no source partially overlaps (each source is either
+    // disjoint from them or exactly them) can be written straight from the
+    // result; any other is copied from the first of them (or from `temp`).
     let fits = |d: *mut T| {
         srcs.iter()
             .all(|s| s.ptr == d.cast_const() || !overlaps(s.ptr, d.cast_const(), len))
     };
-    let primary = match dsts.iter().position(|&d| fits(d)) {
-        Some(i) => dsts[i],
-        None => {
-            if temp.len() < len {
-                temp.resize(len, T::default());
-            }
-            temp.as_mut_ptr()
+    let mut direct: [*mut T; MAX_DIRECT] = [ptr::null_mut(); MAX_DIRECT];
+    let mut k = 0;
+    for &d in dsts {
+        if k < MAX_DIRECT && fits(d) {
+            direct[k] = d;
+            k += 1;
         }
-    };
+    }
+    if k == 0 {
+        if temp.len() < len {
+            temp.resize(len, T::default());
+        }
+        direct[0] = temp.as_mut_ptr();
+        k = 1;
+    }
+    let direct = &direct[..k];
     let plain_copy = srcs.len() == 1 && !post && (!srcs[0].pre || op.scale.is_none());
     if plain_copy {
-        if srcs[0].ptr != primary.cast_const() {
-            // SAFETY: `primary` fits, so it is disjoint from the source;
-            // both are valid for `len` elements (caller, or `temp` sized above).
-            unsafe { ptr::copy_nonoverlapping(srcs[0].ptr, primary, len) };
+        for &d in direct {
+            if srcs[0].ptr != d.cast_const() {
+                // SAFETY: `d` fits, so it is disjoint from the source; both
+                // are valid for `len` elements (caller, or `temp` sized above).
+                unsafe { ptr::copy_nonoverlapping(srcs[0].ptr, d, len) };
+            }
         }
     } else {
-        // SAFETY: forwarded caller contract; `primary` fits.
-        unsafe { reduce_into(srcs, primary, len, post, op) };
+        // SAFETY: forwarded caller contract; every `direct` destination fits.
+        unsafe { reduce_into(srcs, direct, len, post, op) };
     }
+    let primary = direct[0];
     for &d in dsts {
-        if d != primary {
+        if !direct.contains(&d) {
             // SAFETY: `primary` holds the result; destinations are valid and
             // disjoint from each other (caller); `temp` is ours. `copy`
             // tolerates a destination that overlaps the primary.
@@ -99,10 +115,11 @@ pub(crate) unsafe fn transfer<T: Element>(
 }
 
 /// # Safety
-/// As [`transfer`], and every source is disjoint from `out` or equal to it.
+/// As [`transfer`], and every source is disjoint from each of `outs` or
+/// equal to it.
 unsafe fn reduce_into<T: Element>(
     srcs: &[In<T>],
-    out: *mut T,
+    outs: &[*mut T],
     len: usize,
     post: bool,
     op: &TypedOp<T>,
@@ -129,10 +146,13 @@ unsafe fn reduce_into<T: Element>(
                 *v = op.op.post(*v);
             }
         }
-        // SAFETY: `out` is valid for `len` elements and no other reference
-        // to this block is alive (source slices above are dead).
-        let dst = unsafe { std::slice::from_raw_parts_mut(out.add(start), n) };
-        dst.copy_from_slice(acc);
+        for &out in outs {
+            // SAFETY: `out` is valid for `len` elements and no other
+            // reference to this block is alive (source slices above are
+            // dead; outputs are disjoint from each other).
+            let dst = unsafe { std::slice::from_raw_parts_mut(out.add(start), n) };
+            dst.copy_from_slice(acc);
+        }
         start += n;
     }
 }
