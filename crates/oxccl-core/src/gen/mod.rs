@@ -65,7 +65,8 @@ impl PlanRequest {
 pub fn supports(algo: Algo, kind: CollKind) -> bool {
     use CollKind::*;
     match algo {
-        Algo::Ring => true,
+        // Send/Recv plans come from `p2p::plan`, not from a collective generator.
+        Algo::Ring => kind != SendRecv,
         Algo::Chain | Algo::BinaryTree => matches!(kind, AllReduce | Reduce | Broadcast),
         Algo::DoubleBinaryTree => matches!(kind, AllReduce),
         Algo::OneShot | Algo::TwoShot => matches!(kind, AllReduce),
