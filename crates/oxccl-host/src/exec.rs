@@ -100,9 +100,9 @@ pub(crate) fn run<T: Element>(
                         since[c] = None;
                     }
                     Some(b) => {
-                        if since[c].is_none() {
-                            since[c] = Some((Instant::now(), b));
-                        }
+                        // Keep when the wait began; report what it waits for now.
+                        let t0 = since[c].map_or_else(Instant::now, |(t0, _)| t0);
+                        since[c] = Some((t0, b));
                         break;
                     }
                 }
