@@ -357,7 +357,7 @@ impl<'a, T> Out<'a, T> {
 }
 
 fn block_of(arg: &Arg, i: usize, n: usize, es: usize) -> Result<Arg> {
-    if arg.len % n != 0 {
+    if !arg.len.is_multiple_of(n) {
         return Err(Error::NotMultiple {
             what: "in-place buffer",
             len: arg.len,

@@ -220,9 +220,10 @@ fn run_jobs(comm: &Communicator, jobs: &[Job]) -> Result<()> {
     Ok(())
 }
 
-/// Key of a launch: operations of one data type and one reduction op share
-/// a launch (Send/Recv joins any launch of its data type).
-type LaunchKey = (DataType, String);
+/// Operations of one data type and one reduction op share a launch
+/// (Send/Recv joins any launch of its data type): key `(dtype code, op)`,
+/// value the entries and their op.
+type Launches<'e, 'a> = BTreeMap<(u8, String), (Vec<&'e Entry<'a>>, Option<RedOp>)>;
 
 fn op_key(op: RedOp) -> String {
     match op {
@@ -235,13 +236,13 @@ fn op_key(op: RedOp) -> String {
 /// reproduces.
 fn build_jobs(comm: &Communicator, entries: &[&Entry<'_>]) -> Result<Vec<Job>> {
     comm.check_usable()?;
-    let mut by_key: BTreeMap<(u8, String), (Vec<&Entry<'_>>, Option<RedOp>)> = BTreeMap::new();
+    let mut by_key: Launches<'_, '_> = BTreeMap::new();
     for e in entries {
         let (dt, op) = match &e.pending {
             Pending::Coll { op, .. } => (e.dtype, Some(*op)),
             Pending::P2p { .. } => (e.dtype, None),
         };
-        let key: LaunchKey = (dt, op.map(op_key).unwrap_or_default());
+        let key = (dt, op.map(op_key).unwrap_or_default());
         // Send/Recv ride with the first collective of their type, if any.
         let slot = if op.is_none() {
             by_key

@@ -112,7 +112,7 @@ pub(crate) fn collective(
     let count = match kind {
         CollKind::ReduceScatter | CollKind::Scatter => recv.len,
         CollKind::AllToAll => {
-            if send.len % nu != 0 {
+            if !send.len.is_multiple_of(nu) {
                 return Err(Error::NotMultiple {
                     what: "send buffer",
                     len: send.len,
