@@ -24,6 +24,7 @@ pub(crate) fn init(level: Option<DebugLevel>) {
         let _ = tracing_subscriber::fmt()
             .with_env_filter(filter)
             .with_writer(std::io::stderr)
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
             .try_init();
         if level == DebugLevel::Version {
             eprintln!("oxccl version {}", env!("CARGO_PKG_VERSION"));
