@@ -128,19 +128,6 @@ struct Report<'a> {
     results: &'a [Row],
 }
 
-/// Collectives of `--coll all`, in nccl-tests' order.
-const ALL_COLLS: [CollKind; 9] = [
-    CollKind::AllReduce,
-    CollKind::Broadcast,
-    CollKind::Reduce,
-    CollKind::AllGather,
-    CollKind::ReduceScatter,
-    CollKind::AllToAll,
-    CollKind::Gather,
-    CollKind::Scatter,
-    CollKind::SendRecv,
-];
-
 const ALL_OPS: [RedOp; 6] = [
     RedOp::Sum,
     RedOp::Prod,
@@ -165,7 +152,7 @@ pub fn run(a: SweepArgs) -> anyhow::Result<()> {
     if a.factor < 2 || a.min_bytes == 0 || a.min_bytes > a.max_bytes || a.iters == 0 {
         bail!("need -f >= 2, 0 < -b <= -e and -n >= 1");
     }
-    let colls = list(&a.coll, &ALL_COLLS, |s| Ok(s.parse::<CollKind>()?))?;
+    let colls = list(&a.coll, &CollKind::ALL, |s| Ok(s.parse::<CollKind>()?))?;
     let dtypes = list(&a.dtype, &DataType::ALL, |s| Ok(s.parse::<DataType>()?))?;
     let ops = list(&a.op, &ALL_OPS, |s| Ok(s.parse::<RedOp>()?))?;
     let mut config = Config::from_env()?;

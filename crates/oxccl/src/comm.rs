@@ -199,23 +199,7 @@ impl Communicator {
         op: RedOp,
         root: u32,
     ) -> Result<()> {
-        if kind == CollKind::SendRecv {
-            return Err(Error::InvalidUsage(
-                "Send/Recv go through send(), recv() or a group".into(),
-            ));
-        }
-        self.check_usable()?;
-        let (send, recv) = (send.into(), recv.into());
-        let op = if kind.is_reduction() { op } else { RedOp::Sum };
-        let checked = validate::collective(
-            kind,
-            &send.arg,
-            &recv.arg,
-            root,
-            op,
-            T::DTYPE,
-            &self.owner(),
-        )?;
+        let (checked, op) = self.check_collective(kind, send.into(), recv.into(), op, root)?;
         if checked.coll.count == 0 {
             return Ok(());
         }
@@ -223,6 +207,28 @@ impl Communicator {
         self.log(&checked, T::DTYPE, &choice);
         *self.last_choice.lock() = Some(choice);
         self.launch(&prepared, T::DTYPE, op, choice.proto)
+    }
+
+    /// Validates a collective call (shared by direct calls and groups);
+    /// returns it with the op it runs (Sum for non-reductions).
+    pub(crate) fn check_collective<T: Element>(
+        &self,
+        kind: CollKind,
+        send: In<'_, T>,
+        recv: Out<'_, T>,
+        op: RedOp,
+        root: u32,
+    ) -> Result<(Checked, RedOp)> {
+        if kind == CollKind::SendRecv {
+            return Err(Error::InvalidUsage(
+                "Send/Recv go through send(), recv() or a group".into(),
+            ));
+        }
+        self.check_usable()?;
+        let op = if kind.is_reduction() { op } else { RedOp::Sum };
+        let owner = self.owner();
+        let checked = validate::collective(kind, &send.arg, &recv.arg, root, op, T::DTYPE, &owner)?;
+        Ok((checked, op))
     }
 
     /// Chooses and fetches the plan for a checked call.

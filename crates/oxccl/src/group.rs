@@ -132,23 +132,7 @@ impl<'a> Group<'a> {
         op: RedOp,
         root: u32,
     ) -> Result<()> {
-        if kind == CollKind::SendRecv {
-            return Err(Error::InvalidUsage(
-                "use Group::send and Group::recv".into(),
-            ));
-        }
-        comm.check_usable()?;
-        let (send, recv) = (send.into(), recv.into());
-        let op = if kind.is_reduction() { op } else { RedOp::Sum };
-        let checked = validate::collective(
-            kind,
-            &send.arg,
-            &recv.arg,
-            root,
-            op,
-            T::DTYPE,
-            &comm.owner(),
-        )?;
+        let (checked, op) = comm.check_collective(kind, send.into(), recv.into(), op, root)?;
         self.push(comm, T::DTYPE, Pending::Coll { checked, op });
         Ok(())
     }
