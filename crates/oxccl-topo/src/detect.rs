@@ -164,7 +164,11 @@ fn cpu_attrs(root: &FsPath, numa: i64) -> Attrs {
 /// Detects the machine under a sysfs root (normally `/sys`; tests point
 /// it at a fake tree), with or without NVML.
 pub fn detect_with(sys_root: &FsPath, use_nvml: bool) -> Topology {
-    let nvml = if use_nvml { nvml_gpus() } else { None };
+    detect_from(sys_root, if use_nvml { nvml_gpus() } else { None })
+}
+
+/// Detection from a sysfs root and what NVML reported (if it loaded).
+fn detect_from(sys_root: &FsPath, nvml: Option<Vec<NvmlGpu>>) -> Topology {
     let mut numas: Vec<i64> = fs::read_dir(sys_root.join("devices/system/node"))
         .map(|rd| {
             rd.filter_map(|e| e.ok())
@@ -395,5 +399,96 @@ impl Topology {
             }
         }
         Topology::detect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use oxccl_core::{Algo, CollKind, Proto};
+
+    use super::*;
+    use crate::driver::{DriverFacts, DriverGpu, P2pFacts};
+    use crate::paths::PathClass;
+    use crate::select::Selector;
+
+    /// A VM: NVML sees one H200 (device id 0x2335), sysfs has no PCI tree
+    /// and no NUMA nodes.
+    fn vm_one_gpu() -> Topology {
+        let nvml = vec![NvmlGpu {
+            busid: "0000:00:05.0".into(),
+            device_id: 0x2335,
+            sm: 90,
+            links: Vec::new(),
+        }];
+        detect_from(FsPath::new("/nonexistent-sysfs-root"), Some(nvml))
+    }
+
+    #[test]
+    fn vm_nvml_without_sysfs_four_ranks_on_one_gpu() {
+        let t = vm_one_gpu();
+        assert_eq!(t.gpus().len(), 1);
+        assert_eq!(t.nodes[t.gpus()[0]].sm(), 90);
+        let s = Selector::new(&t, &[0, 0, 0, 0]);
+        for a in 0..4 {
+            for b in 0..4 {
+                assert_eq!(s.class_between(a, b), Some(PathClass::X), "{a}-{b}");
+            }
+        }
+        assert_eq!(s.class_between(0, 4), None);
+        assert_eq!(s.shape().nnodes, 1);
+        assert_eq!(s.shape().ranks_per_node, 4);
+        assert!(
+            s.shape().direct_ok,
+            "ranks on one GPU reach each other directly"
+        );
+        // Four ranks share one GPU's memory bandwidth.
+        assert!(s.shape().intra_bw <= t.local_bw(t.gpus()[0]) / 4.0 + 1e-9);
+        let protos = [Proto::Simple, Proto::LL];
+        let small = s.choose(CollKind::AllReduce, 8, 4, &Algo::ALL, &protos);
+        // Small: one direct step over shared memory, low-latency protocol.
+        assert_eq!(
+            (small.algo, small.proto),
+            (Algo::OneShot, Proto::LL),
+            "{small}"
+        );
+        assert!(small.predicted_us.is_finite() && small.predicted_us > 0.0);
+        let large = s.choose(CollKind::AllReduce, 1 << 30, 4, &Algo::ALL, &protos);
+        assert_eq!(
+            (large.algo, large.proto),
+            (Algo::Ring, Proto::Simple),
+            "{large}"
+        );
+        assert!(large.predicted_us > small.predicted_us);
+        // Every ring holds the four ranks.
+        for r in s.rings() {
+            let mut v = r.clone();
+            v.sort_unstable();
+            assert_eq!(v, vec![0, 1, 2, 3]);
+        }
+    }
+
+    /// Same VM, and the driver confirms the GPU by bus id (different
+    /// case, 8-digit domain): nothing is added.
+    #[test]
+    fn vm_driver_facts_match_nvml_gpu() {
+        let mut t = vm_one_gpu();
+        let facts = DriverFacts {
+            devices: vec![DriverGpu {
+                ordinal: 0,
+                pci_bus_id: "00000000:00:05.0".into(),
+                sm: (9, 0),
+                name: "NVIDIA H200".into(),
+                memory_bytes: 150_000_000_000,
+            }],
+            p2p: vec![vec![P2pFacts {
+                access_supported: false,
+                native_atomics: false,
+                performance_rank: 0,
+            }]],
+        };
+        t.merge_driver_facts(&facts);
+        assert_eq!(t.gpus().len(), 1);
+        let s = Selector::new(&t, &[0, 0]);
+        assert_eq!(s.class_between(0, 1), Some(PathClass::X));
     }
 }

@@ -223,7 +223,17 @@ pub struct Topology {
     pub links: Vec<Link>,
     /// For each node, the index in `links` of the link to its parent.
     uplink: Vec<Option<usize>>,
+    /// GPU pairs `(low, high)` between which peer access is not possible
+    /// (the driver said so; see [`P2P_BLOCKED_ATTR`]). Derived from the
+    /// nodes, like `links`.
+    no_p2p: std::collections::BTreeSet<(NodeId, NodeId)>,
 }
+
+/// Attribute of `<gpu>` listing, space separated, the bus ids of GPUs this
+/// one cannot access peer to peer (`cuDeviceGetP2PAttribute` said no:
+/// typical of VMs and of some multi-socket PCIe boxes). Not an NCCL
+/// attribute; NCCL keeps unknown attributes, so files stay loadable there.
+pub const P2P_BLOCKED_ATTR: &str = "nop2p";
 
 impl Topology {
     /// Builds the graph from a node tree: drops any NVSwitch nodes given,
@@ -334,12 +344,35 @@ impl Topology {
                 });
             }
         }
+        let mut no_p2p = std::collections::BTreeSet::new();
+        for &g in &gpus {
+            let blocked = nodes[g]
+                .gpu
+                .as_ref()
+                .and_then(|x| x.attrs.get(P2P_BLOCKED_ATTR))
+                .unwrap_or("");
+            for t in blocked.split_whitespace() {
+                if let Some(&peer) = by_bus.get(&(nodes[g].host, norm_busid(t))) {
+                    if peer != g {
+                        no_p2p.insert((g.min(peer), g.max(peer)));
+                    }
+                }
+            }
+        }
         Topology {
             system,
             nodes,
             links,
             uplink,
+            no_p2p,
         }
+    }
+
+    /// Whether peer access between GPUs `a` and `b` is known to be
+    /// impossible (in either direction), so traffic between them goes
+    /// through host memory.
+    pub fn p2p_blocked(&self, a: NodeId, b: NodeId) -> bool {
+        self.no_p2p.contains(&(a.min(b), a.max(b)))
     }
 
     /// An empty topology (no hosts); [`Topology::detect`] never returns one.

@@ -8,6 +8,9 @@
 //!   [`Topology::from_xml_file`], or [`Topology::preset`]`(name, hosts)`;
 //!   write it with [`Topology::to_xml_string`]. GPU indices everywhere are
 //!   positions in [`Topology::gpus`].
+//! - [`Topology::merge_driver_facts`]: adds what the CUDA driver knows
+//!   ([`DriverFacts`]: ordinals, bus ids, peer access) to a detected
+//!   topology; `oxccl_cuda::detect_topology` does both.
 //! - [`Topology::path`] / [`Topology::gpu_matrix`]: [`PathClass`]
 //!   (X, NV#, NVB, PIX, PXB, PHB, NODE, SYS, NET), bottleneck bandwidth,
 //!   hops.
@@ -18,7 +21,9 @@
 //!   (`Collective::bytes`). The allowed lists already reflect
 //!   NCCL_ALGO/NCCL_PROTO; the selector never returns anything outside them
 //!   except, when nothing allowed applies at all, Ring (with the first
-//!   allowed protocol the model accepts).
+//!   allowed protocol the model accepts). Pass only protocols your backend
+//!   implements (Simple and LL today): LL128 is modelled and will be
+//!   picked when allowed.
 //! - [`calibrate`]: read `cargo xtask sweep --json` output and fit the
 //!   [`consts::Constants`] to it.
 //! - [`search`]: ring search and the double binary tree.
@@ -27,6 +32,7 @@
 pub mod calibrate;
 pub mod consts;
 pub mod detect;
+pub mod driver;
 pub mod error;
 pub mod graph;
 pub mod model;
@@ -37,6 +43,7 @@ pub mod search;
 pub mod select;
 pub mod xml;
 
+pub use driver::{DriverFacts, DriverGpu, P2pFacts};
 pub use error::{Result, TopoError};
 pub use graph::{Attrs, LinkKind, Node, NodeId, NodeKind, NvLinkGen, Topology};
 pub use paths::{Path, PathClass};

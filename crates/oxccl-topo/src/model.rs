@@ -33,18 +33,16 @@ pub struct Shape {
     pub ll128_ok: bool,
 }
 
-/// Whether `algo` implements `kind` (mirrors the generators in oxccl-core).
+/// Whether the model times `algo` for `kind`: exactly the collectives that
+/// have a generator ([`oxccl_core::gen::supports`], the one table), plus
+/// Send/Recv as Ring. Send/Recv plans come from `gen::p2p`, not from a
+/// collective generator; the model times them as one ring hop, and Ring is
+/// the name NCCL logs for them.
 pub fn serves(algo: Algo, kind: CollKind) -> bool {
-    use CollKind::*;
-    match algo {
-        Algo::Ring => true,
-        Algo::Chain | Algo::BinaryTree => matches!(kind, AllReduce | Reduce | Broadcast),
-        Algo::DoubleBinaryTree | Algo::OneShot | Algo::TwoShot => kind == AllReduce,
-        Algo::AllPairs => matches!(
-            kind,
-            AllGather | ReduceScatter | AllToAll | Gather | Scatter | Broadcast | Reduce
-        ),
+    if kind == CollKind::SendRecv {
+        return algo == Algo::Ring;
     }
+    oxccl_core::gen::supports(algo, kind)
 }
 
 fn log2_ceil(n: u32) -> f64 {

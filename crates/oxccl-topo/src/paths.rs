@@ -114,6 +114,12 @@ impl Topology {
             return self.net_path(a, b);
         }
         if self.nodes[a].kind == NodeKind::Gpu && self.nodes[b].kind == NodeKind::Gpu {
+            if self.p2p_blocked(a, b) {
+                // Without peer access neither NVLink nor a PCIe switch can
+                // carry the traffic: it is staged through the CPU, as NCCL
+                // does (so the class is at least PHB).
+                return self.pci_path_inner(a, b, true);
+            }
             if let Some(p) = self.nvlink_path(a, b) {
                 return p;
             }
@@ -186,7 +192,10 @@ impl Topology {
         }
         let mut best: Option<Path> = None;
         for (k, _) in self.nvlinks_of(a) {
-            if self.nodes[k].kind != NodeKind::Gpu {
+            if self.nodes[k].kind != NodeKind::Gpu
+                || self.p2p_blocked(a, k)
+                || self.p2p_blocked(k, b)
+            {
                 continue;
             }
             if let (Some(ia), Some(ib)) = (link_idx(a, k), link_idx(k, b)) {
@@ -215,9 +224,19 @@ impl Topology {
 
     /// The path through the PCIe tree (and the inter-socket link).
     pub fn pci_path(&self, a: NodeId, b: NodeId) -> Path {
+        self.pci_path_inner(a, b, false)
+    }
+
+    /// As [`Topology::pci_path`]; `via_cpu` forces the path up to the
+    /// CPUs (no peer-to-peer shortcut under a shared switch).
+    fn pci_path_inner(&self, a: NodeId, b: NodeId, via_cpu: bool) -> Path {
         let ca = self.chain(a);
         let cb = self.chain(b);
-        let lca = ca.iter().copied().find(|x| cb.contains(x));
+        let lca = ca
+            .iter()
+            .copied()
+            .find(|x| cb.contains(x))
+            .filter(|_| !via_cpu);
         let mut links = Vec::new();
         let mut switches = 0u32;
         let climb =
@@ -269,7 +288,9 @@ impl Topology {
                 climb(&cb, None, &mut down, false);
                 down.reverse();
                 links.extend(down);
-                if self.numa_of(a) == self.numa_of(b) && self.numa_of(a) >= 0 {
+                if cpu_a.is_some() && cpu_a == cpu_b {
+                    PathClass::Phb
+                } else if self.numa_of(a) == self.numa_of(b) && self.numa_of(a) >= 0 {
                     PathClass::Node
                 } else {
                     PathClass::Sys

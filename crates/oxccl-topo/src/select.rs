@@ -17,6 +17,7 @@ use oxccl_core::{Algo, CollKind, Proto};
 use crate::consts::{Constants, HopClass};
 use crate::graph::{NodeId, Topology};
 use crate::model::{predict, Shape};
+use crate::paths::PathClass;
 use crate::search::{search_rings, RingSet};
 
 /// What the selector picked for one call.
@@ -55,6 +56,8 @@ pub struct Selector {
     /// For each host spanned (in order), for each GPU position, its ranks.
     host_ranks: Vec<Vec<Vec<u32>>>,
     ringset: RingSet,
+    /// Path classes between the first host's GPU positions.
+    classes0: Vec<Vec<PathClass>>,
 }
 
 impl Selector {
@@ -123,9 +126,11 @@ impl Selector {
             crate::consts::copy_bw_for_sm(0)
         };
         let intra_bw = ringset.total_bw().min(local) / per_gpu;
-        let pairs_nvlink = gpus0
+        let classes0: Vec<Vec<PathClass>> = gpus0
             .iter()
-            .all(|&a| gpus0.iter().all(|&b| topo.path(a, b).class.is_nvlink()));
+            .map(|&a| gpus0.iter().map(|&b| topo.path(a, b).class).collect())
+            .collect();
+        let pairs_nvlink = classes0.iter().flatten().all(|c| c.is_nvlink());
         let direct_bw = if gpus0.len() <= 1 {
             local / per_gpu
         } else {
@@ -174,6 +179,7 @@ impl Selector {
             gpu_rings: ringset.rings.clone(),
             host_ranks: hosts.into_iter().map(|h| h.2).collect(),
             ringset,
+            classes0,
         }
     }
 
@@ -236,6 +242,34 @@ impl Selector {
             .collect()
     }
 
+    /// The path class between ranks `a` and `b`: `X` when they share a
+    /// GPU, `NET` on different hosts, else the class of their GPUs' path
+    /// (first host only, as the model sees it). `None` for a rank out of
+    /// range or a host other than the first.
+    pub fn class_between(&self, a: u32, b: u32) -> Option<PathClass> {
+        let (ha, pa) = self.locate(a)?;
+        let (hb, pb) = self.locate(b)?;
+        if ha != hb {
+            return Some(PathClass::Net);
+        }
+        if pa == pb {
+            return Some(PathClass::X);
+        }
+        if ha != 0 {
+            return None;
+        }
+        self.classes0.get(pa)?.get(pb).copied()
+    }
+
+    /// (host position, GPU position within the host) of rank `r`.
+    fn locate(&self, r: u32) -> Option<(usize, usize)> {
+        self.host_ranks.iter().enumerate().find_map(|(h, gpus)| {
+            gpus.iter()
+                .position(|ranks| ranks.contains(&r))
+                .map(|p| (h, p))
+        })
+    }
+
     /// The model's time for one combination, µs (`None` where it does not
     /// apply).
     pub fn predict(
@@ -272,7 +306,14 @@ impl Selector {
 
     /// The best (algorithm, protocol) among those allowed, with the fewest
     /// channels that come within 1% of its best time. `bytes` is the
-    /// nccl-tests size of the call (see [`crate::model`]). When nothing
+    /// nccl-tests size of the call (see [`crate::model`]).
+    ///
+    /// `allowed_protos` must hold only protocols the caller's backend
+    /// implements (today Simple and LL; LL128 is modelled but no backend
+    /// runs it): the selector picks LL128 wherever the model prefers it
+    /// and it is allowed, so passing `Proto::ALL` can return a protocol
+    /// the backend cannot execute. Likewise `allowed_algos` should hold
+    /// algorithms that have a generator for `kind`. When nothing
     /// allowed applies (for instance only LL128 off NVLink, or only
     /// all-pairs on PCIe), falls back to Ring with the first allowed
     /// protocol that the model accepts, else Simple.
