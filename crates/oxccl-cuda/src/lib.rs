@@ -19,3 +19,5 @@ pub mod world;
 pub use device::{available, device_or_skip, CudaInfo, DeviceInfo};
 pub use error::{CudaError, Result};
 pub use world::{Prepared, World, WorldConfig};
+pub mod topo_probe;
+pub use topo_probe::{detect_topology, driver_facts};
