@@ -80,3 +80,10 @@ pub use plans::Choice;
 /// The pure core (plan IR, generators, test support), for tools and tests.
 pub use oxccl_core as core;
 pub use oxccl_core::{Algo, CollKind, DataType, Element, Proto, RedOp};
+
+/// This machine's topology: `OXCCL_TOPO_FILE`/`NCCL_TOPO_FILE`, else sysfs
+/// and NVML, with the CUDA driver's ordinals and peer access merged in
+/// when a driver is present. Never panics.
+pub fn detect_topology() -> oxccl_topo::Topology {
+    oxccl_cuda::detect_topology()
+}
