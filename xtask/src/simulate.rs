@@ -26,7 +26,8 @@ pub struct SimulateArgs {
     /// Ranks per GPU.
     #[arg(long, default_value_t = 1)]
     pub ranks_per_gpu: u32,
-    /// Protocols the pick may use, comma separated.
+    /// Protocols the pick may use, comma separated (ll128 is modelled, but
+    /// no backend runs it yet).
     #[arg(long, value_delimiter = ',', default_value = "simple,ll")]
     pub protos: Vec<String>,
     /// Also plot busbw against size (one line per host count, the pick) and
