@@ -80,11 +80,15 @@ fn messages_never_exceed_the_chunk() {
                     "{algo} {kind}: {} steps",
                     rp.step_count()
                 );
-                assert_eq!(
-                    rp.needs_registration(),
-                    registered && matches!(algo, Algo::OneShot | Algo::TwoShot)
-                );
             }
+            // Registered plans touch peers' memory (in rooted collectives
+            // only the readers do: the root or the non-roots); FIFO plans
+            // never do.
+            assert_eq!(
+                plan.ranks.iter().any(|rp| rp.needs_registration()),
+                registered && matches!(algo, Algo::OneShot | Algo::TwoShot | Algo::AllPairs),
+                "{algo} {kind} registered={registered}"
+            );
         }
     }
 }

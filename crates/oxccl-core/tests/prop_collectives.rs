@@ -30,7 +30,7 @@ fn algos(kind: CollKind) -> Vec<(Algo, bool)> {
     for a in Algo::ALL {
         if supports(a, kind) {
             v.push((a, false));
-            if matches!(a, Algo::OneShot | Algo::TwoShot) {
+            if matches!(a, Algo::OneShot | Algo::TwoShot | Algo::AllPairs) {
                 v.push((a, true));
             }
         }

@@ -1,6 +1,7 @@
 //! All-pairs (direct) generators over FIFOs: every rank talks to every
 //! peer, or the root to every rank. One-shot and two-shot AllReduce here
-//! are the FIFO variants; with registered buffers see `direct`.
+//! are the FIFO variants; with registered buffers see `direct` and
+//! `direct_allpairs`.
 //!
 //! Each channel owns a contiguous part of the data and pipelines it in
 //! pieces of at most `req.chunk` elements (two-shot: pieces of n blocks of

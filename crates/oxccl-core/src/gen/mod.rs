@@ -7,6 +7,7 @@
 
 mod allpairs;
 mod direct;
+mod direct_allpairs;
 pub mod p2p;
 mod ring;
 pub mod tree;
@@ -31,8 +32,9 @@ pub struct PlanRequest {
     /// Rank orders for rings, one per channel (cycled). Empty: `0..n`.
     pub rings: Vec<Vec<Rank>>,
     /// Whether every rank's input, output and scratch are registered
-    /// (addressable by every peer). The one-shot and two-shot generators
-    /// then read peers' buffers directly instead of going through FIFOs.
+    /// (addressable by every peer). The one-shot, two-shot and all-pairs
+    /// generators then read peers' buffers directly instead of going
+    /// through FIFOs.
     pub registered: bool,
 }
 
@@ -95,6 +97,7 @@ pub fn generate(req: &PlanRequest) -> Result<Plan, CoreError> {
                     tree::build(req, r, &mut rp)
                 }
                 Algo::OneShot | Algo::TwoShot if req.registered => direct::build(req, r, &mut rp),
+                Algo::AllPairs if req.registered => direct_allpairs::build(req, r, &mut rp),
                 Algo::OneShot | Algo::TwoShot | Algo::AllPairs => allpairs::build(req, r, &mut rp),
             }?;
             Ok(rp)

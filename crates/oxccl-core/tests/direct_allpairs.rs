@@ -1,0 +1,181 @@
+//! Registered all-pairs plans: they pass the checker, and the checker
+//! rejects each with a handshake removed (the synchronisation is all
+//! needed, and the checker is what proves it).
+
+use oxccl_core::interp::{check, check_in_place};
+use oxccl_core::plan::{Dst, Plan, Src, Step};
+use oxccl_core::{generate, Algo, CollKind, Collective, CoreError, PlanRequest};
+
+const KINDS: [CollKind; 7] = [
+    CollKind::AllGather,
+    CollKind::ReduceScatter,
+    CollKind::AllToAll,
+    CollKind::Broadcast,
+    CollKind::Reduce,
+    CollKind::Gather,
+    CollKind::Scatter,
+];
+
+fn registered(kind: CollKind, in_place: bool) -> Plan {
+    let mut req = PlanRequest::new(Collective::new(kind, 40, 2), 4, Algo::AllPairs);
+    req.registered = true;
+    req.in_place = in_place;
+    req.channels = 2;
+    req.chunk = 8;
+    generate(&req).unwrap()
+}
+
+fn checked(p: &Plan, in_place: bool) -> Result<(), CoreError> {
+    if in_place {
+        check_in_place(p)
+    } else {
+        check(p)
+    }
+}
+
+fn is_sync(s: &Step) -> bool {
+    matches!(s, Step::Signal { .. } | Step::Wait { .. })
+}
+
+fn is_remote(s: &Step) -> bool {
+    match s {
+        Step::Xfer(x) => {
+            x.srcs.iter().any(|s| matches!(s, Src::Remote { .. }))
+                || x.dsts.iter().any(|d| matches!(d, Dst::Remote { .. }))
+        }
+        _ => false,
+    }
+}
+
+/// Removes, in every channel, the steps `drop(steps, i)` selects.
+fn strip(p: &Plan, drop: impl Fn(&[Step], usize) -> bool) -> Plan {
+    let mut q = p.clone();
+    for rp in &mut q.ranks {
+        for ch in &mut rp.channels {
+            let steps = std::mem::take(&mut ch.steps);
+            ch.steps = (0..steps.len())
+                .filter(|&i| !drop(&steps, i))
+                .map(|i| steps[i].clone())
+                .collect();
+        }
+    }
+    q
+}
+
+/// The entry handshake: a reader's sync steps before its first remote
+/// access; an owner that reads nobody, its signals.
+fn entry(steps: &[Step], i: usize) -> bool {
+    match steps.iter().position(is_remote) {
+        Some(first) => i < first && is_sync(&steps[i]),
+        None => matches!(steps[i], Step::Signal { .. }),
+    }
+}
+
+/// The exit handshake: a reader's sync steps after its last remote access;
+/// an owner that reads nobody, its waits.
+fn exit(steps: &[Step], i: usize) -> bool {
+    match steps.iter().rposition(is_remote) {
+        Some(last) => i > last && is_sync(&steps[i]),
+        None => matches!(steps[i], Step::Wait { .. }),
+    }
+}
+
+fn plan_check_error(r: Result<(), CoreError>) -> String {
+    match r {
+        Err(CoreError::PlanCheck(m)) => m,
+        other => panic!("expected a plan check error, got {other:?}"),
+    }
+}
+
+#[test]
+fn registered_all_pairs_pass_and_need_both_handshakes() {
+    for kind in KINDS {
+        for in_place in [false, true] {
+            let p = registered(kind, in_place);
+            let what = format!("{kind} in_place={in_place}");
+            checked(&p, in_place).unwrap_or_else(|e| panic!("{what}: {e}"));
+            assert!(
+                p.ranks.iter().any(|r| r.needs_registration()),
+                "{what}: no remote step"
+            );
+
+            let m = plan_check_error(checked(&strip(&p, entry), in_place));
+            assert!(m.contains("before hearing"), "{what} without entry: {m}");
+
+            let m = plan_check_error(checked(&strip(&p, exit), in_place));
+            assert!(
+                m.contains("may finish while") || m.contains("unordered"),
+                "{what} without exit: {m}"
+            );
+        }
+    }
+}
+
+/// Without its exit barrier an AllGather rank may return (and its caller
+/// overwrite its input) while peers still read it: the checker says so,
+/// naming the ranks.
+#[test]
+fn all_gather_without_exit_barrier_is_caught() {
+    let p = strip(&registered(CollKind::AllGather, false), exit);
+    let m = plan_check_error(check(&p));
+    assert!(
+        m.contains("may finish while rank") && m.contains("still accesses its memory"),
+        "{m}"
+    );
+}
+
+/// In place, pulling straight into the output (the out-of-place AllToAll
+/// plan) overwrites block q while peer q still reads it: a race.
+#[test]
+fn in_place_all_to_all_needs_staging() {
+    let p = registered(CollKind::AllToAll, false);
+    let m = plan_check_error(check_in_place(&p));
+    assert!(m.contains("unordered"), "{m}");
+    // The staged plan uses scratch and passes.
+    let staged = registered(CollKind::AllToAll, true);
+    assert!(staged.ranks.iter().all(|r| r.bufs[2].len > 0));
+    check_in_place(&staged).unwrap();
+}
+
+/// Each byte moves once: a registered plan sends no FIFO message, and
+/// every element of a rank's output is written by exactly one step.
+#[test]
+fn registered_all_pairs_use_no_fifo() {
+    for kind in KINDS {
+        for in_place in [false, true] {
+            let p = registered(kind, in_place);
+            for rp in &p.ranks {
+                assert_eq!(rp.max_message(), 0, "{kind} in_place={in_place}");
+                let outputs: usize = rp
+                    .channels
+                    .iter()
+                    .flat_map(|c| &c.steps)
+                    .filter_map(|s| match s {
+                        Step::Xfer(x) => Some(
+                            x.dsts
+                                .iter()
+                                .filter(|d| matches!(d, Dst::Local(l) if l.buf.0 == 1))
+                                .count()
+                                * x.len,
+                        ),
+                        _ => None,
+                    })
+                    .sum();
+                let len = rp.bufs[1].len;
+                // Out of place every defined output element is written once;
+                // in place the rank's own block is already there.
+                let expect = match (kind, in_place) {
+                    (CollKind::Reduce | CollKind::Gather, _) if rp.rank != 2 => 0,
+                    (CollKind::Broadcast | CollKind::Scatter, true) if rp.rank == 2 => 0,
+                    (CollKind::AllGather | CollKind::AllToAll | CollKind::Gather, true) => len - 40,
+                    _ => len,
+                };
+                assert_eq!(
+                    outputs, expect,
+                    "{kind} rank {} in_place={in_place}",
+                    rp.rank
+                );
+            }
+        }
+    }
+}
