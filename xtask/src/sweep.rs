@@ -112,6 +112,8 @@ pub struct Row {
     pub algo: String,
     pub proto: String,
     pub channels: u32,
+    /// The selector's predicted time (µs), where the model timed the choice.
+    pub predicted_us: Option<f64>,
     pub time_us: f64,
     pub algbw_gbps: f64,
     pub busbw_gbps: f64,
@@ -237,7 +239,11 @@ pub fn run(a: SweepArgs) -> anyhow::Result<()> {
                 let time = m.time.as_secs_f64().max(1e-9);
                 let bytes = coll.bytes(n, dt.size());
                 let algbw = bytes as f64 / time / 1e9;
-                let choice = comms[0].last_choice();
+                // Send/Recv groups do not go through the selector; the last
+                // choice would be an earlier collective's.
+                let choice = comms[0]
+                    .last_choice()
+                    .filter(|_| kind != CollKind::SendRecv);
                 pair.push(Row {
                     coll: kind.name().into(),
                     dtype: dt.name().into(),
@@ -247,6 +253,7 @@ pub fn run(a: SweepArgs) -> anyhow::Result<()> {
                     algo: choice.map_or("p2p".into(), |c| c.algo.name().into()),
                     proto: choice.map_or("simple".into(), |c| c.proto.name().into()),
                     channels: choice.map_or(0, |c| c.channels),
+                    predicted_us: choice.and_then(|c| c.predicted_us),
                     time_us: time * 1e6,
                     algbw_gbps: algbw,
                     busbw_gbps: algbw * kind.busbw_factor(n),

@@ -4,13 +4,14 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use oxccl_core::plan::{BufRole, RankPlan};
-use oxccl_core::{CollKind, CoreError, Element, Plan, RedOp};
+use oxccl_core::{CollKind, Collective, CoreError, DataType, Element, Plan, RedOp};
 
 use crate::backend::{self, Backend, BackendKind, BackendOptions, Launch, RawBuf};
 use crate::buffer::{Buffer, In, Out};
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::plans::{self, Choice, PlanCache, PlanKey};
+use crate::plans::{PlanCache, PlanKey};
+use crate::select::{self, Choice, Chooser};
 use crate::validate::{self, Checked, Owner};
 
 /// What the communicators of one `init_all` share.
@@ -20,6 +21,7 @@ pub(crate) struct Clique {
     pub nranks: u32,
     pub backend: Arc<dyn Backend>,
     pub config: Config,
+    pub chooser: Chooser,
     pub plans: PlanCache,
 }
 
@@ -62,12 +64,15 @@ pub fn init_all_with(n: u32, config: Config) -> Result<Vec<Communicator>> {
         BackendKind::Auto => backend::host::create(&opts)?,
     };
     tracing::info!(nranks = n, backend = %backend.describe(), "oxccl: communicators created");
+    let chooser = Chooser::new(&config, backend.as_ref(), n)?;
+    let plans = PlanCache::new(chooser.rings());
     let clique = Arc::new(Clique {
         id: NEXT_CLIQUE.fetch_add(1, Ordering::Relaxed),
         nranks: n,
         backend,
         config,
-        plans: PlanCache::default(),
+        chooser,
+        plans,
     });
     Ok((0..n)
         .map(|rank| Communicator {
@@ -172,6 +177,17 @@ impl Communicator {
         *self.last_choice.lock()
     }
 
+    /// What a collective of `kind` on `count` elements of `dtype` (the
+    /// count a call would pass, see [`oxccl_core::Collective`]) would
+    /// choose: the selector's pick under this communicator's configuration.
+    /// Nothing runs; every rank gets the same answer.
+    pub fn choice_for(&self, kind: CollKind, count: usize, dtype: DataType) -> Result<Choice> {
+        let coll = Collective::new(kind, count, 0);
+        let cl = &self.clique;
+        cl.chooser
+            .choose(&cl.config, kind, coll.bytes(cl.nranks, dtype.size()))
+    }
+
     /// Number of distinct plans generated so far by this clique.
     pub fn cached_plans(&self) -> usize {
         self.clique.plans.len()
@@ -235,13 +251,16 @@ impl Communicator {
     pub(crate) fn prepare(&self, c: &Checked, elem_size: usize) -> Result<(Prepared, Choice)> {
         let cl = &self.clique;
         let bytes = c.coll.bytes(cl.nranks, elem_size);
-        let mut choice = plans::choose(&cl.config, c.coll.kind, bytes, cl.backend.max_channels())?;
+        let mut choice = cl.chooser.choose(&cl.config, c.coll.kind, bytes)?;
         let chunk = (cl.config.chunk_bytes.unwrap_or(cl.backend.chunk_bytes()) / elem_size).max(1);
         let registered = c.backend_memory && cl.backend.registered_alloc();
         let mut last = None;
-        // The first allowed algorithm whose generator serves this shape
-        // (`choose` put its pick first).
-        for algo in plans::allowed_algos(&cl.config, c.coll.kind) {
+        // The selector's pick, then (should its generator refuse this
+        // shape) the other allowed algorithms in preference order.
+        let others = select::allowed_algos(&cl.config, c.coll.kind);
+        let candidates =
+            std::iter::once(choice.algo).chain(others.into_iter().filter(|&a| a != choice.algo));
+        for algo in candidates {
             let key = PlanKey {
                 coll: c.coll,
                 elem_size,
@@ -253,7 +272,10 @@ impl Communicator {
             };
             match cl.plans.get(cl.nranks, key) {
                 Ok(plan) => {
-                    choice.algo = algo;
+                    if algo != choice.algo {
+                        choice.algo = algo;
+                        choice.predicted_us = None;
+                    }
                     return Ok((self.bind(&plan, c.send, c.recv), choice));
                 }
                 Err(e @ CoreError::Unsupported { .. }) => last = Some(e),
@@ -316,16 +338,10 @@ impl Communicator {
     fn log(&self, c: &Checked, dtype: oxccl_core::DataType, ch: &Choice) {
         tracing::info!(
             rank = self.rank,
-            coll = %c.coll.kind,
-            count = c.coll.count,
-            dtype = %dtype,
             root = c.coll.root,
             in_place = c.in_place,
-            algo = %ch.algo,
-            proto = %ch.proto,
-            channels = ch.channels,
-            predicted_us = ch.predicted_us,
-            "oxccl: collective"
+            "oxccl: {}",
+            select::log_line(c.coll.kind, c.coll.count, dtype, ch)
         );
     }
 

@@ -23,7 +23,7 @@ use crate::backend::RawBuf;
 use crate::buffer::{In, Out};
 use crate::comm::{Communicator, Prepared};
 use crate::error::{Error, Result};
-use crate::plans::Choice;
+use crate::select::Choice;
 use crate::validate;
 
 /// A collective or a Send/Recv waiting for the group's end.

@@ -56,8 +56,11 @@
 //!
 //! [`Config`] overrides algorithm, protocol, channels and deadline; see
 //! [`config`] for `NCCL_ALGO`/`NCCL_PROTO` syntax and the `OXCCL_` twins.
-//! `NCCL_DEBUG=INFO` (or `OXCCL_DEBUG=INFO`) logs, through `tracing`, the
-//! algorithm, protocol and channel count each collective used.
+//! Each collective's algorithm, protocol and channel count come from the
+//! topology cost model (`oxccl_topo::Selector`), among what the
+//! configuration and the backend allow. `NCCL_DEBUG=INFO` (or
+//! `OXCCL_DEBUG=INFO`) logs, through `tracing`, each choice with its
+//! predicted time, marked `(override)` when the configuration restricted it.
 
 pub mod backend;
 mod buffer;
@@ -67,6 +70,7 @@ mod debug;
 pub mod error;
 pub mod group;
 mod plans;
+mod select;
 mod validate;
 
 pub use backend::BackendKind;
@@ -75,7 +79,7 @@ pub use comm::{init_all, init_all_with, Communicator};
 pub use config::Config;
 pub use error::{Error, Result};
 pub use group::{group, Group};
-pub use plans::Choice;
+pub use select::Choice;
 
 /// The pure core (plan IR, generators, test support), for tools and tests.
 pub use oxccl_core as core;

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use oxccl_core::plan::BufRole;
+use oxccl_core::Proto;
 use oxccl_host::{HostBuf, HostConfig, HostError, HostFabric};
 
 use super::{Backend, BackendKind, BackendOptions, Launch, RawBuf, Timer};
@@ -83,6 +84,13 @@ impl Backend for HostBackend {
 
     fn max_channels(&self) -> u32 {
         32
+    }
+
+    fn protocols(&self) -> &'static [Proto] {
+        // `oxccl-host` builds Simple FIFOs only; LL would be Simple under
+        // another name, so it is not offered (NCCL_PROTO=LL alone is a
+        // configuration error on this backend).
+        &[Proto::Simple]
     }
 
     unsafe fn execute(&self, launch: &Launch<'_>) -> Result<(), Error> {

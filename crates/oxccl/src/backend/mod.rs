@@ -113,7 +113,7 @@ pub struct Launch<'a> {
     pub bufs: &'a [RawBuf],
     pub dtype: DataType,
     pub op: &'a LoweredOp,
-    /// Wire protocol for FIFO connections (the host backend has one).
+    /// Wire protocol for FIFO connections, one of [`Backend::protocols`].
     pub proto: Proto,
 }
 
@@ -166,6 +166,14 @@ pub trait Backend: Send + Sync + Debug {
 
     /// Largest number of channels a plan may have.
     fn max_channels(&self) -> u32;
+
+    /// Wire protocols `execute` implements for FIFO connections; the
+    /// selector picks only among these (intersected with `NCCL_PROTO`).
+    /// Both executors run Simple only today, so that is the default; a
+    /// backend that builds LL or LL128 lists them here.
+    fn protocols(&self) -> &'static [Proto] {
+        &[Proto::Simple]
+    }
 
     /// Runs (host) or enqueues (CUDA) one rank's part of a plan.
     ///

@@ -1,0 +1,252 @@
+//! Per-call choice of algorithm, protocol and channel count: the topology
+//! cost model (`oxccl_topo::Selector`), among what the configuration
+//! (`NCCL_ALGO`/`NCCL_PROTO`/channels and their `OXCCL_` twins) and the
+//! backend allow.
+//!
+//! Placement, built once per communicator set:
+//!
+//! - **host**: ranks are threads of one CPU process. The model sees a
+//!   topology with no GPU, which `Selector` treats as one device shared
+//!   by every rank (no links, every pair "direct"): all ranks on one host,
+//!   rings in rank order. Its predicted times are in the GPU model's
+//!   nominal units, not calibrated for CPUs: they rank the candidates
+//!   (direct algorithms for small calls, rings for large) rather than
+//!   forecast host wall time.
+//! - **CUDA**: the topology from `OXCCL_TOPO_FILE`/`NCCL_TOPO_FILE`, else
+//!   detected; rank `r` runs on GPU `r % ngpus` (the backend's round-robin
+//!   placement over the visible devices).
+//!
+//! Every rank of a set decides from the same inputs with the same selector,
+//! so all ranks pick alike and run parts of one plan.
+
+use oxccl_core::{gen, Algo, CollKind, DataType, Proto};
+use oxccl_topo::{Selector, Topology};
+
+use crate::backend::{Backend, BackendKind};
+use crate::config::Config;
+use crate::error::{Error, Result};
+
+/// What was chosen for one call.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Choice {
+    pub algo: Algo,
+    pub proto: Proto,
+    pub channels: u32,
+    /// The cost model's prediction in µs (`None` where the model does not
+    /// time the combination an override forced).
+    pub predicted_us: Option<f64>,
+    /// Whether the configuration (environment) restricted the choice.
+    pub forced: bool,
+}
+
+impl std::fmt::Display for Choice {
+    /// `algo ring proto simple channels 2 predicted 12.3 us`, then
+    /// ` (override)` when the configuration restricted the choice.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "algo {} proto {} channels {} predicted ",
+            self.algo, self.proto, self.channels
+        )?;
+        match self.predicted_us {
+            Some(us) => write!(f, "{us:.1} us")?,
+            None => f.write_str("n/a")?,
+        }
+        if self.forced {
+            f.write_str(" (override)")?;
+        }
+        Ok(())
+    }
+}
+
+/// Algorithms in the order ties are broken and fallbacks are tried: ring
+/// serves every collective, then the direct ones, then trees.
+const ALGO_ORDER: [Algo; 7] = [
+    Algo::Ring,
+    Algo::AllPairs,
+    Algo::DoubleBinaryTree,
+    Algo::TwoShot,
+    Algo::OneShot,
+    Algo::Chain,
+    Algo::BinaryTree,
+];
+
+/// The algorithms `config` allows for `kind` that have a generator, in
+/// preference order. Registration does not remove any: one-shot, two-shot
+/// and all-pairs have FIFO variants too, and the plan key's `registered`
+/// flag picks the direct variant only for registered buffers.
+pub(crate) fn allowed_algos(config: &Config, kind: CollKind) -> Vec<Algo> {
+    config
+        .algo
+        .allowed(kind, &ALGO_ORDER)
+        .into_iter()
+        .filter(|a| gen::supports(*a, kind))
+        .collect()
+}
+
+/// The selector of one communicator set and what its backend runs.
+#[derive(Debug)]
+pub(crate) struct Chooser {
+    selector: Selector,
+    /// Protocols the backend executes.
+    protos: &'static [Proto],
+    nranks: u32,
+    max_channels: u32,
+}
+
+impl Chooser {
+    /// Builds the topology and the selector for `nranks` ranks on
+    /// `backend`. Fails when the configuration's protocol filter leaves
+    /// none the backend implements for some collective (as NCCL fails when
+    /// no algorithm/protocol is left).
+    pub fn new(config: &Config, backend: &dyn Backend, nranks: u32) -> Result<Chooser> {
+        let protos = backend.protocols();
+        for kind in CollKind::ALL {
+            if kind != CollKind::SendRecv && config.proto.allowed(kind, protos).is_empty() {
+                return Err(Error::Config {
+                    var: "NCCL_PROTO".into(),
+                    value: format!("{:?}", config.proto.allowed(kind, &Proto::ALL)),
+                    reason: format!(
+                        "allows no protocol the {} backend implements for {kind} (it implements {})",
+                        backend.kind(),
+                        names(protos)
+                    ),
+                });
+            }
+        }
+        let (topo, gpus) = placement(backend.kind(), nranks);
+        let max_channels = backend
+            .max_channels()
+            .clamp(1, oxccl_topo::select::DEFAULT_MAX_CHANNELS);
+        let selector = Selector::new(&topo, &gpus).with_max_channels(max_channels);
+        Ok(Chooser {
+            selector,
+            protos,
+            nranks,
+            max_channels: backend.max_channels().max(1),
+        })
+    }
+
+    /// One rank order per channel, as the topology search found them.
+    pub fn rings(&self) -> Vec<Vec<u32>> {
+        self.selector.rings()
+    }
+
+    /// Chooses for a call of `kind` moving `bytes` (nccl-tests' size):
+    /// the model's best among the allowed algorithms and protocols; a
+    /// configured channel count replaces the model's.
+    pub fn choose(&self, config: &Config, kind: CollKind, bytes: usize) -> Result<Choice> {
+        let algos = allowed_algos(config, kind);
+        if algos.is_empty() {
+            return Err(Error::NoAlgorithm {
+                coll: kind,
+                allowed: describe_filter(config, kind),
+            });
+        }
+        let protos = config.proto.allowed(kind, self.protos);
+        let forced = config.channels.is_some()
+            || Algo::ALL.iter().any(|&a| !config.algo.allows(kind, a))
+            || Proto::ALL.iter().any(|&p| !config.proto.allows(kind, p));
+        let pick = self
+            .selector
+            .choose(kind, bytes, self.nranks, &algos, &protos);
+        // The selector falls back to Ring when the model times nothing
+        // allowed; an override must still win, so keep to the allowed lists.
+        let algo = if algos.contains(&pick.algo) {
+            pick.algo
+        } else {
+            algos[0]
+        };
+        let proto = if protos.contains(&pick.proto) {
+            pick.proto
+        } else {
+            protos[0]
+        };
+        let channels = match config.channels {
+            Some(c) => c.clamp(1, self.max_channels),
+            None => pick.channels.clamp(1, self.max_channels),
+        };
+        let predicted_us = if (algo, proto, channels) == (pick.algo, pick.proto, pick.channels) {
+            Some(pick.predicted_us).filter(|t| t.is_finite())
+        } else {
+            self.selector
+                .predict(kind, algo, proto, channels, bytes, self.nranks)
+        };
+        Ok(Choice {
+            algo,
+            proto,
+            channels,
+            predicted_us,
+            forced,
+        })
+    }
+}
+
+/// The `NCCL_DEBUG=INFO` line of one call: collective, count, data type,
+/// then the choice (algorithm, protocol, channels, predicted time, and
+/// whether an override forced it).
+pub(crate) fn log_line(kind: CollKind, count: usize, dtype: DataType, c: &Choice) -> String {
+    format!("{kind} count {count} {dtype}: {c}")
+}
+
+/// The topology the model sees and each rank's GPU index in it.
+fn placement(kind: BackendKind, nranks: u32) -> (Topology, Vec<usize>) {
+    match kind {
+        BackendKind::Cuda => {
+            let topo = Topology::from_env();
+            let ngpus = topo.gpus().len().max(1);
+            let gpus = (0..nranks as usize).map(|r| r % ngpus).collect();
+            (topo, gpus)
+        }
+        // Host (and Auto, which never reaches here): no GPU at all.
+        _ => (Topology::empty(), vec![0; nranks as usize]),
+    }
+}
+
+fn names(protos: &[Proto]) -> String {
+    protos
+        .iter()
+        .map(|p| p.name())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+fn describe_filter(config: &Config, kind: CollKind) -> String {
+    let names: Vec<&str> = config
+        .algo
+        .allowed(kind, &Algo::ALL)
+        .iter()
+        .map(|a| a.name())
+        .collect();
+    if names.is_empty() {
+        "none".into()
+    } else {
+        names.join(",")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn choice_line_carries_prediction_and_override() {
+        let mut c = Choice {
+            algo: Algo::Ring,
+            proto: Proto::Simple,
+            channels: 2,
+            predicted_us: Some(12.345),
+            forced: false,
+        };
+        assert_eq!(
+            c.to_string(),
+            "algo ring proto simple channels 2 predicted 12.3 us"
+        );
+        c.forced = true;
+        c.predicted_us = None;
+        assert_eq!(
+            log_line(CollKind::AllReduce, 16, DataType::F32, &c),
+            "allreduce count 16 float: algo ring proto simple channels 2 predicted n/a (override)"
+        );
+    }
+}

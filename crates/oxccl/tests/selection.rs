@@ -1,0 +1,155 @@
+//! The topology selector inside the communicator: overrides win, the
+//! choice depends on the size, and the NCCL_DEBUG=INFO line carries the
+//! predicted time. No timing is asserted.
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+
+use oxccl::config::{parse_algo_filter, parse_proto_filter};
+use oxccl::{Algo, BackendKind, CollKind, Config, DataType, Error, Proto, RedOp};
+
+fn host_config() -> Config {
+    Config {
+        backend: BackendKind::Host,
+        ..Config::default()
+    }
+}
+
+/// Runs an in-place f32 AllReduce of `count` elements on every rank and
+/// returns rank 0's choice.
+fn run_all_reduce(comms: &[oxccl::Communicator], count: usize) -> oxccl::Choice {
+    std::thread::scope(|s| {
+        for c in comms {
+            s.spawn(move || {
+                let mut v = vec![1.0f32; count];
+                c.all_reduce_in_place(&mut v, RedOp::Sum).unwrap();
+                assert!(v.iter().all(|&x| x == comms.len() as f32));
+            });
+        }
+    });
+    comms[0].last_choice().expect("a collective ran")
+}
+
+#[test]
+fn small_and_large_all_reduce_choose_differently_on_host() {
+    let comms = oxccl::init_all_with(4, host_config()).unwrap();
+    let small = comms[0]
+        .choice_for(CollKind::AllReduce, 4, DataType::F32)
+        .unwrap();
+    let large = comms[0]
+        .choice_for(CollKind::AllReduce, 64 << 20, DataType::F32)
+        .unwrap();
+    assert_ne!(small.algo, large.algo, "small {small}, large {large}");
+    assert!(!small.forced && !large.forced);
+    assert!(small.predicted_us.is_some() && large.predicted_us.is_some());
+    // Every rank decides alike, and a real call uses the selector's pick.
+    for c in &comms {
+        let mine = c.choice_for(CollKind::AllReduce, 4, DataType::F32).unwrap();
+        assert_eq!(mine, small);
+    }
+    assert_eq!(run_all_reduce(&comms, 4), small);
+}
+
+#[test]
+fn algorithm_override_wins_over_the_selector() {
+    for (filter, want) in [
+        ("ring", Algo::Ring),
+        ("allreduce:tree", Algo::DoubleBinaryTree),
+        ("chain", Algo::Chain),
+    ] {
+        let config = Config {
+            algo: parse_algo_filter("NCCL_ALGO", filter).unwrap(),
+            ..host_config()
+        };
+        let comms = oxccl::init_all_with(3, config).unwrap();
+        for count in [4usize, 1 << 24] {
+            let c = comms[0]
+                .choice_for(CollKind::AllReduce, count, DataType::F32)
+                .unwrap();
+            assert_eq!(c.algo, want, "NCCL_ALGO={filter}, {count} elements");
+            assert!(c.forced);
+        }
+        let ran = run_all_reduce(&comms, 1000);
+        assert_eq!(ran.algo, want);
+        assert!(ran.forced);
+    }
+}
+
+#[test]
+fn channel_override_wins_and_is_marked() {
+    let config = Config {
+        channels: Some(3),
+        ..host_config()
+    };
+    let comms = oxccl::init_all_with(2, config).unwrap();
+    let ran = run_all_reduce(&comms, 5000);
+    assert_eq!(ran.channels, 3);
+    assert!(ran.forced);
+}
+
+#[test]
+fn protocol_the_backend_lacks_is_a_config_error() {
+    let config = Config {
+        proto: parse_proto_filter("NCCL_PROTO", "LL").unwrap(),
+        ..host_config()
+    };
+    match oxccl::init_all_with(2, config) {
+        Err(Error::Config { reason, .. }) => {
+            assert!(reason.contains("simple"), "{reason}")
+        }
+        other => panic!("expected a config error, got {other:?}"),
+    }
+    // Allowing Simple among others keeps it to what the backend runs.
+    let config = Config {
+        proto: parse_proto_filter("NCCL_PROTO", "LL,Simple").unwrap(),
+        ..host_config()
+    };
+    let comms = oxccl::init_all_with(2, config).unwrap();
+    let c = comms[0]
+        .choice_for(CollKind::AllReduce, 4, DataType::F32)
+        .unwrap();
+    assert_eq!(c.proto, Proto::Simple);
+    assert!(c.forced);
+}
+
+/// A `tracing` writer that appends to a shared buffer.
+#[derive(Clone, Default)]
+struct Capture(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Capture {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn info_line_names_the_choice_and_predicted_time() {
+    let cap = Capture::default();
+    let writer = cap.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::INFO)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let comms = oxccl::init_all_with(1, host_config()).unwrap();
+    tracing::subscriber::with_default(subscriber, || {
+        let mut v = vec![2.0f32; 256];
+        comms[0].all_reduce_in_place(&mut v, RedOp::Sum).unwrap();
+    });
+    let log = String::from_utf8(cap.0.lock().unwrap().clone()).unwrap();
+    let line = log
+        .lines()
+        .find(|l| l.contains("allreduce count 256 float"))
+        .unwrap_or_else(|| panic!("no collective line in {log:?}"));
+    let choice = comms[0].last_choice().unwrap();
+    assert!(line.contains(&choice.to_string()), "{line}");
+    assert!(
+        line.contains(" predicted ") && line.contains(" us"),
+        "{line}"
+    );
+    assert!(line.contains(" INFO "), "{line}");
+}
