@@ -5,7 +5,7 @@
 //! and the group stays usable); nothing runs until [`Group::end`]. At the
 //! end, each communicator's operations become one merged plan per
 //! (data type, op): its collectives in issue order, then one Send/Recv
-//! block built by `oxccl_core::gen::p2p` (the k-th send from a to b
+//! block built by `oxccl_core::gen::p2p::rank_plan` (the k-th send from a to b
 //! matches the k-th receive on b from a). Every rank must issue matching
 //! groups, as with NCCL.
 //!
@@ -297,26 +297,9 @@ fn build_job(comm: &Communicator, list: &[&Entry<'_>], op: RedOp) -> Result<Opti
     }))
 }
 
-/// The Send/Recv part of this rank. `gen::p2p::plan` builds every rank's
-/// part from every rank's list; a rank only knows its own, so the peers'
-/// lists are stood in by the mirror image of this rank's operations with
-/// them (which is all this rank's part depends on).
+/// The Send/Recv part of this rank, from its own operations alone
+/// (`gen::p2p::rank_plan`; matching the peers' lists is their contract).
 fn p2p_part(comm: &Communicator, ops: &[P2pOp], bufs: Vec<RawBuf>, es: usize) -> Result<Prepared> {
-    let n = comm.nranks();
-    let me = comm.rank();
-    let mut lists: Vec<Vec<P2pOp>> = vec![Vec::new(); n as usize];
-    for op in ops {
-        match *op {
-            P2pOp::Send { peer, count } if peer != me => {
-                lists[peer as usize].push(P2pOp::Recv { peer: me, count })
-            }
-            P2pOp::Recv { peer, count } if peer != me => {
-                lists[peer as usize].push(P2pOp::Send { peer: me, count })
-            }
-            _ => {}
-        }
-    }
-    lists[me as usize] = ops.to_vec();
     let cl = comm.clique();
     let chunk = (cl.config.chunk_bytes.unwrap_or(cl.backend.chunk_bytes()) / es).max(1);
     // Every rank must use the same channel count whatever its own traffic,
@@ -326,14 +309,14 @@ fn p2p_part(comm: &Communicator, ops: &[P2pOp], bufs: Vec<RawBuf>, es: usize) ->
         .channels
         .unwrap_or(2)
         .clamp(1, cl.backend.max_channels());
-    let plan = p2p::plan(n, &lists, chunk, channels).map_err(|e| match e {
-        oxccl_core::CoreError::InvalidRequest(m) => Error::InvalidUsage(format!(
-            "this rank's sends to itself and receives from itself do not match: {m}"
-        )),
-        other => other.into(),
-    })?;
-    let rp = plan.ranks[me as usize].clone();
-    Ok(Prepared { plan: rp, bufs })
+    let plan =
+        p2p::rank_plan(comm.nranks(), comm.rank(), ops, chunk, channels).map_err(|e| match e {
+            oxccl_core::CoreError::InvalidRequest(m) => Error::InvalidUsage(format!(
+                "this rank's sends to itself and receives from itself do not match: {m}"
+            )),
+            other => other.into(),
+        })?;
+    Ok(Prepared { plan, bufs })
 }
 
 /// Concatenates rank plans: buffers and channels of later parts are

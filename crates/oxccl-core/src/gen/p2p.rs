@@ -53,8 +53,8 @@ pub fn plan(
 ) -> Result<Plan, CoreError> {
     validate(nranks, ops, chunk, channels)?;
     let ranks = (0..nranks)
-        .map(|r| rank_plan(nranks, r, &ops[r as usize], chunk, channels))
-        .collect::<Result<_, _>>()?;
+        .map(|r| build_rank(nranks, r, &ops[r as usize], chunk, channels))
+        .collect();
     Ok(Plan {
         algo: Algo::AllPairs,
         coll: None,
@@ -68,21 +68,14 @@ fn bad<T>(m: String) -> Result<T, CoreError> {
 }
 
 fn validate(nranks: u32, ops: &[Vec<P2pOp>], chunk: usize, channels: u32) -> Result<(), CoreError> {
-    if nranks == 0 || channels == 0 || chunk == 0 {
-        return bad(format!(
-            "p2p plan needs ranks, channels and chunk > 0 (got {nranks}, {channels}, {chunk})"
-        ));
+    if nranks == 0 {
+        return bad("p2p plan needs ranks > 0".into());
     }
     if ops.len() != nranks as usize {
         return bad(format!("{} op lists for {nranks} ranks", ops.len()));
     }
     for (r, list) in ops.iter().enumerate() {
-        if list.len() > usize::from(u16::MAX) {
-            return bad(format!("rank {r}: too many operations ({})", list.len()));
-        }
-        if let Some(op) = list.iter().find(|o| o.peer() >= nranks) {
-            return bad(format!("rank {r}: peer {} out of range", op.peer()));
-        }
+        validate_list(nranks, r as Rank, list, chunk, channels)?;
     }
     for a in 0..nranks {
         for b in 0..nranks {
@@ -125,13 +118,58 @@ fn stream(
         .collect()
 }
 
-fn rank_plan(
+/// Builds rank `rank`'s part of the plan from its own operations only:
+/// equal to `plan(nranks, ops, chunk, channels)?.ranks[rank]` for any
+/// `ops` whose `ops[rank]` is `list` (a rank's steps depend only on its own
+/// list). Checks what one rank can: sizes, `rank` and every peer in range,
+/// and that its sends to itself match its receives from itself; matching
+/// with other ranks is the callers' contract (as with NCCL, a mismatch
+/// shows up as a length mismatch or a timeout at run time).
+pub fn rank_plan(
     nranks: u32,
     rank: Rank,
     list: &[P2pOp],
     chunk: usize,
     channels: u32,
 ) -> Result<RankPlan, CoreError> {
+    validate_list(nranks, rank, list, chunk, channels)?;
+    if counts(list, rank, true) != counts(list, rank, false) {
+        return bad(format!(
+            "rank {rank} sends {:?} to itself but receives {:?} from itself",
+            counts(list, rank, true),
+            counts(list, rank, false)
+        ));
+    }
+    Ok(build_rank(nranks, rank, list, chunk, channels))
+}
+
+/// The checks on one rank's list that need no other rank.
+fn validate_list(
+    nranks: u32,
+    rank: Rank,
+    list: &[P2pOp],
+    chunk: usize,
+    channels: u32,
+) -> Result<(), CoreError> {
+    if nranks == 0 || channels == 0 || chunk == 0 {
+        return bad(format!(
+            "p2p plan needs ranks, channels and chunk > 0 (got {nranks}, {channels}, {chunk})"
+        ));
+    }
+    if rank >= nranks {
+        return bad(format!("rank {rank} out of range for {nranks} ranks"));
+    }
+    if list.len() > usize::from(u16::MAX) {
+        return bad(format!("rank {rank}: too many operations ({})", list.len()));
+    }
+    if let Some(op) = list.iter().find(|o| o.peer() >= nranks) {
+        return bad(format!("rank {rank}: peer {} out of range", op.peer()));
+    }
+    Ok(())
+}
+
+/// One rank's steps (inputs already validated).
+fn build_rank(nranks: u32, rank: Rank, list: &[P2pOp], chunk: usize, channels: u32) -> RankPlan {
     let bufs = list
         .iter()
         .map(|o| BufDecl {
@@ -189,10 +227,71 @@ fn rank_plan(
         }
         chans.push(Channel { steps: s.0 });
     }
-    Ok(RankPlan {
+    RankPlan {
         rank,
         nranks,
         bufs,
         channels: chans,
-    })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Every rank's lists for `msgs` (`(from, to, count)`), each rank
+    /// listing its sends and receives in message order, receives first on
+    /// ranks whose bit in `recv_first` is set.
+    fn lists(n: u32, msgs: &[(u32, u32, usize)], recv_first: u64) -> Vec<Vec<P2pOp>> {
+        (0..n)
+            .map(|r| {
+                let sends = msgs.iter().filter(|m| m.0 == r).map(|m| P2pOp::Send {
+                    peer: m.1,
+                    count: m.2,
+                });
+                let recvs = msgs.iter().filter(|m| m.1 == r).map(|m| P2pOp::Recv {
+                    peer: m.0,
+                    count: m.2,
+                });
+                if (recv_first >> r) & 1 == 1 {
+                    recvs.chain(sends).collect()
+                } else {
+                    sends.chain(recvs).collect()
+                }
+            })
+            .collect()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+        #[test]
+        fn rank_plan_equals_its_rank_of_plan(
+            n in 1u32..9,
+            raw in proptest::collection::vec((0u32..64, 0u32..64, 0usize..40), 0..12),
+            recv_first in any::<u64>(),
+            chunk in 1usize..9,
+            channels in 1u32..4,
+        ) {
+            let msgs: Vec<(u32, u32, usize)> = raw.iter().map(|&(a, b, c)| (a % n, b % n, c)).collect();
+            let ops = lists(n, &msgs, recv_first);
+            let whole = plan(n, &ops, chunk, channels).unwrap();
+            for r in 0..n {
+                let mine = rank_plan(n, r, &ops[r as usize], chunk, channels).unwrap();
+                prop_assert_eq!(&mine, &whole.ranks[r as usize]);
+            }
+        }
+    }
+
+    #[test]
+    fn rank_plan_refuses_what_one_rank_can_see() {
+        let send = |peer, count| P2pOp::Send { peer, count };
+        let recv = |peer, count| P2pOp::Recv { peer, count };
+        assert!(rank_plan(2, 2, &[], 4, 1).is_err());
+        assert!(rank_plan(2, 0, &[send(2, 1)], 4, 1).is_err());
+        assert!(rank_plan(2, 0, &[send(1, 1)], 0, 1).is_err());
+        assert!(rank_plan(2, 0, &[send(1, 1)], 4, 0).is_err());
+        assert!(rank_plan(2, 0, &[send(0, 3), recv(0, 2)], 4, 1).is_err());
+        assert!(rank_plan(2, 0, &[send(0, 3), recv(0, 3), recv(1, 5)], 4, 1).is_ok());
+    }
 }
