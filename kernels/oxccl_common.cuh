@@ -36,6 +36,9 @@ typedef unsigned long long u64;
 // Descriptor flags.
 #define OXD_PUBLISH 1
 #define OXD_PRE 2
+// Some peer is on another GPU: fences and counter accesses need system
+// scope; with every rank on one GPU, device scope is enough and cheaper.
+#define OXD_SYS 4
 
 // Error codes written into OxError.code.
 #define OXE_TIMEOUT 1

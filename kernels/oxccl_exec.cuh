@@ -12,13 +12,25 @@ __device__ __forceinline__ u64 ox_globaltimer() {
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   return t;
 }
-__device__ __forceinline__ u64 ox_ld_acquire(const u64* p) {
+__device__ __forceinline__ u64 ox_ld_acquire(const u64* p, bool sys) {
   u64 v;
-  asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  if (sys)
+    asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  else
+    asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
   return v;
 }
-__device__ __forceinline__ void ox_st_release(u64* p, u64 v) {
-  asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+__device__ __forceinline__ void ox_st_release(u64* p, u64 v, bool sys) {
+  if (sys)
+    asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+  else
+    asm volatile("st.release.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+__device__ __forceinline__ void ox_fence(bool sys) {
+  if (sys)
+    __threadfence_system();
+  else
+    __threadfence();
 }
 __device__ __forceinline__ u64 ox_ld_volatile(const u64* p) {
   return *(const volatile u64*)p;
@@ -77,10 +89,11 @@ __device__ void ox_fail(const OxDesc& d, u32 code, u32 peer, u32 step, u64 waite
 // Polls *p until it reaches `want`. Returns false (after recording why) on
 // abort, on a peer's failure, or past the deadline.
 __device__ bool ox_wait_geq(const OxDesc& d, const u64* p, u64 want, u32 peer, u32 step) {
-  if (ox_ld_acquire(p) >= want) return true;
+  const bool sys = d.flags & OXD_SYS;
+  if (ox_ld_acquire(p, sys) >= want) return true;
   const u64 t0 = ox_globaltimer();
   for (u32 spins = 1;; ++spins) {
-    if (ox_ld_acquire(p) >= want) return true;
+    if (ox_ld_acquire(p, sys) >= want) return true;
     if ((spins & 255) == 0) {
       u64 waited = ox_globaltimer() - t0;
       if (*d.abort_flag != 0) {
@@ -227,36 +240,50 @@ __device__ void ox_exec(const OxDesc& d) {
   __shared__ int s_fail;
   const u32 tid = threadIdx.x;
   const T scale = ox_from_bits<T>(d.scale_bits);
+  const bool sys = d.flags & OXD_SYS;
 
   // Publish this rank's buffers for peers' remote steps. Every block
   // writes the same values; the fence before each Signal releases them.
   if ((d.flags & OXD_PUBLISH) && tid < d.nbufs) d.ptr_table[d.rank * OX_MAX_BUFS + tid] = d.bufs[tid];
   if (tid == 0) s_fail = 0;
+  // (s_fail is only ever set to 1, with atomicExch, before a barrier.)
   __syncthreads();
 
   const OxChan c = d.chans[blockIdx.x];
   for (u32 si = c.first; si < c.first + c.nsteps; ++si) {
     const OxStep st = d.steps[si];
     const u32 step = si - c.first;
-    if (st.op == OXS_SIGNAL) {
-      __syncthreads();
-      if (tid == 0) {
-        OxSem* sem = (OxSem*)d.sems[st.first];
-        __threadfence_system();
-        atomicAdd(&sem->posted, 1ull);
-      }
-    } else if (st.op == OXS_WAIT) {
-      if (tid == 0) {
-        OxSem* sem = (OxSem*)d.sems[st.first];
-        u64 want = ox_ld_volatile(&sem->consumed) + 1;
-        if (ox_wait_geq(d, &sem->posted, want, (u32)st.len, step)) {
-          *(volatile u64*)&sem->consumed = want;
-        } else {
-          s_fail = 1;
+    if (st.op == OXS_SIGNAL || st.op == OXS_WAIT) {
+      // A run of consecutive signals (or waits) goes in parallel: thread i
+      // handles the i-th, so an all-pairs barrier costs one round trip.
+      u32 run = 1;
+      while (run < OX_THREADS && si + run < c.first + c.nsteps && d.steps[si + run].op == st.op) ++run;
+      if (st.op == OXS_SIGNAL) {
+        __syncthreads();
+        if (tid < run) {
+          const OxStep sg = d.steps[si + tid];
+          OxSem* sem = (OxSem*)d.sems[sg.first];
+          ox_fence(sys);
+          atomicAdd(&sem->posted, 1ull);
         }
+      } else {
+        if (tid < run) {
+          const OxStep wt = d.steps[si + tid];
+          OxSem* sem = (OxSem*)d.sems[wt.first];
+          // Earlier waits of this run on the same semaphore come first.
+          u64 dup = 0;
+          for (u32 j = 0; j < tid; ++j) dup += d.steps[si + j].first == wt.first;
+          u64 want = ox_ld_volatile(&sem->consumed) + 1 + dup;
+          if (ox_wait_geq(d, &sem->posted, want, (u32)wt.len, step + tid)) {
+            atomicMax(&sem->consumed, want);
+          } else {
+            atomicExch(&s_fail, 1);
+          }
+        }
+        __syncthreads();
+        if (s_fail) return;
       }
-      __syncthreads();
-      if (s_fail) return;
+      si += run - 1;
     } else {
       const int nsrc = st.nsrc, ndst = st.ndst;
       if (tid == 0) {
@@ -287,7 +314,7 @@ __device__ void ox_exec(const OxDesc& d) {
             s_dst[i - nsrc] = p;
           }
         }
-        if (!ok) s_fail = 1;
+        if (!ok) atomicExch(&s_fail, 1);
       }
       __syncthreads();
       if (s_fail) return;
@@ -301,13 +328,13 @@ __device__ void ox_exec(const OxDesc& d) {
           if (o.kind != OXK_CONN) continue;
           OxConn* cn = (OxConn*)d.conns[o.idx];
           if (!fenced) {
-            __threadfence_system();
+            ox_fence(sys);
             fenced = true;
           }
           if (i < nsrc) {
-            ox_st_release(&cn->head, ox_ld_volatile(&cn->head) + 1);
+            ox_st_release(&cn->head, ox_ld_volatile(&cn->head) + 1, sys);
           } else {
-            ox_st_release(&cn->tail, ox_ld_volatile(&cn->tail) + 1);
+            ox_st_release(&cn->tail, ox_ld_volatile(&cn->tail) + 1, sys);
           }
         }
       }

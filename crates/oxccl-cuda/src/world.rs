@@ -82,6 +82,7 @@ const _: () = assert!(std::mem::offset_of!(Desc, bufs) == 120);
 
 const D_PUBLISH: u32 = 1;
 const D_PRE: u32 = 2;
+const D_SYS: u32 = 4;
 const E_TIMEOUT: u32 = 1;
 const E_ABORTED: u32 = 2;
 const E_PEER_FAILED: u32 = 3;
@@ -574,7 +575,8 @@ impl World {
             nranks: self.nranks(),
             nbufs: bufs.len() as u32,
             flags: if p.remote { D_PUBLISH } else { 0 }
-                | if op.pre_scale.is_some() { D_PRE } else { 0 },
+                | if op.pre_scale.is_some() { D_PRE } else { 0 }
+                | if self.devices.len() > 1 { D_SYS } else { 0 },
             post_div: op.post_div.unwrap_or(0),
             nslots: self.cfg.nslots as u32,
             bufs: [0; MAX_BUFS],

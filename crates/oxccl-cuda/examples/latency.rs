@@ -1,0 +1,119 @@
+//! Small-message latency: an 8-byte f32 AllReduce on N ranks, each rank on
+//! its own host thread and stream. Reports the median per-call time over
+//! device events, eager (one launch per call) and replayed from a CUDA
+//! graph (100 calls captured per graph). `latency [RANKS] [ALGO]`.
+
+use std::sync::{Arc, Barrier};
+use std::time::Duration;
+
+use oxccl_core::gen::{generate, PlanRequest};
+use oxccl_core::{Algo, CollKind, Collective, DataType, RedOp};
+use oxccl_cuda::driver::Graph;
+use oxccl_cuda::{World, WorldConfig};
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn main() {
+    let n: u32 = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(8);
+    let algo: Algo = std::env::args()
+        .nth(2)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(Algo::OneShot);
+    let info = match oxccl_cuda::available() {
+        Ok(i) => i,
+        Err(e) => {
+            println!("skipped: no CUDA device ({e})");
+            return;
+        }
+    };
+    let w = World::new(WorldConfig::round_robin(
+        n,
+        info.devices.len() as i32,
+        Duration::from_secs(30),
+    ))
+    .expect("world");
+    let req = PlanRequest {
+        registered: true,
+        ..PlanRequest::new(Collective::new(CollKind::AllReduce, 2, 0), n, algo)
+    };
+    let plan = generate(&req).expect("plan");
+    let op = RedOp::Sum.lower(DataType::F32, n);
+    let bar = Arc::new(Barrier::new(n as usize));
+    let res: Vec<(f64, f64)> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..n)
+            .map(|r| {
+                let (w, plan, op, bar) = (&w, &plan, &op, bar.clone());
+                s.spawn(move || {
+                    let rp = &plan.ranks[r as usize];
+                    let a = w.alloc(r, 8).unwrap();
+                    let b = w.alloc(r, 8).unwrap();
+                    let addrs: Vec<u64> = rp
+                        .bufs
+                        .iter()
+                        .enumerate()
+                        .map(|(i, _)| [a, b, 0].get(i).copied().unwrap_or(0))
+                        .collect();
+                    let p = w.prepare(rp, 4).unwrap();
+                    let stream = w.stream(r).unwrap();
+                    let (e0, e1) = (w.event(r).unwrap(), w.event(r).unwrap());
+                    let launch = || {
+                        // SAFETY: live allocations of 8 bytes = the plan's 2 floats.
+                        unsafe { w.launch(&p, r, &addrs, DataType::F32, op) }
+                    };
+                    for _ in 0..50 {
+                        launch().unwrap();
+                    }
+                    w.synchronize(r).unwrap();
+                    let iters = 200;
+                    let mut eager = Vec::new();
+                    for _ in 0..15 {
+                        bar.wait();
+                        e0.record(stream).unwrap();
+                        for _ in 0..iters {
+                            launch().unwrap();
+                        }
+                        e1.record(stream).unwrap();
+                        eager.push(
+                            f64::from(e1.elapsed_since(&e0).unwrap()) * 1e3 / f64::from(iters),
+                        );
+                    }
+                    let per_graph = 100;
+                    let g = Graph::capture(stream, || {
+                        for _ in 0..per_graph {
+                            launch()?;
+                        }
+                        Ok(())
+                    })
+                    .unwrap();
+                    g.launch(stream).unwrap();
+                    w.synchronize(r).unwrap();
+                    let mut graph = Vec::new();
+                    for _ in 0..15 {
+                        bar.wait();
+                        e0.record(stream).unwrap();
+                        for _ in 0..4 {
+                            g.launch(stream).unwrap();
+                        }
+                        e1.record(stream).unwrap();
+                        graph.push(
+                            f64::from(e1.elapsed_since(&e0).unwrap()) * 1e3
+                                / f64::from(4 * per_graph),
+                        );
+                    }
+                    w.synchronize(r).unwrap();
+                    (median(eager), median(graph))
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let eager = res.iter().map(|r| r.0).fold(0.0, f64::max);
+    let graph = res.iter().map(|r| r.1).fold(0.0, f64::max);
+    println!("latency: 8 B f32 allreduce, {n} ranks, {algo}: eager {eager:.2} us/call, graph {graph:.2} us/call (median over 15 runs, slowest rank)");
+}
