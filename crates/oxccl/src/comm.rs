@@ -178,14 +178,16 @@ impl Communicator {
     }
 
     /// What a collective of `kind` on `count` elements of `dtype` (the
-    /// count a call would pass, see [`oxccl_core::Collective`]) would
-    /// choose: the selector's pick under this communicator's configuration.
-    /// Nothing runs; every rank gets the same answer.
+    /// count a call would pass, see [`oxccl_core::Collective`]) on buffers
+    /// from [`Communicator::alloc`] would choose: the selector's pick under
+    /// this communicator's configuration. Nothing runs; every rank gets the
+    /// same answer.
     pub fn choice_for(&self, kind: CollKind, count: usize, dtype: DataType) -> Result<Choice> {
         let coll = Collective::new(kind, count, 0);
         let cl = &self.clique;
+        let bytes = coll.bytes(cl.nranks, dtype.size());
         cl.chooser
-            .choose(&cl.config, kind, coll.bytes(cl.nranks, dtype.size()))
+            .choose(&cl.config, kind, bytes, cl.backend.registered_alloc())
     }
 
     /// Number of distinct plans generated so far by this clique.
@@ -251,9 +253,11 @@ impl Communicator {
     pub(crate) fn prepare(&self, c: &Checked, elem_size: usize) -> Result<(Prepared, Choice)> {
         let cl = &self.clique;
         let bytes = c.coll.bytes(cl.nranks, elem_size);
-        let mut choice = cl.chooser.choose(&cl.config, c.coll.kind, bytes)?;
-        let chunk = (cl.config.chunk_bytes.unwrap_or(cl.backend.chunk_bytes()) / elem_size).max(1);
         let registered = c.backend_memory && cl.backend.registered_alloc();
+        let mut choice = cl
+            .chooser
+            .choose(&cl.config, c.coll.kind, bytes, registered)?;
+        let chunk = (cl.config.chunk_bytes.unwrap_or(cl.backend.chunk_bytes()) / elem_size).max(1);
         let mut last = None;
         // The selector's pick, then (should its generator refuse this
         // shape) the other allowed algorithms in preference order.

@@ -20,6 +20,7 @@
 //! so all ranks pick alike and run parts of one plan.
 
 use oxccl_core::{gen, Algo, CollKind, DataType, Proto};
+use oxccl_topo::consts::Constants;
 use oxccl_topo::{Selector, Topology};
 
 use crate::backend::{Backend, BackendKind};
@@ -84,10 +85,57 @@ pub(crate) fn allowed_algos(config: &Config, kind: CollKind) -> Vec<Algo> {
         .collect()
 }
 
-/// The selector of one communicator set and what its backend runs.
+/// Bandwidth of one memory pass (reading or writing each byte once) the
+/// host model assumes, GB/s: twice a single-thread memcpy, which measured 8
+/// to 20 GB/s on the 2-core development VM (docs/PERFORMANCE.md). It turns
+/// the model's nominal device bandwidth into host terms, so predictions are
+/// of the right order; `calibrate` can fit better ones from a sweep.
+const HOST_PASS_GBPS: f64 = 20.0;
+
+/// The model's constants for the host backend of `nranks` ranks, where
+/// every rank shares one memory system and time goes in memory passes.
+///
+/// - One thread runs all of a rank's channels, so channels add no
+///   bandwidth (the fewest within 1% win).
+/// - A FIFO message costs about three passes per byte (read the source,
+///   write the slot, read the slot while writing the destination).
+/// - Registered one-shot (each rank reads all n inputs and writes its
+///   output: n + 1 passes per byte) and two-shot (reduce its 1/n block from
+///   n inputs, then read the other n − 1 blocks from peers: (3n − 1)/n)
+///   read peers' buffers in place. Their multipliers turn the model's data
+///   factor (n − 1 and 2(n − 1)/n) into those pass counts.
+///
+/// Without registered buffers every algorithm goes through FIFOs.
+fn host_constants(nranks: u32, registered: bool) -> Constants {
+    let pass = HOST_PASS_GBPS / oxccl_topo::consts::copy_bw_for_sm(0);
+    let n = f64::from(nranks.max(2));
+    let fitted = Algo::ALL
+        .iter()
+        .flat_map(|&a| Proto::ALL.map(|p| (a, p)))
+        .map(|(a, p)| {
+            let mult = match a {
+                Algo::OneShot if registered => (n - 1.0) / (n + 1.0),
+                Algo::TwoShot if registered => 2.0 * (n - 1.0) / (3.0 * n - 1.0),
+                _ => 1.0 / 3.0,
+            };
+            (a, p, 0.0, pass * mult)
+        })
+        .collect();
+    Constants {
+        chan_cap: [1e9; 3],
+        direct_bw: 1.0,
+        fitted,
+        ..Constants::default()
+    }
+}
+
+/// The selectors of one communicator set and what its backend runs.
 #[derive(Debug)]
 pub(crate) struct Chooser {
-    selector: Selector,
+    /// For calls on registered buffers (`comm.alloc`).
+    registered: Selector,
+    /// For calls on plain slices (host backend only).
+    fifo: Selector,
     /// Protocols the backend executes.
     protos: &'static [Proto],
     nranks: u32,
@@ -119,8 +167,18 @@ impl Chooser {
             .max_channels()
             .clamp(1, oxccl_topo::select::DEFAULT_MAX_CHANNELS);
         let selector = Selector::new(&topo, &gpus).with_max_channels(max_channels);
+        let (registered, fifo) = match backend.kind() {
+            BackendKind::Host => (
+                selector
+                    .clone()
+                    .with_constants(host_constants(nranks, true)),
+                selector.with_constants(host_constants(nranks, false)),
+            ),
+            _ => (selector.clone(), selector),
+        };
         Ok(Chooser {
-            selector,
+            registered,
+            fifo,
             protos,
             nranks,
             max_channels: backend.max_channels().max(1),
@@ -129,13 +187,25 @@ impl Chooser {
 
     /// One rank order per channel, as the topology search found them.
     pub fn rings(&self) -> Vec<Vec<u32>> {
-        self.selector.rings()
+        self.registered.rings()
     }
 
-    /// Chooses for a call of `kind` moving `bytes` (nccl-tests' size):
-    /// the model's best among the allowed algorithms and protocols; a
-    /// configured channel count replaces the model's.
-    pub fn choose(&self, config: &Config, kind: CollKind, bytes: usize) -> Result<Choice> {
+    /// Chooses for a call of `kind` moving `bytes` (nccl-tests' size) on
+    /// `registered` buffers or not: the model's best among the allowed
+    /// algorithms and protocols; a configured channel count replaces the
+    /// model's.
+    pub fn choose(
+        &self,
+        config: &Config,
+        kind: CollKind,
+        bytes: usize,
+        registered: bool,
+    ) -> Result<Choice> {
+        let selector = if registered {
+            &self.registered
+        } else {
+            &self.fifo
+        };
         let algos = allowed_algos(config, kind);
         if algos.is_empty() {
             return Err(Error::NoAlgorithm {
@@ -147,9 +217,7 @@ impl Chooser {
         let forced = config.channels.is_some()
             || Algo::ALL.iter().any(|&a| !config.algo.allows(kind, a))
             || Proto::ALL.iter().any(|&p| !config.proto.allows(kind, p));
-        let pick = self
-            .selector
-            .choose(kind, bytes, self.nranks, &algos, &protos);
+        let pick = selector.choose(kind, bytes, self.nranks, &algos, &protos);
         // The selector falls back to Ring when the model times nothing
         // allowed; an override must still win, so keep to the allowed lists.
         let algo = if algos.contains(&pick.algo) {
@@ -169,8 +237,7 @@ impl Chooser {
         let predicted_us = if (algo, proto, channels) == (pick.algo, pick.proto, pick.channels) {
             Some(pick.predicted_us).filter(|t| t.is_finite())
         } else {
-            self.selector
-                .predict(kind, algo, proto, channels, bytes, self.nranks)
+            selector.predict(kind, algo, proto, channels, bytes, self.nranks)
         };
         Ok(Choice {
             algo,

@@ -15,15 +15,24 @@ fn host_config() -> Config {
     }
 }
 
-/// Runs an in-place f32 AllReduce of `count` elements on every rank and
-/// returns rank 0's choice.
-fn run_all_reduce(comms: &[oxccl::Communicator], count: usize) -> oxccl::Choice {
+/// Runs an in-place f32 AllReduce of `count` elements on every rank, on
+/// buffers from `alloc` (registered) or plain slices, and returns rank 0's
+/// choice.
+fn run_all_reduce(comms: &[oxccl::Communicator], count: usize, alloc: bool) -> oxccl::Choice {
     std::thread::scope(|s| {
         for c in comms {
             s.spawn(move || {
-                let mut v = vec![1.0f32; count];
-                c.all_reduce_in_place(&mut v, RedOp::Sum).unwrap();
-                assert!(v.iter().all(|&x| x == comms.len() as f32));
+                let n = comms.len() as f32;
+                if alloc {
+                    let b = c.alloc::<f32>(count).unwrap();
+                    b.copy_from_slice(&vec![1.0; count]).unwrap();
+                    c.all_reduce(&b, &b, RedOp::Sum).unwrap();
+                    assert!(b.to_vec().unwrap().iter().all(|&x| x == n));
+                } else {
+                    let mut v = vec![1.0f32; count];
+                    c.all_reduce_in_place(&mut v, RedOp::Sum).unwrap();
+                    assert!(v.iter().all(|&x| x == n));
+                }
             });
         }
     });
@@ -47,7 +56,10 @@ fn small_and_large_all_reduce_choose_differently_on_host() {
         let mine = c.choice_for(CollKind::AllReduce, 4, DataType::F32).unwrap();
         assert_eq!(mine, small);
     }
-    assert_eq!(run_all_reduce(&comms, 4), small);
+    assert_eq!(run_all_reduce(&comms, 4, true), small);
+    // Plain slices are not registered: the FIFO model chooses, still
+    // among what is allowed.
+    assert!(!run_all_reduce(&comms, 4, false).forced);
 }
 
 #[test]
@@ -69,7 +81,7 @@ fn algorithm_override_wins_over_the_selector() {
             assert_eq!(c.algo, want, "NCCL_ALGO={filter}, {count} elements");
             assert!(c.forced);
         }
-        let ran = run_all_reduce(&comms, 1000);
+        let ran = run_all_reduce(&comms, 1000, false);
         assert_eq!(ran.algo, want);
         assert!(ran.forced);
     }
@@ -82,7 +94,7 @@ fn channel_override_wins_and_is_marked() {
         ..host_config()
     };
     let comms = oxccl::init_all_with(2, config).unwrap();
-    let ran = run_all_reduce(&comms, 5000);
+    let ran = run_all_reduce(&comms, 5000, true);
     assert_eq!(ran.channels, 3);
     assert!(ran.forced);
 }
