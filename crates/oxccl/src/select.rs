@@ -12,8 +12,8 @@
 //!   nominal units, not calibrated for CPUs: they rank the candidates
 //!   (direct algorithms for small calls, rings for large) rather than
 //!   forecast host wall time.
-//! - **CUDA**: the topology from `OXCCL_TOPO_FILE`/`NCCL_TOPO_FILE`, else
-//!   detected; rank `r` runs on GPU `r % ngpus` (the backend's round-robin
+//! - **CUDA**: [`crate::detect_topology`] (`OXCCL_TOPO_FILE`/`NCCL_TOPO_FILE`,
+//!   else sysfs, NVML and the CUDA driver); rank `r` runs on GPU `r % ngpus` (the backend's round-robin
 //!   placement over the visible devices).
 //!
 //! Every rank of a set decides from the same inputs with the same selector,
@@ -103,7 +103,8 @@ const HOST_PASS_GBPS: f64 = 20.0;
 ///   output: n + 1 passes per byte) and two-shot (reduce its 1/n block from
 ///   n inputs, then read the other n − 1 blocks from peers: (3n − 1)/n)
 ///   read peers' buffers in place. Their multipliers turn the model's data
-///   factor (n − 1 and 2(n − 1)/n) into those pass counts.
+///   factor (n − 1 and 2(n − 1)/n) into those pass counts. Registered
+///   all-pairs pulls its blocks from peers: two passes per byte moved.
 ///
 /// Without registered buffers every algorithm goes through FIFOs.
 fn host_constants(nranks: u32, registered: bool) -> Constants {
@@ -116,6 +117,8 @@ fn host_constants(nranks: u32, registered: bool) -> Constants {
             let mult = match a {
                 Algo::OneShot if registered => (n - 1.0) / (n + 1.0),
                 Algo::TwoShot if registered => 2.0 * (n - 1.0) / (3.0 * n - 1.0),
+                // Pulls from peers: a read there and a write here per byte.
+                Algo::AllPairs if registered => 1.0 / 2.0,
                 _ => 1.0 / 3.0,
             };
             (a, p, 0.0, pass * mult)
@@ -260,7 +263,7 @@ pub(crate) fn log_line(kind: CollKind, count: usize, dtype: DataType, c: &Choice
 fn placement(kind: BackendKind, nranks: u32) -> (Topology, Vec<usize>) {
     match kind {
         BackendKind::Cuda => {
-            let topo = Topology::from_env();
+            let topo = crate::detect_topology();
             let ngpus = topo.gpus().len().max(1);
             let gpus = (0..nranks as usize).map(|r| r % ngpus).collect();
             (topo, gpus)
