@@ -1,8 +1,7 @@
 //! Shared body of the generator tests: generate a plan, run it through the
 //! reference interpreter, compare with the sequential reference.
 
-// reason: each test binary uses a different subset of these helpers.
-#![allow(dead_code)]
+#![allow(dead_code)] // reason: each test binary uses a different subset of these helpers
 
 use oxccl_core::gen::supports;
 use oxccl_core::interp::{self, InterpOptions, RankMem};
