@@ -34,7 +34,6 @@ typedef unsigned long long u64;
 #define OXF_POST 1
 
 // Descriptor flags.
-#define OXD_PUBLISH 1
 #define OXD_PRE 2
 // Some peer is on another GPU: fences and counter accesses need system
 // scope; with every rank on one GPU, device scope is enough and cheaper.
@@ -109,6 +108,8 @@ struct OxDesc {
   const u64* conns;          // OxConn* per connection index
   const u64* sems;           // OxSem* per semaphore index
   u64* ptr_table;            // [nranks][OX_MAX_BUFS] buffer bases, for remote steps
+  u64* table_gen;            // [nranks]: launch number whose bases ptr_table holds
+  u64* counters;             // this rank's {launches completed, blocks finished}
   const volatile u32* abort_flag;  // host-mapped; non-zero: abort
   volatile u32* world_fail;  // set by any rank that failed, polled by all
   OxError* err;
@@ -131,4 +132,4 @@ static_assert(sizeof(OxChan) == 8, "OxChan layout");
 static_assert(sizeof(OxConn) == OX_CONN_HEADER, "OxConn layout");
 static_assert(sizeof(OxSem) == 256, "OxSem layout");
 static_assert(sizeof(OxError) == 32, "OxError layout");
-static_assert(sizeof(OxDesc) == 632, "OxDesc layout");
+static_assert(sizeof(OxDesc) == 648, "OxDesc layout");

@@ -242,12 +242,25 @@ __device__ void ox_exec(const OxDesc& d) {
   const T scale = ox_from_bits<T>(d.scale_bits);
   const bool sys = d.flags & OXD_SYS;
 
-  // Publish this rank's buffers for peers' remote steps. Every block
-  // writes the same values; the fence before each Signal releases them.
-  if ((d.flags & OXD_PUBLISH) && tid < d.nbufs) d.ptr_table[d.rank * OX_MAX_BUFS + tid] = d.bufs[tid];
-  if (tid == 0) s_fail = 0;
-  // (s_fail is only ever set to 1, with atomicExch, before a barrier.)
+  // This launch's number: one more than the launches this rank completed
+  // (a device counter, so graph replays count too).
+  __shared__ u64 s_launch;
+  if (tid == 0) {
+    s_fail = 0;  // only ever set to 1 afterwards, with atomicExch, before a barrier
+    s_launch = ox_ld_volatile(&d.counters[0]) + 1;
+  }
   __syncthreads();
+  // Publish this rank's buffers for peers' remote steps, tagged with the
+  // launch number: a peer resolving a remote operand waits for the tag,
+  // so it never uses the bases of an earlier call.
+  if (blockIdx.x == 0) {
+    if (tid < d.nbufs) d.ptr_table[d.rank * OX_MAX_BUFS + tid] = d.bufs[tid];
+    __syncthreads();
+    if (tid == 0) {
+      ox_fence(sys);
+      ox_st_release(&d.table_gen[d.rank], s_launch, sys);
+    }
+  }
 
   const OxChan c = d.chans[blockIdx.x];
   for (u32 si = c.first; si < c.first + c.nsteps; ++si) {
@@ -294,6 +307,7 @@ __device__ void ox_exec(const OxDesc& d) {
           if (o.kind == OXK_LOCAL) {
             p = (char*)d.bufs[o.buf] + o.off * sizeof(T);
           } else if (o.kind == OXK_REMOTE) {
+            ok = ox_wait_geq(d, &d.table_gen[o.idx], s_launch, o.idx, step);
             p = (char*)ox_ld_volatile(&d.ptr_table[o.idx * OX_MAX_BUFS + o.buf]) + o.off * sizeof(T);
           } else {
             OxConn* cn = (OxConn*)d.conns[o.idx];
@@ -338,6 +352,15 @@ __device__ void ox_exec(const OxDesc& d) {
           }
         }
       }
+    }
+  }
+  // The last block to finish records the launch as completed.
+  __syncthreads();
+  if (tid == 0) {
+    __threadfence();
+    if (atomicAdd(&d.counters[1], 1ull) == gridDim.x - 1) {
+      atomicExch(&d.counters[1], 0ull);
+      atomicExch(&d.counters[0], s_launch);
     }
   }
 }

@@ -61,6 +61,8 @@ struct Desc {
     conns: u64,
     sems: u64,
     ptr_table: u64,
+    table_gen: u64,
+    counters: u64,
     abort_flag: u64,
     world_fail: u64,
     err: u64,
@@ -76,17 +78,18 @@ struct Desc {
     bufs: [u64; MAX_BUFS],
 }
 
-const _: () = assert!(std::mem::size_of::<Desc>() == 632);
-const _: () = assert!(std::mem::offset_of!(Desc, scale_bits) == 72);
-const _: () = assert!(std::mem::offset_of!(Desc, bufs) == 120);
+const _: () = assert!(std::mem::size_of::<Desc>() == 648);
+const _: () = assert!(std::mem::offset_of!(Desc, scale_bits) == 88);
+const _: () = assert!(std::mem::offset_of!(Desc, bufs) == 136);
 
-const D_PUBLISH: u32 = 1;
 const D_PRE: u32 = 2;
 const D_SYS: u32 = 4;
 const E_TIMEOUT: u32 = 1;
 const E_ABORTED: u32 = 2;
 const E_PEER_FAILED: u32 = 3;
 const ERR_BYTES: usize = 32;
+/// After the error record: the rank's {launches completed, blocks finished}.
+const COUNTERS_BYTES: usize = 16;
 /// Host-mapped words: the host's abort flag and the clique's failure word.
 const W_ABORT: usize = 0;
 const W_FAIL: usize = 1;
@@ -107,6 +110,11 @@ pub struct Prepared {
 impl Prepared {
     pub fn channels(&self) -> u32 {
         self.nchannels
+    }
+
+    /// Whether the plan reads or writes peers' buffers directly.
+    pub fn remote(&self) -> bool {
+        self.remote
     }
 }
 
@@ -251,7 +259,7 @@ impl World {
         let mut ranks = Vec::new();
         for &d in &rank_dev {
             let ctx = &devices[d].ctx;
-            let err = DevMem::zeroed(ctx, ERR_BYTES)?;
+            let err = DevMem::zeroed(ctx, ERR_BYTES + COUNTERS_BYTES)?;
             ranks.push(RankState {
                 stream: Stream::new(ctx)?,
                 err,
@@ -261,7 +269,8 @@ impl World {
             });
         }
         let nranks = cfg.devices.len();
-        let ptr_table = DevMem::zeroed(&devices[0].ctx, nranks * MAX_BUFS * 8)?;
+        // Buffer bases, then one launch tag per rank.
+        let ptr_table = DevMem::zeroed(&devices[0].ctx, nranks * (MAX_BUFS + 1) * 8)?;
         let host_words = HostMapped::zeroed(&devices[0].ctx, 64)?;
         Ok(Arc::new(World {
             cfg,
@@ -461,7 +470,12 @@ impl World {
                 self.max_channels()
             )));
         }
-        let enc: Encoded = encode::encode(rp)?;
+        let mut enc: Encoded = encode::encode(rp)?;
+        // Every rank launches at least one block, even with nothing to do,
+        // so its launch count (which tags published buffers) stays in step.
+        if enc.chans.is_empty() {
+            enc.chans.push((0, 0));
+        }
         let conn_ptrs = enc
             .conns
             .iter()
@@ -488,7 +502,7 @@ impl World {
         let p = Arc::new(Prepared {
             blob,
             layout: enc.layout(),
-            nchannels: nch,
+            nchannels: enc.chans.len() as u32,
             remote: enc.remote,
             scratch_offsets,
             scratch_bytes: off,
@@ -549,9 +563,6 @@ impl World {
                 p.elem_size
             )));
         }
-        if p.nchannels == 0 {
-            return Ok(());
-        }
         let scratch_base = if p.scratch_bytes > 0 {
             self.scratch(rank, p.scratch_bytes)?
         } else {
@@ -565,6 +576,8 @@ impl World {
             conns: p.blob.ptr + p.layout.conns as u64,
             sems: p.blob.ptr + p.layout.sems as u64,
             ptr_table: self.ptr_table.ptr,
+            table_gen: self.ptr_table.ptr + (self.ranks.len() * MAX_BUFS * 8) as u64,
+            counters: st.err.ptr + ERR_BYTES as u64,
             abort_flag: self.host_words.dev_ptr + (W_ABORT * 4) as u64,
             world_fail: self.host_words.dev_ptr + (W_FAIL * 4) as u64,
             err: st.err.ptr,
@@ -574,8 +587,7 @@ impl World {
             rank,
             nranks: self.nranks(),
             nbufs: bufs.len() as u32,
-            flags: if p.remote { D_PUBLISH } else { 0 }
-                | if op.pre_scale.is_some() { D_PRE } else { 0 }
+            flags: if op.pre_scale.is_some() { D_PRE } else { 0 }
                 | if self.devices.len() > 1 { D_SYS } else { 0 },
             post_div: op.post_div.unwrap_or(0),
             nslots: self.cfg.nslots as u32,

@@ -216,10 +216,14 @@ fn every_case_on_the_device() {
                 }
                 for registered in [false, true] {
                     let ops: &[RedOp] = if kind.is_reduction() { &OPS } else { &OPS[..1] };
-                    let dts: &[DataType] = if quick() {
-                        &[DataType::F32, DataType::Bf16]
-                    } else {
-                        &DataType::ALL
+                    let only: Option<DataType> = std::env::var("OXCCL_GPU_DTYPE")
+                        .ok()
+                        .and_then(|d| d.parse().ok());
+                    let one = only.map(|d| [d]);
+                    let dts: &[DataType] = match &one {
+                        Some(d) => d,
+                        None if quick() => &[DataType::F32, DataType::Bf16],
+                        None => &DataType::ALL,
                     };
                     let ops = if quick() { &ops[..1] } else { ops };
                     for &dt in dts {
