@@ -1,5 +1,9 @@
 //! The plan checker on hand-built broken plans: each flaw gives its error.
 
+mod common;
+
+use common::strip;
+
 use oxccl_core::interp::{check, check_in_place};
 use oxccl_core::plan::{
     BufDecl, BufId, BufRole, Channel, Dst, Loc, Plan, RankPlan, Src, Step, Xfer,
@@ -295,19 +299,6 @@ fn registered(algo: Algo, in_place: bool) -> Plan {
     generate(&req).unwrap()
 }
 
-/// Keeps the steps for which `keep(channel's steps, index)` holds.
-fn strip(p: &mut Plan, keep: impl Fn(&[Step], usize) -> bool) {
-    for rp in &mut p.ranks {
-        for ch in &mut rp.channels {
-            let kept = (0..ch.steps.len())
-                .filter(|&i| keep(&ch.steps, i))
-                .map(|i| ch.steps[i].clone())
-                .collect();
-            ch.steps = kept;
-        }
-    }
-}
-
 #[test]
 fn registered_plans_pass_and_need_every_barrier() {
     for algo in [Algo::OneShot, Algo::TwoShot] {
@@ -319,14 +310,17 @@ fn registered_plans_pass_and_need_every_barrier() {
                 check(&p).unwrap();
             }
             // Without the last barrier a rank may return while read.
-            let mut q = p.clone();
-            strip(&mut q, |steps, i| {
-                let last = steps
-                    .iter()
-                    .rposition(|s| matches!(s, Step::Signal { .. }))
-                    .unwrap();
-                i + 2 < last || matches!(steps[i], Step::Xfer(_))
-            });
+            let q = strip(
+                &p,
+                |_| true,
+                |steps, i| {
+                    let last = steps
+                        .iter()
+                        .rposition(|s| matches!(s, Step::Signal { .. }))
+                        .unwrap();
+                    i + 2 < last || matches!(steps[i], Step::Xfer(_))
+                },
+            );
             let r = if in_place {
                 check_in_place(&q)
             } else {
@@ -337,8 +331,7 @@ fn registered_plans_pass_and_need_every_barrier() {
                 "{algo} in_place={in_place}: no exit barrier passed"
             );
             // Without the entry barrier a rank reads before its peers entered.
-            let mut q = p.clone();
-            strip(&mut q, |_, i| i >= 6);
+            let q = strip(&p, |_| true, |_, i| i >= 6);
             let r = if in_place {
                 check_in_place(&q)
             } else {

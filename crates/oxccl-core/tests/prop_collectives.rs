@@ -9,20 +9,11 @@
 
 mod common;
 
+use common::OPS;
 use oxccl_core::gen::supports;
 use oxccl_core::testkit::op_applies;
 use oxccl_core::{Algo, CollKind, Collective, DataType, PlanRequest, RedOp};
 use proptest::prelude::*;
-
-const OPS: [RedOp; 7] = [
-    RedOp::Sum,
-    RedOp::Prod,
-    RedOp::Max,
-    RedOp::Min,
-    RedOp::Avg,
-    RedOp::PreMulSum(2.0),
-    RedOp::PreMulSum(0.5),
-];
 
 /// The algorithms serving `kind`, registered variants separate.
 fn algos(kind: CollKind) -> Vec<(Algo, bool)> {

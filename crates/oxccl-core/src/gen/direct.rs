@@ -1,27 +1,59 @@
 //! One-shot and two-shot AllReduce over registered buffers: ranks read
-//! peers' inputs and outputs directly (`Src::Remote`) and order their
-//! accesses with signal/wait barriers (every rank signals every peer, then
-//! waits for every peer, on each channel). No FIFOs, each byte is read
-//! once from where it lies.
+//! peers' inputs (and, for two-shot, write peers' outputs) directly
+//! (`Src::Remote`, `Dst::Remote`) and order their accesses with
+//! signal/wait barriers (every rank signals every peer, then waits for
+//! every peer, on each channel). No FIFOs: each byte is read once from
+//! where it lies.
 //!
-//! Synchronisation, per channel (the checker proves it, see `race`):
-//! - an entry barrier: no rank reads a peer's input before the peer has
-//!   entered the call;
-//! - two-shot only, a middle barrier: every rank's reduced block is in its
-//!   output before peers copy it;
-//! - an exit barrier: no rank returns (so no caller reuses or overwrites
-//!   an input or output) while peers still read it.
+//! **Two-shot pushes** (n ≤ [`MAX_PUSH_RANKS`]): each channel's range is
+//! split into n blocks; rank r reduces block r from all n inputs (rank
+//! order, each pre-scaled, `post` on the result) and writes the result in
+//! the same step into block r of every rank's output (its own `Dst::Local`
+//! and n−1 `Dst::Remote`). Per rank that is S read (1/n of each of the n
+//! inputs) and S written (1/n into each of the n outputs), the 2·S floor;
+//! the pull scheme below moves (3n−1)/n·S (2.875·S at n = 8).
 //!
-//! In place, one-shot reduces into scratch first (peers still read the
-//! input, which is the output) and copies to the output after the exit
-//! barrier; two-shot writes only its own block during the reduce-scatter,
-//! which no peer reads, so it needs no scratch.
+//! Synchronisation of the push, per channel and per call (not per piece;
+//! pieces of `chunk` only bound the size of one step):
+//! - entry barrier: no rank reads a peer's input or writes a peer's output
+//!   before the peer has entered the call (its input is valid and its
+//!   caller has handed over the output);
+//! - exit barrier: a rank returns only after every peer has signalled that
+//!   it finished reading its input and writing its output (each signal
+//!   follows, in channel order, the peer's last access).
 //!
-//! Steps per channel: 2(n−1) per barrier (one-shot 2 barriers, two-shot 3)
-//! plus, per piece of up to `chunk` elements, one reduce_from of n sources
-//! (one-shot, + 1 copy in place) or, per round of n blocks of up to
-//! `chunk`, one reduce_from and n−1 gets (two-shot). Reduction order: rank
-//! order 0..n−1, the sequential reference's order, on every rank.
+//! In place (output = input), element e of block r on every rank is read
+//! and then written by rank r only, within one step, element by element
+//! (the step reads every source of an element before writing it), and by
+//! no other rank or channel: no scratch is needed. `interp::check_in_place`
+//! proves it with its happens-before race detection.
+//!
+//! **Two-shot pulls** above [`MAX_PUSH_RANKS`] (a step would need more
+//! destinations than the CUDA executor takes): rank r reduces its block
+//! into its own output, a middle barrier, then it gets the other n−1
+//! blocks from peers' outputs; entry and exit barriers as above.
+//!
+//! **One-shot**: every rank reduces the whole range from all n inputs into
+//! its own output (into scratch in place, since peers still read the input
+//! it would overwrite, copied to the output after the exit barrier). Its
+//! exit barrier cannot be merged with the next call's entry: without it a
+//! rank returns while peers may still read its input, which then belongs
+//! to the caller again (it may overwrite it before the next call, or never
+//! make one). Merging would need the inputs copied into library-owned,
+//! registered staging buffers that persist across calls and alternate by
+//! call parity (so call k+2 only overwrites what call k+1's entry barrier
+//! proved read); a plan describes one call with per-call scratch, so the
+//! checker could not prove that.
+//!
+//! Steps per channel: 2(n−1) per barrier plus, per piece of up to `chunk`
+//! elements, one reduce_from of n sources: two-shot push 2 barriers and
+//! the pieces of its own block (one step when the block fits a chunk);
+//! one-shot 2 barriers and the pieces of the range (+ one copy each in
+//! place); two-shot pull 3 barriers and, per round of n blocks of up to
+//! `chunk`, one reduce_from and n−1 gets. Reduction order: rank order
+//! 0..n−1, the sequential reference's order, on every rank.
+
+use std::ops::Range;
 
 use super::allpairs::in_rank_order;
 use super::{local, out, own, pieces, set_scratch, split, PlanRequest, Steps};
@@ -29,80 +61,127 @@ use crate::coll::Algo;
 use crate::error::CoreError;
 use crate::plan::{Channel, Dst, Loc, Rank, RankPlan, Src};
 
+/// The most ranks for which two-shot pushes: its step has n destinations
+/// (and n sources), and the CUDA executor takes at most 32 of each.
+pub const MAX_PUSH_RANKS: u32 = 32;
+
 pub(super) fn build(req: &PlanRequest, rank: Rank, rp: &mut RankPlan) -> Result<(), CoreError> {
     let n = req.nranks;
     let one_shot = req.algo == Algo::OneShot;
     if one_shot && req.in_place {
         set_scratch(rp, req.coll.count);
     }
-    let remote = |q: Rank, at: Loc| Src::Remote {
-        peer: q,
-        at,
-        pre: true,
-    };
+    let g = Direct { req, rank, n };
     for range in split(req.coll.count, req.channels as usize) {
         let mut s = Steps::default();
         if range.is_empty() || n == 1 {
             // Nothing to share: a plain local reduction of one contribution.
             for p in pieces(range, req.chunk) {
-                s.xfer(
-                    vec![own(Loc::input(p.start))],
-                    vec![out(p.start)],
-                    p.len(),
-                    true,
-                );
-            }
-            rp.channels.push(Channel { steps: s.0 });
-            continue;
-        }
-        s.barrier(rank, n);
-        if one_shot {
-            let dst = |o: usize| {
-                Dst::Local(if req.in_place {
-                    Loc::scratch(o)
-                } else {
-                    Loc::output(o)
-                })
-            };
-            for p in pieces(range.clone(), req.chunk) {
-                let srcs = in_rank_order(rank, n, own(Loc::input(p.start)), |q| {
-                    remote(q, Loc::input(p.start))
-                });
-                s.xfer(srcs, vec![dst(p.start)], p.len(), true);
-            }
-            s.barrier(rank, n);
-            if req.in_place {
-                for p in pieces(range, req.chunk) {
-                    s.mv(local(Loc::scratch(p.start)), vec![out(p.start)], p.len());
-                }
+                s.xfer(g.sources(p.start), vec![out(p.start)], p.len(), true);
             }
         } else {
-            let rounds: Vec<_> = pieces(range, req.chunk.saturating_mul(n as usize)).collect();
-            let blk = |p: &std::ops::Range<usize>, q: Rank| {
-                let b = &split(p.len(), n as usize)[q as usize];
-                (p.start + b.start, b.len())
-            };
-            for p in &rounds {
-                let (o, l) = blk(p, rank);
-                let srcs = in_rank_order(rank, n, own(Loc::input(o)), |q| remote(q, Loc::input(o)));
-                s.xfer(srcs, vec![out(o)], l, true);
-            }
             s.barrier(rank, n);
-            for p in &rounds {
-                for k in 1..n {
-                    let q = (rank + k) % n;
-                    let (o, l) = blk(p, q);
-                    let get = Src::Remote {
-                        peer: q,
-                        at: Loc::output(o),
-                        pre: false,
-                    };
-                    s.mv(get, vec![out(o)], l);
-                }
+            if one_shot {
+                g.one_shot(range, &mut s);
+            } else if n <= MAX_PUSH_RANKS {
+                g.two_shot_push(range, &mut s);
+            } else {
+                g.two_shot_pull(range, &mut s);
             }
-            s.barrier(rank, n);
         }
         rp.channels.push(Channel { steps: s.0 });
     }
     Ok(())
+}
+
+/// One rank's view of a registered one-shot or two-shot AllReduce.
+struct Direct<'a> {
+    req: &'a PlanRequest,
+    rank: Rank,
+    n: u32,
+}
+
+impl Direct<'_> {
+    /// Element `off` of every rank's input in rank order, each pre-scaled.
+    fn sources(&self, off: usize) -> Vec<Src> {
+        in_rank_order(self.rank, self.n, own(Loc::input(off)), |q| Src::Remote {
+            peer: q,
+            at: Loc::input(off),
+            pre: true,
+        })
+    }
+
+    /// Peers in rotating order from this rank, so ranks start on
+    /// different peers.
+    fn peers(&self) -> impl Iterator<Item = Rank> + '_ {
+        (1..self.n).map(move |k| (self.rank + k) % self.n)
+    }
+
+    /// Block `q` of `p` when `p` is split into n blocks: (offset, length).
+    fn block(&self, p: &Range<usize>, q: Rank) -> (usize, usize) {
+        let b = &split(p.len(), self.n as usize)[q as usize];
+        (p.start + b.start, b.len())
+    }
+
+    /// After the entry barrier: reduce into output (scratch in place),
+    /// exit barrier, in place copy scratch to output.
+    fn one_shot(&self, range: Range<usize>, s: &mut Steps) {
+        let dst = |o: usize| {
+            Dst::Local(if self.req.in_place {
+                Loc::scratch(o)
+            } else {
+                Loc::output(o)
+            })
+        };
+        for p in pieces(range.clone(), self.req.chunk) {
+            s.xfer(self.sources(p.start), vec![dst(p.start)], p.len(), true);
+        }
+        s.barrier(self.rank, self.n);
+        if self.req.in_place {
+            for p in pieces(range, self.req.chunk) {
+                s.mv(local(Loc::scratch(p.start)), vec![out(p.start)], p.len());
+            }
+        }
+    }
+
+    /// After the entry barrier: reduce this rank's block from every input
+    /// into every output, exit barrier.
+    fn two_shot_push(&self, range: Range<usize>, s: &mut Steps) {
+        let (o, l) = self.block(&range, self.rank);
+        for p in pieces(o..o + l, self.req.chunk) {
+            let dsts = std::iter::once(out(p.start))
+                .chain(self.peers().map(|q| Dst::Remote {
+                    peer: q,
+                    at: Loc::output(p.start),
+                }))
+                .collect();
+            s.xfer(self.sources(p.start), dsts, p.len(), true);
+        }
+        s.barrier(self.rank, self.n);
+    }
+
+    /// After the entry barrier: per round of n blocks of up to `chunk`,
+    /// reduce this rank's block into its output; middle barrier; get the
+    /// other blocks from their owners' outputs; exit barrier.
+    fn two_shot_pull(&self, range: Range<usize>, s: &mut Steps) {
+        let rounds: Vec<_> =
+            pieces(range, self.req.chunk.saturating_mul(self.n as usize)).collect();
+        for p in &rounds {
+            let (o, l) = self.block(p, self.rank);
+            s.xfer(self.sources(o), vec![out(o)], l, true);
+        }
+        s.barrier(self.rank, self.n);
+        for p in &rounds {
+            for q in self.peers() {
+                let (o, l) = self.block(p, q);
+                let get = Src::Remote {
+                    peer: q,
+                    at: Loc::output(o),
+                    pre: false,
+                };
+                s.mv(get, vec![out(o)], l);
+            }
+        }
+        s.barrier(self.rank, self.n);
+    }
 }

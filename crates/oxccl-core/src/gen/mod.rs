@@ -12,6 +12,8 @@ pub mod p2p;
 mod ring;
 pub mod tree;
 
+pub use direct::MAX_PUSH_RANKS;
+
 use crate::coll::{Algo, CollKind, Collective};
 use crate::error::CoreError;
 use crate::plan::{BufDecl, BufId, BufRole, Dst, Loc, Plan, Rank, RankPlan, Src, Step, Xfer};

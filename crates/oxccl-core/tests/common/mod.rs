@@ -5,7 +5,7 @@
 
 use oxccl_core::gen::supports;
 use oxccl_core::interp::{self, InterpOptions, RankMem};
-use oxccl_core::plan::{BufId, Plan};
+use oxccl_core::plan::{BufId, Plan, Step};
 use oxccl_core::{
     generate, testkit, with_dtype, Algo, CollKind, DataType, Element, PlanRequest, RedOp,
 };
@@ -76,4 +76,32 @@ pub fn run_plan<T: Element>(
 /// [`run_typed`] for a run-time data type.
 pub fn run_dtype(req: &PlanRequest, dt: DataType, op: RedOp, seed: u64) -> Result<Plan, String> {
     with_dtype!(dt, T => run_typed::<T>(req, op, seed))
+}
+
+/// Every reduction op the tests try (where it applies).
+pub const OPS: [RedOp; 7] = [
+    RedOp::Sum,
+    RedOp::Prod,
+    RedOp::Max,
+    RedOp::Min,
+    RedOp::Avg,
+    RedOp::PreMulSum(2.0),
+    RedOp::PreMulSum(0.5),
+];
+
+/// A copy of `p` in which every channel of the ranks `which` selects keeps
+/// only the steps `keep(channel's steps, index)` selects (deliberately
+/// broken plans for the checker).
+pub fn strip(p: &Plan, which: impl Fn(u32) -> bool, keep: impl Fn(&[Step], usize) -> bool) -> Plan {
+    let mut q = p.clone();
+    for rp in q.ranks.iter_mut().filter(|rp| which(rp.rank)) {
+        for ch in &mut rp.channels {
+            let kept = (0..ch.steps.len())
+                .filter(|&i| keep(&ch.steps, i))
+                .map(|i| ch.steps[i].clone())
+                .collect();
+            ch.steps = kept;
+        }
+    }
+    q
 }

@@ -1,0 +1,274 @@
+//! Registered two-shot AllReduce that pushes: its shape (one reduce_from of
+//! n sources into n outputs per piece, two barriers per channel), the
+//! bytes it moves (the 2·S floor), correctness in every type, op and
+//! placement, and the checker catching each deliberate break.
+
+mod common;
+
+use common::{strip, OPS};
+use oxccl_core::gen::MAX_PUSH_RANKS;
+use oxccl_core::interp::{check, check_in_place};
+use oxccl_core::plan::{Dst, Loc, Plan, Src, Step};
+use oxccl_core::testkit::op_applies;
+use oxccl_core::{generate, Algo, CollKind, Collective, CoreError, DataType, PlanRequest, RedOp};
+use proptest::prelude::*;
+
+fn request(n: u32, count: usize, channels: u32, chunk: usize, in_place: bool) -> PlanRequest {
+    let mut req = PlanRequest::new(
+        Collective::new(CollKind::AllReduce, count, 0),
+        n,
+        Algo::TwoShot,
+    );
+    req.registered = true;
+    req.in_place = in_place;
+    req.channels = channels;
+    req.chunk = chunk;
+    req
+}
+
+fn plan(n: u32, count: usize, channels: u32, chunk: usize, in_place: bool) -> Plan {
+    generate(&request(n, count, channels, chunk, in_place)).unwrap()
+}
+
+fn checked(p: &Plan, in_place: bool) -> Result<(), CoreError> {
+    if in_place {
+        check_in_place(p)
+    } else {
+        check(p)
+    }
+}
+
+fn plan_check_error(r: Result<(), CoreError>) -> String {
+    match r {
+        Err(CoreError::PlanCheck(m)) => m,
+        other => panic!("expected a plan check error, got {other:?}"),
+    }
+}
+
+fn is_sync(s: &Step) -> bool {
+    matches!(s, Step::Signal { .. } | Step::Wait { .. })
+}
+
+/// The sync steps after the channel's last transfer (the exit barrier).
+fn exit(steps: &[Step], i: usize) -> bool {
+    let last = steps.iter().rposition(|s| !is_sync(s)).unwrap_or(0);
+    i > last && is_sync(&steps[i])
+}
+
+/// The sync steps before the channel's first transfer (the entry barrier).
+fn entry(steps: &[Step], i: usize) -> bool {
+    let first = steps
+        .iter()
+        .position(|s| !is_sync(s))
+        .unwrap_or(steps.len());
+    i < first
+}
+
+/// Elements read and written per rank, summed over its transfers.
+fn moved(p: &Plan, rank: usize) -> (usize, usize) {
+    p.ranks[rank]
+        .channels
+        .iter()
+        .flat_map(|c| &c.steps)
+        .filter_map(|s| match s {
+            Step::Xfer(x) => Some((x.srcs.len() * x.len, x.dsts.len() * x.len)),
+            _ => None,
+        })
+        .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
+}
+
+/// Per channel: an entry barrier, one push per piece of the rank's block
+/// (n sources in rank order, pre-scaled; its own output then every peer's;
+/// post), an exit barrier. Each rank reads S and writes S elements in all:
+/// the floor, against (3n−1)/n·S for the pull scheme.
+#[test]
+fn push_shape_and_bytes() {
+    for n in [2u32, 3, 5, 8, 16, MAX_PUSH_RANKS] {
+        let count = 1000 * n as usize + 7;
+        for (channels, chunk) in [(1, 1 << 20), (4, 1 << 20), (3, 50)] {
+            let p = plan(n, count, channels, chunk, false);
+            for rp in &p.ranks {
+                assert_eq!(rp.max_message(), 0);
+                for ch in &rp.channels {
+                    let syncs = ch.steps.iter().filter(|s| is_sync(s)).count();
+                    assert_eq!(syncs, 4 * (n as usize - 1), "n {n} rank {}", rp.rank);
+                    let xfers: Vec<_> = ch
+                        .steps
+                        .iter()
+                        .filter_map(|s| match s {
+                            Step::Xfer(x) => Some(x),
+                            _ => None,
+                        })
+                        .collect();
+                    assert!(!xfers.is_empty());
+                    if chunk >= count {
+                        assert_eq!(xfers.len(), 1, "one step per block when it fits a chunk");
+                    }
+                    for x in xfers {
+                        assert!(x.post && x.len <= chunk);
+                        assert_eq!(x.primitive_name(), "reduce_from");
+                        for (q, s) in x.srcs.iter().enumerate() {
+                            let (peer, at, pre) = match *s {
+                                Src::Local { at, pre } => (rp.rank, at, pre),
+                                Src::Remote { peer, at, pre } => (peer, at, pre),
+                                Src::Recv { .. } => panic!("FIFO source"),
+                            };
+                            assert!(pre && peer == q as u32 && at.buf.0 == 0);
+                        }
+                        assert_eq!(x.dsts.len(), n as usize);
+                        assert!(matches!(x.dsts[0], Dst::Local(l) if l.buf.0 == 1));
+                        let mut peers: Vec<u32> = x.dsts[1..]
+                            .iter()
+                            .map(|d| match *d {
+                                Dst::Remote { peer, at } if at.buf.0 == 1 => peer,
+                                other => panic!("unexpected destination {other}"),
+                            })
+                            .collect();
+                        peers.sort_unstable();
+                        let want: Vec<u32> = (0..n).filter(|&q| q != rp.rank).collect();
+                        assert_eq!(peers, want);
+                    }
+                }
+                let (read, written) = moved(&p, rp.rank as usize);
+                let blocks: usize = oxccl_core::gen::split(count, channels as usize)
+                    .iter()
+                    .map(|r| oxccl_core::gen::split(r.len(), n as usize)[rp.rank as usize].len())
+                    .sum();
+                assert_eq!((read, written), (n as usize * blocks, n as usize * blocks));
+            }
+            let total: usize = (0..n as usize).map(|r| moved(&p, r).0).sum();
+            assert_eq!(total, n as usize * count, "all ranks read N·S together");
+        }
+    }
+}
+
+/// Above the executor's 32 destinations the generator falls back to the
+/// pull scheme: no remote writes, three barriers per channel.
+#[test]
+fn falls_back_to_pull_above_the_operand_limit() {
+    let n = MAX_PUSH_RANKS + 1;
+    let p = plan(n, 3 * n as usize, 1, 1 << 16, false);
+    for rp in &p.ranks {
+        let steps = &rp.channels[0].steps;
+        assert_eq!(
+            steps.iter().filter(|s| is_sync(s)).count(),
+            6 * (n as usize - 1)
+        );
+        for s in steps {
+            if let Step::Xfer(x) = s {
+                assert!(x.dsts.iter().all(|d| matches!(d, Dst::Local(_))));
+                assert!(x.dsts.len() <= 32);
+            }
+        }
+    }
+    check(&p).unwrap();
+}
+
+/// Removing the exit barrier (on every rank, or on one rank only) lets a
+/// rank return while peers still write its output and read its input: the
+/// race detector's end-of-run check names the ranks. Removing the entry
+/// barrier lets a rank touch a peer that may not have entered.
+#[test]
+fn checker_catches_missing_barriers() {
+    for in_place in [false, true] {
+        for (n, channels, chunk) in [(2, 1, 1 << 16), (4, 2, 8), (8, 3, 5)] {
+            let p = plan(n, 97, channels, chunk, in_place);
+            let what = format!("n {n} channels {channels} in_place={in_place}");
+            checked(&p, in_place).unwrap_or_else(|e| panic!("{what}: {e}"));
+
+            let m = plan_check_error(checked(&strip(&p, |_| true, |s, i| !exit(s, i)), in_place));
+            assert!(
+                m.contains("may finish while rank") && m.contains("still accesses its memory"),
+                "{what} without exit: {m}"
+            );
+
+            // Rank 0 alone skips its exit barrier: it drops its exit waits
+            // and its peers their exit signals to it (so signals stay
+            // balanced and only the race detector can object).
+            let lone = strip(
+                &p,
+                |r| r == 0,
+                |s, i| !(exit(s, i) && matches!(s[i], Step::Wait { .. })),
+            );
+            let lone = strip(
+                &lone,
+                |r| r != 0,
+                |s, i| !(exit(s, i) && matches!(s[i], Step::Signal { peer: 0 })),
+            );
+            let m = plan_check_error(checked(&lone, in_place));
+            assert!(
+                m.contains("rank 0 may finish while rank"),
+                "{what} rank 0 without exit: {m}"
+            );
+
+            let m = plan_check_error(checked(&strip(&p, |_| true, |s, i| !entry(s, i)), in_place));
+            assert!(m.contains("before hearing"), "{what} without entry: {m}");
+        }
+    }
+}
+
+/// In place, rank r reads and writes only block r, element by element in
+/// one step. Pointing its remote writes at the next rank's block makes them
+/// collide with that rank's reads of the same elements: the race detector
+/// (through the in-place aliasing of input and output) reports it.
+#[test]
+fn in_place_push_into_a_foreign_block_races() {
+    let n = 4;
+    let count = 40;
+    let p = plan(n, count, 1, 1 << 16, true);
+    check_in_place(&p).unwrap();
+    let mut bad = p.clone();
+    for rp in &mut bad.ranks {
+        for s in &mut rp.channels[0].steps {
+            if let Step::Xfer(x) = s {
+                for d in &mut x.dsts {
+                    if let Dst::Remote { at, .. } = d {
+                        *at = Loc::output((at.off + count / n as usize) % count);
+                    }
+                }
+            }
+        }
+    }
+    let m = plan_check_error(check_in_place(&bad));
+    assert!(m.contains("unordered"), "{m}");
+}
+
+/// Every dtype × op × placement on a shape with uneven, empty and chunked
+/// blocks, equal to the sequential reference.
+#[test]
+fn every_type_op_and_placement() {
+    for dtype in DataType::ALL {
+        for op in OPS
+            .into_iter()
+            .filter(|&o| op_applies(CollKind::AllReduce, o))
+        {
+            for in_place in [false, true] {
+                for (n, count, channels, chunk) in [(8, 61, 2, 3), (3, 2, 2, 1)] {
+                    let req = request(n, count, channels, chunk, in_place);
+                    common::run_dtype(&req, dtype, op, 7)
+                        .unwrap_or_else(|e| panic!("{dtype} {op} in_place={in_place} n {n}: {e}"));
+                }
+            }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+    /// Random shapes around the push/pull boundary, checked and compared.
+    #[test]
+    fn registered_two_shot_random(
+        n in prop_oneof![4 => 1u32..=12, 1 => 30u32..=34],
+        count in prop_oneof![0usize..300, prop::sample::select(vec![1usize, 7, 127, 1021])],
+        channels in 1u32..=4,
+        chunk in prop_oneof![1usize..16, Just(1 << 16)],
+        in_place in any::<bool>(),
+        dtype in prop::sample::select(DataType::ALL.to_vec()),
+        op in prop::sample::select(OPS.to_vec()),
+        seed in any::<u64>(),
+    ) {
+        let req = request(n, count, channels, chunk, in_place);
+        let op = if op_applies(CollKind::AllReduce, op) { op } else { RedOp::Sum };
+        common::run_dtype(&req, dtype, op, seed).map_err(TestCaseError::fail)?;
+    }
+}
