@@ -38,6 +38,9 @@ typedef unsigned long long u64;
 // Some peer is on another GPU: fences and counter accesses need system
 // scope; with every rank on one GPU, device scope is enough and cheaper.
 #define OXD_SYS 4
+// FIFO connections run the LL protocol (kernels/oxccl_ll.cuh): conns[]
+// point to LL connections and slot_bytes is the LL slot stride.
+#define OXD_LL 8
 
 // Error codes written into OxError.code.
 #define OXE_TIMEOUT 1
@@ -74,6 +77,8 @@ struct OxChan {
 
 // A FIFO connection, in the receiver's memory. The slots follow the
 // header. Counters only grow: no reset between calls or graph replays.
+// An LL connection has the same header; its receiver polls the slots'
+// flags instead of `tail`, which only its sender reads.
 struct OxConn {
   u64 tail;  // messages posted; written by the sender
   u64 pad0[15];

@@ -232,15 +232,28 @@ __device__ __forceinline__ char* ox_slot(const OxDesc& d, u64 conn, u64 count) {
   return (char*)conn + OX_CONN_HEADER + (count % d.nslots) * d.slot_bytes;
 }
 
+// Defined in oxccl_ll.cuh, which follows this file in every module.
+__device__ __forceinline__ u32 ox_ll_flag(u64 count);
+template <typename T, int OP>
+__device__ bool ox_ll_reduce_copy(const OxDesc& d, char* const* src, const u8* pre, int nsrc,
+                                  char* const* dst, int ndst, const u32* flags, const u32* peers,
+                                  u64 n, T scale, u32 post, u32 step, volatile int* block_fail);
+
 template <typename T, int OP>
 __device__ void ox_exec(const OxDesc& d) {
   __shared__ char* s_src[OX_MAX_OPERANDS];
   __shared__ char* s_dst[OX_MAX_OPERANDS];
   __shared__ u8 s_pre[OX_MAX_OPERANDS];
+  // LL only: per operand (sources, then destinations) the slot's flag (0:
+  // plain memory) and the peer, for errors.
+  __shared__ u32 s_flag[2 * OX_MAX_OPERANDS];
+  __shared__ u32 s_peer[2 * OX_MAX_OPERANDS];
+  __shared__ int s_ll;  // this step moves LL lines
   __shared__ int s_fail;
   const u32 tid = threadIdx.x;
   const T scale = ox_from_bits<T>(d.scale_bits);
   const bool sys = d.flags & OXD_SYS;
+  const bool ll = d.flags & OXD_LL;
 
   // This launch's number: one more than the launches this rank completed
   // (a device counter, so graph replays count too).
@@ -301,9 +314,12 @@ __device__ void ox_exec(const OxDesc& d) {
       const int nsrc = st.nsrc, ndst = st.ndst;
       if (tid == 0) {
         bool ok = true;
+        s_ll = 0;
         for (int i = 0; i < nsrc + ndst && ok; ++i) {
           const OxOperand o = d.ops[st.first + i];
           char* p = 0;
+          s_flag[i] = 0;
+          s_peer[i] = o.kind == OXK_LOCAL ? d.rank : o.kind == OXK_REMOTE ? o.idx : o.buf;
           if (o.kind == OXK_LOCAL) {
             p = (char*)d.bufs[o.buf] + o.off * sizeof(T);
           } else if (o.kind == OXK_REMOTE) {
@@ -311,15 +327,20 @@ __device__ void ox_exec(const OxDesc& d) {
             p = (char*)ox_ld_volatile(&d.ptr_table[o.idx * OX_MAX_BUFS + o.buf]) + o.off * sizeof(T);
           } else {
             OxConn* cn = (OxConn*)d.conns[o.idx];
+            // Under LL the receiver waits on the lines' flags instead of
+            // the tail; the sender still waits for a free slot.
             if (i < nsrc) {
               u64 head = ox_ld_volatile(&cn->head);
-              ok = ox_wait_geq(d, &cn->tail, head + 1, o.buf, step);
+              if (!ll) ok = ox_wait_geq(d, &cn->tail, head + 1, o.buf, step);
               p = ox_slot(d, (u64)cn, head);
+              if (ll) s_flag[i] = ox_ll_flag(head);
             } else {
               u64 tail = ox_ld_volatile(&cn->tail);
               if (tail + 1 > d.nslots) ok = ox_wait_geq(d, &cn->head, tail + 1 - d.nslots, o.buf, step);
               p = ox_slot(d, (u64)cn, tail);
+              if (ll) s_flag[i] = ox_ll_flag(tail);
             }
+            s_ll = ll;
           }
           if (i < nsrc) {
             s_src[i] = p;
@@ -332,15 +353,35 @@ __device__ void ox_exec(const OxDesc& d) {
       }
       __syncthreads();
       if (s_fail) return;
-      ox_reduce_copy<T, OP>(s_src, s_pre, nsrc, s_dst, ndst, st.len, scale,
-                            (st.flags & OXF_POST) ? d.post_div : 0);
+      const u32 post = (st.flags & OXF_POST) ? d.post_div : 0;
+      const bool ll_step = s_ll;
+      if (ll_step) {
+        if (!ox_ll_reduce_copy<T, OP>(d, s_src, s_pre, nsrc, s_dst, ndst, s_flag, s_peer, st.len,
+                                      scale, post, step, &s_fail))
+          atomicExch(&s_fail, 1);
+      } else {
+        ox_reduce_copy<T, OP>(s_src, s_pre, nsrc, s_dst, ndst, st.len, scale, post);
+      }
       __syncthreads();
+      if (s_fail) return;
       if (tid == 0) {
         bool fenced = false;
         for (int i = 0; i < nsrc + ndst; ++i) {
           const OxOperand o = d.ops[st.first + i];
           if (o.kind != OXK_CONN) continue;
           OxConn* cn = (OxConn*)d.conns[o.idx];
+          if (ll_step) {
+            // LL: the data carries its own flags, so no fence. The head
+            // store is a release after the barrier: the block's reads of
+            // the slot are done before the sender may overwrite it. Only
+            // the sender reads the tail.
+            if (i < nsrc) {
+              ox_st_release(&cn->head, ox_ld_volatile(&cn->head) + 1, sys);
+            } else {
+              *(volatile u64*)&cn->tail = ox_ld_volatile(&cn->tail) + 1;
+            }
+            continue;
+          }
           if (!fenced) {
             ox_fence(sys);
             fenced = true;

@@ -6,7 +6,9 @@
 //! device pointers filled in at upload: `conns[..]` (one `OxConn` per FIFO
 //! connection the plan uses) and `sems[..]` (one `OxSem` per semaphore).
 //! Connections and semaphores are named by `(channel, from, to)` keys; the
-//! operand refers to them by table index.
+//! operand refers to them by table index. The same encoding serves both
+//! FIFO protocols: under LL the `conns` table points to LL connections
+//! (see `kernels/oxccl_ll.cuh` and the LL helpers below).
 
 use std::collections::HashMap;
 
@@ -22,6 +24,31 @@ pub const MAX_OPERANDS: usize = 32;
 pub const CONN_HEADER: usize = 256;
 /// Size of an `OxSem`.
 pub const SEM_BYTES: usize = 256;
+/// Mirrors `OXD_LL`: the descriptor flag that runs FIFO connections as LL.
+pub const DESC_LL: u32 = 8;
+/// An LL line: {data 4 B, flag 4 B, data 4 B, flag 4 B}.
+pub const LL_LINE: usize = 16;
+/// Message bytes one LL line carries.
+pub const LL_DATA: usize = 8;
+
+/// Lines an LL message of `bytes` bytes takes: at least one, so an empty
+/// message still orders the receiver after the sender (as `ox_exec` does).
+pub fn ll_lines(bytes: usize) -> usize {
+    bytes.div_ceil(LL_DATA).max(1)
+}
+
+/// Bytes of an LL slot that holds any message a `slot_bytes` Simple slot
+/// holds (twice as many: half of each line is flags).
+pub fn ll_slot_bytes(slot_bytes: usize) -> usize {
+    ll_lines(slot_bytes) * LL_LINE
+}
+
+/// The flag of message `count` of a connection, as `ox_ll_flag` computes
+/// it: never 0 (zeroed memory never passes for data) and repeating only
+/// after `2^32 - 1` messages.
+pub fn ll_flag(count: u64) -> u32 {
+    (count % 0xFFFF_FFFF) as u32 + 1
+}
 
 const K_LOCAL: u8 = 0;
 const K_CONN: u8 = 1;
@@ -322,6 +349,47 @@ mod tests {
             u64::from_le_bytes(b[l.sems + 8..l.sems + 16].try_into().unwrap()),
             2
         );
+    }
+
+    #[test]
+    fn ll_slots_hold_any_simple_message() {
+        for slot in [16usize, 4096, 512 << 10] {
+            let ll = ll_slot_bytes(slot);
+            assert_eq!(ll, 2 * slot);
+            for bytes in [0, 1, 7, 8, 9, slot - 1, slot] {
+                assert!(ll_lines(bytes) * LL_LINE <= ll, "{bytes} bytes in {ll}");
+            }
+        }
+        assert_eq!(ll_lines(0), 1);
+        assert_eq!(ll_lines(1), 1);
+        assert_eq!(ll_lines(9), 2);
+        // 1001 two-byte elements: 2002 bytes, 251 lines, the last half used.
+        assert_eq!(ll_lines(2002), 251);
+    }
+
+    #[test]
+    fn ll_flags_are_never_zero_and_differ_between_neighbours() {
+        let edges = [
+            0u64,
+            1,
+            0xFFFF_FFFD,
+            0xFFFF_FFFE,
+            0xFFFF_FFFF,
+            1 << 32,
+            u64::MAX,
+        ];
+        for c in edges {
+            assert_ne!(ll_flag(c), 0, "count {c}");
+            // A slot is reused every nslots messages: its old flag differs.
+            for nslots in [2u64, 4, 8] {
+                if let Some(prev) = c.checked_sub(nslots) {
+                    assert_ne!(ll_flag(c), ll_flag(prev), "count {c}, {nslots} slots");
+                }
+            }
+        }
+        assert_eq!(ll_flag(0), 1);
+        assert_eq!(ll_flag(0xFFFF_FFFE), 0xFFFF_FFFF);
+        assert_eq!(ll_flag(0xFFFF_FFFF), 1);
     }
 
     #[test]

@@ -21,6 +21,7 @@ use crate::error::{CudaError, Result};
 pub const COMMON_SRC: &str = include_str!("../../../kernels/oxccl_common.cuh");
 pub const NUM_SRC: &str = include_str!("../../../kernels/oxccl_num.cuh");
 pub const EXEC_SRC: &str = include_str!("../../../kernels/oxccl_exec.cuh");
+pub const LL_SRC: &str = include_str!("../../../kernels/oxccl_ll.cuh");
 
 /// Threads per block; mirrors `OX_THREADS`.
 pub const THREADS: u32 = 512;
@@ -65,8 +66,9 @@ pub fn module_source(dtype: DataType) -> String {
         .iter()
         .find(|d| d.0 == dtype)
         .map_or("float", |d| d.1);
-    let mut s = String::with_capacity(COMMON_SRC.len() + NUM_SRC.len() + EXEC_SRC.len() + 1024);
-    for part in [COMMON_SRC, NUM_SRC, EXEC_SRC] {
+    let parts = [COMMON_SRC, NUM_SRC, EXEC_SRC, LL_SRC];
+    let mut s = String::with_capacity(parts.iter().map(|p| p.len() + 1).sum::<usize>() + 1024);
+    for part in parts {
         s.push_str(part);
         s.push('\n');
     }
@@ -240,6 +242,28 @@ mod tests {
         assert_eq!(
             kernel_name(DataType::F8E4M3, BaseOp::Max),
             "oxccl_exec_f8e4m3_max"
+        );
+    }
+
+    #[test]
+    fn module_source_defines_the_ll_path_with_the_rust_constants() {
+        let s = module_source(DataType::F32);
+        // The executor forward-declares the LL functions; the LL file
+        // must follow it in the module.
+        let (exec, ll) = (
+            s.find("ox_ll_flag(u64 count);")
+                .expect("forward declaration"),
+            s.find("ox_ll_flag(u64 count) {").expect("definition"),
+        );
+        assert!(exec < ll);
+        assert!(s.contains(&format!("#define OXD_LL {}", crate::encode::DESC_LL)));
+        assert!(s.contains(&format!(
+            "#define OX_CONN_HEADER {}",
+            crate::encode::CONN_HEADER
+        )));
+        assert!(
+            s.contains("% 0xFFFFFFFFull) + 1"),
+            "flag formula as encode::ll_flag"
         );
     }
 

@@ -16,11 +16,11 @@ use std::time::Duration;
 
 use cudarc::driver::sys::CUdevice_attribute as A;
 use oxccl_core::plan::{BufRole, RankPlan};
-use oxccl_core::{BaseOp, DataType, LoweredOp};
+use oxccl_core::{BaseOp, DataType, LoweredOp, Proto};
 
 use crate::driver::Ctx;
 use crate::driver::{DevMem, Event, Function, HostMapped, Module, Stream};
-use crate::encode::{self, Encoded, LinkKey, CONN_HEADER, MAX_BUFS, SEM_BYTES};
+use crate::encode::{self, Encoded, LinkKey, CONN_HEADER, DESC_LL, MAX_BUFS, SEM_BYTES};
 use crate::error::{CudaError, Result};
 use crate::kernels::{self, Origin, THREADS};
 
@@ -105,9 +105,15 @@ pub struct Prepared {
     scratch_offsets: Vec<Option<usize>>,
     scratch_bytes: usize,
     elem_size: usize,
+    proto: Proto,
 }
 
 impl Prepared {
+    /// The wire protocol of the plan's FIFO connections.
+    pub fn proto(&self) -> Proto {
+        self.proto
+    }
+
     pub fn channels(&self) -> u32 {
         self.nchannels
     }
@@ -116,6 +122,14 @@ impl Prepared {
     pub fn remote(&self) -> bool {
         self.remote
     }
+}
+
+/// What a link's memory is for. A connection has a Simple and an LL
+/// buffer, each made on first use, with counters of its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum LinkKind {
+    Sem,
+    Fifo(Proto),
 }
 
 /// Uploaded plans by hash, with the plan itself to rule out collisions.
@@ -151,7 +165,7 @@ pub struct World {
     /// Rank -> index into `devices`.
     rank_dev: Vec<usize>,
     ranks: Vec<RankState>,
-    links: Mutex<HashMap<(bool, LinkKey), DevMem>>,
+    links: Mutex<HashMap<(LinkKind, LinkKey), DevMem>>,
     ptr_table: DevMem,
     host_words: HostMapped,
     live: Mutex<HashMap<u64, (u32, DevMem)>>,
@@ -412,9 +426,9 @@ impl World {
 
     /// The connection or semaphore memory for `key`, created on first use
     /// in the receiver's device memory.
-    fn link(&self, sem: bool, key: LinkKey) -> Result<u64> {
+    fn link(&self, kind: LinkKind, key: LinkKey) -> Result<u64> {
         let mut links = lock(&self.links);
-        if let Some(m) = links.get(&(sem, key)) {
+        if let Some(m) = links.get(&(kind, key)) {
             return Ok(m.ptr);
         }
         let (_, from, to) = key;
@@ -424,20 +438,66 @@ impl World {
             )));
         }
         let dev = self.dev(to)?;
-        let bytes = if sem {
-            SEM_BYTES
-        } else {
-            CONN_HEADER + self.cfg.nslots * self.cfg.slot_bytes
+        let bytes = match kind {
+            LinkKind::Sem => SEM_BYTES,
+            LinkKind::Fifo(p) => CONN_HEADER + self.cfg.nslots * self.fifo_slot_bytes(p),
         };
         let m = DevMem::zeroed(&dev.ctx, bytes)?;
         let ptr = m.ptr;
-        links.insert((sem, key), m);
+        links.insert((kind, key), m);
         Ok(ptr)
     }
 
-    /// Uploads `rp` for its rank (once; later calls with an equal plan
-    /// return the cached upload).
+    /// Slot stride of a `proto` connection: an LL slot carries a Simple
+    /// slot's data in lines of half data, half flags.
+    fn fifo_slot_bytes(&self, proto: Proto) -> usize {
+        match proto {
+            Proto::LL => encode::ll_slot_bytes(self.cfg.slot_bytes),
+            _ => self.cfg.slot_bytes,
+        }
+    }
+
+    /// The `(tail, head)` counters of connection `key`'s `proto` buffer,
+    /// or `None` if no plan has used it yet (tests and diagnostics).
+    pub fn conn_counters(&self, proto: Proto, key: LinkKey) -> Result<Option<(u64, u64)>> {
+        let Some(ptr) = lock(&self.links)
+            .get(&(LinkKind::Fifo(proto), key))
+            .map(|m| m.ptr)
+        else {
+            return Ok(None);
+        };
+        let dev = self.dev(key.2)?;
+        let (mut tail, mut head) = ([0u8; 8], [0u8; 8]);
+        // SAFETY: the connection holds a CONN_HEADER-byte header: `tail`
+        // at 0 and `head` at 128 (OxConn).
+        unsafe {
+            dev.setup.read_sync(ptr, &mut tail)?;
+            dev.setup.read_sync(ptr + 128, &mut head)?;
+        }
+        Ok(Some((u64::from_le_bytes(tail), u64::from_le_bytes(head))))
+    }
+
+    /// Uploads `rp` for its rank with Simple FIFOs; see
+    /// [`World::prepare_proto`].
     pub fn prepare(&self, rp: &RankPlan, elem_size: usize) -> Result<Arc<Prepared>> {
+        self.prepare_proto(rp, elem_size, Proto::Simple)
+    }
+
+    /// Uploads `rp` for its rank, its FIFO connections running `proto`
+    /// (Simple or LL), once; later calls with an equal plan and protocol
+    /// return the cached upload. Every rank of a call must use the same
+    /// protocol: the two have separate buffers and counters.
+    pub fn prepare_proto(
+        &self,
+        rp: &RankPlan,
+        elem_size: usize,
+        proto: Proto,
+    ) -> Result<Arc<Prepared>> {
+        if !matches!(proto, Proto::Simple | Proto::LL) {
+            return Err(CudaError::Invalid(format!(
+                "protocol {proto}: the CUDA executor runs simple and ll"
+            )));
+        }
         let r = rp.rank;
         let st = self.rank(r)?;
         if rp.nranks != self.nranks() {
@@ -451,7 +511,7 @@ impl World {
         if let Some(list) = lock(&st.plans).get(&h) {
             if let Some((_, p)) = list
                 .iter()
-                .find(|(q, p)| q == rp && p.elem_size == elem_size)
+                .find(|(q, p)| q == rp && p.elem_size == elem_size && p.proto == proto)
             {
                 return Ok(p.clone());
             }
@@ -479,12 +539,12 @@ impl World {
         let conn_ptrs = enc
             .conns
             .iter()
-            .map(|&k| self.link(false, k))
+            .map(|&k| self.link(LinkKind::Fifo(proto), k))
             .collect::<Result<Vec<_>>>()?;
         let sem_ptrs = enc
             .sems
             .iter()
-            .map(|&k| self.link(true, k))
+            .map(|&k| self.link(LinkKind::Sem, k))
             .collect::<Result<Vec<_>>>()?;
         let bytes = enc.blob(&conn_ptrs, &sem_ptrs);
         let dev = self.dev(r)?;
@@ -507,6 +567,7 @@ impl World {
             scratch_offsets,
             scratch_bytes: off,
             elem_size,
+            proto,
         });
         lock(&st.plans)
             .entry(h)
@@ -583,12 +644,13 @@ impl World {
             err: st.err.ptr,
             scale_bits: op.pre_scale.map_or(0, |s| scale_bits(dtype, s)),
             timeout_ns: u64::try_from(self.cfg.timeout.as_nanos()).unwrap_or(u64::MAX),
-            slot_bytes: self.cfg.slot_bytes as u64,
+            slot_bytes: self.fifo_slot_bytes(p.proto) as u64,
             rank,
             nranks: self.nranks(),
             nbufs: bufs.len() as u32,
             flags: if op.pre_scale.is_some() { D_PRE } else { 0 }
-                | if self.devices.len() > 1 { D_SYS } else { 0 },
+                | if self.devices.len() > 1 { D_SYS } else { 0 }
+                | if p.proto == Proto::LL { DESC_LL } else { 0 },
             post_div: op.post_div.unwrap_or(0),
             nslots: self.cfg.nslots as u32,
             bufs: [0; MAX_BUFS],

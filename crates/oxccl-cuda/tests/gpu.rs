@@ -10,9 +10,11 @@ use std::time::Duration;
 
 use oxccl_core::gen::{generate, supports, PlanRequest};
 use oxccl_core::plan::{BufRole, Plan};
-use oxccl_core::{testkit, with_dtype, Algo, CollKind, Collective, DataType, Element, RedOp};
+use oxccl_core::{
+    testkit, with_dtype, Algo, CollKind, Collective, DataType, Element, Proto, RedOp,
+};
 use oxccl_cuda::driver::Graph;
-use oxccl_cuda::{device_or_skip, CudaError, World, WorldConfig};
+use oxccl_cuda::{device_or_skip, encode, CudaError, World, WorldConfig};
 
 const KINDS: [CollKind; 8] = [
     CollKind::AllReduce,
@@ -126,6 +128,22 @@ fn setup<T: Element>(
     }
 }
 
+/// The FIFO protocols a plan can run under: both when it has FIFO
+/// connections, else only Simple (the protocol changes nothing then).
+fn protos_for(plan: &Plan) -> &'static [Proto] {
+    let fifo = plan
+        .ranks
+        .iter()
+        .any(|r| encode::encode(r).is_ok_and(|e| !e.conns.is_empty()));
+    if fifo {
+        &[Proto::Simple, Proto::LL]
+    } else {
+        &[Proto::Simple]
+    }
+}
+
+/// Runs `plan` under `proto`; checks the outputs against the reference.
+#[allow(clippy::too_many_arguments)] // reason: one test case's full description
 fn run_case<T: Element>(
     w: &World,
     plan: &Plan,
@@ -133,7 +151,26 @@ fn run_case<T: Element>(
     op: RedOp,
     in_place: bool,
     shift: usize,
+    proto: Proto,
 ) -> Result<(u64, Option<String>), CudaError> {
+    let (inputs, outputs) = run_ranks::<T>(w, plan, coll, op, in_place, shift, proto)?;
+    Ok(testkit::compare(coll, &inputs, &outputs, op))
+}
+
+/// One vector per rank.
+type PerRank<T> = Vec<Vec<T>>;
+
+/// Runs `plan` on every rank under `proto`: (inputs, outputs) per rank.
+#[allow(clippy::too_many_arguments)] // reason: one test case's full description
+fn run_ranks<T: Element>(
+    w: &World,
+    plan: &Plan,
+    coll: &Collective,
+    op: RedOp,
+    in_place: bool,
+    shift: usize,
+    proto: Proto,
+) -> Result<(PerRank<T>, PerRank<T>), CudaError> {
     let n = w.nranks();
     let inputs: Vec<Vec<T>> = (0..n)
         .map(|r| testkit::input::<T>(coll, n, r, op, 11 + shift as u64))
@@ -155,7 +192,8 @@ fn run_case<T: Element>(
                             BufRole::Scratch => 0,
                         })
                         .collect();
-                    let p = w.prepare(rp, T::DTYPE.size())?;
+                    let p = w.prepare_proto(rp, T::DTYPE.size(), proto)?;
+                    assert_eq!(p.proto(), proto);
                     // SAFETY: the addresses are live allocations of this clique sized for the plan.
                     unsafe { w.launch(&p, r, &addrs, T::DTYPE, lowered)? };
                     w.synchronize(r)?;
@@ -174,7 +212,7 @@ fn run_case<T: Element>(
             .collect()
     });
     let outputs = outs.into_iter().collect::<Result<Vec<_>, _>>()?;
-    Ok(testkit::compare(coll, &inputs, &outputs, op))
+    Ok((inputs, outputs))
 }
 
 fn plan_for(
@@ -199,7 +237,8 @@ fn plan_for(
 }
 
 /// Every collective × algorithm (FIFO and registered) × dtype × op ×
-/// in-place, a count not divisible by the rank count, odd offsets.
+/// in-place, a count not divisible by the rank count, odd offsets; plans
+/// with FIFO connections under both Simple and LL.
 #[test]
 fn every_case_on_the_device() {
     let Some(info) = device_or_skip("every_case_on_the_device") else {
@@ -248,15 +287,21 @@ fn every_case_on_the_device() {
                                 let coll = plan.coll.expect("collective plan");
                                 // Out of place: aligned (vector path); in place: odd offsets.
                                 let shift = usize::from(in_place);
-                                let res = with_dtype!(dt, T => run_case::<T>(&w, &plan, &coll, op, in_place, shift));
-                                cases += 1;
-                                match res {
-                                    Ok((0, _)) => {}
-                                    Ok((wrong, first)) => failures.push(format!("{kind} {algo} reg={registered} {dt} {op} in_place={in_place}: {wrong} wrong, {}", first.unwrap_or_default())),
-                                    Err(e) => failures.push(format!("{kind} {algo} reg={registered} {dt} {op} in_place={in_place}: {e}")),
-                                }
-                                if w.failed() {
-                                    panic!("clique failed: {failures:?}");
+                                for &proto in protos_for(&plan) {
+                                    let res = with_dtype!(dt, T => run_case::<T>(&w, &plan, &coll, op, in_place, shift, proto));
+                                    cases += 1;
+                                    let case = format!("{kind} {algo} reg={registered} {dt} {op} in_place={in_place} {proto}");
+                                    match res {
+                                        Ok((0, _)) => {}
+                                        Ok((wrong, first)) => failures.push(format!(
+                                            "{case}: {wrong} wrong, {}",
+                                            first.unwrap_or_default()
+                                        )),
+                                        Err(e) => failures.push(format!("{case}: {e}")),
+                                    }
+                                    if w.failed() {
+                                        panic!("clique failed: {failures:?}");
+                                    }
                                 }
                             }
                         }
@@ -302,18 +347,25 @@ fn allreduce_sizes_up_to_256_mib() {
                     continue;
                 };
                 let coll = plan.coll.expect("collective");
-                let (wrong, first) =
-                    run_case::<f32>(&w, &plan, &coll, RedOp::Sum, false, 0).expect("run");
-                println!("allreduce {n} ranks {algo} count {count}: {wrong} wrong");
-                assert_eq!(wrong, 0, "{algo} count {count} on {n} ranks: {first:?}");
+                for &proto in protos_for(&plan) {
+                    let (wrong, first) =
+                        run_case::<f32>(&w, &plan, &coll, RedOp::Sum, false, 0, proto)
+                            .expect("run");
+                    println!("allreduce {n} ranks {algo} {proto} count {count}: {wrong} wrong");
+                    assert_eq!(
+                        wrong, 0,
+                        "{algo} {proto} count {count} on {n} ranks: {first:?}"
+                    );
+                }
             }
         }
     }
 }
 
-/// A collective captured into a CUDA graph per rank, replayed 1000 times;
-/// the result is checked after every replay's batch (counters keep
-/// growing across replays, nothing assumes a fresh state).
+/// A collective captured into a CUDA graph per rank, replayed 1000 times
+/// under each FIFO protocol; the result is checked after every replay's
+/// batch (counters and LL flags keep growing across replays, nothing
+/// assumes a fresh state).
 #[test]
 fn graph_replays_1000_times() {
     let Some(info) = device_or_skip("graph_replays_1000_times") else {
@@ -321,8 +373,15 @@ fn graph_replays_1000_times() {
     };
     let n = 4u32;
     let w = world(n, info.devices.len(), Duration::from_secs(20));
+    for proto in [Proto::Simple, Proto::LL] {
+        graph_replays(&w, proto);
+    }
+}
+
+fn graph_replays(w: &World, proto: Proto) {
+    let n = w.nranks();
     let count = 4099usize;
-    let plan = plan_for(&w, CollKind::AllReduce, count, Algo::Ring, false, false, 4).expect("plan");
+    let plan = plan_for(w, CollKind::AllReduce, count, Algo::Ring, false, false, 4).expect("plan");
     let coll = plan.coll.expect("collective");
     let op = RedOp::Sum;
     let inputs: Vec<Vec<i32>> = (0..n)
@@ -332,12 +391,12 @@ fn graph_replays_1000_times() {
     let outs: Vec<Vec<Vec<i32>>> = std::thread::scope(|s| {
         let hs: Vec<_> = (0..n)
             .map(|r| {
-                let (inputs, lowered, w, plan, coll) = (&inputs, &lowered, &w, &plan, &coll);
+                let (inputs, lowered, plan, coll) = (&inputs, &lowered, &plan, &coll);
                 s.spawn(move || {
                     let rp = &plan.ranks[r as usize];
                     let b = setup::<i32>(w, r, coll, &inputs[r as usize], false, 0);
                     let addrs = [b.input, b.output, 0];
-                    let p = w.prepare(rp, 4).unwrap();
+                    let p = w.prepare_proto(rp, 4, proto).unwrap();
                     // Eager warm-up: compiles, uploads, allocates scratch.
                     // SAFETY: live allocations sized for the plan.
                     unsafe {
@@ -375,24 +434,31 @@ fn graph_replays_1000_times() {
     for batch in 0..10 {
         let outputs: Vec<Vec<i32>> = outs.iter().map(|o| o[batch].clone()).collect();
         let (wrong, first) = testkit::compare(&coll, &inputs, &outputs, op);
-        assert_eq!(wrong, 0, "batch {batch}: {first:?}");
+        assert_eq!(wrong, 0, "{proto} batch {batch}: {first:?}");
     }
-    println!("graph_replays_1000_times: 1000 replays on {n} ranks, all batches right");
+    println!("graph_replays_1000_times: {proto}: 1000 replays on {n} ranks, all batches right");
 }
 
 /// A rank whose peer never arrives fails with a timeout naming rank,
-/// peer, channel and step; the host does not hang; abort is prompt.
+/// peer, channel and step; the host does not hang; abort is prompt. Under
+/// Simple the wait is on the tail counter, under LL on the lines' flags.
 #[test]
 fn missing_peer_times_out_and_abort_is_prompt() {
     let Some(info) = device_or_skip("missing_peer_times_out_and_abort_is_prompt") else {
         return;
     };
-    let w = world(2, info.devices.len(), Duration::from_millis(300));
+    for proto in [Proto::Simple, Proto::LL] {
+        missing_peer(info.devices.len(), proto);
+    }
+}
+
+fn missing_peer(ndev: usize, proto: Proto) {
+    let w = world(2, ndev, Duration::from_millis(300));
     let plan = plan_for(&w, CollKind::AllReduce, 1000, Algo::Ring, false, false, 4).expect("plan");
     let coll = plan.coll.expect("collective");
     let input = testkit::input::<f32>(&coll, 2, 0, RedOp::Sum, 1);
     let b = setup::<f32>(&w, 0, &coll, &input, false, 0);
-    let p = w.prepare(&plan.ranks[0], 4).unwrap();
+    let p = w.prepare_proto(&plan.ranks[0], 4, proto).unwrap();
     let t = std::time::Instant::now();
     // Only rank 0 launches.
     // SAFETY: live allocations sized for the plan.
@@ -408,20 +474,20 @@ fn missing_peer_times_out_and_abort_is_prompt() {
     };
     let err = w.synchronize(0).expect_err("must time out");
     let took = t.elapsed();
-    println!("timeout: {err} after {took:?}");
+    println!("timeout ({proto}): {err} after {took:?}");
     match err {
         CudaError::Timeout {
             rank: 0, peer: 1, ..
         } => {}
-        other => panic!("unexpected error {other}"),
+        other => panic!("{proto}: unexpected error {other}"),
     }
     assert!(took < Duration::from_secs(20), "took {took:?}");
     assert!(w.failed());
 
     // Abort: a fresh clique with a long deadline; abort must end the wait.
-    let w = world(2, info.devices.len(), Duration::from_secs(600));
+    let w = world(2, ndev, Duration::from_secs(600));
     let b = setup::<f32>(&w, 0, &coll, &input, false, 0);
-    let p = w.prepare(&plan.ranks[0], 4).unwrap();
+    let p = w.prepare_proto(&plan.ranks[0], 4, proto).unwrap();
     let t = std::time::Instant::now();
     // SAFETY: live allocations sized for the plan.
     unsafe {
@@ -437,9 +503,130 @@ fn missing_peer_times_out_and_abort_is_prompt() {
     std::thread::sleep(Duration::from_millis(200));
     w.abort();
     let err = w.synchronize(0).expect_err("must abort");
-    println!("abort: {err} after {:?}", t.elapsed());
-    assert!(matches!(err, CudaError::Aborted { rank: 0, .. }), "{err}");
+    println!("abort ({proto}): {err} after {:?}", t.elapsed());
+    assert!(
+        matches!(err, CudaError::Aborted { rank: 0, .. }),
+        "{proto}: {err}"
+    );
     assert!(t.elapsed() < Duration::from_secs(20));
+}
+
+/// A plan prepared for LL runs on the connections' LL buffers: after an
+/// LL call every connection's LL counters have moved (and no Simple buffer
+/// exists); calls alternating Simple and LL keep both right, each buffer's
+/// counters only growing.
+#[test]
+fn ll_is_used_when_requested() {
+    let Some(info) = device_or_skip("ll_is_used_when_requested") else {
+        return;
+    };
+    let n = 3u32;
+    let w = world(n, info.devices.len(), Duration::from_secs(20));
+    let plan = plan_for(&w, CollKind::AllReduce, 1001, Algo::Ring, false, false, 2).expect("plan");
+    let coll = plan.coll.expect("collective");
+    let keys: Vec<encode::LinkKey> = plan
+        .ranks
+        .iter()
+        .flat_map(|r| encode::encode(r).expect("encode").conns)
+        .collect();
+    assert!(!keys.is_empty(), "a ring plan has FIFO connections");
+    let counters = |proto| -> Vec<Option<(u64, u64)>> {
+        keys.iter()
+            .map(|&k| w.conn_counters(proto, k).expect("counters"))
+            .collect()
+    };
+    let mut last = vec![0u64; keys.len()];
+    for (i, proto) in [Proto::LL, Proto::Simple, Proto::LL, Proto::LL]
+        .into_iter()
+        .enumerate()
+    {
+        let (wrong, first) =
+            run_case::<oxccl_core::half::f16>(&w, &plan, &coll, RedOp::Sum, false, 0, proto)
+                .expect("run");
+        assert_eq!(wrong, 0, "call {i} ({proto}): {first:?}");
+        if i == 0 {
+            assert!(
+                counters(Proto::Simple).iter().all(Option::is_none),
+                "an LL call made Simple buffers"
+            );
+        }
+        for (j, c) in counters(Proto::LL).into_iter().enumerate() {
+            let (tail, head) =
+                c.unwrap_or_else(|| panic!("connection {:?} has no LL buffer", keys[j]));
+            assert_eq!(
+                tail, head,
+                "connection {:?}: every message consumed",
+                keys[j]
+            );
+            if proto == Proto::LL {
+                assert!(
+                    tail > last[j],
+                    "call {i}: LL counters of {:?} did not move",
+                    keys[j]
+                );
+            } else {
+                assert_eq!(tail, last[j], "a Simple call moved LL counters");
+            }
+            last[j] = tail;
+        }
+    }
+    println!(
+        "ll_is_used_when_requested: {} connections, LL counters {last:?}",
+        keys.len()
+    );
+}
+
+/// LL reduces in the same order with the same arithmetic as Simple: the
+/// outputs agree bit for bit (for floats too, where the reference check
+/// allows a tolerance).
+#[test]
+fn ll_matches_simple_bit_for_bit() {
+    let Some(info) = device_or_skip("ll_matches_simple_bit_for_bit") else {
+        return;
+    };
+    let n = 4u32;
+    let w = world(n, info.devices.len(), Duration::from_secs(20));
+    let mut cases = 0;
+    for kind in [
+        CollKind::AllReduce,
+        CollKind::ReduceScatter,
+        CollKind::Reduce,
+    ] {
+        for algo in Algo::ALL {
+            if !supports(algo, kind) {
+                continue;
+            }
+            for dt in [
+                DataType::F16,
+                DataType::Bf16,
+                DataType::F32,
+                DataType::F64,
+                DataType::F8E4M3,
+            ] {
+                for op in [RedOp::Sum, RedOp::Avg, RedOp::PreMulSum(0.3)] {
+                    let Some(plan) = plan_for(&w, kind, 1001, algo, false, false, dt.size()) else {
+                        continue;
+                    };
+                    if protos_for(&plan).len() < 2 {
+                        continue;
+                    }
+                    let coll = plan.coll.expect("collective");
+                    let same = with_dtype!(dt, T => {
+                        let run = |proto| run_ranks::<T>(&w, &plan, &coll, op, false, 1, proto).expect("run").1;
+                        let (simple, ll) = (run(Proto::Simple), run(Proto::LL));
+                        simple.iter().zip(&ll).all(|(a, b)| as_bytes(a) == as_bytes(b))
+                    });
+                    assert!(
+                        same,
+                        "{kind} {algo} {dt} {op}: LL and Simple outputs differ"
+                    );
+                    cases += 1;
+                }
+            }
+        }
+    }
+    assert!(cases > 0);
+    println!("ll_matches_simple_bit_for_bit: {cases} cases identical");
 }
 
 /// Without CUDA, `available` is a clean error, never a panic.
