@@ -74,6 +74,10 @@ impl Backend for CudaBackend {
         self.world.max_channels()
     }
 
+    fn protocols(&self) -> &'static [oxccl_core::Proto] {
+        &[oxccl_core::Proto::Simple, oxccl_core::Proto::LL]
+    }
+
     unsafe fn execute(&self, launch: &Launch<'_>) -> Result<(), Error> {
         let bufs: Vec<u64> = launch
             .plan
@@ -90,7 +94,7 @@ impl Backend for CudaBackend {
             .collect();
         let w = &self.world;
         let p = w
-            .prepare(launch.plan, launch.dtype.size())
+            .prepare_proto(launch.plan, launch.dtype.size(), launch.proto)
             .map_err(map_error)?;
         // SAFETY: the caller guarantees (trait contract) every non-scratch
         // buffer is device memory of this rank valid until the stream
