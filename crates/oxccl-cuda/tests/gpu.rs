@@ -142,23 +142,18 @@ fn protos_for(plan: &Plan) -> &'static [Proto] {
     }
 }
 
-/// Runs `plan` under `proto`; checks the outputs against the reference.
-#[allow(clippy::too_many_arguments)] // reason: one test case's full description
-fn run_case<T: Element>(
-    w: &World,
-    plan: &Plan,
-    coll: &Collective,
-    op: RedOp,
-    in_place: bool,
-    shift: usize,
-    proto: Proto,
-) -> Result<(u64, Option<String>), CudaError> {
-    let (inputs, outputs) = run_ranks::<T>(w, plan, coll, op, in_place, shift, proto)?;
-    Ok(testkit::compare(coll, &inputs, &outputs, op))
-}
-
 /// One vector per rank.
 type PerRank<T> = Vec<Vec<T>>;
+
+/// Checks a run's outputs against the reference: (wrong elements, first).
+fn checked<T: Element>(
+    coll: &Collective,
+    op: RedOp,
+    run: Result<(PerRank<T>, PerRank<T>), CudaError>,
+) -> Result<(u64, Option<String>), CudaError> {
+    let (inputs, outputs) = run?;
+    Ok(testkit::compare(coll, &inputs, &outputs, op))
+}
 
 /// Runs `plan` on every rank under `proto`: (inputs, outputs) per rank.
 #[allow(clippy::too_many_arguments)] // reason: one test case's full description
@@ -288,7 +283,7 @@ fn every_case_on_the_device() {
                                 // Out of place: aligned (vector path); in place: odd offsets.
                                 let shift = usize::from(in_place);
                                 for &proto in protos_for(&plan) {
-                                    let res = with_dtype!(dt, T => run_case::<T>(&w, &plan, &coll, op, in_place, shift, proto));
+                                    let res = with_dtype!(dt, T => checked(&coll, op, run_ranks::<T>(&w, &plan, &coll, op, in_place, shift, proto)));
                                     cases += 1;
                                     let case = format!("{kind} {algo} reg={registered} {dt} {op} in_place={in_place} {proto}");
                                     match res {
@@ -348,9 +343,12 @@ fn allreduce_sizes_up_to_256_mib() {
                 };
                 let coll = plan.coll.expect("collective");
                 for &proto in protos_for(&plan) {
-                    let (wrong, first) =
-                        run_case::<f32>(&w, &plan, &coll, RedOp::Sum, false, 0, proto)
-                            .expect("run");
+                    let (wrong, first) = checked(
+                        &coll,
+                        RedOp::Sum,
+                        run_ranks::<f32>(&w, &plan, &coll, RedOp::Sum, false, 0, proto),
+                    )
+                    .expect("run");
                     println!("allreduce {n} ranks {algo} {proto} count {count}: {wrong} wrong");
                     assert_eq!(
                         wrong, 0,
@@ -540,9 +538,12 @@ fn ll_is_used_when_requested() {
         .into_iter()
         .enumerate()
     {
-        let (wrong, first) =
-            run_case::<oxccl_core::half::f16>(&w, &plan, &coll, RedOp::Sum, false, 0, proto)
-                .expect("run");
+        let (wrong, first) = checked(
+            &coll,
+            RedOp::Sum,
+            run_ranks::<oxccl_core::half::f16>(&w, &plan, &coll, RedOp::Sum, false, 0, proto),
+        )
+        .expect("run");
         assert_eq!(wrong, 0, "call {i} ({proto}): {first:?}");
         if i == 0 {
             assert!(
