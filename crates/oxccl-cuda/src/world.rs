@@ -559,6 +559,11 @@ impl World {
                 off += (b.len * elem_size).div_ceil(256) * 256;
             }
         }
+        // Grow the scratch area now, not at launch: a cuMemAlloc while
+        // peers' kernels spin waiting for this rank's launch can stall it.
+        if off > 0 {
+            self.scratch(r, off)?;
+        }
         let p = Arc::new(Prepared {
             blob,
             layout: enc.layout(),
