@@ -75,6 +75,34 @@ impl RedOp {
         }
     }
 
+    /// Why `self` is not defined on `dtype`, or `None` when it is. Sum,
+    /// Prod, Max, Min and Avg are defined on every type (Avg on integers
+    /// sums then divides with truncation, as NCCL does). PreMulSum needs a
+    /// finite scalar, and on integer types an integer the type can hold,
+    /// since the scalar is converted to the element type once.
+    pub fn undefined_reason(self, dtype: DataType) -> Option<String> {
+        let RedOp::PreMulSum(s) = self else {
+            return None;
+        };
+        if !s.is_finite() {
+            return Some("the scalar must be finite".into());
+        }
+        if !dtype.is_float() {
+            let max = dtype.exact_int_range() as f64;
+            let min = if dtype.name().starts_with('u') {
+                0.0
+            } else {
+                -max - 1.0
+            };
+            if s.fract() != 0.0 || s < min || s > max {
+                return Some(format!(
+                    "on integer types the scalar must be an integer in {min}..={max}"
+                ));
+            }
+        }
+        None
+    }
+
     /// The `ncclRedOp_t` value for the built-in ops (PreMulSum ops are
     /// created at run time and have no fixed code).
     pub fn nccl_code(self) -> Option<i32> {

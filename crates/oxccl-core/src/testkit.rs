@@ -140,3 +140,27 @@ pub fn compare<T: Element>(
 pub fn op_applies(kind: CollKind, op: RedOp) -> bool {
     kind.is_reduction() || op == RedOp::Sum
 }
+
+/// Every collective the shared suites run (Send/Recv has its own tests).
+pub const COLLECTIVES: [CollKind; 8] = [
+    CollKind::AllReduce,
+    CollKind::Broadcast,
+    CollKind::Reduce,
+    CollKind::AllGather,
+    CollKind::ReduceScatter,
+    CollKind::AllToAll,
+    CollKind::Gather,
+    CollKind::Scatter,
+];
+
+/// Every reduction op the shared suites try (where it applies): the five
+/// built-ins, an exact PreMulSum and an inexact one.
+pub const OPS: [RedOp; 7] = [
+    RedOp::Sum,
+    RedOp::Prod,
+    RedOp::Max,
+    RedOp::Min,
+    RedOp::Avg,
+    RedOp::PreMulSum(2.0),
+    RedOp::PreMulSum(0.5),
+];

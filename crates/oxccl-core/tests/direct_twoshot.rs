@@ -5,11 +5,12 @@
 
 mod common;
 
-use common::{strip, OPS};
+use common::strip;
 use oxccl_core::gen::MAX_PUSH_RANKS;
 use oxccl_core::interp::{check, check_in_place};
 use oxccl_core::plan::{Dst, Loc, Plan, Src, Step};
 use oxccl_core::testkit::op_applies;
+use oxccl_core::testkit::OPS;
 use oxccl_core::{generate, Algo, CollKind, Collective, CoreError, DataType, PlanRequest, RedOp};
 use proptest::prelude::*;
 

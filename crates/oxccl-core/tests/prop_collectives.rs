@@ -9,9 +9,9 @@
 
 mod common;
 
-use common::OPS;
 use oxccl_core::gen::supports;
 use oxccl_core::testkit::op_applies;
+use oxccl_core::testkit::OPS;
 use oxccl_core::{Algo, CollKind, Collective, DataType, PlanRequest, RedOp};
 use proptest::prelude::*;
 

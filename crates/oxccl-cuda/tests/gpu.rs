@@ -11,29 +11,11 @@ use std::time::Duration;
 use oxccl_core::gen::{generate, supports, PlanRequest};
 use oxccl_core::plan::{BufRole, Plan};
 use oxccl_core::{
-    testkit, with_dtype, Algo, CollKind, Collective, DataType, Element, Proto, RedOp,
+    testkit::{self, COLLECTIVES, OPS},
+    with_dtype, Algo, CollKind, Collective, DataType, Element, Proto, RedOp,
 };
 use oxccl_cuda::driver::Graph;
 use oxccl_cuda::{device_or_skip, encode, CudaError, World, WorldConfig};
-
-const KINDS: [CollKind; 8] = [
-    CollKind::AllReduce,
-    CollKind::Broadcast,
-    CollKind::Reduce,
-    CollKind::AllGather,
-    CollKind::ReduceScatter,
-    CollKind::AllToAll,
-    CollKind::Gather,
-    CollKind::Scatter,
-];
-const OPS: [RedOp; 6] = [
-    RedOp::Sum,
-    RedOp::Prod,
-    RedOp::Max,
-    RedOp::Min,
-    RedOp::Avg,
-    RedOp::PreMulSum(2.0),
-];
 
 fn rank_counts() -> Vec<u32> {
     std::env::var("OXCCL_GPU_RANKS")
@@ -243,7 +225,7 @@ fn every_case_on_the_device() {
         let w = world(n, info.devices.len(), Duration::from_secs(20));
         let mut failures = Vec::new();
         let mut cases = 0;
-        for kind in KINDS {
+        for kind in COLLECTIVES {
             for algo in Algo::ALL {
                 if !supports(algo, kind) {
                     continue;
@@ -261,7 +243,7 @@ fn every_case_on_the_device() {
                     };
                     let ops = if quick() { &ops[..1] } else { ops };
                     for &dt in dts {
-                        for &op in ops {
+                        for &op in ops.iter().filter(|o| o.undefined_reason(dt).is_none()) {
                             for in_place in [false, true] {
                                 let count = 1001;
                                 let Some(plan) = plan_for(

@@ -9,19 +9,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use common::{check_request, small_config, Checked};
+use oxccl_core::testkit::OPS;
 use oxccl_core::{gen, with_dtype, Algo, CollKind, Collective, DataType, PlanRequest, RedOp};
 use oxccl_host::HostFabric;
 use proptest::prelude::*;
-
-const OPS: [RedOp; 7] = [
-    RedOp::Sum,
-    RedOp::Prod,
-    RedOp::Max,
-    RedOp::Min,
-    RedOp::Avg,
-    RedOp::PreMulSum(2.0),
-    RedOp::PreMulSum(0.5),
-];
 
 /// Every `(algo, kind)` the generators claim, except Send/Recv (which has
 /// no collective reference).

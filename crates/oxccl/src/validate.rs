@@ -53,39 +53,20 @@ pub(crate) fn check_space(what: &'static str, arg: &Arg, owner: &Owner) -> Resul
     }
 }
 
-/// Whether `op` is defined on `dtype`. Sum, Prod, Max, Min and Avg are
-/// defined on every type (Avg on integers sums then divides with
-/// truncation, as NCCL does). PreMulSum needs a finite scalar, and on
-/// integer types an integer scalar the type can hold, since it is
-/// converted to the element type once.
+/// Whether `op` is defined on `dtype` (the rule is the core's
+/// [`RedOp::undefined_reason`]).
 pub(crate) fn check_op(op: RedOp, dtype: DataType) -> Result<()> {
-    let RedOp::PreMulSum(s) = op else {
-        return Ok(());
-    };
-    let fail = |reason: String| {
-        Err(Error::OpNotDefined {
-            op: format!("premulsum({s})"),
+    match op.undefined_reason(dtype) {
+        None => Ok(()),
+        Some(reason) => Err(Error::OpNotDefined {
+            op: match op {
+                RedOp::PreMulSum(s) => format!("premulsum({s})"),
+                other => other.to_string(),
+            },
             dtype,
             reason,
-        })
-    };
-    if !s.is_finite() {
-        return fail("the scalar must be finite".into());
+        }),
     }
-    if !dtype.is_float() {
-        let max = dtype.exact_int_range() as f64;
-        let min = if dtype.name().starts_with('u') {
-            0.0
-        } else {
-            -max - 1.0
-        };
-        if s.fract() != 0.0 || s < min || s > max {
-            return fail(format!(
-                "on integer types the scalar must be an integer in {min}..={max}"
-            ));
-        }
-    }
-    Ok(())
 }
 
 /// Validates a collective call and works out its count and whether it is

@@ -78,17 +78,6 @@ pub fn run_dtype(req: &PlanRequest, dt: DataType, op: RedOp, seed: u64) -> Resul
     with_dtype!(dt, T => run_typed::<T>(req, op, seed))
 }
 
-/// Every reduction op the tests try (where it applies).
-pub const OPS: [RedOp; 7] = [
-    RedOp::Sum,
-    RedOp::Prod,
-    RedOp::Max,
-    RedOp::Min,
-    RedOp::Avg,
-    RedOp::PreMulSum(2.0),
-    RedOp::PreMulSum(0.5),
-];
-
 /// A copy of `p` in which every channel of the ranks `which` selects keeps
 /// only the steps `keep(channel's steps, index)` selects (deliberately
 /// broken plans for the checker).
