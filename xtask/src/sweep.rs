@@ -7,6 +7,31 @@
 //! every result is checked against the sequential reference and the sweep
 //! exits non-zero if any element is wrong. Reported time: the slowest
 //! rank's time for the `-n` iterations divided by `-n` (a mean per call).
+//!
+//! Buffers are allocated once per data type, at the largest size any
+//! collective of the sweep needs, and every row runs on views of them, so
+//! no row allocates device memory (an allocation while peers' kernels spin
+//! can stall them) and a row costs little beyond its calls. A rank that
+//! fails still passes every barrier, and aborts the clique, so the others
+//! fail promptly instead of waiting for it.
+//!
+//! With `--baseline`, the `floor` column is the HBM (or host memory) floor
+//! ratio: `(floor bytes / C) / measured time`, where C is the copy
+//! bandwidth measured in the same run counting read + write (twice the
+//! printed copy ceiling, which counts each copied byte once), and the floor
+//! bytes are what every rank must at least read and write in the busiest
+//! memory, summed over the M ranks that share it (M = N with all ranks on
+//! one GPU), for nccl-tests' size S (the larger buffer per rank):
+//!
+//! | collective | floor bytes (out of place) | in place |
+//! | --- | --- | --- |
+//! | AllReduce | 2·M·S (read S, write S) | same |
+//! | Broadcast | (M+1)·S (root reads S, each writes S) | M·S (root writes nothing) |
+//! | Reduce | (M+1)·S (each reads S, root writes S) | same |
+//! | AllGather | M·(S/N + S) (each reads S/N, writes S) | M·S (writes the other N−1 blocks) |
+//! | ReduceScatter | M·(S + S/N) (each reads S, writes S/N) | same |
+//! | AllToAll, Send/Recv | 2·M·S | same |
+//! | Gather, Scatter | 2·S·M/N (the root's S once, the blocks once) | same |
 
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
@@ -16,7 +41,7 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use oxccl::core::testkit;
 use oxccl::core::{with_dtype, Collective};
-use oxccl::{BackendKind, CollKind, Communicator, Config, DataType, Element, RedOp};
+use oxccl::{BackendKind, Buffer, CollKind, Communicator, Config, DataType, Element, RedOp};
 use serde::Serialize;
 
 mod plot;
@@ -72,7 +97,8 @@ pub struct SweepArgs {
     /// Write the results as JSON.
     #[arg(long)]
     json: Option<PathBuf>,
-    /// Measure the backend's copy ceiling and add a ratio column.
+    /// Measure the backend's copy ceiling and add a `floor` ratio column
+    /// (see the module docs).
     #[arg(long)]
     baseline: bool,
     /// Plot busbw against size as SVG.
@@ -119,6 +145,8 @@ pub struct Row {
     pub busbw_gbps: f64,
     pub in_place: bool,
     pub wrong: u64,
+    /// Floor time / measured time (with `--baseline`).
+    pub floor_ratio: Option<f64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -199,6 +227,7 @@ pub fn run(a: SweepArgs) -> anyhow::Result<()> {
     } else {
         None
     };
+    let mem_ranks = comms[0].ranks_on_busiest_memory();
     let cases: Vec<(CollKind, DataType, RedOp)> = colls
         .iter()
         .flat_map(|&k| {
@@ -218,6 +247,7 @@ pub fn run(a: SweepArgs) -> anyhow::Result<()> {
     );
     let mut rows: Vec<Row> = Vec::new();
     let mut last_kind = None;
+    let mut pools = Pools::default();
     for (kind, dt, op) in cases {
         if last_kind != Some(kind) {
             header(&mut out, kind, copy_gbps.is_some())?;
@@ -235,7 +265,11 @@ pub fn run(a: SweepArgs) -> anyhow::Result<()> {
                 if kind == CollKind::SendRecv && in_place {
                     continue;
                 }
-                let m = with_dtype!(dt, T => measure::<T>(&comms, &coll, op, in_place, &a))?;
+                let m = with_dtype!(dt, T => {
+                    let most = largest_elems(&colls, &sizes, dt.size(), n);
+                    let pool = pools.get::<T>(&comms, most)?;
+                    measure::<T>(&comms, pool, &coll, op, in_place, &a)
+                })?;
                 let time = m.time.as_secs_f64().max(1e-9);
                 let bytes = coll.bytes(n, dt.size());
                 let algbw = bytes as f64 / time / 1e9;
@@ -259,6 +293,11 @@ pub fn run(a: SweepArgs) -> anyhow::Result<()> {
                     busbw_gbps: algbw * kind.busbw_factor(n),
                     in_place,
                     wrong: m.wrong,
+                    floor_ratio: copy_gbps.map(|c| {
+                        let fb = floor_bytes(kind, n, mem_ranks, bytes as f64, in_place);
+                        // C counts read + write: twice the copy ceiling.
+                        fb / (2.0 * c * 1e9) / time
+                    }),
                 });
                 if let Some(first) = m.first_wrong {
                     bar.suspend(|| {
@@ -298,6 +337,75 @@ pub fn run(a: SweepArgs) -> anyhow::Result<()> {
         bail!("{wrong} wrong elements");
     }
     Ok(())
+}
+
+/// Bytes every rank must at least read and write in the busiest memory,
+/// summed over the `m` of the `n` ranks that share it, for nccl-tests'
+/// size `s` (see the module docs; the formulas are per rank, times `m`).
+pub fn floor_bytes(kind: CollKind, n: u32, m: u32, s: f64, in_place: bool) -> f64 {
+    let (n, m) = (f64::from(n.max(1)), f64::from(m.clamp(1, n.max(1))));
+    match kind {
+        // Read the input, write the output.
+        CollKind::AllReduce | CollKind::AllToAll | CollKind::SendRecv => 2.0 * m * s,
+        // The root reads S once; every rank writes S (the root not in place).
+        CollKind::Broadcast if in_place => s + (m - 1.0) * s,
+        CollKind::Broadcast => s + m * s,
+        // Every rank reads S; the root writes S.
+        CollKind::Reduce => m * s + s,
+        // Each reads its S/N block and writes S (in place: the other blocks).
+        CollKind::AllGather if in_place => m * (s / n + s * (n - 1.0) / n),
+        CollKind::AllGather => m * (s / n + s),
+        // Each reads S and writes its S/N block.
+        CollKind::ReduceScatter => m * (s + s / n),
+        // The root's S is read (Scatter) or written (Gather) once and each
+        // block written or read once: 2·S over the whole clique, M/N of it here.
+        CollKind::Gather | CollKind::Scatter => 2.0 * s * m / n,
+    }
+}
+
+/// The most elements one rank's buffer needs over the sweep: the larger of
+/// input and output of every collective at the largest size.
+fn largest_elems(colls: &[CollKind], sizes: &[usize], es: usize, n: u32) -> usize {
+    let top = sizes.iter().copied().max().unwrap_or(0);
+    colls
+        .iter()
+        .filter_map(|&k| {
+            let count = count_for(k, top, es, n)?;
+            let c = Collective::new(k, count, 0);
+            Some(c.input_len(n).max(c.output_len(n)))
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+/// Per data type, every rank's two buffers (main and out-of-place output),
+/// allocated once at the sweep's largest size.
+#[derive(Default)]
+struct Pools(std::collections::HashMap<DataType, Box<dyn std::any::Any>>);
+
+/// One data type's buffers, by rank: `(main, other)`.
+type Pool<T> = Vec<Option<(Buffer<T>, Buffer<T>)>>;
+
+impl Pools {
+    fn get<T: Element>(
+        &mut self,
+        comms: &[Communicator],
+        elems: usize,
+    ) -> anyhow::Result<&mut Pool<T>> {
+        if !self.0.contains_key(&T::DTYPE) {
+            // Drop other types' buffers first: only one type runs at a time.
+            self.0.clear();
+            let pool: Pool<T> = comms
+                .iter()
+                .map(|c| Ok(Some((c.alloc::<T>(elems)?, c.alloc::<T>(elems)?))))
+                .collect::<oxccl::Result<_>>()?;
+            self.0.insert(T::DTYPE, Box::new(pool));
+        }
+        self.0
+            .get_mut(&T::DTYPE)
+            .and_then(|b| b.downcast_mut::<Pool<T>>())
+            .context("sweep buffer pool of the wrong type")
+    }
 }
 
 /// Elements per rank for a row of `size` bytes (nccl-tests' size is the
@@ -375,7 +483,7 @@ fn cols(ratio: bool) -> String {
         "algbw",
         "busbw",
         "#wrong",
-        if ratio { "  %ceil" } else { "" }
+        if ratio { "   floor" } else { "" }
     )
 }
 
@@ -406,8 +514,8 @@ fn format_row(
             "  {:>9.2} {:>7.2} {:>7.2} {:>6}",
             r.time_us, r.algbw_gbps, r.busbw_gbps, r.wrong
         );
-        if let Some(c) = copy {
-            s += &format!(" {:>6.1}%", 100.0 * r.busbw_gbps / c);
+        if copy.is_some() {
+            s += &format!(" {:>6.1}%", 100.0 * r.floor_ratio.unwrap_or(0.0));
         }
     }
     if pair.len() == 1 {
@@ -424,25 +532,37 @@ struct Measured {
 }
 
 /// Runs warm-up, timed iterations and (with `-c`) a checked call on every
-/// rank; returns the slowest rank's mean time per call and the check.
+/// rank, on views of `pool`; returns the slowest rank's mean time per call
+/// and the check.
 fn measure<T: Element>(
     comms: &[Communicator],
+    pool: &mut Pool<T>,
     coll: &Collective,
     op: RedOp,
     in_place: bool,
     a: &SweepArgs,
 ) -> anyhow::Result<Measured> {
     let n = comms.len() as u32;
-    let inputs: Vec<Vec<T>> = (0..n)
-        .map(|r| testkit::input::<T>(coll, n, r, op, 1))
-        .collect();
     let barrier = Barrier::new(comms.len());
-    let results: Vec<anyhow::Result<(Duration, Vec<T>)>> = std::thread::scope(|s| {
+    type RankOut<T> = (
+        anyhow::Result<(Duration, Vec<T>)>,
+        Vec<T>,
+        (Buffer<T>, Buffer<T>),
+    );
+    let results: Vec<anyhow::Result<RankOut<T>>> = std::thread::scope(|s| {
         let hs: Vec<_> = comms
             .iter()
-            .map(|c| {
-                let (input, barrier) = (&inputs[c.rank() as usize], &barrier);
-                s.spawn(move || rank_run(c, coll, input, op, in_place, a, barrier))
+            .zip(pool.iter_mut())
+            .map(|(c, slot)| {
+                let bufs = slot.take();
+                let barrier = &barrier;
+                s.spawn(move || {
+                    let bufs = bufs.context("sweep buffers missing")?;
+                    // Inputs are made on the rank threads, in parallel.
+                    let input = testkit::input::<T>(coll, n, c.rank(), op, 1);
+                    let r = rank_run(c, &bufs, coll, &input, op, in_place, a, barrier);
+                    Ok((r, input, bufs))
+                })
             })
             .collect();
         hs.into_iter()
@@ -453,11 +573,31 @@ fn measure<T: Element>(
             .collect()
     });
     let mut time = Duration::ZERO;
+    let mut inputs = Vec::new();
     let mut outputs = Vec::new();
-    for r in results {
-        let (t, o) = r?;
-        time = time.max(t);
-        outputs.push(o);
+    let mut first_err = None;
+    for (slot, r) in pool.iter_mut().zip(results) {
+        match r {
+            Ok((res, input, bufs)) => {
+                *slot = Some(bufs);
+                inputs.push(input);
+                match res {
+                    Ok((t, o)) => {
+                        time = time.max(t);
+                        outputs.push(o);
+                    }
+                    Err(e) => {
+                        first_err.get_or_insert(e);
+                    }
+                }
+            }
+            Err(e) => {
+                first_err.get_or_insert(e);
+            }
+        }
+    }
+    if let Some(e) = first_err {
+        return Err(e);
     }
     let (wrong, first_wrong) = if a.check == 0 {
         (0, None)
@@ -492,9 +632,13 @@ fn check_sendrecv<T: Element>(inputs: &[Vec<T>], outputs: &[Vec<T>]) -> (u64, Op
     (wrong, first)
 }
 
-/// One rank's share of [`measure`].
+/// One rank's share of [`measure`]. Every rank reaches every barrier,
+/// failed or not (a failed rank aborts the clique first, so peers'
+/// pending calls fail promptly), and the first error is returned.
+#[allow(clippy::too_many_arguments)] // reason: one rank's view of `measure`'s arguments; a struct would only rename them
 fn rank_run<T: Element>(
     c: &Communicator,
+    (main, other): &(Buffer<T>, Buffer<T>),
     coll: &Collective,
     input: &[T],
     op: RedOp,
@@ -509,16 +653,11 @@ fn rank_run<T: Element>(
     } else {
         (0, 0)
     };
-    let main = c.alloc::<T>(ilen.max(olen))?;
-    let other = if in_place {
-        None
-    } else {
-        Some(c.alloc::<T>(olen)?)
-    };
     let send = main.slice(in_off..in_off + ilen);
-    let recv = match &other {
-        Some(o) => o.full(),
-        None => main.slice(out_off..out_off + olen),
+    let recv = if in_place {
+        main.slice(out_off..out_off + olen)
+    } else {
+        other.slice(..olen)
     };
     let peer_next = (c.rank() + 1) % n;
     let peer_prev = (c.rank() + n - 1) % n;
@@ -532,28 +671,48 @@ fn rank_run<T: Element>(
             c.collective(coll.kind, send, recv, op, coll.root)
         }
     };
-    send.copy_from_slice(input)?;
-    for _ in 0..a.warmup {
-        call()?;
-    }
-    c.synchronize()?;
+    // Runs one phase unless an earlier one failed; a failure aborts the
+    // clique so no peer waits for this rank until its deadline.
+    let phase = |ok: &mut anyhow::Result<()>, f: &mut dyn FnMut() -> oxccl::Result<()>| {
+        if ok.is_ok() {
+            if let Err(e) = f() {
+                c.abort();
+                *ok = Err(e.into());
+            }
+        }
+    };
+    let mut ok: anyhow::Result<()> = Ok(());
+    phase(&mut ok, &mut || {
+        send.copy_from_slice(input)?;
+        for _ in 0..a.warmup {
+            call()?;
+        }
+        c.synchronize()
+    });
     barrier.wait();
-    let mut timer = c.timer()?;
-    timer.start()?;
-    for _ in 0..a.iters {
-        call()?;
-    }
-    let t = timer.stop()?;
+    let mut t = Duration::ZERO;
+    phase(&mut ok, &mut || {
+        let mut timer = c.timer()?;
+        timer.start()?;
+        for _ in 0..a.iters {
+            call()?;
+        }
+        t = timer.stop()?;
+        Ok(())
+    });
     let mut out = Vec::new();
     if a.check != 0 {
         // In-place iterations overwrote the input: restore it, run once more.
-        send.copy_from_slice(input)?;
+        phase(&mut ok, &mut || send.copy_from_slice(input));
         barrier.wait();
-        call()?;
-        c.synchronize()?;
-        out = recv.to_vec()?;
+        phase(&mut ok, &mut || {
+            call()?;
+            c.synchronize()?;
+            out = recv.to_vec()?;
+            Ok(())
+        });
     }
-    Ok((t, out))
+    ok.map(|()| (t, out))
 }
 
 /// `hostname, N cores, CPU model`.

@@ -4,13 +4,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use oxccl_core::plan::{BufRole, RankPlan};
-use oxccl_core::{CollKind, Collective, CoreError, DataType, Element, Plan, RedOp};
+use oxccl_core::{Algo, CollKind, Collective, CoreError, DataType, Element, RedOp};
 
 use crate::backend::{self, Backend, BackendKind, BackendOptions, Launch, RawBuf};
 use crate::buffer::{Buffer, In, Out};
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::plans::{PlanCache, PlanKey};
+use crate::plans::{PlanCache, PlanEntry, PlanKey};
 use crate::select::{self, Choice, Chooser};
 use crate::validate::{self, Checked, Owner};
 
@@ -84,11 +84,61 @@ pub fn init_all_with(n: u32, config: Config) -> Result<Vec<Communicator>> {
         .collect())
 }
 
+/// Piece size in elements for a plan of `algo`: registered direct plans
+/// (one-shot, two-shot, all-pairs on registered buffers) move no FIFO
+/// message, and each piece costs synchronisation steps, so their pieces
+/// are [`DIRECT_PIECE_BYTES`] (unless the configuration sets a chunk);
+/// everything else is bounded by the FIFO message (`fifo_chunk`).
+fn piece_elems(
+    algo: Algo,
+    registered: bool,
+    fifo_chunk: usize,
+    elem_size: usize,
+    config: &Config,
+) -> usize {
+    let direct = matches!(algo, Algo::OneShot | Algo::TwoShot | Algo::AllPairs);
+    if registered && direct && config.chunk_bytes.is_none() {
+        (DIRECT_PIECE_BYTES / elem_size).max(fifo_chunk)
+    } else {
+        fifo_chunk
+    }
+}
+
+/// Bytes per piece of registered direct plans: 4 MiB keeps a 256 MiB call
+/// at 4 pieces per channel on 16 channels, while staged in-place AllToAll
+/// needs at most (n − 1) pieces of scratch per channel.
+pub(crate) const DIRECT_PIECE_BYTES: usize = 4 << 20;
+
 /// One rank's share of an operation, ready for the backend.
 #[derive(Debug)]
 pub(crate) struct Prepared {
-    pub plan: RankPlan,
+    pub plan: PlanRef,
     pub bufs: Vec<RawBuf>,
+}
+
+/// The rank plan of a [`Prepared`]: a rank of a cached plan (nothing
+/// copied per call) or one made for this call (groups).
+#[derive(Debug)]
+pub(crate) enum PlanRef {
+    Cached { entry: Arc<PlanEntry>, rank: usize },
+    Own(RankPlan),
+}
+
+impl PlanRef {
+    pub fn rank_plan(&self) -> &RankPlan {
+        match self {
+            PlanRef::Cached { entry, rank } => &entry.plan.ranks[*rank],
+            PlanRef::Own(rp) => rp,
+        }
+    }
+
+    /// An owned copy (groups merge parts into one plan).
+    pub fn into_owned(self) -> RankPlan {
+        match self {
+            PlanRef::Cached { entry, rank } => entry.plan.ranks[rank].clone(),
+            PlanRef::Own(rp) => rp,
+        }
+    }
 }
 
 impl Communicator {
@@ -200,6 +250,15 @@ impl Communicator {
         self.clique.backend.timer(self.rank)
     }
 
+    /// Ranks of this clique whose buffers live in the busiest memory (all
+    /// of them when every rank shares one GPU or the host).
+    pub fn ranks_on_busiest_memory(&self) -> u32 {
+        self.clique
+            .backend
+            .busiest_memory_ranks()
+            .unwrap_or(self.clique.nranks)
+    }
+
     /// The backend's copy-bandwidth ceiling in GB/s, measured on `bytes`.
     pub fn copy_bandwidth(&self, bytes: usize) -> Result<f64> {
         self.clique.backend.copy_bandwidth(bytes)
@@ -217,6 +276,7 @@ impl Communicator {
         op: RedOp,
         root: u32,
     ) -> Result<()> {
+        let _span = tracing::debug_span!("oxccl.collective", rank = self.rank, %kind).entered();
         let (checked, op) = self.check_collective(kind, send.into(), recv.into(), op, root)?;
         if checked.coll.count == 0 {
             return Ok(());
@@ -257,33 +317,47 @@ impl Communicator {
         let mut choice = cl
             .chooser
             .choose(&cl.config, c.coll.kind, bytes, registered)?;
-        let chunk = (cl.config.chunk_bytes.unwrap_or(cl.backend.chunk_bytes()) / elem_size).max(1);
-        let mut last = None;
+        let fifo_chunk =
+            (cl.config.chunk_bytes.unwrap_or(cl.backend.chunk_bytes()) / elem_size).max(1);
+        let mut last: Option<CoreError>;
         // The selector's pick, then (should its generator refuse this
-        // shape) the other allowed algorithms in preference order.
-        let others = select::allowed_algos(&cl.config, c.coll.kind);
-        let candidates =
-            std::iter::once(choice.algo).chain(others.into_iter().filter(|&a| a != choice.algo));
-        for algo in candidates {
+        // shape) the other allowed algorithms in preference order; the
+        // list is built only when the pick is refused.
+        let mut others: Option<std::vec::IntoIter<Algo>> = None;
+        let mut algo = choice.algo;
+        loop {
             let key = PlanKey {
                 coll: c.coll,
                 elem_size,
                 algo,
                 channels: choice.channels,
-                chunk,
+                chunk: piece_elems(algo, registered, fifo_chunk, elem_size, &cl.config),
+                fifo_chunk,
                 in_place: c.in_place,
                 registered,
             };
             match cl.plans.get(cl.nranks, key) {
-                Ok(plan) => {
+                Ok(entry) => {
                     if algo != choice.algo {
                         choice.algo = algo;
                         choice.predicted_us = None;
                     }
-                    return Ok((self.bind(&plan, c.send, c.recv), choice));
+                    return Ok((self.bind(entry, c.send, c.recv), choice));
                 }
                 Err(e @ CoreError::Unsupported { .. }) => last = Some(e),
                 Err(e) => return Err(e.into()),
+            }
+            let first = choice.algo;
+            let rest = others.get_or_insert_with(|| {
+                select::allowed_algos(&cl.config, c.coll.kind)
+                    .into_iter()
+                    .filter(|&a| a != first)
+                    .collect::<Vec<_>>()
+                    .into_iter()
+            });
+            match rest.next() {
+                Some(a) => algo = a,
+                None => break,
             }
         }
         Err(match last {
@@ -295,10 +369,11 @@ impl Communicator {
         })
     }
 
-    /// This rank's part of `plan` with the call's buffers attached.
-    fn bind(&self, plan: &Plan, send: RawBuf, recv: RawBuf) -> Prepared {
-        let rp = plan.ranks[self.rank as usize].clone();
-        let bufs = rp
+    /// This rank's part of a cached plan with the call's buffers attached
+    /// (the plan itself is shared, not copied).
+    fn bind(&self, entry: Arc<PlanEntry>, send: RawBuf, recv: RawBuf) -> Prepared {
+        let rank = self.rank as usize;
+        let bufs = entry.plan.ranks[rank]
             .bufs
             .iter()
             .map(|b| match b.role {
@@ -307,7 +382,10 @@ impl Communicator {
                 BufRole::Scratch => RawBuf::NULL,
             })
             .collect();
-        Prepared { plan: rp, bufs }
+        Prepared {
+            plan: PlanRef::Cached { entry, rank },
+            bufs,
+        }
     }
 
     /// Hands a prepared plan to the backend; a failure marks the clique.
@@ -319,13 +397,26 @@ impl Communicator {
         proto: oxccl_core::Proto,
     ) -> Result<()> {
         let lowered = op.lower(dtype, self.clique.nranks);
+        let handle = match &p.plan {
+            PlanRef::Cached { entry, .. } => entry.handle(self.clique.backend.as_ref(), proto),
+            PlanRef::Own(_) => Ok(None),
+        };
+        let handle = match handle {
+            Ok(h) => h,
+            Err(e) => {
+                tracing::warn!(rank = self.rank, error = %e, "oxccl: preparing a plan failed; aborting the communicator");
+                self.clique.backend.abort();
+                return Err(e);
+            }
+        };
         let launch = Launch {
             rank: self.rank,
-            plan: &p.plan,
+            plan: p.plan.rank_plan(),
             bufs: &p.bufs,
             dtype,
             op: &lowered,
             proto,
+            handle: handle.as_ref(),
         };
         // SAFETY: every buffer passed validation: it is this rank's backend
         // memory or a borrowed user slice (host backend only) of at least

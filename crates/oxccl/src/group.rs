@@ -21,7 +21,7 @@ use oxccl_core::{CollKind, DataType, Element, Plan, Proto, RedOp};
 
 use crate::backend::RawBuf;
 use crate::buffer::{In, Out};
-use crate::comm::{Communicator, Prepared};
+use crate::comm::{Communicator, PlanRef, Prepared};
 use crate::error::{Error, Result};
 use crate::select::Choice;
 use crate::validate;
@@ -316,7 +316,10 @@ fn p2p_part(comm: &Communicator, ops: &[P2pOp], bufs: Vec<RawBuf>, es: usize) ->
             )),
             other => other.into(),
         })?;
-    Ok(Prepared { plan, bufs })
+    Ok(Prepared {
+        plan: PlanRef::Own(plan),
+        bufs,
+    })
 }
 
 /// Concatenates rank plans: buffers and channels of later parts are
@@ -330,7 +333,7 @@ fn merge(comm: &Communicator, parts: Vec<Prepared>) -> Prepared {
         .into_iter()
         .map(|p| {
             bufs.extend(p.bufs);
-            let mut rp = p.plan;
+            let mut rp = p.plan.into_owned();
             rp.rank = 0;
             rp.nranks = 1;
             Plan {
@@ -347,5 +350,8 @@ fn merge(comm: &Communicator, parts: Vec<Prepared>) -> Prepared {
         .expect("one rank");
     merged.rank = comm.rank();
     merged.nranks = comm.nranks();
-    Prepared { plan: merged, bufs }
+    Prepared {
+        plan: PlanRef::Own(merged),
+        bufs,
+    }
 }

@@ -3,15 +3,26 @@
 //! Every rank of a clique makes the same choice from the same inputs (see
 //! `select`), so all ranks execute parts of one plan. Generated plans are
 //! cached per clique, keyed by everything that shapes them, so repeated
-//! calls never regenerate.
+//! calls never regenerate. Each entry also keeps what the backend made for
+//! the plan (per protocol: device uploads of every rank), so after the
+//! first call a collective only looks the entry up and enqueues.
+//!
+//! Locking: the map is read-locked for lookups (ranks do not serialise on
+//! a hit) and write-locked only to insert a new entry. Backend preparation
+//! runs under the entry's own lock, never the map's: a rank that is behind
+//! and needs an older entry is never blocked by an upload of a newer one
+//! (it may be the very rank whose kernel the upload's allocation waits for).
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use oxccl_core::gen::{self, PlanRequest};
 use oxccl_core::plan::Rank;
-use oxccl_core::{Algo, Collective, CoreError, Plan};
-use parking_lot::Mutex;
+use oxccl_core::{Algo, Collective, CoreError, Plan, Proto};
+use parking_lot::{Mutex, RwLock};
+
+use crate::backend::{Backend, PlanHandle};
+use crate::error::Result;
 
 /// Everything that shapes a generated plan.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -20,9 +31,45 @@ pub(crate) struct PlanKey {
     pub elem_size: usize,
     pub algo: Algo,
     pub channels: u32,
+    /// Largest piece in elements: the backend's FIFO message, or (for
+    /// registered direct plans, which move no FIFO message) larger.
     pub chunk: usize,
+    /// Largest FIFO message in elements; a plan whose messages exceed it
+    /// is regenerated with `chunk = fifo_chunk`.
+    pub fifo_chunk: usize,
     pub in_place: bool,
     pub registered: bool,
+}
+
+/// A generated plan and the backend's state for it, per protocol.
+#[derive(Debug)]
+pub(crate) struct PlanEntry {
+    pub plan: Plan,
+    elem_size: usize,
+    handles: [Mutex<Option<Option<PlanHandle>>>; 3],
+}
+
+fn proto_slot(p: Proto) -> usize {
+    match p {
+        Proto::LL => 0,
+        Proto::LL128 => 1,
+        Proto::Simple => 2,
+    }
+}
+
+impl PlanEntry {
+    /// The backend's state for running this plan with `proto`, made on
+    /// first use (by whichever rank gets here first, for every rank).
+    pub fn handle(&self, backend: &dyn Backend, proto: Proto) -> Result<Option<PlanHandle>> {
+        let mut slot = self.handles[proto_slot(proto)].lock();
+        if let Some(h) = slot.as_ref() {
+            return Ok(h.clone());
+        }
+        let _span = tracing::debug_span!("oxccl.prepare_plan", proto = %proto).entered();
+        let h = backend.prepare_plan(&self.plan, self.elem_size, proto)?;
+        *slot = Some(h.clone());
+        Ok(h)
+    }
 }
 
 /// The per-clique cache. The ring orders are the clique's (one per
@@ -30,38 +77,54 @@ pub(crate) struct PlanKey {
 #[derive(Debug, Default)]
 pub(crate) struct PlanCache {
     rings: Vec<Vec<Rank>>,
-    plans: Mutex<HashMap<PlanKey, Arc<Plan>>>,
+    plans: RwLock<HashMap<PlanKey, Arc<PlanEntry>>>,
 }
 
 impl PlanCache {
     pub fn new(rings: Vec<Vec<Rank>>) -> Self {
         PlanCache {
             rings,
-            plans: Mutex::default(),
+            plans: RwLock::default(),
         }
     }
 
     /// The plan for `key`, generated on first use. Generation happens under
-    /// the lock, so ranks asking at once wait for one generation.
-    pub fn get(&self, nranks: u32, key: PlanKey) -> Result<Arc<Plan>, CoreError> {
-        let mut plans = self.plans.lock();
+    /// the write lock, so ranks asking at once wait for one generation.
+    pub fn get(&self, nranks: u32, key: PlanKey) -> Result<Arc<PlanEntry>, CoreError> {
+        if let Some(p) = self.plans.read().get(&key) {
+            return Ok(p.clone());
+        }
+        let mut plans = self.plans.write();
         if let Some(p) = plans.get(&key) {
             return Ok(p.clone());
         }
-        let req = PlanRequest {
+        let _span = tracing::debug_span!("oxccl.generate", algo = %key.algo, channels = key.channels, chunk = key.chunk).entered();
+        let mut plan = gen::generate(&self.request(nranks, &key, key.chunk))?;
+        if key.chunk > key.fifo_chunk && plan.ranks.iter().any(|r| r.max_message() > key.fifo_chunk)
+        {
+            plan = gen::generate(&self.request(nranks, &key, key.fifo_chunk))?;
+        }
+        let entry = Arc::new(PlanEntry {
+            plan,
+            elem_size: key.elem_size,
+            handles: Default::default(),
+        });
+        plans.insert(key, entry.clone());
+        Ok(entry)
+    }
+
+    fn request(&self, nranks: u32, key: &PlanKey, chunk: usize) -> PlanRequest {
+        PlanRequest {
             channels: key.channels,
-            chunk: key.chunk,
+            chunk,
             in_place: key.in_place,
             registered: key.registered,
             rings: self.rings.clone(),
             ..PlanRequest::new(key.coll, nranks, key.algo)
-        };
-        let plan = Arc::new(gen::generate(&req)?);
-        plans.insert(key, plan.clone());
-        Ok(plan)
+        }
     }
 
     pub fn len(&self) -> usize {
-        self.plans.lock().len()
+        self.plans.read().len()
     }
 }

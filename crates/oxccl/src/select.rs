@@ -19,9 +19,12 @@
 //! Every rank of a set decides from the same inputs with the same selector,
 //! so all ranks pick alike and run parts of one plan.
 
+use std::collections::HashMap;
+
 use oxccl_core::{gen, Algo, CollKind, DataType, Proto};
 use oxccl_topo::consts::Constants;
 use oxccl_topo::{Selector, Topology};
+use parking_lot::RwLock;
 
 use crate::backend::{Backend, BackendKind};
 use crate::config::Config;
@@ -143,6 +146,31 @@ pub(crate) struct Chooser {
     protos: &'static [Proto],
     nranks: u32,
     max_channels: u32,
+    /// Choices already made, by (collective, bytes, registered): the
+    /// configuration is fixed per clique, so a repeated call is a lookup.
+    memo: RwLock<HashMap<(CollKind, usize, bool), Choice>>,
+}
+
+/// Largest channel count the facade uses (NCCL's MAXCHANNELS is 32).
+pub(crate) const MAX_CHANNELS: u32 = 32;
+
+/// The model's constants for a GPU backend whose channels are thread
+/// blocks: a rank's bus bandwidth (`shape.intra_bw`, its share of the GPU)
+/// needs `max_channels` blocks (its share of the SMs), so one channel
+/// carries at most `intra_bw / max_channels`. The defaults' per-channel
+/// caps are NVLink figures (24 GB/s, Simple); with several ranks on one
+/// GPU a block's share is smaller, and the model must ask for more blocks
+/// to reach the HBM floor (on the H200, 16 channels per rank for 8 ranks
+/// ran 2.4× faster than 4). Caps only go down, protocols keep their ratio.
+fn gpu_constants(selector: &Selector, max_channels: u32) -> Constants {
+    let base = selector.constants().clone();
+    let per_block = selector.shape().intra_bw / f64::from(max_channels.max(1));
+    let simple = base.channel_cap(Proto::Simple);
+    let scale = (per_block / simple).min(1.0);
+    Constants {
+        chan_cap: base.chan_cap.map(|c| c * scale),
+        ..base
+    }
 }
 
 impl Chooser {
@@ -166,9 +194,7 @@ impl Chooser {
             }
         }
         let (topo, gpus) = placement(backend.kind(), nranks);
-        let max_channels = backend
-            .max_channels()
-            .clamp(1, oxccl_topo::select::DEFAULT_MAX_CHANNELS);
+        let max_channels = backend.max_channels().clamp(1, MAX_CHANNELS);
         let selector = Selector::new(&topo, &gpus).with_max_channels(max_channels);
         let (registered, fifo) = match backend.kind() {
             BackendKind::Host => (
@@ -177,14 +203,19 @@ impl Chooser {
                     .with_constants(host_constants(nranks, true)),
                 selector.with_constants(host_constants(nranks, false)),
             ),
-            _ => (selector.clone(), selector),
+            _ => {
+                let consts = gpu_constants(&selector, max_channels);
+                let s = selector.with_constants(consts);
+                (s.clone(), s)
+            }
         };
         Ok(Chooser {
             registered,
             fifo,
             protos,
             nranks,
-            max_channels: backend.max_channels().max(1),
+            max_channels,
+            memo: RwLock::default(),
         })
     }
 
@@ -198,6 +229,27 @@ impl Chooser {
     /// algorithms and protocols; a configured channel count replaces the
     /// model's.
     pub fn choose(
+        &self,
+        config: &Config,
+        kind: CollKind,
+        bytes: usize,
+        registered: bool,
+    ) -> Result<Choice> {
+        let key = (kind, bytes, registered);
+        if let Some(c) = self.memo.read().get(&key) {
+            return Ok(*c);
+        }
+        let c = self.choose_uncached(config, kind, bytes, registered)?;
+        let mut memo = self.memo.write();
+        // Bounded: a program calling every size would otherwise grow it.
+        if memo.len() >= 4096 {
+            memo.clear();
+        }
+        memo.insert(key, c);
+        Ok(c)
+    }
+
+    fn choose_uncached(
         &self,
         config: &Config,
         kind: CollKind,

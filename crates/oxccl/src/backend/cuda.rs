@@ -7,10 +7,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use oxccl_core::plan::BufRole;
+use oxccl_core::{Plan, Proto};
 use oxccl_cuda::driver::Event;
-use oxccl_cuda::{CudaError, World, WorldConfig};
+use oxccl_cuda::encode::MAX_BUFS;
+use oxccl_cuda::{CudaError, Prepared, World, WorldConfig};
 
-use super::{Backend, BackendKind, BackendOptions, Launch, RawBuf, Timer};
+use super::{Backend, BackendKind, BackendOptions, Launch, PlanHandle, RawBuf, Timer};
 use crate::error::Error;
 
 /// Whether a CUDA device can be used in this process (never panics).
@@ -40,6 +42,10 @@ pub(crate) fn map_error(e: CudaError) -> Error {
         CudaError::Invalid(m) => Error::Backend(m),
     }
 }
+
+/// Every rank's upload of one plan, by rank (a [`PlanHandle`]).
+#[derive(Debug)]
+struct Uploads(Vec<Arc<Prepared>>);
 
 /// The CUDA backend of one clique.
 #[derive(Debug)]
@@ -78,29 +84,60 @@ impl Backend for CudaBackend {
         &[oxccl_core::Proto::Simple, oxccl_core::Proto::LL]
     }
 
-    unsafe fn execute(&self, launch: &Launch<'_>) -> Result<(), Error> {
-        let bufs: Vec<u64> = launch
-            .plan
-            .bufs
+    fn prepare_plan(
+        &self,
+        plan: &Plan,
+        elem_size: usize,
+        proto: Proto,
+    ) -> Result<Option<PlanHandle>, Error> {
+        // Every rank's upload (blob, connections, semaphores, scratch) now,
+        // so no launch of this plan allocates or copies synchronously.
+        let uploads = plan
+            .ranks
             .iter()
-            .zip(launch.bufs)
-            .map(|(d, r)| {
-                if d.role == BufRole::Scratch {
-                    0
-                } else {
-                    r.addr
-                }
-            })
-            .collect();
-        let w = &self.world;
-        let p = w
-            .prepare_proto(launch.plan, launch.dtype.size(), launch.proto)
+            .map(|rp| self.world.prepare_proto(rp, elem_size, proto))
+            .collect::<Result<Vec<Arc<Prepared>>, CudaError>>()
             .map_err(map_error)?;
+        Ok(Some(Arc::new(Uploads(uploads))))
+    }
+
+    unsafe fn execute(&self, launch: &Launch<'_>) -> Result<(), Error> {
+        let n = launch.plan.bufs.len();
+        if n > MAX_BUFS || launch.bufs.len() != n {
+            return Err(Error::Internal(format!(
+                "{} buffer addresses for a plan with {n} buffers (at most {MAX_BUFS})",
+                launch.bufs.len()
+            )));
+        }
+        let mut bufs = [0u64; MAX_BUFS];
+        for (slot, (d, r)) in bufs
+            .iter_mut()
+            .zip(launch.plan.bufs.iter().zip(launch.bufs))
+        {
+            if d.role != BufRole::Scratch {
+                *slot = r.addr;
+            }
+        }
+        let w = &self.world;
+        // A cached plan's upload comes with the launch (no hashing or
+        // comparing the plan per call); plans made per call (groups) go
+        // through the world's own cache.
+        let cached = launch
+            .handle
+            .and_then(|h| h.downcast_ref::<Uploads>())
+            .and_then(|u| u.0.get(launch.rank as usize))
+            .filter(|p| p.proto() == launch.proto);
+        let p = match cached {
+            Some(p) => p.clone(),
+            None => w
+                .prepare_proto(launch.plan, launch.dtype.size(), launch.proto)
+                .map_err(map_error)?,
+        };
         // SAFETY: the caller guarantees (trait contract) every non-scratch
         // buffer is device memory of this rank valid until the stream
         // reaches the kernel; the facade only picks plans with remote steps
         // for buffers from `alloc`, which every rank can address.
-        unsafe { w.launch(&p, launch.rank, &bufs, launch.dtype, launch.op) }.map_err(map_error)
+        unsafe { w.launch(&p, launch.rank, &bufs[..n], launch.dtype, launch.op) }.map_err(map_error)
     }
 
     fn alloc(&self, rank: u32, bytes: usize) -> Result<RawBuf, Error> {
@@ -149,6 +186,13 @@ impl Backend for CudaBackend {
             stop,
             started: false,
         }))
+    }
+
+    fn busiest_memory_ranks(&self) -> Option<u32> {
+        let devs = &self.world.config().devices;
+        devs.iter()
+            .map(|d| devs.iter().filter(|&x| x == d).count() as u32)
+            .max()
     }
 
     fn copy_bandwidth(&self, bytes: usize) -> Result<f64, Error> {

@@ -24,7 +24,7 @@ use std::fmt::Debug;
 use std::time::Duration;
 
 use oxccl_core::plan::RankPlan;
-use oxccl_core::{DataType, LoweredOp, Proto};
+use oxccl_core::{DataType, LoweredOp, Plan, Proto};
 
 use crate::error::Error;
 
@@ -115,7 +115,14 @@ pub struct Launch<'a> {
     pub op: &'a LoweredOp,
     /// Wire protocol for FIFO connections, one of [`Backend::protocols`].
     pub proto: Proto,
+    /// What [`Backend::prepare_plan`] returned for the plan this rank
+    /// plan belongs to (`None` for plans made per call, e.g. groups).
+    pub handle: Option<&'a PlanHandle>,
 }
+
+/// A backend's state for one plan on every rank (device uploads), made
+/// once by [`Backend::prepare_plan`] and handed back on every launch.
+pub type PlanHandle = std::sync::Arc<dyn std::any::Any + Send + Sync>;
 
 /// What a backend is told when a clique is created.
 #[derive(Clone, Debug)]
@@ -175,6 +182,21 @@ pub trait Backend: Send + Sync + Debug {
         &[Proto::Simple]
     }
 
+    /// Makes whatever every rank needs to launch `plan` with `proto` on
+    /// `elem_size`-byte elements (device uploads, connections, scratch),
+    /// once per plan, when it is first used, so launches only enqueue.
+    /// The facade calls it from one rank's thread, before any rank launches
+    /// the plan. The default keeps nothing.
+    fn prepare_plan(
+        &self,
+        plan: &Plan,
+        elem_size: usize,
+        proto: Proto,
+    ) -> Result<Option<PlanHandle>, Error> {
+        let _ = (plan, elem_size, proto);
+        Ok(None)
+    }
+
     /// Runs (host) or enqueues (CUDA) one rank's part of a plan.
     ///
     /// # Safety
@@ -222,6 +244,14 @@ pub trait Backend: Send + Sync + Debug {
 
     /// A timer ordered with `rank`'s work.
     fn timer(&self, rank: u32) -> Result<Box<dyn Timer>, Error>;
+
+    /// Ranks whose data lives in the busiest memory (the GPU, or the host,
+    /// holding the most ranks); `None` means every rank shares one. The
+    /// sweep's floor ratio divides the bytes crossing that memory by its
+    /// copy bandwidth.
+    fn busiest_memory_ranks(&self) -> Option<u32> {
+        None
+    }
 
     /// Copy bandwidth ceiling in GB/s (bytes read + written counted once
     /// as `bytes`), measured by copying `bytes` bytes: host single-thread
