@@ -745,6 +745,34 @@ mod tests {
     }
 
     #[test]
+    fn floor_bytes_follow_the_documented_table() {
+        let s = 1024.0;
+        // All ranks on one memory: AllReduce's HBM floor is 2·N·S.
+        assert_eq!(
+            floor_bytes(CollKind::AllReduce, 8, 8, s, false),
+            2.0 * 8.0 * s
+        );
+        assert_eq!(floor_bytes(CollKind::Broadcast, 8, 8, s, false), 9.0 * s);
+        assert_eq!(floor_bytes(CollKind::Broadcast, 8, 8, s, true), 8.0 * s);
+        assert_eq!(floor_bytes(CollKind::Reduce, 8, 8, s, false), 9.0 * s);
+        assert_eq!(floor_bytes(CollKind::AllGather, 8, 8, s, false), 9.0 * s);
+        assert_eq!(floor_bytes(CollKind::AllGather, 8, 8, s, true), 8.0 * s);
+        assert_eq!(floor_bytes(CollKind::ReduceScatter, 8, 8, s, true), 9.0 * s);
+        assert_eq!(floor_bytes(CollKind::Gather, 8, 8, s, false), 2.0 * s);
+        // Two GPUs of four ranks each: the busiest memory holds half.
+        assert_eq!(floor_bytes(CollKind::AllReduce, 8, 4, s, false), 8.0 * s);
+    }
+
+    #[test]
+    fn one_allocation_covers_every_row() {
+        let sizes = [8, 64, 1 << 20];
+        let colls = [CollKind::AllReduce, CollKind::AllGather, CollKind::AllToAll];
+        // 1 MiB of f32: 262144 elements; AllGather's output and AllToAll's
+        // buffers are that size too (count = S / (4·n) per block).
+        assert_eq!(largest_elems(&colls, &sizes, 4, 4), 1 << 18);
+    }
+
+    #[test]
     fn counts_follow_nccl_tests_sizes() {
         assert_eq!(count_for(CollKind::AllReduce, 64, 4, 4), Some(16));
         assert_eq!(count_for(CollKind::AllGather, 64, 4, 4), Some(4));

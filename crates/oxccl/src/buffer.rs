@@ -169,6 +169,14 @@ impl<'a, T: Element> Slice<'a, T> {
         self.buf.raw.sub(self.off * es, self.len * es)
     }
 
+    /// Address of the view's first element in the rank's address space:
+    /// a `CUdeviceptr` on CUDA, a host pointer on the host backend. For
+    /// handing the memory to another library (the sweep's NCCL baseline);
+    /// using it is the caller's `unsafe` business.
+    pub fn addr(&self) -> u64 {
+        self.raw().addr
+    }
+
     /// Overwrites the view's start with `src`.
     pub fn copy_from_slice(&self, src: &[T]) -> Result<()> {
         if src.len() > self.len {

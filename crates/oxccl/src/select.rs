@@ -352,6 +352,32 @@ mod tests {
     use super::*;
 
     #[test]
+    fn gpu_channels_reach_the_backend_limit_for_large_messages() {
+        // 8 ranks on one GPU, 16 blocks each (132 SMs / 8): the default
+        // NVLink caps are met with fewer channels on a GPU whose share per
+        // rank is small; the SM-share caps ask for every block.
+        for topo in [
+            Topology::preset("single-gpu", 1).unwrap(),
+            Topology::empty(),
+        ] {
+            for max in [16, 32] {
+                let sel = Selector::new(&topo, &[0; 8]).with_max_channels(max);
+                let gpu = sel.clone().with_constants(gpu_constants(&sel, max));
+                for kind in [
+                    CollKind::AllReduce,
+                    CollKind::Broadcast,
+                    CollKind::AllGather,
+                ] {
+                    let c = gpu.choose(kind, 256 << 20, 8, &Algo::ALL, &[Proto::Simple]);
+                    assert_eq!(c.channels, max, "{kind} {c}");
+                    let small = gpu.choose(kind, 8, 8, &Algo::ALL, &[Proto::Simple]);
+                    assert_eq!(small.channels, 1, "{kind} {small}");
+                }
+            }
+        }
+    }
+
+    #[test]
     fn choice_line_carries_prediction_and_override() {
         let mut c = Choice {
             algo: Algo::Ring,
