@@ -14,6 +14,7 @@ pub mod driver;
 pub mod encode;
 pub mod error;
 pub mod kernels;
+pub mod nccl;
 pub mod world;
 
 pub use device::{available, device_or_skip, CudaInfo, DeviceInfo};
