@@ -7,6 +7,7 @@
 
 use clap::{Parser, Subcommand};
 
+mod nccl_cols;
 mod simulate;
 mod sweep;
 mod tidy;

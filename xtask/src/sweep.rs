@@ -104,6 +104,8 @@ pub struct SweepArgs {
     /// Plot busbw against size as SVG.
     #[arg(long)]
     svg: Option<PathBuf>,
+    #[command(flatten)]
+    nccl: crate::nccl_cols::NcclArgs,
 }
 
 /// Parses `8`, `64K`, `1M`, `2G` (powers of 1024).
@@ -147,6 +149,9 @@ pub struct Row {
     pub wrong: u64,
     /// Floor time / measured time (with `--baseline`).
     pub floor_ratio: Option<f64>,
+    /// NCCL on the same buffers (with `--nccl`).
+    #[serde(flatten)]
+    pub nccl: crate::nccl_cols::NcclCols,
 }
 
 #[derive(Debug, Serialize)]
@@ -155,6 +160,8 @@ struct Report<'a> {
     backend: String,
     nranks: u32,
     copy_gbps: Option<f64>,
+    nccl: Option<String>,
+    nccl_latency_us: Option<(f64, f64)>,
     results: &'a [Row],
 }
 
@@ -227,6 +234,7 @@ pub fn run(a: SweepArgs) -> anyhow::Result<()> {
     } else {
         None
     };
+    let nccl = crate::nccl_cols::Baseline::open(&a.nccl, &comms, &mut out)?;
     let mem_ranks = comms[0].ranks_on_busiest_memory();
     let cases: Vec<(CollKind, DataType, RedOp)> = colls
         .iter()
@@ -250,7 +258,7 @@ pub fn run(a: SweepArgs) -> anyhow::Result<()> {
     let mut pools = Pools::default();
     for (kind, dt, op) in cases {
         if last_kind != Some(kind) {
-            header(&mut out, kind, copy_gbps.is_some())?;
+            header(&mut out, kind, copy_gbps.is_some(), &nccl)?;
             last_kind = Some(kind);
         }
         for &size in &sizes {
@@ -268,7 +276,7 @@ pub fn run(a: SweepArgs) -> anyhow::Result<()> {
                 let m = with_dtype!(dt, T => {
                     let most = largest_elems(&colls, &sizes, dt.size(), n);
                     let pool = pools.get::<T>(&comms, most)?;
-                    measure::<T>(&comms, pool, &coll, op, in_place, &a)
+                    measure::<T>(&comms, pool, &coll, op, in_place, &a, &nccl)
                 })?;
                 let time = m.time.as_secs_f64().max(1e-9);
                 let bytes = coll.bytes(n, dt.size());
@@ -298,6 +306,12 @@ pub fn run(a: SweepArgs) -> anyhow::Result<()> {
                         // C counts read + write: twice the copy ceiling.
                         fb / (2.0 * c * 1e9) / time
                     }),
+                    nccl: nccl.cols(
+                        &m.nccl,
+                        bytes,
+                        kind.busbw_factor(n),
+                        algbw * kind.busbw_factor(n),
+                    ),
                 });
                 if let Some(first) = m.first_wrong {
                     bar.suspend(|| {
@@ -305,7 +319,8 @@ pub fn run(a: SweepArgs) -> anyhow::Result<()> {
                     });
                 }
             }
-            let line = format_row(&coll, dt, op, kind.is_reduction(), &pair, copy_gbps);
+            let line = format_row(&coll, dt, op, kind.is_reduction(), &pair, copy_gbps)
+                + &nccl.format(&pair);
             bar.suspend(|| writeln!(out, "{line}"))?;
             rows.extend(pair);
         }
@@ -325,6 +340,8 @@ pub fn run(a: SweepArgs) -> anyhow::Result<()> {
             backend: comms[0].backend().name().into(),
             nranks: n,
             copy_gbps,
+            nccl: nccl.describe(),
+            nccl_latency_us: nccl.latency_us(),
             results: &rows,
         };
         std::fs::write(path, serde_json::to_string_pretty(&rep)?)
@@ -436,28 +453,37 @@ fn progress(show: bool, total: u64) -> indicatif::ProgressBar {
     bar
 }
 
-fn header(out: &mut impl Write, kind: CollKind, ratio: bool) -> std::io::Result<()> {
+fn header(
+    out: &mut impl Write,
+    kind: CollKind,
+    ratio: bool,
+    nccl: &crate::nccl_cols::Baseline,
+) -> std::io::Result<()> {
     let extra = if ratio { "   ratio" } else { "" };
     writeln!(out, "#\n# Collective: {kind}")?;
     writeln!(
         out,
-        "#{:>62}{:>34}{extra}{:>34}{extra}",
-        "", "out-of-place", "in-place"
+        "#{:>62}{:>34}{extra}{:>34}{extra}{}",
+        "",
+        "out-of-place",
+        "in-place",
+        nccl.head(1)
     )?;
     writeln!(
         out,
-        "#{:>11} {:>12} {:>9} {:>9} {:>6}  {}  {}",
+        "#{:>11} {:>12} {:>9} {:>9} {:>6}  {}  {}{}",
         "size",
         "count",
         "type",
         "redop",
         "root",
         cols(ratio),
-        cols(ratio)
+        cols(ratio),
+        nccl.head(2)
     )?;
     writeln!(
         out,
-        "#{:>11} {:>12} {:>9} {:>9} {:>6}  {:>9} {:>7} {:>7} {:>6}{}  {:>9} {:>7} {:>7} {:>6}{}",
+        "#{:>11} {:>12} {:>9} {:>9} {:>6}  {:>9} {:>7} {:>7} {:>6}{}  {:>9} {:>7} {:>7} {:>6}{}{}",
         "(B)",
         "(elements)",
         "",
@@ -472,7 +498,8 @@ fn header(out: &mut impl Write, kind: CollKind, ratio: bool) -> std::io::Result<
         "(GB/s)",
         "(GB/s)",
         "",
-        if ratio { "        " } else { "" }
+        if ratio { "        " } else { "" },
+        nccl.head(3)
     )
 }
 
@@ -529,6 +556,7 @@ struct Measured {
     time: Duration,
     wrong: u64,
     first_wrong: Option<String>,
+    nccl: crate::nccl_cols::RowMeasure,
 }
 
 /// Runs warm-up, timed iterations and (with `-c`) a checked call on every
@@ -541,9 +569,11 @@ fn measure<T: Element>(
     op: RedOp,
     in_place: bool,
     a: &SweepArgs,
+    nccl: &crate::nccl_cols::Baseline,
 ) -> anyhow::Result<Measured> {
     let n = comms.len() as u32;
     let barrier = Barrier::new(comms.len());
+    let nrow = nccl.row::<T>(coll, op, n, a.warmup, a.iters, a.check != 0);
     type RankOut<T> = (
         anyhow::Result<(Duration, Vec<T>)>,
         Vec<T>,
@@ -555,12 +585,12 @@ fn measure<T: Element>(
             .zip(pool.iter_mut())
             .map(|(c, slot)| {
                 let bufs = slot.take();
-                let barrier = &barrier;
+                let (barrier, nrow) = (&barrier, &nrow);
                 s.spawn(move || {
                     let bufs = bufs.context("sweep buffers missing")?;
                     // Inputs are made on the rank threads, in parallel.
                     let input = testkit::input::<T>(coll, n, c.rank(), op, 1);
-                    let r = rank_run(c, &bufs, coll, &input, op, in_place, a, barrier);
+                    let r = rank_run(c, &bufs, coll, &input, op, in_place, a, barrier, nrow);
                     Ok((r, input, bufs))
                 })
             })
@@ -604,17 +634,67 @@ fn measure<T: Element>(
     } else if coll.kind == CollKind::SendRecv {
         check_sendrecv(&inputs, &outputs)
     } else {
-        testkit::compare(coll, &inputs, &outputs, op)
+        compare_parallel(coll, &inputs, &outputs, op)
     };
     Ok(Measured {
         time: time / a.iters,
         wrong,
         first_wrong,
+        nccl: nrow.finish(&inputs),
     })
 }
 
+/// `testkit::compare`, split over the CPU's cores for the element-wise
+/// collectives (AllReduce, Broadcast, Reduce: output element i depends only
+/// on input element i, so each range is a smaller call of the same kind);
+/// others are compared whole. At 1 GiB per rank the serial compare would
+/// dominate the sweep.
+fn compare_parallel<T: Element>(
+    coll: &Collective,
+    inputs: &[Vec<T>],
+    outputs: &[Vec<T>],
+    op: RedOp,
+) -> (u64, Option<String>) {
+    let elementwise = matches!(
+        coll.kind,
+        CollKind::AllReduce | CollKind::Broadcast | CollKind::Reduce
+    );
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let short = outputs.iter().any(|o| o.len() < coll.count);
+    if !elementwise || threads < 2 || coll.count < (1 << 20) || short {
+        return testkit::compare(coll, inputs, outputs, op);
+    }
+    let step = coll.count.div_ceil(threads);
+    let parts: Vec<(u64, Option<String>)> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..coll.count)
+            .step_by(step)
+            .map(|lo| {
+                let hi = (lo + step).min(coll.count);
+                s.spawn(move || {
+                    let part = Collective::new(coll.kind, hi - lo, coll.root);
+                    let ins: Vec<Vec<T>> = inputs.iter().map(|v| v[lo..hi].to_vec()).collect();
+                    let outs: Vec<Vec<T>> = outputs.iter().map(|v| v[lo..hi].to_vec()).collect();
+                    let (w, first) = testkit::compare(&part, &ins, &outs, op);
+                    (w, first.map(|f| format!("{f} (in elements {lo}..{hi})")))
+                })
+            })
+            .collect();
+        hs.into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or((1, Some("compare thread panicked".into())))
+            })
+            .collect()
+    });
+    let wrong = parts.iter().map(|p| p.0).sum();
+    (wrong, parts.into_iter().find_map(|p| p.1))
+}
+
 /// Expected: each rank holds its predecessor's input.
-fn check_sendrecv<T: Element>(inputs: &[Vec<T>], outputs: &[Vec<T>]) -> (u64, Option<String>) {
+pub(crate) fn check_sendrecv<T: Element>(
+    inputs: &[Vec<T>],
+    outputs: &[Vec<T>],
+) -> (u64, Option<String>) {
     let n = inputs.len();
     let mut wrong = 0;
     let mut first = None;
@@ -645,6 +725,7 @@ fn rank_run<T: Element>(
     in_place: bool,
     a: &SweepArgs,
     barrier: &Barrier,
+    nccl: &crate::nccl_cols::RowRun<'_, T>,
 ) -> anyhow::Result<(Duration, Vec<T>)> {
     let n = c.nranks();
     let (ilen, olen) = (coll.input_len(n), coll.output_len(n));
@@ -700,6 +781,7 @@ fn rank_run<T: Element>(
         t = timer.stop()?;
         Ok(())
     });
+    nccl.rank(c, send, recv, input, barrier, ok.is_ok());
     let mut out = Vec::new();
     if a.check != 0 {
         // In-place iterations overwrote the input: restore it, run once more.

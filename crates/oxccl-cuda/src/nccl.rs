@@ -73,6 +73,14 @@ fn err(why: NcclWhy, detail: impl Into<String>) -> CudaError {
     }
 }
 
+/// The reason, if `e` is an NCCL refusal or failure.
+pub fn why(e: &CudaError) -> Option<NcclWhy> {
+    match e {
+        CudaError::Nccl { why, .. } => Some(*why),
+        _ => None,
+    }
+}
+
 /// Checks that no two ranks share a GPU (`devices[r]` is rank `r`'s
 /// ordinal); NCCL fails such a clique with "Duplicate GPU detected".
 pub fn check_placement(devices: &[i32]) -> Result<()> {
@@ -430,6 +438,17 @@ impl Nccl {
                 })
                 .collect()
         })
+    }
+
+    /// Aborts every rank's communicator (after a failure, so peers
+    /// blocked in NCCL's kernels are released); later calls fail.
+    pub fn abort_all(&self) {
+        let Ok(api) = Api::get() else { return };
+        for rk in &self.ranks {
+            if rk.ctx.bind().is_ok() {
+                rk.abort(api);
+            }
+        }
     }
 
     /// 8-byte f32 AllReduce (sum) latency per call: eager (200 calls per
