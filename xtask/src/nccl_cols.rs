@@ -374,3 +374,108 @@ impl<T: Element> RowRun<'_, T> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sweep::Row;
+
+    fn base(state: State) -> Baseline {
+        Baseline {
+            state,
+            deadline: Duration::from_secs(1),
+            latency: None,
+            dead: Mutex::new(None),
+        }
+    }
+
+    fn row(busbw: f64, nccl: NcclCols) -> Row {
+        Row {
+            coll: "allreduce".into(),
+            dtype: "float".into(),
+            op: "sum".into(),
+            bytes: 1 << 20,
+            count: 1 << 18,
+            algo: "ring".into(),
+            proto: "simple".into(),
+            channels: 1,
+            predicted_us: None,
+            time_us: 1.0,
+            algbw_gbps: busbw,
+            busbw_gbps: busbw,
+            in_place: false,
+            wrong: 0,
+            floor_ratio: None,
+            nccl,
+        }
+    }
+
+    #[test]
+    fn columns_give_nccl_busbw_and_the_oxccl_over_nccl_ratio() {
+        let b = base(State::NotHere("test".into()));
+        let m = RowMeasure {
+            time: Some(Duration::from_millis(1)),
+            wrong: Some(0),
+        };
+        // 2e6 bytes in 1 ms: 2 GB/s algbw, busbw ×1.5 = 3 GB/s; oxccl at 6.
+        let c = b.cols(&m, 2_000_000, 1.5, 6.0);
+        assert!((c.nccl_busbw_gbps.unwrap() - 3.0).abs() < 1e-9);
+        assert!((c.nccl_ratio.unwrap() - 2.0).abs() < 1e-9);
+        assert!((c.nccl_time_us.unwrap() - 1000.0).abs() < 1e-6);
+        assert_eq!(c.nccl_wrong, Some(0));
+        // No NCCL time: no fields, and the row prints n/a.
+        let none = b.cols(&RowMeasure::default(), 2_000_000, 1.5, 6.0);
+        assert!(none.nccl_time_us.is_none() && none.nccl_ratio.is_none());
+        let line = b.format(&[row(6.0, none)]);
+        assert_eq!(line.matches("n/a").count(), 3, "{line}");
+        let shown = b.format(&[row(6.0, c)]);
+        assert!(shown.contains("2.000") && !shown.contains("n/a"), "{shown}");
+    }
+
+    #[test]
+    fn without_the_flag_nothing_is_added() {
+        let b = base(State::Off);
+        assert_eq!(b.head(1), "");
+        assert_eq!(b.format(&[row(1.0, NcclCols::default())]), "");
+        assert_eq!(b.describe(), None);
+        let json = serde_json::to_string(&row(1.0, NcclCols::default())).unwrap();
+        assert!(!json.contains("nccl"), "{json}");
+        let na = base(State::NotHere(
+            "NCCL refuses several ranks on one GPU".into(),
+        ));
+        assert_eq!(
+            na.describe().as_deref(),
+            Some("n/a: NCCL refuses several ranks on one GPU")
+        );
+        assert!(na.head(2).contains("ox/nc"));
+    }
+
+    #[test]
+    fn the_svg_gets_a_second_curve_for_nccl() {
+        let b = base(State::NotHere("test".into()));
+        let m = RowMeasure {
+            time: Some(Duration::from_micros(100)),
+            wrong: None,
+        };
+        let rows: Vec<Row> = (0..3)
+            .map(|i| {
+                let mut r = row(10.0 + f64::from(i), b.cols(&m, 1 << 20, 2.0, 10.0));
+                r.bytes = 1 << (10 + 2 * i);
+                r
+            })
+            .collect();
+        let path = std::env::temp_dir().join(format!("oxccl-nccl-{}.svg", std::process::id()));
+        crate::sweep::plot::plot(&path, &rows, 2).unwrap();
+        let svg = std::fs::read_to_string(&path).unwrap();
+        let _ = std::fs::remove_file(&path);
+        assert!(svg.contains("allreduce (NCCL)"), "no NCCL curve");
+    }
+
+    #[test]
+    fn shared_gpus_are_n_a_not_an_error() {
+        // What `open` does with the placement of 2 ranks on one GPU.
+        let e = Nccl::new(&[0, 0], Duration::from_secs(1)).unwrap_err();
+        assert_eq!(nccl::why(&e), Some(NcclWhy::SharedGpu));
+        assert!(e.to_string().contains("one GPU"), "{e}");
+    }
+}

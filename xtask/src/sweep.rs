@@ -44,7 +44,7 @@ use oxccl::core::{with_dtype, Collective};
 use oxccl::{BackendKind, Buffer, CollKind, Communicator, Config, DataType, Element, RedOp};
 use serde::Serialize;
 
-mod plot;
+pub(crate) mod plot;
 
 /// Flags follow nccl-tests' letters.
 #[derive(Debug, clap::Args)]

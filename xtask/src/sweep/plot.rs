@@ -1,4 +1,6 @@
-//! `--svg`: bus bandwidth against size, one line per collective (out of place).
+//! `--svg`: bus bandwidth against size, one line per collective (out of
+//! place); with `--nccl`, NCCL's busbw on the same buffers as a dashed line
+//! of the same colour.
 
 use std::path::Path;
 
@@ -9,7 +11,8 @@ use super::Row;
 pub fn plot(path: &Path, rows: &[Row], nranks: u32) -> anyhow::Result<()> {
     let max_bw = rows
         .iter()
-        .map(|r| r.busbw_gbps)
+        .flat_map(|r| [Some(r.busbw_gbps), r.nccl.nccl_busbw_gbps])
+        .flatten()
         .fold(0.0f64, f64::max)
         .max(1e-3);
     let min_b = rows.iter().map(|r| r.bytes).min().unwrap_or(1).max(1) as f64;
@@ -43,6 +46,18 @@ pub fn plot(path: &Path, rows: &[Row], nranks: u32) -> anyhow::Result<()> {
             .map_err(|e| anyhow::anyhow!("{e}"))?
             .label(*name)
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color));
+        let nccl: Vec<(f64, f64)> = rows
+            .iter()
+            .filter(|r| r.coll == *name && !r.in_place)
+            .filter_map(|r| Some((r.bytes as f64, r.nccl.nccl_busbw_gbps?)))
+            .collect();
+        if !nccl.is_empty() {
+            chart
+                .draw_series(DashedLineSeries::new(nccl, 6, 4, color.into()))
+                .map_err(|e| anyhow::anyhow!("{e}"))?
+                .label(format!("{name} (NCCL)"))
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 6, y)], color));
+        }
     }
     chart
         .configure_series_labels()
