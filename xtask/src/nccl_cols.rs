@@ -101,6 +101,8 @@ impl Baseline {
         if !args.nccl {
             return Ok(b);
         }
+        // Refused wherever it would run: the user must change it.
+        nccl::nvls_check(std::env::var_os(nccl::NVLS_ENV).as_deref())?;
         b.state = if comms.first().map(|c| c.backend()) != Some(BackendKind::Cuda) {
             State::NotHere("NCCL runs on the CUDA backend only".into())
         } else {

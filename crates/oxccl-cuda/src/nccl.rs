@@ -481,15 +481,19 @@ impl Drop for Nccl {
 /// An NCCL reduction op; PreMulSum ops are destroyed with the guard.
 struct OpGuard<'a> {
     op: c_int,
-    made: Option<(&'a Api, Comm)>,
+    made: Option<(&'static Api, &'a NcclRank)>,
 }
 
 impl Drop for OpGuard<'_> {
     fn drop(&mut self) {
-        if let Some((api, comm)) = self.made {
-            // SAFETY: the op was created on `comm`, which is still alive
-            // (the guard borrows its rank).
-            let _ = unsafe { (api.op_destroy)(self.op, comm) };
+        if let Some((api, rank)) = self.made {
+            // An aborted communicator took its ops with it.
+            let _ = rank.with_comm(|comm| {
+                // SAFETY: the op was created on this live communicator
+                // (held under its lock for the call).
+                let _ = unsafe { (api.op_destroy)(self.op, comm) };
+                Ok(())
+            });
         }
     }
 }
@@ -513,9 +517,11 @@ impl NcclRank {
         &self.stream
     }
 
-    fn comm(&self) -> Result<Comm> {
-        let c = self.comm.lock().unwrap_or_else(|p| p.into_inner()).0;
-        if c.is_null() {
+    /// Runs `f` on the live communicator, holding its lock so no abort
+    /// frees it meanwhile.
+    fn with_comm<R>(&self, f: impl FnOnce(Comm) -> Result<R>) -> Result<R> {
+        let g = self.comm.lock().unwrap_or_else(|p| p.into_inner());
+        if g.0.is_null() {
             return Err(err(
                 NcclWhy::Timeout,
                 format!(
@@ -524,10 +530,10 @@ impl NcclRank {
                 ),
             ));
         }
-        Ok(c)
+        f(g.0)
     }
 
-    fn make_op(&self, api: &'static Api, call: &NcclCall) -> Result<OpGuard<'static>> {
+    fn make_op(&self, api: &'static Api, call: &NcclCall) -> Result<OpGuard<'_>> {
         let simple = match call.op {
             RedOp::Sum => 0,
             RedOp::Prod => 1,
@@ -535,23 +541,24 @@ impl NcclRank {
             RedOp::Min => 3,
             RedOp::Avg => 4,
             RedOp::PreMulSum(s) => {
-                let comm = self.comm()?;
                 let mut bits = crate::world::scale_bits(call.dtype, s).to_le_bytes();
                 let mut op: c_int = 0;
-                // SAFETY: `bits` holds the scalar in the element type's
-                // encoding (little-endian, its low bytes), read at the call.
-                api.check("ncclRedOpCreatePreMulSum", unsafe {
-                    (api.premulsum)(
-                        &mut op,
-                        bits.as_mut_ptr().cast(),
-                        call.dtype as c_int,
-                        SCALAR_HOST_IMMEDIATE,
-                        comm,
-                    )
+                self.with_comm(|comm| {
+                    // SAFETY: `bits` holds the scalar in the element type's
+                    // encoding (little-endian, its low bytes), read at the call.
+                    api.check("ncclRedOpCreatePreMulSum", unsafe {
+                        (api.premulsum)(
+                            &mut op,
+                            bits.as_mut_ptr().cast(),
+                            call.dtype as c_int,
+                            SCALAR_HOST_IMMEDIATE,
+                            comm,
+                        )
+                    })
                 })?;
                 return Ok(OpGuard {
                     op,
-                    made: Some((api, comm)),
+                    made: Some((api, self)),
                 });
             }
         };
@@ -603,54 +610,56 @@ impl NcclRank {
         recv: u64,
     ) -> Result<()> {
         self.ctx.bind()?;
-        let comm = self.comm()?;
-        let (s, st) = (send as *const c_void, self.stream.raw);
-        let r_ = recv as *mut c_void;
-        let (n, dt, root) = (call.count, call.dtype as c_int, call.root as c_int);
-        let block = (call.count * call.dtype.size()) as u64;
-        // SAFETY: every call below gets pointers and lengths per the
-        // caller's contract, a live communicator and a stream of its device.
-        unsafe {
-            match call.kind {
-                CollKind::AllReduce => api.check(
-                    "ncclAllReduce",
-                    (api.all_reduce)(s, r_, n, dt, op, comm, st),
-                ),
-                CollKind::Broadcast => api.check(
-                    "ncclBroadcast",
-                    (api.broadcast)(s, r_, n, dt, root, comm, st),
-                ),
-                CollKind::Reduce => {
-                    api.check("ncclReduce", (api.reduce)(s, r_, n, dt, op, root, comm, st))
+        self.with_comm(|comm| {
+            let (s, st) = (send as *const c_void, self.stream.raw);
+            let r_ = recv as *mut c_void;
+            let (n, dt, root) = (call.count, call.dtype as c_int, call.root as c_int);
+            let block = (call.count * call.dtype.size()) as u64;
+            // SAFETY: every call below gets pointers and lengths per the
+            // caller's contract, a live communicator and a stream of its device.
+            unsafe {
+                match call.kind {
+                    CollKind::AllReduce => api.check(
+                        "ncclAllReduce",
+                        (api.all_reduce)(s, r_, n, dt, op, comm, st),
+                    ),
+                    CollKind::Broadcast => api.check(
+                        "ncclBroadcast",
+                        (api.broadcast)(s, r_, n, dt, root, comm, st),
+                    ),
+                    CollKind::Reduce => {
+                        api.check("ncclReduce", (api.reduce)(s, r_, n, dt, op, root, comm, st))
+                    }
+                    CollKind::AllGather => {
+                        api.check("ncclAllGather", (api.all_gather)(s, r_, n, dt, comm, st))
+                    }
+                    CollKind::ReduceScatter => api.check(
+                        "ncclReduceScatter",
+                        (api.reduce_scatter)(s, r_, n, dt, op, comm, st),
+                    ),
+                    // The rest as nccl-tests builds them: grouped send/recv.
+                    kind => self.grouped(api, comm, kind, call, send, recv, block),
                 }
-                CollKind::AllGather => {
-                    api.check("ncclAllGather", (api.all_gather)(s, r_, n, dt, comm, st))
-                }
-                CollKind::ReduceScatter => api.check(
-                    "ncclReduceScatter",
-                    (api.reduce_scatter)(s, r_, n, dt, op, comm, st),
-                ),
-                // The rest as nccl-tests builds them: grouped send/recv.
-                kind => self.grouped(api, kind, call, send, recv, block),
             }
-        }
+        })
     }
 
     /// AllToAll, Gather, Scatter and the ring Send/Recv as one group of
     /// point-to-point calls.
     ///
     /// # Safety
-    /// As [`NcclRank::enqueue`].
+    /// As [`NcclRank::enqueue`]; `comm` is this rank's, held under its lock.
+    #[allow(clippy::too_many_arguments)] // reason: the call's description plus its resolved addresses
     unsafe fn grouped(
         &self,
         api: &Api,
+        comm: Comm,
         kind: CollKind,
         call: &NcclCall,
         send: u64,
         recv: u64,
         block: u64,
     ) -> Result<()> {
-        let comm = self.comm()?;
         let (n, dt, st) = (call.count, call.dtype as c_int, self.stream.raw);
         let (me, nr, root) = (self.rank, self.nranks, call.root);
         let tx = |addr: u64, peer: u32| {
@@ -717,11 +726,12 @@ impl NcclRank {
                 sys::CUresult::CUDA_ERROR_NOT_READY => {}
                 e => return Err(CudaError::driver("cuStreamQuery", e)),
             }
-            let comm = self.comm()?;
             let mut async_err: Res = 0;
-            // SAFETY: live communicator, valid out-pointer.
-            api.check("ncclCommGetAsyncError", unsafe {
-                (api.async_error)(comm, &mut async_err)
+            self.with_comm(|comm| {
+                // SAFETY: live communicator (under its lock), valid out-pointer.
+                api.check("ncclCommGetAsyncError", unsafe {
+                    (api.async_error)(comm, &mut async_err)
+                })
             })?;
             // 7 is ncclInProgress: not an error.
             if async_err != 0 && async_err != 7 {
