@@ -140,6 +140,11 @@ type Res = c_int;
 type Comm = *mut c_void;
 type CuStream = sys::CUstream;
 
+/// `(send, recv, count, datatype, op or root, comm, stream)`: AllReduce,
+/// Broadcast and ReduceScatter share this shape.
+type CollFn =
+    unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, c_int, Comm, CuStream) -> Res;
+
 /// The NCCL entry points used here (ABI of `nccl.h`; enums are C ints).
 struct Api {
     _lib: libloading::Library,
@@ -151,24 +156,8 @@ struct Api {
     async_error: unsafe extern "C" fn(Comm, *mut Res) -> Res,
     group_start: unsafe extern "C" fn() -> Res,
     group_end: unsafe extern "C" fn() -> Res,
-    all_reduce: unsafe extern "C" fn(
-        *const c_void,
-        *mut c_void,
-        usize,
-        c_int,
-        c_int,
-        Comm,
-        CuStream,
-    ) -> Res,
-    broadcast: unsafe extern "C" fn(
-        *const c_void,
-        *mut c_void,
-        usize,
-        c_int,
-        c_int,
-        Comm,
-        CuStream,
-    ) -> Res,
+    all_reduce: CollFn,
+    broadcast: CollFn,
     reduce: unsafe extern "C" fn(
         *const c_void,
         *mut c_void,
@@ -181,15 +170,7 @@ struct Api {
     ) -> Res,
     all_gather:
         unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, Comm, CuStream) -> Res,
-    reduce_scatter: unsafe extern "C" fn(
-        *const c_void,
-        *mut c_void,
-        usize,
-        c_int,
-        c_int,
-        Comm,
-        CuStream,
-    ) -> Res,
+    reduce_scatter: CollFn,
     send: unsafe extern "C" fn(*const c_void, usize, c_int, c_int, Comm, CuStream) -> Res,
     recv: unsafe extern "C" fn(*mut c_void, usize, c_int, c_int, Comm, CuStream) -> Res,
     premulsum: unsafe extern "C" fn(*mut c_int, *mut c_void, c_int, c_int, Comm) -> Res,
