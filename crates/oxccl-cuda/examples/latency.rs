@@ -1,54 +1,39 @@
 //! Small-message latency: an 8-byte f32 AllReduce on N ranks, each rank on
 //! its own host thread and stream. Reports the median per-call time over
 //! device events, eager (one launch per call) and replayed from a CUDA
-//! graph (100 calls captured per graph). `latency [RANKS] [ALGO]`.
+//! graph (100 calls captured per graph), and beside it the same harness
+//! launching an empty plan (no synchronisation, no data: the launch floor
+//! with N threads launching at once).
+//! `latency [RANKS[,RANKS...]] [ALGO]`, default `2,4,8 oneshot`.
 
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
 use oxccl_core::gen::{generate, PlanRequest};
+use oxccl_core::plan::Plan;
 use oxccl_core::{Algo, CollKind, Collective, DataType, RedOp};
 use oxccl_cuda::driver::Graph;
 use oxccl_cuda::{World, WorldConfig};
+
+const CALLS_PER_RUN: u32 = 200;
+const CALLS_PER_GRAPH: u32 = 100;
+const GRAPH_LAUNCHES: u32 = 4;
+const RUNS: usize = 15;
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
 }
 
-fn main() {
-    let n: u32 = std::env::args()
-        .nth(1)
-        .and_then(|a| a.parse().ok())
-        .unwrap_or(8);
-    let algo: Algo = std::env::args()
-        .nth(2)
-        .and_then(|a| a.parse().ok())
-        .unwrap_or(Algo::OneShot);
-    let info = match oxccl_cuda::available() {
-        Ok(i) => i,
-        Err(e) => {
-            println!("skipped: no CUDA device ({e})");
-            return;
-        }
-    };
-    let w = World::new(WorldConfig::round_robin(
-        n,
-        info.devices.len() as i32,
-        Duration::from_secs(30),
-    ))
-    .expect("world");
-    let req = PlanRequest {
-        registered: true,
-        ..PlanRequest::new(Collective::new(CollKind::AllReduce, 2, 0), n, algo)
-    };
-    let plan = generate(&req).expect("plan");
+/// (eager, graph) µs per call: the median over runs, of the slowest rank.
+fn measure(w: &World, plan: &Plan) -> (f64, f64) {
+    let n = w.nranks();
     let op = RedOp::Sum.lower(DataType::F32, n);
     let bar = Arc::new(Barrier::new(n as usize));
     let res: Vec<(f64, f64)> = std::thread::scope(|s| {
         let hs: Vec<_> = (0..n)
             .map(|r| {
-                let (w, plan, op, bar) = (&w, &plan, &op, bar.clone());
+                let (op, bar) = (&op, bar.clone());
                 s.spawn(move || {
                     let rp = &plan.ranks[r as usize];
                     let a = w.alloc(r, 8).unwrap();
@@ -70,22 +55,21 @@ fn main() {
                         launch().unwrap();
                     }
                     w.synchronize(r).unwrap();
-                    let iters = 200;
                     let mut eager = Vec::new();
-                    for _ in 0..15 {
+                    for _ in 0..RUNS {
                         bar.wait();
                         e0.record(stream).unwrap();
-                        for _ in 0..iters {
+                        for _ in 0..CALLS_PER_RUN {
                             launch().unwrap();
                         }
                         e1.record(stream).unwrap();
                         eager.push(
-                            f64::from(e1.elapsed_since(&e0).unwrap()) * 1e3 / f64::from(iters),
+                            f64::from(e1.elapsed_since(&e0).unwrap()) * 1e3
+                                / f64::from(CALLS_PER_RUN),
                         );
                     }
-                    let per_graph = 100;
                     let g = Graph::capture(stream, || {
-                        for _ in 0..per_graph {
+                        for _ in 0..CALLS_PER_GRAPH {
                             launch()?;
                         }
                         Ok(())
@@ -94,19 +78,21 @@ fn main() {
                     g.launch(stream).unwrap();
                     w.synchronize(r).unwrap();
                     let mut graph = Vec::new();
-                    for _ in 0..15 {
+                    for _ in 0..RUNS {
                         bar.wait();
                         e0.record(stream).unwrap();
-                        for _ in 0..4 {
+                        for _ in 0..GRAPH_LAUNCHES {
                             g.launch(stream).unwrap();
                         }
                         e1.record(stream).unwrap();
                         graph.push(
                             f64::from(e1.elapsed_since(&e0).unwrap()) * 1e3
-                                / f64::from(4 * per_graph),
+                                / f64::from(GRAPH_LAUNCHES * CALLS_PER_GRAPH),
                         );
                     }
                     w.synchronize(r).unwrap();
+                    w.free(r, a).unwrap();
+                    w.free(r, b).unwrap();
                     (median(eager), median(graph))
                 })
             })
@@ -115,5 +101,48 @@ fn main() {
     });
     let eager = res.iter().map(|r| r.0).fold(0.0, f64::max);
     let graph = res.iter().map(|r| r.1).fold(0.0, f64::max);
-    println!("latency: 8 B f32 allreduce, {n} ranks, {algo}: eager {eager:.2} us/call, graph {graph:.2} us/call (median over 15 runs, slowest rank)");
+    (eager, graph)
+}
+
+fn plan(count: usize, n: u32, algo: Algo) -> Plan {
+    let req = PlanRequest {
+        registered: true,
+        ..PlanRequest::new(Collective::new(CollKind::AllReduce, count, 0), n, algo)
+    };
+    generate(&req).expect("plan")
+}
+
+fn main() {
+    let ranks: Vec<u32> = std::env::args()
+        .nth(1)
+        .map(|a| a.split(',').filter_map(|x| x.parse().ok()).collect())
+        .unwrap_or_else(|| vec![2, 4, 8]);
+    let algo: Algo = std::env::args()
+        .nth(2)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(Algo::OneShot);
+    let info = match oxccl_cuda::available() {
+        Ok(i) => i,
+        Err(e) => {
+            println!("skipped: no CUDA device ({e})");
+            return;
+        }
+    };
+    for n in ranks {
+        let w = World::new(WorldConfig::round_robin(
+            n,
+            info.devices.len() as i32,
+            Duration::from_secs(30),
+        ))
+        .expect("world");
+        // An AllReduce of 0 elements: every rank launches one block with
+        // no steps, so this is the harness's own floor.
+        let (fe, fg) = measure(&w, &plan(0, n, algo));
+        let (eager, graph) = measure(&w, &plan(2, n, algo));
+        println!(
+            "latency: 8 B f32 allreduce, {n} ranks, {algo}: eager {eager:.2} us/call, graph {graph:.2} us/call \
+             (empty-plan floor: eager {fe:.2}, graph {fg:.2}; median over {RUNS} runs, slowest rank; {})",
+            w.describe()
+        );
+    }
 }
