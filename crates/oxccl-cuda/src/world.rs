@@ -11,7 +11,7 @@
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use cudarc::driver::sys::CUdevice_attribute as A;
@@ -151,7 +151,12 @@ struct DeviceState {
     arch: u32,
     sm_count: u32,
     ranks_here: u32,
-    modules: Mutex<HashMap<DataType, (Module, Vec<Function>)>>,
+    /// Per entry of `kernels::DTYPES`: the loaded module and its kernels
+    /// (in `kernels::OPS` order). Set once; read without a lock on every
+    /// launch, since all of a device's ranks launch at the same time.
+    modules: Vec<OnceLock<(Module, Vec<Function>)>>,
+    /// Held while a module compiles or loads, so it happens once.
+    loading: Mutex<()>,
     pool: Mutex<HashMap<usize, Vec<DevMem>>>,
 }
 
@@ -253,7 +258,8 @@ impl World {
                 setup,
                 arch: (major * 10 + minor) as u32,
                 sm_count,
-                modules: Mutex::new(HashMap::new()),
+                modules: kernels::DTYPES.iter().map(|_| OnceLock::new()).collect(),
+                loading: Mutex::new(()),
                 pool: Mutex::new(HashMap::new()),
             });
         }
@@ -400,9 +406,17 @@ impl World {
         op: BaseOp,
     ) -> Result<(Function, Option<Origin>)> {
         let dev = self.dev(rank)?;
-        let mut mods = lock(&dev.modules);
         let slot = kernels::OPS.iter().position(|o| o.0 == op).unwrap_or(0);
-        if let Some((_, fs)) = mods.get(&dtype) {
+        let cell = kernels::DTYPES
+            .iter()
+            .position(|d| d.0 == dtype)
+            .and_then(|i| dev.modules.get(i))
+            .ok_or_else(|| CudaError::Invalid(format!("no kernel for {dtype}")))?;
+        if let Some((_, fs)) = cell.get() {
+            return Ok((fs[slot], None));
+        }
+        let _loading = lock(&dev.loading);
+        if let Some((_, fs)) = cell.get() {
             return Ok((fs[slot], None));
         }
         let (cubin, origin) = kernels::cubin(dtype, dev.arch)?;
@@ -412,7 +426,8 @@ impl World {
             .map(|o| m.function(&kernels::kernel_name(dtype, o.0)))
             .collect::<Result<Vec<_>>>()?;
         let f = fs[slot];
-        mods.insert(dtype, (m, fs));
+        // Only this thread sets the cell (the loading lock is held).
+        let _ = cell.set((m, fs));
         Ok((f, Some(origin)))
     }
 
