@@ -176,8 +176,6 @@ __device__ __forceinline__ uint4 ox_vpost(uint4 a, u32 n) {
 }
 
 #define OX_UNROLL 4
-// Sources whose loads a small reduction issues before using the first.
-#define OX_BATCH 8
 
 // dst[k][i] = post(op_s(pre_s(src[s][i]))) for i < n, by the whole block.
 template <typename T, int OP>
@@ -197,56 +195,23 @@ __device__ void ox_reduce_copy(char* const* src, const u8* pre, int nsrc, char* 
   const u64 nvec = (n - head) / V;
   const u64 vend = head + nvec * V;
 
-  // Scalar part: the unaligned head and the tail. The loads of up to
-  // OX_BATCH sources are all in flight before the first is used: a tiny
-  // message is one element per thread, and its time is the loads' latency.
+  // Scalar part: the unaligned head and the tail.
   for (u64 j = tid; j < head + (n - vend); j += nt) {
     u64 i = j < head ? j : vend + (j - head);
-    T acc;
-    for (int s0 = 0; s0 < nsrc; s0 += OX_BATCH) {
-      T x[OX_BATCH];
-#pragma unroll
-      for (int b = 0; b < OX_BATCH; ++b)
-        if (s0 + b < nsrc) x[b] = ox_ld1<T>(src[s0 + b] + i * sz);
-#pragma unroll
-      for (int b = 0; b < OX_BATCH; ++b) {
-        if (s0 + b >= nsrc) break;
-        T v = x[b];
-        if (pre[s0 + b]) v = OxNum<T>::mul(v, scale);
-        acc = s0 + b == 0 ? v : ox_apply<T, OP>(acc, v);
-      }
+    T acc = ox_ld1<T>(src[0] + i * sz);
+    if (pre[0]) acc = OxNum<T>::mul(acc, scale);
+    for (int s = 1; s < nsrc; ++s) {
+      T v = ox_ld1<T>(src[s] + i * sz);
+      if (pre[s]) v = OxNum<T>::mul(v, scale);
+      acc = ox_apply<T, OP>(acc, v);
     }
     if (post) acc = OxNum<T>::div(acc, post);
     for (int k = 0; k < ndst; ++k) ox_st1<T>(dst[k] + i * sz, acc);
   }
   if (nvec == 0) return;
 
-  // Vector part, small: at most one vector per thread. As above, the
-  // loads of OX_BATCH sources go out together.
-  const u64 hb = head * sz;
-  if (nvec <= nt) {
-    if (tid < nvec) {
-      const u64 at = hb + (u64)tid * 16;
-      uint4 acc;
-      for (int s0 = 0; s0 < nsrc; s0 += OX_BATCH) {
-        uint4 x[OX_BATCH];
-#pragma unroll
-        for (int b = 0; b < OX_BATCH; ++b)
-          if (s0 + b < nsrc) x[b] = ox_ld16(src[s0 + b] + at);
-#pragma unroll
-        for (int b = 0; b < OX_BATCH; ++b) {
-          if (s0 + b >= nsrc) break;
-          uint4 v = pre[s0 + b] ? ox_vpre<T>(x[b], scale) : x[b];
-          acc = s0 + b == 0 ? v : ox_vop<T, OP>(acc, v);
-        }
-      }
-      if (post) acc = ox_vpost<T>(acc, post);
-      for (int k = 0; k < ndst; ++k) ox_st16(dst[k] + at, acc);
-    }
-    return;
-  }
-
   // Vector part: OX_UNROLL independent 16-byte loads per source in flight.
+  const u64 hb = head * sz;
   for (u64 base = tid; base < nvec; base += (u64)nt * OX_UNROLL) {
     uint4 acc[OX_UNROLL];
 #pragma unroll
