@@ -303,45 +303,30 @@ __device__ void ox_exec(const OxDesc& d) {
       // handles the i-th, so an all-pairs barrier costs one round trip.
       // The host encoded the run's length (and each wait's count of
       // earlier waits on its semaphore), so nothing scans the step list.
-      // A signal run followed by a wait run (a barrier) runs as one phase:
-      // the waiters, in the next warp(s), load their semaphores and start
-      // polling while the signals go out. Waiting early changes nothing:
-      // the signals still follow every earlier step (the barrier below),
-      // and every later step still follows every wait.
-      const u32 end = c.first + c.nsteps;
-      u32 nsig = 0, nwait = 0, wbase = 0;
+      const u32 run = st.nsrc > 0 ? st.nsrc : 1;
       if (st.op == OXS_SIGNAL) {
-        nsig = st.nsrc > 0 ? st.nsrc : 1;
-        wbase = (nsig + 31) & ~31u;
-        if (si + nsig < end) {
-          const OxStep nx = d.steps[si + nsig];
-          if (nx.op == OXS_WAIT && wbase + (nx.nsrc > 0 ? nx.nsrc : 1) <= blockDim.x)
-            nwait = nx.nsrc > 0 ? nx.nsrc : 1;
-        }
         __syncthreads();
-      } else {
-        nwait = st.nsrc > 0 ? st.nsrc : 1;
-      }
-      if (tid < nsig) {
-        OxSem* sem = (OxSem*)d.sems[d.steps[si + tid].first];
-        ox_red_release_add(&sem->posted, 1ull, sys);
-      } else if (tid >= wbase && tid < wbase + nwait) {
-        const u32 k = nsig + (tid - wbase);
-        const OxStep wt = d.steps[si + k];
-        OxSem* sem = (OxSem*)d.sems[wt.first];
-        // Earlier waits of this run on the same semaphore come first.
-        u64 want = ox_ld_volatile(&sem->consumed) + 1 + wt.ndst;
-        if (ox_wait_geq(d, &sem->posted, want, (u32)wt.len, step + k)) {
-          atomicMax(&sem->consumed, want);
-        } else {
-          atomicExch(&s_fail, 1);
+        if (tid < run) {
+          const OxStep sg = d.steps[si + tid];
+          OxSem* sem = (OxSem*)d.sems[sg.first];
+          ox_red_release_add(&sem->posted, 1ull, sys);
         }
-      }
-      if (nwait > 0) {
+      } else {
+        if (tid < run) {
+          const OxStep wt = d.steps[si + tid];
+          OxSem* sem = (OxSem*)d.sems[wt.first];
+          // Earlier waits of this run on the same semaphore come first.
+          u64 want = ox_ld_volatile(&sem->consumed) + 1 + wt.ndst;
+          if (ox_wait_geq(d, &sem->posted, want, (u32)wt.len, step + tid)) {
+            atomicMax(&sem->consumed, want);
+          } else {
+            atomicExch(&s_fail, 1);
+          }
+        }
         __syncthreads();
         if (s_fail) return;
       }
-      si += nsig + nwait - 1;
+      si += run - 1;
     } else {
       const int nsrc = st.nsrc, ndst = st.ndst;
       // Thread i resolves operand i, all in parallel (one dependent load
