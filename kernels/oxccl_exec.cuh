@@ -1,10 +1,9 @@
 // The device plan executor: block b of a launch walks channel b's steps.
 //
 // Synchronisation follows DESIGN.md: a FIFO message is "data, fence,
-// counter store"; the receiver acquire-polls the counter. A few threads of
-// the block's first warp poll and update counters, one per semaphore or
-// operand, in parallel; __syncthreads() hands the result to the rest of
-// the block. Every OX_SPIN_CHECK polls a wait checks
+// counter store"; the receiver acquire-polls the counter. One thread per
+// block does the polling and the counter updates; __syncthreads() hands the
+// result to the rest of the block. Every OX_SPIN_CHECK polls a wait checks
 // the host's abort flag, the world's failure word and a deadline
 // (%globaltimer); a failed wait records {code, rank, peer, channel, step}
 // before the block returns. Fences and counters use device scope when all
@@ -271,6 +270,7 @@ __device__ void ox_exec(const OxDesc& d) {
   // plain memory) and the peer, for errors.
   __shared__ u32 s_flag[2 * OX_MAX_OPERANDS];
   __shared__ u32 s_peer[2 * OX_MAX_OPERANDS];
+  __shared__ int s_ll;  // this step moves LL lines
   __shared__ int s_fail;
   const u32 tid = threadIdx.x;
   const T scale = ox_from_bits<T>(d.scale_bits);
@@ -329,49 +329,48 @@ __device__ void ox_exec(const OxDesc& d) {
       si += run - 1;
     } else {
       const int nsrc = st.nsrc, ndst = st.ndst;
-      // Thread i resolves operand i, all in parallel (one dependent load
-      // chain each instead of thread 0 walking them in turn), and later
-      // bumps its connection's counter. A FIFO operand waits for its
-      // message or free slot; under LL the receiver waits on the lines'
-      // flags instead of the tail, and the sender still waits for a slot.
-      OxConn* cn = 0;
-      if (tid < (u32)(nsrc + ndst)) {
-        const int i = tid;
-        const OxOperand o = d.ops[st.first + i];
+      if (tid == 0) {
         bool ok = true;
-        char* p = 0;
-        s_flag[i] = 0;
-        s_peer[i] = o.kind == OXK_LOCAL ? d.rank : o.kind == OXK_REMOTE ? o.idx : o.buf;
-        if (o.kind == OXK_LOCAL) {
-          p = (char*)d.bufs[o.buf] + o.off * sizeof(T);
-        } else if (o.kind == OXK_REMOTE) {
-          p = (char*)ox_ld_volatile(&d.ptr_table[o.idx * OX_MAX_BUFS + o.buf]) + o.off * sizeof(T);
-        } else {
-          cn = (OxConn*)d.conns[o.idx];
-          if (i < nsrc) {
-            u64 head = ox_ld_volatile(&cn->head);
-            if (!ll) ok = ox_wait_geq(d, &cn->tail, head + 1, o.buf, step);
-            p = ox_slot(d, (u64)cn, head);
-            if (ll) s_flag[i] = ox_ll_flag(head);
+        s_ll = 0;
+        for (int i = 0; i < nsrc + ndst && ok; ++i) {
+          const OxOperand o = d.ops[st.first + i];
+          char* p = 0;
+          s_flag[i] = 0;
+          s_peer[i] = o.kind == OXK_LOCAL ? d.rank : o.kind == OXK_REMOTE ? o.idx : o.buf;
+          if (o.kind == OXK_LOCAL) {
+            p = (char*)d.bufs[o.buf] + o.off * sizeof(T);
+          } else if (o.kind == OXK_REMOTE) {
+            p = (char*)ox_ld_volatile(&d.ptr_table[o.idx * OX_MAX_BUFS + o.buf]) + o.off * sizeof(T);
           } else {
-            u64 tail = ox_ld_volatile(&cn->tail);
-            if (tail + 1 > d.nslots) ok = ox_wait_geq(d, &cn->head, tail + 1 - d.nslots, o.buf, step);
-            p = ox_slot(d, (u64)cn, tail);
-            if (ll) s_flag[i] = ox_ll_flag(tail);
+            OxConn* cn = (OxConn*)d.conns[o.idx];
+            // Under LL the receiver waits on the lines' flags instead of
+            // the tail; the sender still waits for a free slot.
+            if (i < nsrc) {
+              u64 head = ox_ld_volatile(&cn->head);
+              if (!ll) ok = ox_wait_geq(d, &cn->tail, head + 1, o.buf, step);
+              p = ox_slot(d, (u64)cn, head);
+              if (ll) s_flag[i] = ox_ll_flag(head);
+            } else {
+              u64 tail = ox_ld_volatile(&cn->tail);
+              if (tail + 1 > d.nslots) ok = ox_wait_geq(d, &cn->head, tail + 1 - d.nslots, o.buf, step);
+              p = ox_slot(d, (u64)cn, tail);
+              if (ll) s_flag[i] = ox_ll_flag(tail);
+            }
+            s_ll = ll;
           }
-        }
-        if (i < nsrc) {
-          s_src[i] = p;
-          s_pre[i] = (o.flags & OXF_PRE) && (d.flags & OXD_PRE);
-        } else {
-          s_dst[i - nsrc] = p;
+          if (i < nsrc) {
+            s_src[i] = p;
+            s_pre[i] = (o.flags & OXF_PRE) && (d.flags & OXD_PRE);
+          } else {
+            s_dst[i - nsrc] = p;
+          }
         }
         if (!ok) atomicExch(&s_fail, 1);
       }
-      // The step moves LL lines when it has a FIFO operand under LL.
-      const bool ll_step = __syncthreads_or(cn != 0) && ll;
+      __syncthreads();
       if (s_fail) return;
       const u32 post = (st.flags & OXF_POST) ? d.post_div : 0;
+      const bool ll_step = s_ll;
       if (ll_step) {
         if (!ox_ll_reduce_copy<T, OP>(d, s_src, s_pre, nsrc, s_dst, ndst, s_flag, s_peer, st.len,
                                       scale, post, step, &s_fail))
@@ -381,23 +380,29 @@ __device__ void ox_exec(const OxDesc& d) {
       }
       __syncthreads();
       if (s_fail) return;
-      if (cn != 0) {
-        const bool is_src = tid < (u32)nsrc;
-        if (ll_step) {
-          // LL: the data carries its own flags, so no fence. The head
-          // store is a release after the barrier: the block's reads of
-          // the slot are done before the sender may overwrite it. Only
-          // the sender reads the tail.
-          if (is_src) {
-            ox_st_release(&cn->head, ox_ld_volatile(&cn->head) + 1, sys);
-          } else {
-            *(volatile u64*)&cn->tail = ox_ld_volatile(&cn->tail) + 1;
+      if (tid == 0) {
+        bool fenced = false;
+        for (int i = 0; i < nsrc + ndst; ++i) {
+          const OxOperand o = d.ops[st.first + i];
+          if (o.kind != OXK_CONN) continue;
+          OxConn* cn = (OxConn*)d.conns[o.idx];
+          if (ll_step) {
+            // LL: the data carries its own flags, so no fence. The head
+            // store is a release after the barrier: the block's reads of
+            // the slot are done before the sender may overwrite it. Only
+            // the sender reads the tail.
+            if (i < nsrc) {
+              ox_st_release(&cn->head, ox_ld_volatile(&cn->head) + 1, sys);
+            } else {
+              *(volatile u64*)&cn->tail = ox_ld_volatile(&cn->tail) + 1;
+            }
+            continue;
           }
-        } else {
-          // Simple: the block's data (ordered before this thread by the
-          // barrier), fence, then the counter.
-          ox_fence(sys);
-          if (is_src) {
+          if (!fenced) {
+            ox_fence(sys);
+            fenced = true;
+          }
+          if (i < nsrc) {
             ox_st_release(&cn->head, ox_ld_volatile(&cn->head) + 1, sys);
           } else {
             ox_st_release(&cn->tail, ox_ld_volatile(&cn->tail) + 1, sys);
