@@ -3,11 +3,9 @@
 // Synchronisation follows DESIGN.md: a FIFO message is "data, fence,
 // counter store"; the receiver acquire-polls the counter. One thread per
 // block does the polling and the counter updates; __syncthreads() hands the
-// result to the rest of the block. Every OX_SPIN_CHECK polls a wait checks
-// the host's abort flag, the world's failure word and a deadline
-// (%globaltimer); a failed wait records {code, rank, peer, channel, step}
-// before the block returns. Fences and counters use device scope when all
-// ranks share one GPU, system scope otherwise (OXD_SYS).
+// result to the rest of the block. Every poll checks the host's abort flag,
+// the world's failure word and a deadline (%globaltimer), and a failed wait
+// records {code, rank, peer, channel, step} before the block returns.
 
 __device__ __forceinline__ u64 ox_globaltimer() {
   u64 t;
@@ -28,22 +26,11 @@ __device__ __forceinline__ void ox_st_release(u64* p, u64 v, bool sys) {
   else
     asm volatile("st.release.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
-// Release/acquire fence: orders this thread's (and, through a preceding
-// barrier, its block's) earlier accesses before its later ones. acq_rel
-// is all the protocols need; __threadfence() is fence.sc, which costs more.
 __device__ __forceinline__ void ox_fence(bool sys) {
   if (sys)
-    asm volatile("fence.acq_rel.sys;" ::: "memory");
+    __threadfence_system();
   else
-    asm volatile("fence.acq_rel.gpu;" ::: "memory");
-}
-// *p += v as a release: the signal of a semaphore. One instruction where
-// a fence and a relaxed atomic were two.
-__device__ __forceinline__ void ox_red_release_add(u64* p, u64 v, bool sys) {
-  if (sys)
-    asm volatile("red.release.sys.global.add.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
-  else
-    asm volatile("red.release.gpu.global.add.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+    __threadfence();
 }
 __device__ __forceinline__ u64 ox_ld_volatile(const u64* p) {
   return *(const volatile u64*)p;
@@ -99,24 +86,15 @@ __device__ void ox_fail(const OxDesc& d, u32 code, u32 peer, u32 step, u64 waite
   *d.world_fail = 1;
 }
 
-// Polls after which a wait backs off (sleeps between polls): a wait that
-// long is waiting for a late launch, not for a flag in flight.
-#define OX_SPIN_FAST 4096
-// Polls between checks of the abort and failure words (host-mapped: a
-// read crosses PCIe) and the deadline.
-#define OX_SPIN_CHECK 1024
-
-// Polls *p until it reaches `want` (counters only grow: >=, never ==).
-// Returns false (after recording why) on abort, on a peer's failure, or
-// past the deadline.
+// Polls *p until it reaches `want`. Returns false (after recording why) on
+// abort, on a peer's failure, or past the deadline.
 __device__ bool ox_wait_geq(const OxDesc& d, const u64* p, u64 want, u32 peer, u32 step) {
   const bool sys = d.flags & OXD_SYS;
   if (ox_ld_acquire(p, sys) >= want) return true;
   const u64 t0 = ox_globaltimer();
   for (u32 spins = 1;; ++spins) {
-    if (spins > OX_SPIN_FAST) asm volatile("nanosleep.u32 256;");
     if (ox_ld_acquire(p, sys) >= want) return true;
-    if ((spins & (OX_SPIN_CHECK - 1)) == 0) {
+    if ((spins & 255) == 0) {
       u64 waited = ox_globaltimer() - t0;
       if (*d.abort_flag != 0) {
         ox_fail(d, OXE_ABORTED, peer, step, waited);
@@ -309,7 +287,8 @@ __device__ void ox_exec(const OxDesc& d) {
         if (tid < run) {
           const OxStep sg = d.steps[si + tid];
           OxSem* sem = (OxSem*)d.sems[sg.first];
-          ox_red_release_add(&sem->posted, 1ull, sys);
+          ox_fence(sys);
+          atomicAdd(&sem->posted, 1ull);
         }
       } else {
         if (tid < run) {
