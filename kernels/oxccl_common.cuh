@@ -41,8 +41,6 @@ typedef unsigned long long u64;
 // FIFO connections run the LL protocol (kernels/oxccl_ll.cuh): conns[]
 // point to LL connections and slot_bytes is the LL slot stride.
 #define OXD_LL 8
-// The plan reads or writes peers' buffers: publish this rank's bases.
-#define OXD_REMOTE 16
 
 // Error codes written into OxError.code.
 #define OXE_TIMEOUT 1
@@ -118,6 +116,8 @@ struct OxDesc {
   const u64* conns;          // OxConn* per connection index
   const u64* sems;           // OxSem* per semaphore index
   u64* ptr_table;            // [nranks][OX_MAX_BUFS] buffer bases, for remote steps
+  u64* table_gen;            // [nranks]: launch number whose bases ptr_table holds
+  u64* counters;             // this rank's {launches completed, blocks finished}
   const volatile u32* abort_flag;  // host-mapped; non-zero: abort
   volatile u32* world_fail;  // set by any rank that failed, polled by all
   OxError* err;
@@ -140,4 +140,4 @@ static_assert(sizeof(OxChan) == 8, "OxChan layout");
 static_assert(sizeof(OxConn) == OX_CONN_HEADER, "OxConn layout");
 static_assert(sizeof(OxSem) == 256, "OxSem layout");
 static_assert(sizeof(OxError) == 32, "OxError layout");
-static_assert(sizeof(OxDesc) == 632, "OxDesc layout");
+static_assert(sizeof(OxDesc) == 648, "OxDesc layout");

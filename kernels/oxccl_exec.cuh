@@ -255,24 +255,27 @@ __device__ void ox_exec(const OxDesc& d) {
   const bool sys = d.flags & OXD_SYS;
   const bool ll = d.flags & OXD_LL;
 
-  // Read where this block's steps are before anything else: the load is
-  // in flight while the bases are published.
-  const OxChan c = d.chans[blockIdx.x];
-  // Publish this rank's buffer bases for peers' remote steps, from every
-  // block, before the block's first step. A peer reads the bases only
-  // after hearing from this rank's same channel in this call (a signal, or
-  // a message, in release order after these stores and the barrier below):
-  // the checker's rule that remote accesses follow the owner's entry. So
-  // the signal itself says the bases are current, with no launch tag and
-  // no second all-pairs exchange. They stay current until the peer is done:
-  // this rank's next launch (the next bases) follows the end of this one,
-  // which follows every peer's signal after its last remote access. Every
-  // block of a call writes the same values.
-  if (tid == 0) s_fail = 0;  // only ever set to 1 afterwards, with atomicExch, before a barrier
-  if ((d.flags & OXD_REMOTE) && tid < d.nbufs)
-    *(volatile u64*)&d.ptr_table[d.rank * OX_MAX_BUFS + tid] = d.bufs[tid];
+  // This launch's number: one more than the launches this rank completed
+  // (a device counter, so graph replays count too).
+  __shared__ u64 s_launch;
+  if (tid == 0) {
+    s_fail = 0;  // only ever set to 1 afterwards, with atomicExch, before a barrier
+    s_launch = ox_ld_volatile(&d.counters[0]) + 1;
+  }
   __syncthreads();
+  // Publish this rank's buffers for peers' remote steps, tagged with the
+  // launch number: a peer resolving a remote operand waits for the tag,
+  // so it never uses the bases of an earlier call.
+  if (blockIdx.x == 0) {
+    if (tid < d.nbufs) d.ptr_table[d.rank * OX_MAX_BUFS + tid] = d.bufs[tid];
+    __syncthreads();
+    if (tid == 0) {
+      ox_fence(sys);
+      ox_st_release(&d.table_gen[d.rank], s_launch, sys);
+    }
+  }
 
+  const OxChan c = d.chans[blockIdx.x];
   for (u32 si = c.first; si < c.first + c.nsteps; ++si) {
     const OxStep st = d.steps[si];
     const u32 step = si - c.first;
@@ -319,6 +322,7 @@ __device__ void ox_exec(const OxDesc& d) {
           if (o.kind == OXK_LOCAL) {
             p = (char*)d.bufs[o.buf] + o.off * sizeof(T);
           } else if (o.kind == OXK_REMOTE) {
+            ok = ox_wait_geq(d, &d.table_gen[o.idx], s_launch, o.idx, step);
             p = (char*)ox_ld_volatile(&d.ptr_table[o.idx * OX_MAX_BUFS + o.buf]) + o.off * sizeof(T);
           } else {
             OxConn* cn = (OxConn*)d.conns[o.idx];
@@ -388,6 +392,15 @@ __device__ void ox_exec(const OxDesc& d) {
           }
         }
       }
+    }
+  }
+  // The last block to finish records the launch as completed.
+  __syncthreads();
+  if (tid == 0) {
+    __threadfence();
+    if (atomicAdd(&d.counters[1], 1ull) == gridDim.x - 1) {
+      atomicExch(&d.counters[1], 0ull);
+      atomicExch(&d.counters[0], s_launch);
     }
   }
 }
