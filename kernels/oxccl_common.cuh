@@ -60,10 +60,7 @@ struct OxOperand {
 };
 
 // One step. 16 bytes. XFER: operands [first, first+nsrc+ndst). SIGNAL/WAIT:
-// first = semaphore table index, len = peer rank, nsrc = steps left in its
-// run of consecutive signals (waits) from here, at most 255 (so a run's
-// first step holds the run's length), ndst (waits) = earlier waits of the
-// run on the same semaphore. encode.rs (mark_runs) fills them in.
+// first = semaphore table index, len = peer rank.
 struct OxStep {
   u8 op;
   u8 nsrc;

@@ -282,9 +282,8 @@ __device__ void ox_exec(const OxDesc& d) {
     if (st.op == OXS_SIGNAL || st.op == OXS_WAIT) {
       // A run of consecutive signals (or waits) goes in parallel: thread i
       // handles the i-th, so an all-pairs barrier costs one round trip.
-      // The host encoded the run's length (and each wait's count of
-      // earlier waits on its semaphore), so nothing scans the step list.
-      const u32 run = st.nsrc > 0 ? st.nsrc : 1;
+      u32 run = 1;
+      while (run < OX_THREADS && si + run < c.first + c.nsteps && d.steps[si + run].op == st.op) ++run;
       if (st.op == OXS_SIGNAL) {
         __syncthreads();
         if (tid < run) {
@@ -298,7 +297,9 @@ __device__ void ox_exec(const OxDesc& d) {
           const OxStep wt = d.steps[si + tid];
           OxSem* sem = (OxSem*)d.sems[wt.first];
           // Earlier waits of this run on the same semaphore come first.
-          u64 want = ox_ld_volatile(&sem->consumed) + 1 + wt.ndst;
+          u64 dup = 0;
+          for (u32 j = 0; j < tid; ++j) dup += d.steps[si + j].first == wt.first;
+          u64 want = ox_ld_volatile(&sem->consumed) + 1 + dup;
           if (ox_wait_geq(d, &sem->posted, want, (u32)wt.len, step + tid)) {
             atomicMax(&sem->consumed, want);
           } else {
