@@ -31,8 +31,9 @@
 //! | all-pairs (one/two-shot) base latency | 4.0 (LL), 6.0 (Simple) | assumed: one launch (~4.6 µs measured floor on H200) plus flags |
 //! | all-pairs per-peer signal | 0.2 | assumed |
 //! | all-pairs bandwidth efficiency | 0.85 | assumed: many concurrent peer streams reach less of the port than a ring (why one-shot/two-shot kernels are used only for small and medium sizes) |
+//! | ranks sharing one H200: per-collective corrections, avoided variants | fitted | `calib/h200-1gpu-8ranks.json` (measured 2026-12-02, `cargo xtask sweep --backend cuda --ranks 8`, 256 MiB; loaded by [`crate::calibrate::builtin_for`]): registered two-shot AllReduce 1305 µs vs ring 3101 µs; registered all-pairs Reduce 13209 µs and AllGather hanging are avoided |
 
-use oxccl_core::{Algo, Proto};
+use oxccl_core::{Algo, CollKind, Proto};
 
 /// Default bandwidth of a network port whose speed is not given.
 pub const NET_DEFAULT_BW: f64 = 12.0;
@@ -197,6 +198,15 @@ pub struct Constants {
     /// Fitted corrections per (algorithm, protocol): latency added and
     /// bandwidth multiplied. Empty until calibrated.
     pub fitted: Vec<(Algo, Proto, f64, f64)>,
+    /// Fitted corrections for one collective, which win over `fitted`:
+    /// an algorithm's efficiency differs by collective (registered
+    /// all-pairs on one H200 reached 66% of the copy rate for
+    /// ReduceScatter but 4.5% for Reduce, whose work lands on the root).
+    pub fitted_coll: Vec<(CollKind, Algo, Proto, f64, f64)>,
+    /// (collective, algorithm) pairs the model must not time, so the
+    /// selector never picks them (an override still can): variants known
+    /// to hang or to be pathologically slow on the calibrated machine.
+    pub avoid: Vec<(CollKind, Algo)>,
 }
 
 impl Default for Constants {
@@ -214,6 +224,8 @@ impl Default for Constants {
             direct_peer_lat: 0.2,
             direct_bw: 0.85,
             fitted: Vec::new(),
+            fitted_coll: Vec::new(),
+            avoid: Vec::new(),
         }
     }
 }
@@ -259,5 +271,81 @@ impl Constants {
             .iter()
             .find(|f| f.0 == algo && f.1 == proto)
             .map_or((0.0, 1.0), |f| (f.2, f.3))
+    }
+
+    /// The calibrated correction for `kind` with (algo, proto): the
+    /// collective's own if fitted, else the (algo, proto) one.
+    pub fn correction_for(&self, kind: CollKind, algo: Algo, proto: Proto) -> (f64, f64) {
+        self.fitted_coll
+            .iter()
+            .find(|f| f.0 == kind && f.1 == algo && f.2 == proto)
+            .map_or_else(|| self.correction(algo, proto), |f| (f.3, f.4))
+    }
+
+    /// Whether the model must not time `algo` for `kind`.
+    pub fn avoids(&self, kind: CollKind, algo: Algo) -> bool {
+        self.avoid.contains(&(kind, algo))
+    }
+
+    /// These constants for calls on unregistered buffers, which run the
+    /// FIFO variants of the direct algorithms (one-shot, two-shot,
+    /// all-pairs): the corrections fitted on registered direct plans do
+    /// not describe them, so they are dropped and each direct algorithm
+    /// takes the ring's correction of the same protocol (a FIFO moves each
+    /// byte as a ring step does); the avoid list names registered variants
+    /// and is dropped too.
+    pub fn for_fifo(&self) -> Constants {
+        let direct = |a: Algo| matches!(a, Algo::OneShot | Algo::TwoShot | Algo::AllPairs);
+        let mut out = Constants {
+            fitted: self
+                .fitted
+                .iter()
+                .copied()
+                .filter(|f| !direct(f.0))
+                .collect(),
+            fitted_coll: self
+                .fitted_coll
+                .iter()
+                .copied()
+                .filter(|f| !direct(f.1))
+                .collect(),
+            avoid: Vec::new(),
+            ..self.clone()
+        };
+        out.ring_correction_for_unfitted(&[Algo::OneShot, Algo::TwoShot, Algo::AllPairs]);
+        out
+    }
+
+    /// Gives each of `algos` without a fitted (algorithm, protocol)
+    /// correction the ring's of that protocol, and the ring's
+    /// per-collective ones where it has none for that collective: an
+    /// algorithm no sweep measured is no better, against the model, than
+    /// the ring that was (left uncorrected, it would win by the ring's
+    /// measured shortfall).
+    pub fn ring_correction_for_unfitted(&mut self, algos: &[Algo]) {
+        let ring_coll: Vec<_> = self
+            .fitted_coll
+            .iter()
+            .copied()
+            .filter(|f| f.1 == Algo::Ring)
+            .collect();
+        for &a in algos {
+            for &(k, _, p, lat, bw) in &ring_coll {
+                if !self
+                    .fitted_coll
+                    .iter()
+                    .any(|f| (f.0, f.1, f.2) == (k, a, p))
+                {
+                    self.fitted_coll.push((k, a, p, lat, bw));
+                }
+            }
+            for p in Proto::ALL {
+                let ring = self.fitted.iter().find(|f| f.0 == Algo::Ring && f.1 == p);
+                let have = self.fitted.iter().any(|f| f.0 == a && f.1 == p);
+                if let (Some(&(_, _, lat, bw)), false) = (ring, have) {
+                    self.fitted.push((a, p, lat, bw));
+                }
+            }
+        }
     }
 }

@@ -51,7 +51,7 @@ fn log2_ceil(n: u32) -> f64 {
 
 /// Predicted time in µs, or `None` where the combination does not apply
 /// (the algorithm does not serve the collective, all-pairs off NVLink,
-/// LL128 off NVLink).
+/// LL128 off NVLink, or the constants' avoid list names it).
 #[allow(clippy::too_many_arguments)] // reason: mirrors Selector::predict; a struct would only rename the same eight inputs
 pub fn predict(
     c: &Constants,
@@ -63,7 +63,7 @@ pub fn predict(
     bytes: usize,
     nranks: u32,
 ) -> Option<f64> {
-    if !serves(algo, kind) {
+    if !serves(algo, kind) || c.avoids(kind, algo) {
         return None;
     }
     if proto == Proto::LL128 && !s.ll128_ok {
@@ -156,7 +156,7 @@ pub fn predict(
             (lat, bw, data)
         }
     };
-    let (lat_add, bw_mul) = c.correction(algo, proto);
+    let (lat_add, bw_mul) = c.correction_for(kind, algo, proto);
     let bw = (bw * bw_mul).max(1e-9);
     Some((lat + lat_add).max(0.0) + data / (bw * 1000.0))
 }

@@ -241,3 +241,52 @@ fn calibration_recovers_a_known_machine() {
     assert!(a > b * 1.2);
     assert!(parse_sweep("{").is_err());
 }
+
+#[test]
+fn builtin_calibration_applies_to_ranks_sharing_one_h200_only() {
+    use oxccl_topo::calibrate::builtin_for;
+    let one = Topology::preset("single-gpu", 1).unwrap();
+    let sweep = builtin_for(&one, &[0; 8]).expect("H200 shared by 8 ranks");
+    assert_eq!(sweep.nranks, 8);
+    assert!(builtin_for(&one, &[0]).is_none(), "one rank shares nothing");
+    let h100 = Topology::preset("hgx-h100", 1).unwrap();
+    assert!(builtin_for(&h100, &[0; 8]).is_none());
+    let h200 = Topology::preset("hgx-h200", 1).unwrap();
+    assert!(builtin_for(&h200, &[0, 1, 2, 3, 4, 5, 6, 7]).is_none());
+}
+
+#[test]
+fn calibration_fits_each_collective_and_keeps_avoided_variants_out() {
+    let one = Topology::preset("single-gpu", 1).unwrap();
+    let s = Selector::new(&one, &[0; 8]);
+    let sweep = oxccl_topo::calibrate::builtin_for(&one, &[0; 8]).unwrap();
+    let cal = s.clone().with_constants(fit(&s, &sweep));
+    // Every measured point is reproduced by its own collective's fit
+    // (ring AllReduce has two points: the fit is their median).
+    for r in sweep.results.iter().filter(|r| r.algo != "ring") {
+        let kind: CollKind = r.coll.parse().unwrap();
+        let algo: Algo = r.algo.parse().unwrap();
+        if cal.constants().avoids(kind, algo) {
+            continue;
+        }
+        let p = cal
+            .predict(kind, algo, Proto::Simple, r.channels, r.bytes as usize, 8)
+            .unwrap();
+        assert!((p - r.time_us).abs() < 0.01 * r.time_us, "{r:?}: {p}");
+    }
+    for kind in [CollKind::Reduce, CollKind::AllGather] {
+        assert!(cal.constants().avoids(kind, Algo::AllPairs));
+        assert!(cal
+            .predict(kind, Algo::AllPairs, Proto::Simple, 16, 1 << 20, 8)
+            .is_none());
+        let c = cal.choose(kind, 8, 8, &Algo::ALL, &[Proto::Simple, Proto::LL]);
+        assert_ne!(c.algo, Algo::AllPairs, "{kind}: {c}");
+    }
+    // The FIFO view drops the registered direct fits and the avoid list.
+    let fifo = cal.constants().for_fifo();
+    assert!(fifo.avoid.is_empty());
+    assert_eq!(
+        fifo.correction_for(CollKind::AllReduce, Algo::TwoShot, Proto::Simple),
+        fifo.correction_for(CollKind::AllReduce, Algo::Ring, Proto::Simple)
+    );
+}

@@ -173,6 +173,34 @@ fn gpu_constants(selector: &Selector, max_channels: u32) -> Constants {
     }
 }
 
+/// The (registered, FIFO) selectors of a GPU backend. Where
+/// `oxccl_topo::calibrate` has a built-in calibration for the placement
+/// (today: ranks sharing one H200), the registered one is fitted to it and
+/// the FIFO one keeps only its ring corrections ([`Constants::for_fifo`]).
+/// On one GPU the HBM copy rate is the floor, and what counts is how many
+/// bytes an algorithm moves: registered two-shot AllReduce moves about
+/// 2·S per rank and ran 1305 µs at 256 MiB on 8 ranks, the FIFO ring about
+/// 5.5·S and 3101 µs, which the uncalibrated NVLink-era constants got the
+/// wrong way round.
+fn gpu_selectors(
+    topo: &Topology,
+    gpus: &[usize],
+    selector: Selector,
+    max_channels: u32,
+) -> (Selector, Selector) {
+    let s = selector
+        .clone()
+        .with_constants(gpu_constants(&selector, max_channels));
+    match oxccl_topo::calibrate::builtin_for(topo, gpus) {
+        Some(sweep) => {
+            let fitted = oxccl_topo::calibrate::fit(&s, &sweep);
+            let fifo = fitted.for_fifo();
+            (s.clone().with_constants(fitted), s.with_constants(fifo))
+        }
+        None => (s.clone(), s),
+    }
+}
+
 impl Chooser {
     /// Builds the topology and the selector for `nranks` ranks on
     /// `backend`. Fails when the configuration's protocol filter leaves
@@ -203,11 +231,7 @@ impl Chooser {
                     .with_constants(host_constants(nranks, true)),
                 selector.with_constants(host_constants(nranks, false)),
             ),
-            _ => {
-                let consts = gpu_constants(&selector, max_channels);
-                let s = selector.with_constants(consts);
-                (s.clone(), s)
-            }
+            _ => gpu_selectors(&topo, &gpus, selector, max_channels),
         };
         Ok(Chooser {
             registered,
@@ -375,6 +399,91 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A chooser for 8 ranks sharing one H200 (the preset `single-gpu`),
+    /// 16 channels each, as the CUDA backend builds it, with `config`.
+    fn shared_h200(algo: Option<&str>) -> (Chooser, Config) {
+        let topo = Topology::preset("single-gpu", 1).unwrap();
+        let gpus = vec![0; 8];
+        let sel = Selector::new(&topo, &gpus).with_max_channels(16);
+        let (registered, fifo) = gpu_selectors(&topo, &gpus, sel, 16);
+        let chooser = Chooser {
+            registered,
+            fifo,
+            protos: &[Proto::Simple, Proto::LL],
+            nranks: 8,
+            max_channels: 16,
+            memo: RwLock::default(),
+        };
+        let config = Config::from_vars(|k| {
+            (k == "NCCL_ALGO")
+                .then(|| algo.map(str::to_string))
+                .flatten()
+        })
+        .unwrap();
+        (chooser, config)
+    }
+
+    #[test]
+    fn shared_h200_picks_what_was_measured_fastest() {
+        let (ch, cfg) = shared_h200(None);
+        let pick = |kind, bytes, registered| ch.choose(&cfg, kind, bytes, registered).unwrap();
+        let big = 256 << 20;
+        // Registered: two-shot 1305 µs against ring 3101 µs (AllReduce),
+        // all-pairs 908 µs (ReduceScatter), 1195 µs (AllToAll).
+        let c = pick(CollKind::AllReduce, big, true);
+        assert_eq!(c.algo, Algo::TwoShot, "{c}");
+        assert_eq!(
+            pick(CollKind::ReduceScatter, big, true).algo,
+            Algo::AllPairs
+        );
+        assert_eq!(pick(CollKind::AllToAll, big, true).algo, Algo::AllPairs);
+        // Unregistered buffers run FIFO variants: the ring stays.
+        let c = pick(CollKind::AllReduce, big, false);
+        assert_eq!(c.algo, Algo::Ring, "{c}");
+        assert_eq!(pick(CollKind::ReduceScatter, big, false).algo, Algo::Ring);
+        // Registered all-pairs Reduce (13209 µs) and AllGather (hangs)
+        // are never picked, at any size.
+        for bytes in [8, 64 << 10, big] {
+            for kind in [CollKind::Reduce, CollKind::AllGather] {
+                let c = pick(kind, bytes, true);
+                assert_ne!(c.algo, Algo::AllPairs, "{kind} {bytes}: {c}");
+            }
+        }
+        // Small AllReduce: the one-launch one-shot.
+        let c = pick(CollKind::AllReduce, 8, true);
+        assert_eq!(c.algo, Algo::OneShot, "{c}");
+        // The model now predicts the measured order of magnitude.
+        let t = pick(CollKind::AllReduce, big, true).predicted_us.unwrap();
+        assert!((1000.0..1700.0).contains(&t), "{t}");
+    }
+
+    #[test]
+    fn overrides_win_over_the_calibrated_model() {
+        let (ch, cfg) = shared_h200(Some("ring"));
+        let c = ch
+            .choose(&cfg, CollKind::AllReduce, 256 << 20, true)
+            .unwrap();
+        assert_eq!((c.algo, c.forced), (Algo::Ring, true), "{c}");
+        // A variant the calibration avoids is still run when forced.
+        let (ch, cfg) = shared_h200(Some("allpairs"));
+        let c = ch
+            .choose(&cfg, CollKind::AllGather, 256 << 20, true)
+            .unwrap();
+        assert_eq!((c.algo, c.forced), (Algo::AllPairs, true), "{c}");
+    }
+
+    #[test]
+    fn other_placements_keep_the_uncalibrated_model() {
+        // Eight H100s, one rank each: no built-in calibration applies.
+        let topo = Topology::preset("hgx-h100", 1).unwrap();
+        let gpus: Vec<usize> = (0..8).collect();
+        let sel = Selector::new(&topo, &gpus).with_max_channels(16);
+        let (reg, fifo) = gpu_selectors(&topo, &gpus, sel.clone(), 16);
+        assert_eq!(reg.constants(), fifo.constants());
+        assert!(reg.constants().fitted.is_empty());
+        assert_eq!(reg.constants(), &gpu_constants(&sel, 16));
     }
 
     #[test]
