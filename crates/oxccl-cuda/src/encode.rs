@@ -392,6 +392,49 @@ mod tests {
         assert_eq!(ll_flag(0xFFFF_FFFF), 1);
     }
 
+    /// Offsets and lengths past 2^32 elements (2^34 bytes of f32) reach the
+    /// blob whole: the kernel multiplies them by the element size in u64,
+    /// so no 32-bit field may carry them.
+    #[test]
+    fn offsets_past_32_bits_survive_encoding() {
+        let big = (1usize << 32) + 12_345;
+        let len = (1usize << 31) + 7;
+        let rp = RankPlan {
+            rank: 0,
+            nranks: 2,
+            bufs: vec![
+                BufDecl {
+                    role: BufRole::Input,
+                    len: big + len,
+                    must_write: false,
+                },
+                BufDecl {
+                    role: BufRole::Output,
+                    len: 2 * big + len,
+                    must_write: true,
+                },
+            ],
+            channels: vec![Channel {
+                steps: vec![Step::Xfer(Xfer::new(
+                    vec![Src::Remote {
+                        peer: 1,
+                        at: Loc::input(big),
+                        pre: false,
+                    }],
+                    vec![Dst::Local(Loc::output(2 * big))],
+                    len,
+                ))],
+            }],
+        };
+        let e = encode(&rp).unwrap();
+        let b = e.blob(&[], &[]);
+        let l = e.layout();
+        let u64_at = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap());
+        assert_eq!(u64_at(l.steps + 8), len as u64);
+        assert_eq!(u64_at(l.ops + 8), big as u64);
+        assert_eq!(u64_at(l.ops + 16 + 8), 2 * big as u64);
+    }
+
     #[test]
     fn too_many_operands_is_an_error() {
         let srcs = vec![
