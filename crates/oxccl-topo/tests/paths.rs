@@ -2,7 +2,7 @@
 
 use oxccl_topo::{PathClass, Topology};
 
-const SHARED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/topologies");
+const SHARED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/topologies");
 
 fn shared(name: &str) -> Topology {
     Topology::from_xml_file(format!("{SHARED}/{name}")).expect(name)

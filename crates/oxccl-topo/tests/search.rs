@@ -66,7 +66,7 @@ fn shared_files_get_rings() {
         "azure-ncv4.xml",
     ] {
         let t = Topology::from_xml_file(format!(
-            "{}/../../../shared/topologies/{f}",
+            "{}/tests/topologies/{f}",
             env!("CARGO_MANIFEST_DIR")
         ))
         .unwrap();

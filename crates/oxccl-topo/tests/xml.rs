@@ -3,7 +3,7 @@
 use oxccl_topo::{PathClass, TopoError, Topology};
 use proptest::prelude::*;
 
-const SHARED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/topologies");
+const SHARED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/topologies");
 
 fn round_trip(t: &Topology) {
     let x = t.to_xml_string();
