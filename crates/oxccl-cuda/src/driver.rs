@@ -29,6 +29,33 @@ pub(crate) fn guarded<T>(what: &'static str, f: impl FnOnce() -> Result<T>) -> R
     })
 }
 
+/// Hardware work queues per context that oxccl asks for when the user has
+/// not chosen.
+const MAX_CONNECTIONS: &str = "32";
+
+/// Every rank has its own stream and the kernels of ranks on one GPU spin on
+/// each other, so no two rank streams may share a hardware queue: a rank's
+/// next kernel queued behind a peer's spinning one would wait for it forever.
+/// The driver's default is 8 queues per context, and 8 ranks plus a setup
+/// stream already exceed it (seen on the H200 on 2026-12-02: registered
+/// AllGather with 8 ranks × 16 channels hung at the default and ran with 32).
+/// The driver reads `CUDA_DEVICE_MAX_CONNECTIONS` when a context is made, so
+/// it is set here, before `cuInit`, unless the user set it.
+fn widen_hardware_queues() {
+    const VAR: &str = "CUDA_DEVICE_MAX_CONNECTIONS";
+    match std::env::var(VAR) {
+        Ok(v) => tracing::debug!("{VAR}={v} set by the user; left alone"),
+        Err(_) => {
+            // Runs once, at the first CUDA use (communicator creation),
+            // inside `init`'s OnceLock. A thread of the application reading
+            // the environment at that very moment would race glibc's setenv;
+            // users who cannot rule that out set the variable themselves.
+            std::env::set_var(VAR, MAX_CONNECTIONS);
+            tracing::debug!("{VAR} set to {MAX_CONNECTIONS} (rank streams must not share queues)");
+        }
+    }
+}
+
 /// Loads libcuda and calls `cuInit` once per process.
 pub fn init() -> Result<()> {
     static INIT: OnceLock<Result<()>> = OnceLock::new();
@@ -40,6 +67,7 @@ pub fn init() -> Result<()> {
                     "libcuda.so could not be loaded (no NVIDIA driver on this machine)".into(),
                 ));
             }
+            widen_hardware_queues();
             result::init().map_err(|e| CudaError::NoDriver(format!("cuInit failed: {e:?}")))
         })
     })
