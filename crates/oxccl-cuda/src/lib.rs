@@ -7,6 +7,13 @@
 //! cached on disk. cudarc loads `libcuda`/`libnvrtc` at run time, so the
 //! crate builds and its CPU tests pass on machines without CUDA; there,
 //! [`available`] returns [`CudaError::NoDriver`] and nothing panics.
+//!
+//! FIFO connections run the Simple or the LL protocol, chosen per plan
+//! upload ([`World::prepare_proto`]). Before `cuInit`, [`driver::init`]
+//! sets `CUDA_DEVICE_MAX_CONNECTIONS=32` unless the user set it, so rank
+//! streams never share a hardware queue (ranks on one GPU spin on each
+//! other). [`nccl`] drives NCCL, loaded at run time, as a baseline;
+//! [`topo_probe`] gives the driver's view of the topology.
 //! See docs/ARCHITECTURE.md, section oxccl-cuda.
 
 pub mod device;

@@ -4,7 +4,8 @@
 //! A [`HostFabric`] holds what one communicator's ranks share. Each rank's
 //! thread calls [`HostFabric::execute`] with its part of a plan from
 //! `oxccl_core::gen`; the fabric runs the same plans as the reference
-//! interpreter (`oxccl_core::interp`), with real concurrency. See
+//! interpreter (`oxccl_core::interp`), with real concurrency. Only the
+//! Simple protocol is built (the facade offers nothing else here). See
 //! `docs/ARCHITECTURE.md` (section `oxccl-host`) for the FIFO layout, the
 //! waiting policy and the invariants.
 

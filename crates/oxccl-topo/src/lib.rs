@@ -22,10 +22,13 @@
 //!   NCCL_ALGO/NCCL_PROTO; the selector never returns anything outside them
 //!   except, when nothing allowed applies at all, Ring (with the first
 //!   allowed protocol the model accepts). Pass only protocols your backend
-//!   implements (Simple and LL today): LL128 is modelled and will be
-//!   picked when allowed.
+//!   implements (the CUDA backend Simple and LL, the host backend Simple):
+//!   LL128 is modelled and will be picked when allowed.
 //! - [`calibrate`]: read `cargo xtask sweep --json` output and fit the
-//!   [`consts::Constants`] to it.
+//!   [`consts::Constants`] to it, including its `avoid` list of variants
+//!   the selector must not pick; [`calibrate::builtin_for`] returns the
+//!   built-in calibration for a placement (today only ranks sharing one
+//!   H200, `calib/h200-1gpu-8ranks.json`).
 //! - [`search`]: ring search and the double binary tree.
 #![forbid(unsafe_code)]
 

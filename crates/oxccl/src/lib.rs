@@ -1,13 +1,15 @@
 //! oxccl: collective communications for GPUs, in the style of NCCL, in Rust.
 //!
-//! Each rank's thread calls collectives on its own [`Communicator`]:
+//! Each rank's thread calls collectives on its own [`Communicator`]. With
+//! buffers from [`Communicator::alloc`] the same code runs on every backend:
 //!
 //! ```
 //! let comms = oxccl::init_all(4).unwrap();
 //! std::thread::scope(|s| for c in &comms { s.spawn(move || {
-//!     let mut v = vec![c.rank() as f32; 1024];
-//!     c.all_reduce_in_place(&mut v, oxccl::RedOp::Sum).unwrap();
-//!     assert_eq!(v[0], 6.0);
+//!     let b = c.alloc::<f32>(1024).unwrap();
+//!     b.copy_from_slice(&vec![c.rank() as f32; 1024]).unwrap();
+//!     c.all_reduce_in_place(&b, oxccl::RedOp::Sum).unwrap();
+//!     assert_eq!(b.to_vec().unwrap(), vec![6.0; 1024]); // ordered after the call
 //! }); });
 //! ```
 //!
@@ -16,20 +18,23 @@
 //! [`init_all_with`] picks a backend through [`Config::backend`]: `Host`
 //! (ranks are threads of this process; what CI runs), `Cuda` (ranks
 //! round-robin over the visible GPUs, several ranks may share one), or
-//! `Auto` (CUDA when a device is present, else host). The same code runs on
-//! both:
+//! `Auto`, the default (CUDA when a device is present, else host). Code
+//! written against [`Buffer`]s runs on both:
 //!
 //! - **Buffers.** [`Communicator::alloc`] returns a [`Buffer<T>`]: host
 //!   memory on the host backend, `cuMemAlloc` device memory on CUDA
-//!   (registered, so direct all-pairs algorithms may use it, like
-//!   `ncclMemAlloc`). Fill and read it with `copy_from_slice`/`to_vec`; take
-//!   views at any element offset with `slice(range)`. On the host backend
-//!   plain `&[T]`/`&mut [T]` are accepted too; on CUDA they are refused
-//!   with [`Error::ForeignBuffer`].
-//! - **Streams.** On the host backend a call completes before it returns.
-//!   On CUDA a call is enqueued on the communicator's stream and returns at
-//!   once; [`Communicator::synchronize`] waits for it, and `to_vec`/
-//!   `copy_from_slice` are ordered after work already issued. Code that
+//!   (registered on both, so the registered one-shot, two-shot and
+//!   all-pairs plans may use it, like `ncclMemAlloc`). Fill and read it
+//!   with `copy_from_slice`/`to_vec`; take views at any element offset
+//!   with `slice(range)`. On the host backend
+//!   plain `&[T]`/`&mut [T]` are accepted too (not registered, so only
+//!   FIFO plans); on CUDA they are refused with [`Error::ForeignBuffer`].
+//! - **Streams.** On the host backend a call runs on the calling thread and
+//!   completes before it returns. On CUDA each communicator (rank) has its
+//!   own non-blocking stream; a call is enqueued there as one kernel launch
+//!   and returns at once; [`Communicator::synchronize`] waits for it, and
+//!   `to_vec`/`copy_from_slice` run on that stream, ordered after work
+//!   already issued. Code that
 //!   calls `synchronize` where it needs results is correct on both.
 //! - **In place.** Pass the same buffer (or NCCL's in-place layout:
 //!   AllGather's send is the rank's block of the receive buffer,
@@ -47,18 +52,20 @@
 //!
 //! # Groups
 //!
-//! [`group`] (or [`Group`]) issues several operations together: grouped
+//! [`group()`] (or [`Group`]) issues several operations together: grouped
 //! Send/Recv (all-to-all exchanges, rings) and collectives, on one or
-//! several communicators driven by one thread. See [`group`] for how they
-//! run.
+//! several communicators driven by one thread. See [`mod@group`] for how
+//! they run.
 //!
 //! # Configuration and logging
 //!
 //! [`Config`] overrides algorithm, protocol, channels and deadline; see
 //! [`config`] for `NCCL_ALGO`/`NCCL_PROTO` syntax and the `OXCCL_` twins.
 //! Each collective's algorithm, protocol and channel count come from the
-//! topology cost model (`oxccl_topo::Selector`), among what the
-//! configuration and the backend allow. `NCCL_DEBUG=INFO` (or
+//! topology cost model (`oxccl_topo::Selector`, with a built-in calibration
+//! where one exists: today ranks sharing one H200), among what the
+//! configuration and the backend allow (protocols: Simple on the host
+//! backend, Simple and LL on CUDA). `NCCL_DEBUG=INFO` (or
 //! `OXCCL_DEBUG=INFO`) logs, through `tracing`, each choice with its
 //! predicted time, marked `(override)` when the configuration restricted it.
 
