@@ -6,6 +6,9 @@ use oxccl::core::testkit::{self, COLLECTIVES, OPS};
 use oxccl::core::{with_dtype, Collective};
 use oxccl::{BackendKind, CollKind, Communicator, Config, DataType, Element, RedOp};
 
+mod common;
+use common::host;
+
 /// Runs one case on every rank; returns the number of wrong elements and
 /// the first difference.
 fn run_case<T: Element>(
@@ -102,17 +105,6 @@ fn all_cases(comms: &[Communicator], count: usize) {
         failures.len(),
         failures.join("\n")
     );
-}
-
-fn host(n: u32) -> Vec<Communicator> {
-    oxccl::init_all_with(
-        n,
-        Config {
-            backend: BackendKind::Host,
-            ..Config::default()
-        },
-    )
-    .unwrap()
 }
 
 #[test]

@@ -1,18 +1,10 @@
 //! Grouped Send/Recv, collectives in groups, and one thread driving every
 //! communicator of a clique.
 
-use oxccl::{BackendKind, Communicator, Config, RedOp};
+use oxccl::{Communicator, RedOp};
 
-fn host(n: u32) -> Vec<Communicator> {
-    oxccl::init_all_with(
-        n,
-        Config {
-            backend: BackendKind::Host,
-            ..Config::default()
-        },
-    )
-    .unwrap()
-}
+mod common;
+use common::host;
 
 fn each_rank(comms: &[Communicator], f: impl Fn(&Communicator) + Sync) {
     std::thread::scope(|s| {

@@ -3,16 +3,8 @@
 
 use oxccl::{BackendKind, Communicator, Config, Error, RedOp};
 
-fn host(n: u32) -> Vec<Communicator> {
-    oxccl::init_all_with(
-        n,
-        Config {
-            backend: BackendKind::Host,
-            ..Config::default()
-        },
-    )
-    .unwrap()
-}
+mod common;
+use common::host;
 
 const SENTINEL: f32 = -7.5;
 
