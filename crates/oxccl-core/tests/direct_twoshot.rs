@@ -5,49 +5,22 @@
 
 mod common;
 
-use common::strip;
+use common::{checked, is_sync, moved, plan_check_error, strip};
 use oxccl_core::gen::MAX_PUSH_RANKS;
 use oxccl_core::interp::{check, check_in_place};
 use oxccl_core::plan::{Dst, Loc, Plan, Src, Step};
 use oxccl_core::testkit::op_applies;
 use oxccl_core::testkit::OPS;
-use oxccl_core::{generate, Algo, CollKind, Collective, CoreError, DataType, PlanRequest, RedOp};
+use oxccl_core::{generate, Algo, CollKind, Collective, DataType, PlanRequest};
 use proptest::prelude::*;
 
 fn request(n: u32, count: usize, channels: u32, chunk: usize, in_place: bool) -> PlanRequest {
-    let mut req = PlanRequest::new(
-        Collective::new(CollKind::AllReduce, count, 0),
-        n,
-        Algo::TwoShot,
-    );
-    req.registered = true;
-    req.in_place = in_place;
-    req.channels = channels;
-    req.chunk = chunk;
-    req
+    let coll = Collective::new(CollKind::AllReduce, count, 0);
+    common::registered(coll, n, Algo::TwoShot, (channels, chunk), in_place)
 }
 
 fn plan(n: u32, count: usize, channels: u32, chunk: usize, in_place: bool) -> Plan {
     generate(&request(n, count, channels, chunk, in_place)).unwrap()
-}
-
-fn checked(p: &Plan, in_place: bool) -> Result<(), CoreError> {
-    if in_place {
-        check_in_place(p)
-    } else {
-        check(p)
-    }
-}
-
-fn plan_check_error(r: Result<(), CoreError>) -> String {
-    match r {
-        Err(CoreError::PlanCheck(m)) => m,
-        other => panic!("expected a plan check error, got {other:?}"),
-    }
-}
-
-fn is_sync(s: &Step) -> bool {
-    matches!(s, Step::Signal { .. } | Step::Wait { .. })
 }
 
 /// The sync steps after the channel's last transfer (the exit barrier).
@@ -63,19 +36,6 @@ fn entry(steps: &[Step], i: usize) -> bool {
         .position(|s| !is_sync(s))
         .unwrap_or(steps.len());
     i < first
-}
-
-/// Elements read and written per rank, summed over its transfers.
-fn moved(p: &Plan, rank: usize) -> (usize, usize) {
-    p.ranks[rank]
-        .channels
-        .iter()
-        .flat_map(|c| &c.steps)
-        .filter_map(|s| match s {
-            Step::Xfer(x) => Some((x.srcs.len() * x.len, x.dsts.len() * x.len)),
-            _ => None,
-        })
-        .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
 }
 
 /// Per channel: an entry barrier, one push per piece of the rank's block
@@ -258,18 +218,8 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
     /// Random shapes around the push/pull boundary, checked and compared.
     #[test]
-    fn registered_two_shot_random(
-        n in prop_oneof![4 => 1u32..=12, 1 => 30u32..=34],
-        count in prop_oneof![0usize..300, prop::sample::select(vec![1usize, 7, 127, 1021])],
-        channels in 1u32..=4,
-        chunk in prop_oneof![1usize..16, Just(1 << 16)],
-        in_place in any::<bool>(),
-        dtype in prop::sample::select(DataType::ALL.to_vec()),
-        op in prop::sample::select(OPS.to_vec()),
-        seed in any::<u64>(),
-    ) {
-        let req = request(n, count, channels, chunk, in_place);
-        let op = if op_applies(CollKind::AllReduce, op) { op } else { RedOp::Sum };
-        common::run_dtype(&req, dtype, op, seed).map_err(TestCaseError::fail)?;
+    fn registered_two_shot_random(c in common::random_case(CollKind::AllReduce)) {
+        let req = request(c.n, c.count, c.channels, c.chunk, c.in_place);
+        common::run_dtype(&req, c.dtype, c.op, c.seed).map_err(TestCaseError::fail)?;
     }
 }

@@ -94,6 +94,23 @@ pub(super) fn build(req: &PlanRequest, rank: Rank, rp: &mut RankPlan) -> Result<
     Ok(())
 }
 
+/// Element `off` of every rank's input in rank order 0..n−1, each
+/// pre-scaled, as seen from `rank` (its own locally, peers' remotely): the
+/// sources of a registered reduction step (here and in `direct_allpairs`).
+pub(super) fn inputs_in_rank_order(rank: Rank, n: u32, off: usize) -> Vec<Src> {
+    in_rank_order(rank, n, own(Loc::input(off)), |q| Src::Remote {
+        peer: q,
+        at: Loc::input(off),
+        pre: true,
+    })
+}
+
+/// Block `q` of `p` when `p` is split into n blocks: (offset, length).
+pub(super) fn block(p: &Range<usize>, n: u32, q: Rank) -> (usize, usize) {
+    let b = &split(p.len(), n as usize)[q as usize];
+    (p.start + b.start, b.len())
+}
+
 /// One rank's view of a registered one-shot or two-shot AllReduce.
 struct Direct<'a> {
     req: &'a PlanRequest,
@@ -102,13 +119,8 @@ struct Direct<'a> {
 }
 
 impl Direct<'_> {
-    /// Element `off` of every rank's input in rank order, each pre-scaled.
     fn sources(&self, off: usize) -> Vec<Src> {
-        in_rank_order(self.rank, self.n, own(Loc::input(off)), |q| Src::Remote {
-            peer: q,
-            at: Loc::input(off),
-            pre: true,
-        })
+        inputs_in_rank_order(self.rank, self.n, off)
     }
 
     /// Peers in rotating order from this rank, so ranks start on
@@ -117,10 +129,8 @@ impl Direct<'_> {
         (1..self.n).map(move |k| (self.rank + k) % self.n)
     }
 
-    /// Block `q` of `p` when `p` is split into n blocks: (offset, length).
     fn block(&self, p: &Range<usize>, q: Rank) -> (usize, usize) {
-        let b = &split(p.len(), self.n as usize)[q as usize];
-        (p.start + b.start, b.len())
+        block(p, self.n, q)
     }
 
     /// After the entry barrier: reduce into output (scratch in place),

@@ -1,7 +1,8 @@
 //! All-pairs collectives over registered buffers: every rank *pulls* what
 //! it needs from peers' inputs (`Src::Remote`) straight into its own
 //! output, so each byte is read once where it lies and written once where
-//! it belongs, with no FIFO hop. The FIFO variants are in `allpairs`.
+//! it belongs, with no FIFO hop. Reduce is the exception: it *pushes* into
+//! the root's output (below). The FIFO variants are in `allpairs`.
 //!
 //! Why pull rather than push (a put of one's own block into every peer's
 //! output): both need the same synchronisation (the peer must have entered
@@ -9,9 +10,31 @@
 //! access is done), but with pull every rank writes only its own memory.
 //! Remote traffic is then reads only, nobody writes into a buffer it does
 //! not own, so in-place aliasing stays a local matter (AllGather,
-//! ReduceScatter, Gather, Scatter, Broadcast and Reduce need no scratch in
-//! place), and the work of rooted collectives spreads over the n−1 readers
-//! instead of serialising at the root.
+//! ReduceScatter, Gather, Scatter and Broadcast need no scratch in place),
+//! and the work of Broadcast, Scatter and Gather spreads over the n−1
+//! readers or sits with the root that needs all of it.
+//!
+//! **Reduce** spreads the reduction over every rank instead of leaving it
+//! all to the root: per channel the range is split into n blocks and rank
+//! r reduces block r from all n inputs (rank order, each pre-scaled,
+//! `post`) and writes it into the root's output (`Dst::Remote`; the root
+//! writes its own block locally), one step per piece. All ranks together
+//! read n·S and write S, the (n+1)·S floor, and each rank's channels carry
+//! 1/n of it. Each rank reads every peer's input, so both handshakes are
+//! full barriers and none can be dropped: at entry rank r must hear from
+//! every q whose input it reads (and from the root, whose output it
+//! writes); at exit every rank q, root or not, must wait for every r that
+//! read block r of q's input. Non-roots waiting for each other is part of
+//! that (the checker reports "rank q may finish while rank r ... still
+//! accesses its memory" without it; `tests/direct_reduce.rs`). In place
+//! the root's output is its input: element e of block r of the root's
+//! buffer is read (as the root's input) and written by rank r only, in one
+//! step, element by element, and touched by no other rank or channel, so
+//! no scratch is needed (`interp::check_in_place`'s race detection proves
+//! it). The step has n sources and one destination, the operand counts of
+//! a reduction done by the root alone, so the CUDA executor's limit of 32
+//! operands per step binds both alike: unlike two-shot's push there is no
+//! fallback above 32 ranks that would help.
 //!
 //! Synchronisation, per channel, as a handshake between each owner of
 //! memory that is read and each of its readers (the checker proves it,
@@ -22,10 +45,10 @@
 //!   readers (it returns, and its caller reuses the buffers, only once
 //!   nobody reads them any more).
 //!
-//! AllGather, ReduceScatter and AllToAll read every peer, so both
+//! AllGather, ReduceScatter, AllToAll and Reduce read every peer, so both
 //! handshakes are full barriers (2(n−1) steps each); Broadcast and Scatter
-//! read the root (non-roots 1 + 1 steps, the root 2(n−1)); Reduce and
-//! Gather read the non-roots (the same counts, mirrored).
+//! read the root (non-roots 1 + 1 steps, the root 2(n−1)); Gather reads
+//! the non-roots (the same counts, mirrored).
 //!
 //! In-place AllToAll is the one case where a rank overwrites memory that
 //! peers still read (block q of its buffer is both peer q's source and the
@@ -34,7 +57,8 @@
 //! has read this piece of my buffer), copy scratch into the output. Scratch
 //! is (n−1) pieces per channel and there is one barrier per piece.
 //!
-//! Steps per piece of up to `chunk` elements of each block, per channel:
+//! Steps per piece of up to `chunk` elements of each block (Reduce: of the
+//! rank's block of the channel's range), per channel:
 //!
 //! | collective    | steps per piece                                   |
 //! |---------------|---------------------------------------------------|
@@ -43,7 +67,7 @@
 //! | AllToAll      | n−1 gets + 1 own copy (in place: n−1 gets into scratch, 1 barrier, n−1 copies) |
 //! | Broadcast     | non-roots 1 get; root 1 copy (none in place)      |
 //! | Scatter       | non-roots 1 get; root 1 copy (none in place)      |
-//! | Reduce        | root 1 reduce_from of n sources; others none      |
+//! | Reduce        | 1 reduce_from of n sources into the root's output |
 //! | Gather        | root n−1 gets + 1 own copy (none in place); others none |
 //!
 //! Reduction order: one step whose sources are the n contributions in rank
@@ -52,8 +76,8 @@
 
 use std::ops::Range;
 
-use super::allpairs::in_rank_order;
-use super::{local, out, own, pieces, set_scratch, split, PlanRequest, Steps};
+use super::direct::{block, inputs_in_rank_order};
+use super::{local, out, pieces, set_scratch, split, PlanRequest, Steps};
 use crate::coll::CollKind;
 use crate::error::CoreError;
 use crate::plan::{Channel, Dst, Loc, Rank, RankPlan, Src, Step};
@@ -75,8 +99,8 @@ pub(super) fn build(req: &PlanRequest, rank: Rank, rp: &mut RankPlan) -> Result<
     let (reads, read_by): (Vec<Rank>, Vec<Rank>) = match req.coll.kind {
         CollKind::Broadcast | CollKind::Scatter if rank == root => (vec![], peers.clone()),
         CollKind::Broadcast | CollKind::Scatter => (vec![root], vec![]),
-        CollKind::Reduce | CollKind::Gather if rank == root => (peers.clone(), vec![]),
-        CollKind::Reduce | CollKind::Gather => (vec![], vec![root]),
+        CollKind::Gather if rank == root => (peers.clone(), vec![]),
+        CollKind::Gather => (vec![], vec![root]),
         _ => (peers.clone(), peers.clone()),
     };
     let g = Pull {
@@ -91,6 +115,8 @@ pub(super) fn build(req: &PlanRequest, rank: Rank, rp: &mut RankPlan) -> Result<
         if !range.is_empty() {
             if staged {
                 g.all_to_all_staged(range, ch * slot, &mut s);
+            } else if req.coll.kind == CollKind::Reduce {
+                g.reduce_into_root(range, &mut s);
             } else {
                 g.channel(range, &mut s);
             }
@@ -186,8 +212,10 @@ impl Pull<'_> {
                         s.mv(get(q, self.block(rank, o)), vec![out(self.block(q, o))], l);
                     }
                 }
-                CollKind::ReduceScatter => self.reduce_from(self.block(rank, o), o, l, s),
-                CollKind::Reduce if rank == root => self.reduce_from(o, o, l, s),
+                CollKind::ReduceScatter => {
+                    let srcs = inputs_in_rank_order(rank, self.req.nranks, self.block(rank, o));
+                    s.xfer(srcs, vec![out(o)], l, true);
+                }
                 CollKind::Gather if rank == root => {
                     for &q in &self.peers {
                         s.mv(get(q, o), vec![out(self.block(q, o))], l);
@@ -203,17 +231,25 @@ impl Pull<'_> {
         self.exit(s);
     }
 
-    /// Reduces element `src` of every rank's input, in rank order, each
-    /// pre-scaled, into this rank's output at `dst`.
-    fn reduce_from(&self, src: usize, dst: usize, len: usize, s: &mut Steps) {
-        let srcs = in_rank_order(self.rank, self.req.nranks, own(Loc::input(src)), |q| {
-            Src::Remote {
-                peer: q,
-                at: Loc::input(src),
-                pre: true,
-            }
-        });
-        s.xfer(srcs, vec![out(dst)], len, true);
+    /// Reduce: entry barrier, block `rank` of `range` reduced from every
+    /// input into the root's output piece by piece, exit barrier.
+    fn reduce_into_root(&self, range: Range<usize>, s: &mut Steps) {
+        let (n, root) = (self.req.nranks, self.req.coll.root);
+        self.enter(s);
+        let (o, l) = block(&range, n, self.rank);
+        for p in pieces(o..o + l, self.req.chunk) {
+            let dst = if self.rank == root {
+                out(p.start)
+            } else {
+                Dst::Remote {
+                    peer: root,
+                    at: Loc::output(p.start),
+                }
+            };
+            let srcs = inputs_in_rank_order(self.rank, n, p.start);
+            s.xfer(srcs, vec![dst], p.len(), true);
+        }
+        self.exit(s);
     }
 
     /// In-place AllToAll: per piece, pull block `rank` of every peer into

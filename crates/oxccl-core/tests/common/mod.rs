@@ -7,7 +7,8 @@ use oxccl_core::gen::supports;
 use oxccl_core::interp::{self, InterpOptions, RankMem};
 use oxccl_core::plan::{BufId, Plan, Step};
 use oxccl_core::{
-    generate, testkit, with_dtype, Algo, CollKind, DataType, Element, PlanRequest, RedOp,
+    generate, testkit, with_dtype, Algo, CollKind, Collective, CoreError, DataType, Element,
+    PlanRequest, RedOp,
 };
 
 /// Every (algorithm, collective) pair with a generator (Send/Recv has its
@@ -93,4 +94,103 @@ pub fn strip(p: &Plan, which: impl Fn(u32) -> bool, keep: impl Fn(&[Step], usize
         }
     }
     q
+}
+
+/// `interp::check_in_place` for in-place plans, `interp::check` otherwise.
+pub fn checked(p: &Plan, in_place: bool) -> Result<(), CoreError> {
+    if in_place {
+        interp::check_in_place(p)
+    } else {
+        interp::check(p)
+    }
+}
+
+/// The checker's message; panics on success or on another error.
+pub fn plan_check_error(r: Result<(), CoreError>) -> String {
+    match r {
+        Err(CoreError::PlanCheck(m)) => m,
+        other => panic!("expected a plan check error, got {other:?}"),
+    }
+}
+
+pub fn is_sync(s: &Step) -> bool {
+    matches!(s, Step::Signal { .. } | Step::Wait { .. })
+}
+
+/// Elements read and written by `rank`'s steps (sources and destinations
+/// of every transfer, wherever they lie).
+pub fn moved(p: &Plan, rank: usize) -> (usize, usize) {
+    p.ranks[rank]
+        .channels
+        .iter()
+        .flat_map(|c| &c.steps)
+        .filter_map(|s| match s {
+            Step::Xfer(x) => Some((x.srcs.len() * x.len, x.dsts.len() * x.len)),
+            _ => None,
+        })
+        .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
+}
+
+/// A random registered-plan case: rank counts mostly small, some around
+/// the 32-operand boundary; counts with empty, uneven and chunked blocks.
+#[derive(Clone, Debug)]
+pub struct RandomCase {
+    pub n: u32,
+    pub count: usize,
+    pub channels: u32,
+    pub chunk: usize,
+    pub in_place: bool,
+    pub dtype: DataType,
+    /// The drawn op, or Sum where it does not apply to the collective.
+    pub op: RedOp,
+    pub seed: u64,
+}
+
+pub fn random_case(kind: CollKind) -> impl proptest::strategy::Strategy<Value = RandomCase> {
+    use proptest::prelude::*;
+    (
+        prop_oneof![4 => 1u32..=12, 1 => 30u32..=34],
+        prop_oneof![
+            0usize..300,
+            prop::sample::select(vec![1usize, 7, 127, 1021])
+        ],
+        1u32..=4,
+        prop_oneof![1usize..16, Just(1 << 16)],
+        any::<bool>(),
+        prop::sample::select(DataType::ALL.to_vec()),
+        prop::sample::select(testkit::OPS.to_vec()),
+        any::<u64>(),
+    )
+        .prop_map(
+            move |(n, count, channels, chunk, in_place, dtype, op, seed)| RandomCase {
+                n,
+                count,
+                channels,
+                chunk,
+                in_place,
+                dtype,
+                op: if testkit::op_applies(kind, op) {
+                    op
+                } else {
+                    RedOp::Sum
+                },
+                seed,
+            },
+        )
+}
+
+/// A request for a plan over registered buffers.
+pub fn registered(
+    coll: Collective,
+    n: u32,
+    algo: Algo,
+    (channels, chunk): (u32, usize),
+    in_place: bool,
+) -> PlanRequest {
+    let mut req = PlanRequest::new(coll, n, algo);
+    req.registered = true;
+    req.in_place = in_place;
+    req.channels = channels;
+    req.chunk = chunk;
+    req
 }
