@@ -1,0 +1,28 @@
+#!/bin/bash
+# Rebuilds, here, every binary final.sh runs on the GPU machine (release,
+# stripped) and copies them into .gpu/. Run from the repository root:
+#   benches/gpu/build.sh && du -ch .gpu/* | tail -1      # must stay under 64 MiB
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+mkdir -p .gpu
+grep -qx "/.gpu/" .git/info/exclude 2>/dev/null || echo "/.gpu/" >> .git/info/exclude
+G=.gpu
+exe() { # the test executable cargo built for `cargo test --release $*`
+  cargo test --release --no-run --message-format=json "$@" 2>/dev/null |
+    python3 -c 'import sys,json
+for l in sys.stdin:
+    try: m=json.loads(l)
+    except Exception: continue
+    if m.get("reason")=="compiler-artifact" and m.get("executable") and m["profile"]["test"]: print(m["executable"])' | tail -1
+}
+cargo build --release -p xtask
+cargo build --release -p oxccl-cuda --example latency --example compile_kernels --example nccl_latency
+cp target/release/xtask $G/xtask
+cp target/release/examples/latency $G/latency
+cp target/release/examples/compile_kernels $G/compile_kernels
+cp target/release/examples/nccl_latency $G/nccl_latency
+cp "$(exe -p oxccl-cuda --test gpu)" $G/gpu-test
+cp "$(exe -p oxccl --test collectives)" $G/collectives
+strip $G/xtask $G/latency $G/compile_kernels $G/nccl_latency $G/gpu-test $G/collectives
+ls -la $G
+du -ch $G/xtask $G/latency $G/compile_kernels $G/nccl_latency $G/gpu-test $G/collectives $G/cache 2>/dev/null | tail -1
