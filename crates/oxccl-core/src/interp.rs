@@ -34,6 +34,24 @@ pub struct RankMem<T> {
     pub written: Vec<Vec<bool>>,
 }
 
+/// Memory for every rank of `plan`, inputs from `inputs[rank]`. With
+/// `in_place`, input and output overlap as the plan's collective defines
+/// (groups without a collective overlap at offset 0).
+pub fn memories<T: Element>(plan: &Plan, inputs: &[Vec<T>], in_place: bool) -> Vec<RankMem<T>> {
+    plan.ranks
+        .iter()
+        .zip(inputs)
+        .map(|(rp, input)| {
+            let offsets = match (in_place, plan.coll) {
+                (true, Some(c)) => Some(c.in_place_offsets(rp.rank)),
+                (true, None) => Some((0, 0)),
+                (false, _) => None,
+            };
+            RankMem::new(&rp.bufs, input, offsets)
+        })
+        .collect()
+}
+
 impl<T: Element> RankMem<T> {
     /// Builds memory for a plan's buffers of one rank: inputs filled from
     /// `input`, outputs zeroed (but not "written"), scratch undefined. With

@@ -4,7 +4,7 @@
 mod common;
 
 use common::{run_plan, small_config};
-use oxccl_core::interp::{self, InterpOptions, RankMem};
+use oxccl_core::interp::{self, InterpOptions};
 use oxccl_core::plan::{BufDecl, BufRole, Channel, Dst, Loc, Plan, RankPlan, Src, Step, Xfer};
 use oxccl_core::{testkit, Algo, CollKind, Collective, DataType, RedOp};
 use oxccl_host::{HostError, HostFabric};
@@ -125,18 +125,7 @@ fn check(plan: &Plan, op: RedOp, in_place: bool, calls: u64) {
     let n = plan.nranks;
     let lowered = op.lower(DataType::F32, n);
     let inputs: Vec<Vec<f32>> = (0..n).map(|r| testkit::input(&coll, n, r, op, 5)).collect();
-    let mut mem: Vec<RankMem<f32>> = plan
-        .ranks
-        .iter()
-        .zip(&inputs)
-        .map(|(rp, i)| {
-            RankMem::new(
-                &rp.bufs,
-                i,
-                in_place.then(|| coll.in_place_offsets(rp.rank)),
-            )
-        })
-        .collect();
+    let mut mem = interp::memories(plan, &inputs, in_place);
     interp::run(plan, &mut mem, &lowered, &InterpOptions::default()).expect("plan checks");
     let fab = HostFabric::new(n, small_config(64));
     for call in 0..calls {

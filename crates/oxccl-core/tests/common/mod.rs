@@ -4,7 +4,7 @@
 #![allow(dead_code)] // reason: each test binary uses a different subset of these helpers
 
 use oxccl_core::gen::supports;
-use oxccl_core::interp::{self, InterpOptions, RankMem};
+use oxccl_core::interp::{self, InterpOptions};
 use oxccl_core::plan::{BufId, Plan, Step};
 use oxccl_core::{
     generate, testkit, with_dtype, Algo, CollKind, Collective, CoreError, DataType, Element,
@@ -48,18 +48,7 @@ pub fn run_plan<T: Element>(
     let inputs: Vec<Vec<T>> = (0..n)
         .map(|r| testkit::input(&coll, n, r, op, seed))
         .collect();
-    let mut mem: Vec<RankMem<T>> = plan
-        .ranks
-        .iter()
-        .zip(&inputs)
-        .map(|(rp, i)| {
-            RankMem::new(
-                &rp.bufs,
-                i,
-                req.in_place.then(|| coll.in_place_offsets(rp.rank)),
-            )
-        })
-        .collect();
+    let mut mem = interp::memories(plan, &inputs, req.in_place);
     let lowered = op.lower(T::DTYPE, n);
     let opts = InterpOptions {
         seed,

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use oxccl_core::interp::RankMem;
+use oxccl_core::interp;
 use oxccl_core::plan::{BufRole, Plan, Rank};
 use oxccl_core::{generate, testkit, CoreError, Element, PlanRequest, RedOp};
 use oxccl_host::{ExecStats, HostBuf, HostConfig, HostError, HostFabric};
@@ -40,14 +40,8 @@ pub fn run_plan<T: Element>(
         let handles: Vec<_> = plan
             .ranks
             .iter()
-            .zip(inputs)
-            .map(|(rp, input)| {
-                let offsets = match (in_place, plan.coll) {
-                    (true, Some(c)) => Some(c.in_place_offsets(rp.rank)),
-                    (true, None) => Some((0, 0)),
-                    (false, _) => None,
-                };
-                let mut mem = RankMem::new(&rp.bufs, input, offsets);
+            .zip(interp::memories(plan, inputs, in_place))
+            .map(|(rp, mut mem)| {
                 let skip = absent.contains(&rp.rank);
                 let fab = fab.clone();
                 s.spawn(move || {
