@@ -60,7 +60,10 @@ struct OxOperand {
 };
 
 // One step. 16 bytes. XFER: operands [first, first+nsrc+ndst). SIGNAL/WAIT:
-// first = semaphore table index, len = peer rank.
+// first = semaphore table index, len = peer rank, nsrc = steps left in its
+// run of consecutive signals (waits) from here, at most 255 (so a run's
+// first step holds the run's length), ndst (waits) = earlier waits of the
+// run on the same semaphore. encode.rs (mark_runs) fills them in.
 struct OxStep {
   u8 op;
   u8 nsrc;
@@ -113,8 +116,6 @@ struct OxDesc {
   const u64* conns;          // OxConn* per connection index
   const u64* sems;           // OxSem* per semaphore index
   u64* ptr_table;            // [nranks][OX_MAX_BUFS] buffer bases, for remote steps
-  u64* table_gen;            // [nranks]: launch number whose bases ptr_table holds
-  u64* counters;             // this rank's {launches completed, blocks finished}
   const volatile u32* abort_flag;  // host-mapped; non-zero: abort
   volatile u32* world_fail;  // set by any rank that failed, polled by all
   OxError* err;
@@ -137,4 +138,4 @@ static_assert(sizeof(OxChan) == 8, "OxChan layout");
 static_assert(sizeof(OxConn) == OX_CONN_HEADER, "OxConn layout");
 static_assert(sizeof(OxSem) == 256, "OxSem layout");
 static_assert(sizeof(OxError) == 32, "OxError layout");
-static_assert(sizeof(OxDesc) == 648, "OxDesc layout");
+static_assert(sizeof(OxDesc) == 632, "OxDesc layout");

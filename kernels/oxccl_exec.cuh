@@ -1,11 +1,14 @@
 // The device plan executor: block b of a launch walks channel b's steps.
 //
 // Synchronisation follows DESIGN.md: a FIFO message is "data, fence,
-// counter store"; the receiver acquire-polls the counter. One thread per
-// block does the polling and the counter updates; __syncthreads() hands the
-// result to the rest of the block. Every poll checks the host's abort flag,
-// the world's failure word and a deadline (%globaltimer), and a failed wait
-// records {code, rank, peer, channel, step} before the block returns.
+// counter store"; the receiver acquire-polls the counter. A few threads of
+// the block's first warp poll and update counters, one per semaphore or
+// operand, in parallel; __syncthreads() hands the result to the rest of
+// the block. Every OX_SPIN_CHECK polls a wait checks
+// the host's abort flag, the world's failure word and a deadline
+// (%globaltimer); a failed wait records {code, rank, peer, channel, step}
+// before the block returns. Fences and counters use device scope when all
+// ranks share one GPU, system scope otherwise (OXD_SYS).
 
 __device__ __forceinline__ u64 ox_globaltimer() {
   u64 t;
@@ -26,11 +29,22 @@ __device__ __forceinline__ void ox_st_release(u64* p, u64 v, bool sys) {
   else
     asm volatile("st.release.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
+// Release/acquire fence: orders this thread's (and, through a preceding
+// barrier, its block's) earlier accesses before its later ones. acq_rel
+// is all the protocols need; __threadfence() is fence.sc, which costs more.
 __device__ __forceinline__ void ox_fence(bool sys) {
   if (sys)
-    __threadfence_system();
+    asm volatile("fence.acq_rel.sys;" ::: "memory");
   else
-    __threadfence();
+    asm volatile("fence.acq_rel.gpu;" ::: "memory");
+}
+// *p += v as a release: the signal of a semaphore. One instruction where
+// a fence and a relaxed atomic were two.
+__device__ __forceinline__ void ox_red_release_add(u64* p, u64 v, bool sys) {
+  if (sys)
+    asm volatile("red.release.sys.global.add.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+  else
+    asm volatile("red.release.gpu.global.add.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
 __device__ __forceinline__ u64 ox_ld_volatile(const u64* p) {
   return *(const volatile u64*)p;
@@ -86,15 +100,24 @@ __device__ void ox_fail(const OxDesc& d, u32 code, u32 peer, u32 step, u64 waite
   *d.world_fail = 1;
 }
 
-// Polls *p until it reaches `want`. Returns false (after recording why) on
-// abort, on a peer's failure, or past the deadline.
+// Polls after which a wait backs off (sleeps between polls): a wait that
+// long is waiting for a late launch, not for a flag in flight.
+#define OX_SPIN_FAST 4096
+// Polls between checks of the abort and failure words (host-mapped: a
+// read crosses PCIe) and the deadline.
+#define OX_SPIN_CHECK 1024
+
+// Polls *p until it reaches `want` (counters only grow: >=, never ==).
+// Returns false (after recording why) on abort, on a peer's failure, or
+// past the deadline.
 __device__ bool ox_wait_geq(const OxDesc& d, const u64* p, u64 want, u32 peer, u32 step) {
   const bool sys = d.flags & OXD_SYS;
   if (ox_ld_acquire(p, sys) >= want) return true;
   const u64 t0 = ox_globaltimer();
   for (u32 spins = 1;; ++spins) {
+    if (spins > OX_SPIN_FAST) asm volatile("nanosleep.u32 256;");
     if (ox_ld_acquire(p, sys) >= want) return true;
-    if ((spins & 255) == 0) {
+    if ((spins & (OX_SPIN_CHECK - 1)) == 0) {
       u64 waited = ox_globaltimer() - t0;
       if (*d.abort_flag != 0) {
         ox_fail(d, OXE_ABORTED, peer, step, waited);
@@ -153,6 +176,8 @@ __device__ __forceinline__ uint4 ox_vpost(uint4 a, u32 n) {
 }
 
 #define OX_UNROLL 4
+// Sources whose loads a small reduction issues before using the first.
+#define OX_BATCH 8
 
 // dst[k][i] = post(op_s(pre_s(src[s][i]))) for i < n, by the whole block.
 template <typename T, int OP>
@@ -172,23 +197,56 @@ __device__ void ox_reduce_copy(char* const* src, const u8* pre, int nsrc, char* 
   const u64 nvec = (n - head) / V;
   const u64 vend = head + nvec * V;
 
-  // Scalar part: the unaligned head and the tail.
+  // Scalar part: the unaligned head and the tail. The loads of up to
+  // OX_BATCH sources are all in flight before the first is used: a tiny
+  // message is one element per thread, and its time is the loads' latency.
   for (u64 j = tid; j < head + (n - vend); j += nt) {
     u64 i = j < head ? j : vend + (j - head);
-    T acc = ox_ld1<T>(src[0] + i * sz);
-    if (pre[0]) acc = OxNum<T>::mul(acc, scale);
-    for (int s = 1; s < nsrc; ++s) {
-      T v = ox_ld1<T>(src[s] + i * sz);
-      if (pre[s]) v = OxNum<T>::mul(v, scale);
-      acc = ox_apply<T, OP>(acc, v);
+    T acc;
+    for (int s0 = 0; s0 < nsrc; s0 += OX_BATCH) {
+      T x[OX_BATCH];
+#pragma unroll
+      for (int b = 0; b < OX_BATCH; ++b)
+        if (s0 + b < nsrc) x[b] = ox_ld1<T>(src[s0 + b] + i * sz);
+#pragma unroll
+      for (int b = 0; b < OX_BATCH; ++b) {
+        if (s0 + b >= nsrc) break;
+        T v = x[b];
+        if (pre[s0 + b]) v = OxNum<T>::mul(v, scale);
+        acc = s0 + b == 0 ? v : ox_apply<T, OP>(acc, v);
+      }
     }
     if (post) acc = OxNum<T>::div(acc, post);
     for (int k = 0; k < ndst; ++k) ox_st1<T>(dst[k] + i * sz, acc);
   }
   if (nvec == 0) return;
 
-  // Vector part: OX_UNROLL independent 16-byte loads per source in flight.
+  // Vector part, small: at most one vector per thread. As above, the
+  // loads of OX_BATCH sources go out together.
   const u64 hb = head * sz;
+  if (nvec <= nt) {
+    if (tid < nvec) {
+      const u64 at = hb + (u64)tid * 16;
+      uint4 acc;
+      for (int s0 = 0; s0 < nsrc; s0 += OX_BATCH) {
+        uint4 x[OX_BATCH];
+#pragma unroll
+        for (int b = 0; b < OX_BATCH; ++b)
+          if (s0 + b < nsrc) x[b] = ox_ld16(src[s0 + b] + at);
+#pragma unroll
+        for (int b = 0; b < OX_BATCH; ++b) {
+          if (s0 + b >= nsrc) break;
+          uint4 v = pre[s0 + b] ? ox_vpre<T>(x[b], scale) : x[b];
+          acc = s0 + b == 0 ? v : ox_vop<T, OP>(acc, v);
+        }
+      }
+      if (post) acc = ox_vpost<T>(acc, post);
+      for (int k = 0; k < ndst; ++k) ox_st16(dst[k] + at, acc);
+    }
+    return;
+  }
+
+  // Vector part: OX_UNROLL independent 16-byte loads per source in flight.
   for (u64 base = tid; base < nvec; base += (u64)nt * OX_UNROLL) {
     uint4 acc[OX_UNROLL];
 #pragma unroll
@@ -248,113 +306,125 @@ __device__ void ox_exec(const OxDesc& d) {
   // plain memory) and the peer, for errors.
   __shared__ u32 s_flag[2 * OX_MAX_OPERANDS];
   __shared__ u32 s_peer[2 * OX_MAX_OPERANDS];
-  __shared__ int s_ll;  // this step moves LL lines
   __shared__ int s_fail;
   const u32 tid = threadIdx.x;
   const T scale = ox_from_bits<T>(d.scale_bits);
   const bool sys = d.flags & OXD_SYS;
   const bool ll = d.flags & OXD_LL;
 
-  // This launch's number: one more than the launches this rank completed
-  // (a device counter, so graph replays count too).
-  __shared__ u64 s_launch;
-  if (tid == 0) {
-    s_fail = 0;  // only ever set to 1 afterwards, with atomicExch, before a barrier
-    s_launch = ox_ld_volatile(&d.counters[0]) + 1;
-  }
-  __syncthreads();
-  // Publish this rank's buffers for peers' remote steps, tagged with the
-  // launch number: a peer resolving a remote operand waits for the tag,
-  // so it never uses the bases of an earlier call.
-  if (blockIdx.x == 0) {
-    if (tid < d.nbufs) d.ptr_table[d.rank * OX_MAX_BUFS + tid] = d.bufs[tid];
-    __syncthreads();
-    if (tid == 0) {
-      ox_fence(sys);
-      ox_st_release(&d.table_gen[d.rank], s_launch, sys);
-    }
-  }
-
+  // Read where this block's steps are before anything else: the load is
+  // in flight while the bases are published.
   const OxChan c = d.chans[blockIdx.x];
+  // Publish this rank's buffer bases for peers' remote steps, from every
+  // block of every launch, before the block's first step. A peer reads the
+  // bases only after hearing from this rank's same channel in this call (a
+  // signal, or a message, in release order after these stores and the
+  // barrier below): the checker's rule that remote accesses follow the
+  // owner's entry. So the signal itself says the bases are current, with
+  // no launch tag and no second all-pairs exchange. They stay current until
+  // the peer is done: this rank's next launch (the next bases) follows the
+  // end of this one, which follows every peer's signal after its last
+  // remote access. Every launch publishes, whatever its own steps: in a
+  // rooted plan the root may have no remote step while its peers read its
+  // buffers (a flag set only by plans with remote steps left the root's
+  // bases stale, and peers read through them). Every block of a call
+  // writes the same values.
+  if (tid == 0) s_fail = 0;  // only ever set to 1 afterwards, with atomicExch, before a barrier
+  if (tid < d.nbufs) *(volatile u64*)&d.ptr_table[d.rank * OX_MAX_BUFS + tid] = d.bufs[tid];
+  __syncthreads();
+
   for (u32 si = c.first; si < c.first + c.nsteps; ++si) {
     const OxStep st = d.steps[si];
     const u32 step = si - c.first;
     if (st.op == OXS_SIGNAL || st.op == OXS_WAIT) {
       // A run of consecutive signals (or waits) goes in parallel: thread i
       // handles the i-th, so an all-pairs barrier costs one round trip.
-      u32 run = 1;
-      while (run < OX_THREADS && si + run < c.first + c.nsteps && d.steps[si + run].op == st.op) ++run;
+      // The host encoded the run's length (and each wait's count of
+      // earlier waits on its semaphore), so nothing scans the step list.
+      // A signal run followed by a wait run (a barrier) runs as one phase:
+      // the waiters, in the next warp(s), load their semaphores and start
+      // polling while the signals go out. Waiting early changes nothing:
+      // the signals still follow every earlier step (the barrier below),
+      // and every later step still follows every wait.
+      const u32 end = c.first + c.nsteps;
+      u32 nsig = 0, nwait = 0, wbase = 0;
       if (st.op == OXS_SIGNAL) {
+        nsig = st.nsrc > 0 ? st.nsrc : 1;
+        wbase = (nsig + 31) & ~31u;
+        if (si + nsig < end) {
+          const OxStep nx = d.steps[si + nsig];
+          if (nx.op == OXS_WAIT && wbase + (nx.nsrc > 0 ? nx.nsrc : 1) <= blockDim.x)
+            nwait = nx.nsrc > 0 ? nx.nsrc : 1;
+        }
         __syncthreads();
-        if (tid < run) {
-          const OxStep sg = d.steps[si + tid];
-          OxSem* sem = (OxSem*)d.sems[sg.first];
-          ox_fence(sys);
-          atomicAdd(&sem->posted, 1ull);
-        }
       } else {
-        if (tid < run) {
-          const OxStep wt = d.steps[si + tid];
-          OxSem* sem = (OxSem*)d.sems[wt.first];
-          // Earlier waits of this run on the same semaphore come first.
-          u64 dup = 0;
-          for (u32 j = 0; j < tid; ++j) dup += d.steps[si + j].first == wt.first;
-          u64 want = ox_ld_volatile(&sem->consumed) + 1 + dup;
-          if (ox_wait_geq(d, &sem->posted, want, (u32)wt.len, step + tid)) {
-            atomicMax(&sem->consumed, want);
-          } else {
-            atomicExch(&s_fail, 1);
-          }
+        nwait = st.nsrc > 0 ? st.nsrc : 1;
+      }
+      if (tid < nsig) {
+        OxSem* sem = (OxSem*)d.sems[d.steps[si + tid].first];
+        ox_red_release_add(&sem->posted, 1ull, sys);
+      } else if (tid >= wbase && tid < wbase + nwait) {
+        const u32 k = nsig + (tid - wbase);
+        const OxStep wt = d.steps[si + k];
+        OxSem* sem = (OxSem*)d.sems[wt.first];
+        // Earlier waits of this run on the same semaphore come first.
+        u64 want = ox_ld_volatile(&sem->consumed) + 1 + wt.ndst;
+        if (ox_wait_geq(d, &sem->posted, want, (u32)wt.len, step + k)) {
+          atomicMax(&sem->consumed, want);
+        } else {
+          atomicExch(&s_fail, 1);
         }
+      }
+      if (nwait > 0) {
         __syncthreads();
         if (s_fail) return;
       }
-      si += run - 1;
+      si += nsig + nwait - 1;
     } else {
       const int nsrc = st.nsrc, ndst = st.ndst;
-      if (tid == 0) {
+      // Thread i resolves operand i, all in parallel (one dependent load
+      // chain each instead of thread 0 walking them in turn), and later
+      // bumps its connection's counter. A FIFO operand waits for its
+      // message or free slot; under LL the receiver waits on the lines'
+      // flags instead of the tail, and the sender still waits for a slot.
+      OxConn* cn = 0;
+      if (tid < (u32)(nsrc + ndst)) {
+        const int i = tid;
+        const OxOperand o = d.ops[st.first + i];
         bool ok = true;
-        s_ll = 0;
-        for (int i = 0; i < nsrc + ndst && ok; ++i) {
-          const OxOperand o = d.ops[st.first + i];
-          char* p = 0;
-          s_flag[i] = 0;
-          s_peer[i] = o.kind == OXK_LOCAL ? d.rank : o.kind == OXK_REMOTE ? o.idx : o.buf;
-          if (o.kind == OXK_LOCAL) {
-            p = (char*)d.bufs[o.buf] + o.off * sizeof(T);
-          } else if (o.kind == OXK_REMOTE) {
-            ok = ox_wait_geq(d, &d.table_gen[o.idx], s_launch, o.idx, step);
-            p = (char*)ox_ld_volatile(&d.ptr_table[o.idx * OX_MAX_BUFS + o.buf]) + o.off * sizeof(T);
-          } else {
-            OxConn* cn = (OxConn*)d.conns[o.idx];
-            // Under LL the receiver waits on the lines' flags instead of
-            // the tail; the sender still waits for a free slot.
-            if (i < nsrc) {
-              u64 head = ox_ld_volatile(&cn->head);
-              if (!ll) ok = ox_wait_geq(d, &cn->tail, head + 1, o.buf, step);
-              p = ox_slot(d, (u64)cn, head);
-              if (ll) s_flag[i] = ox_ll_flag(head);
-            } else {
-              u64 tail = ox_ld_volatile(&cn->tail);
-              if (tail + 1 > d.nslots) ok = ox_wait_geq(d, &cn->head, tail + 1 - d.nslots, o.buf, step);
-              p = ox_slot(d, (u64)cn, tail);
-              if (ll) s_flag[i] = ox_ll_flag(tail);
-            }
-            s_ll = ll;
-          }
+        char* p = 0;
+        s_flag[i] = 0;
+        s_peer[i] = o.kind == OXK_LOCAL ? d.rank : o.kind == OXK_REMOTE ? o.idx : o.buf;
+        if (o.kind == OXK_LOCAL) {
+          p = (char*)d.bufs[o.buf] + o.off * sizeof(T);
+        } else if (o.kind == OXK_REMOTE) {
+          p = (char*)ox_ld_volatile(&d.ptr_table[o.idx * OX_MAX_BUFS + o.buf]) + o.off * sizeof(T);
+        } else {
+          cn = (OxConn*)d.conns[o.idx];
           if (i < nsrc) {
-            s_src[i] = p;
-            s_pre[i] = (o.flags & OXF_PRE) && (d.flags & OXD_PRE);
+            u64 head = ox_ld_volatile(&cn->head);
+            if (!ll) ok = ox_wait_geq(d, &cn->tail, head + 1, o.buf, step);
+            p = ox_slot(d, (u64)cn, head);
+            if (ll) s_flag[i] = ox_ll_flag(head);
           } else {
-            s_dst[i - nsrc] = p;
+            u64 tail = ox_ld_volatile(&cn->tail);
+            if (tail + 1 > d.nslots) ok = ox_wait_geq(d, &cn->head, tail + 1 - d.nslots, o.buf, step);
+            p = ox_slot(d, (u64)cn, tail);
+            if (ll) s_flag[i] = ox_ll_flag(tail);
           }
+        }
+        if (i < nsrc) {
+          s_src[i] = p;
+          s_pre[i] = (o.flags & OXF_PRE) && (d.flags & OXD_PRE);
+        } else {
+          s_dst[i - nsrc] = p;
         }
         if (!ok) atomicExch(&s_fail, 1);
       }
-      __syncthreads();
+      // The step moves LL lines when it has a FIFO operand under LL.
+      const bool ll_step = __syncthreads_or(cn != 0) && ll;
       if (s_fail) return;
       const u32 post = (st.flags & OXF_POST) ? d.post_div : 0;
-      const bool ll_step = s_ll;
       if (ll_step) {
         if (!ox_ll_reduce_copy<T, OP>(d, s_src, s_pre, nsrc, s_dst, ndst, s_flag, s_peer, st.len,
                                       scale, post, step, &s_fail))
@@ -364,44 +434,29 @@ __device__ void ox_exec(const OxDesc& d) {
       }
       __syncthreads();
       if (s_fail) return;
-      if (tid == 0) {
-        bool fenced = false;
-        for (int i = 0; i < nsrc + ndst; ++i) {
-          const OxOperand o = d.ops[st.first + i];
-          if (o.kind != OXK_CONN) continue;
-          OxConn* cn = (OxConn*)d.conns[o.idx];
-          if (ll_step) {
-            // LL: the data carries its own flags, so no fence. The head
-            // store is a release after the barrier: the block's reads of
-            // the slot are done before the sender may overwrite it. Only
-            // the sender reads the tail.
-            if (i < nsrc) {
-              ox_st_release(&cn->head, ox_ld_volatile(&cn->head) + 1, sys);
-            } else {
-              *(volatile u64*)&cn->tail = ox_ld_volatile(&cn->tail) + 1;
-            }
-            continue;
+      if (cn != 0) {
+        const bool is_src = tid < (u32)nsrc;
+        if (ll_step) {
+          // LL: the data carries its own flags, so no fence. The head
+          // store is a release after the barrier: the block's reads of
+          // the slot are done before the sender may overwrite it. Only
+          // the sender reads the tail.
+          if (is_src) {
+            ox_st_release(&cn->head, ox_ld_volatile(&cn->head) + 1, sys);
+          } else {
+            *(volatile u64*)&cn->tail = ox_ld_volatile(&cn->tail) + 1;
           }
-          if (!fenced) {
-            ox_fence(sys);
-            fenced = true;
-          }
-          if (i < nsrc) {
+        } else {
+          // Simple: the block's data (ordered before this thread by the
+          // barrier), fence, then the counter.
+          ox_fence(sys);
+          if (is_src) {
             ox_st_release(&cn->head, ox_ld_volatile(&cn->head) + 1, sys);
           } else {
             ox_st_release(&cn->tail, ox_ld_volatile(&cn->tail) + 1, sys);
           }
         }
       }
-    }
-  }
-  // The last block to finish records the launch as completed.
-  __syncthreads();
-  if (tid == 0) {
-    __threadfence();
-    if (atomicAdd(&d.counters[1], 1ull) == gridDim.x - 1) {
-      atomicExch(&d.counters[1], 0ull);
-      atomicExch(&d.counters[0], s_launch);
     }
   }
 }

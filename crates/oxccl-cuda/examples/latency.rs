@@ -4,14 +4,16 @@
 //! graph (100 calls captured per graph), and beside it the same harness
 //! launching an empty plan (no synchronisation, no data: the launch floor
 //! with N threads launching at once).
-//! `latency [RANKS[,RANKS...]] [ALGO]`, default `2,4,8 oneshot`.
+//! `latency [RANKS[,RANKS...]] [ALGO] [reg|fifo] [simple|ll]`, default
+//! `2,4,8 oneshot reg simple`: registered buffers run the direct (put/get)
+//! plan; `fifo` runs the FIFO plan of the same algorithm under the protocol.
 
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
 use oxccl_core::gen::{generate, PlanRequest};
 use oxccl_core::plan::Plan;
-use oxccl_core::{Algo, CollKind, Collective, DataType, RedOp};
+use oxccl_core::{Algo, CollKind, Collective, DataType, Proto, RedOp};
 use oxccl_cuda::driver::Graph;
 use oxccl_cuda::{World, WorldConfig};
 
@@ -26,7 +28,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 /// (eager, graph) µs per call: the median over runs, of the slowest rank.
-fn measure(w: &World, plan: &Plan) -> (f64, f64) {
+fn measure(w: &World, plan: &Plan, proto: Proto) -> (f64, f64) {
     let n = w.nranks();
     let op = RedOp::Sum.lower(DataType::F32, n);
     let bar = Arc::new(Barrier::new(n as usize));
@@ -44,7 +46,7 @@ fn measure(w: &World, plan: &Plan) -> (f64, f64) {
                         .enumerate()
                         .map(|(i, _)| [a, b, 0].get(i).copied().unwrap_or(0))
                         .collect();
-                    let p = w.prepare(rp, 4).unwrap();
+                    let p = w.prepare_proto(rp, 4, proto).unwrap();
                     let stream = w.stream(r).unwrap();
                     let (e0, e1) = (w.event(r).unwrap(), w.event(r).unwrap());
                     let launch = || {
@@ -104,9 +106,9 @@ fn measure(w: &World, plan: &Plan) -> (f64, f64) {
     (eager, graph)
 }
 
-fn plan(count: usize, n: u32, algo: Algo) -> Plan {
+fn plan(count: usize, n: u32, algo: Algo, registered: bool) -> Plan {
     let req = PlanRequest {
-        registered: true,
+        registered,
         ..PlanRequest::new(Collective::new(CollKind::AllReduce, count, 0), n, algo)
     };
     generate(&req).expect("plan")
@@ -121,6 +123,12 @@ fn main() {
         .nth(2)
         .and_then(|a| a.parse().ok())
         .unwrap_or(Algo::OneShot);
+    let registered = std::env::args().nth(3).is_none_or(|a| a != "fifo");
+    let proto = match std::env::args().nth(4).as_deref() {
+        Some("ll") | Some("LL") => Proto::LL,
+        _ => Proto::Simple,
+    };
+    let kind = if registered { "registered" } else { "fifo" };
     let info = match oxccl_cuda::available() {
         Ok(i) => i,
         Err(e) => {
@@ -137,10 +145,10 @@ fn main() {
         .expect("world");
         // An AllReduce of 0 elements: every rank launches one block with
         // no steps, so this is the harness's own floor.
-        let (fe, fg) = measure(&w, &plan(0, n, algo));
-        let (eager, graph) = measure(&w, &plan(2, n, algo));
+        let (fe, fg) = measure(&w, &plan(0, n, algo, registered), proto);
+        let (eager, graph) = measure(&w, &plan(2, n, algo, registered), proto);
         println!(
-            "latency: 8 B f32 allreduce, {n} ranks, {algo}: eager {eager:.2} us/call, graph {graph:.2} us/call \
+            "latency: 8 B f32 allreduce, {n} ranks, {algo} {kind} {proto}: eager {eager:.2} us/call, graph {graph:.2} us/call \
              (empty-plan floor: eager {fe:.2}, graph {fg:.2}; median over {RUNS} runs, slowest rank; {})",
             w.describe()
         );

@@ -202,8 +202,40 @@ pub fn encode(rp: &RankPlan) -> Result<Encoded> {
         }
         e.chans
             .push((first, small::<u32>(ch.steps.len(), "step count")?));
+        mark_runs(&mut e.steps[first as usize..]);
     }
     Ok(e)
+}
+
+/// Most signals or waits one run of the kernel handles (a `u8` field).
+pub const MAX_RUN: usize = 255;
+
+/// Marks runs of consecutive signals (or waits) in one channel's steps, so
+/// the kernel handles a run in parallel without scanning the step list:
+/// each step of a run gets in `nsrc` the steps left in its run from there
+/// (the run's first step: its length; runs longer than [`MAX_RUN`] are cut
+/// into pieces of at most that), and, for waits, in `ndst` how many earlier
+/// waits of its piece use the same semaphore (that wait needs as many more
+/// signals). Xfer steps are left alone.
+fn mark_runs(steps: &mut [(u8, u8, u8, u8, u32, u64)]) {
+    let mut i = 0;
+    while i < steps.len() {
+        let op = steps[i].0;
+        if op != S_SIGNAL && op != S_WAIT {
+            i += 1;
+            continue;
+        }
+        let mut end = i + 1;
+        while end < steps.len() && end - i < MAX_RUN && steps[end].0 == op {
+            end += 1;
+        }
+        for j in i..end {
+            let dup = steps[i..j].iter().filter(|s| s.4 == steps[j].4).count();
+            steps[j].1 = (end - j) as u8;
+            steps[j].2 = if op == S_WAIT { dup as u8 } else { 0 };
+        }
+        i = end;
+    }
 }
 
 impl Encoded {
@@ -433,6 +465,43 @@ mod tests {
         assert_eq!(u64_at(l.steps + 8), len as u64);
         assert_eq!(u64_at(l.ops + 8), big as u64);
         assert_eq!(u64_at(l.ops + 16 + 8), 2 * big as u64);
+    }
+
+    fn sig(op: u8, sem: u32) -> (u8, u8, u8, u8, u32, u64) {
+        (op, 0, 0, 0, sem, 0)
+    }
+
+    #[test]
+    fn runs_carry_their_length_and_duplicate_waits() {
+        let x = (S_XFER, 1, 1, 0, 0, 4);
+        let mut st = vec![
+            sig(S_SIGNAL, 0),
+            sig(S_SIGNAL, 1),
+            sig(S_WAIT, 2),
+            sig(S_WAIT, 3),
+            sig(S_WAIT, 2),
+            x,
+            sig(S_WAIT, 2),
+        ];
+        mark_runs(&mut st);
+        let runs: Vec<(u8, u8)> = st.iter().map(|s| (s.1, s.2)).collect();
+        assert_eq!(
+            runs,
+            vec![(2, 0), (1, 0), (3, 0), (2, 0), (1, 1), (1, 1), (1, 0)]
+        );
+    }
+
+    #[test]
+    fn long_runs_are_cut_into_pieces_of_max_run() {
+        let mut st: Vec<_> = (0..MAX_RUN + 3).map(|_| sig(S_WAIT, 7)).collect();
+        mark_runs(&mut st);
+        assert_eq!(st[0].1 as usize, MAX_RUN);
+        assert_eq!(st[0].2, 0);
+        assert_eq!(st[MAX_RUN - 1].1, 1);
+        assert_eq!(st[MAX_RUN - 1].2 as usize, MAX_RUN - 1);
+        // The next piece starts afresh.
+        assert_eq!((st[MAX_RUN].1, st[MAX_RUN].2), (3, 0));
+        assert_eq!((st[MAX_RUN + 2].1, st[MAX_RUN + 2].2), (1, 2));
     }
 
     #[test]

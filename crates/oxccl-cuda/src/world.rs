@@ -61,8 +61,6 @@ struct Desc {
     conns: u64,
     sems: u64,
     ptr_table: u64,
-    table_gen: u64,
-    counters: u64,
     abort_flag: u64,
     world_fail: u64,
     err: u64,
@@ -78,9 +76,9 @@ struct Desc {
     bufs: [u64; MAX_BUFS],
 }
 
-const _: () = assert!(std::mem::size_of::<Desc>() == 648);
-const _: () = assert!(std::mem::offset_of!(Desc, scale_bits) == 88);
-const _: () = assert!(std::mem::offset_of!(Desc, bufs) == 136);
+const _: () = assert!(std::mem::size_of::<Desc>() == 632);
+const _: () = assert!(std::mem::offset_of!(Desc, scale_bits) == 72);
+const _: () = assert!(std::mem::offset_of!(Desc, bufs) == 120);
 
 const D_PRE: u32 = 2;
 const D_SYS: u32 = 4;
@@ -88,8 +86,6 @@ const E_TIMEOUT: u32 = 1;
 const E_ABORTED: u32 = 2;
 const E_PEER_FAILED: u32 = 3;
 const ERR_BYTES: usize = 32;
-/// After the error record: the rank's {launches completed, blocks finished}.
-const COUNTERS_BYTES: usize = 16;
 /// Host-mapped words: the host's abort flag and the clique's failure word.
 const W_ABORT: usize = 0;
 const W_FAIL: usize = 1;
@@ -279,7 +275,7 @@ impl World {
         let mut ranks = Vec::new();
         for &d in &rank_dev {
             let ctx = &devices[d].ctx;
-            let err = DevMem::zeroed(ctx, ERR_BYTES + COUNTERS_BYTES)?;
+            let err = DevMem::zeroed(ctx, ERR_BYTES)?;
             ranks.push(RankState {
                 stream: Stream::new(ctx)?,
                 err,
@@ -289,8 +285,8 @@ impl World {
             });
         }
         let nranks = cfg.devices.len();
-        // Buffer bases, then one launch tag per rank.
-        let ptr_table = DevMem::zeroed(&devices[0].ctx, nranks * (MAX_BUFS + 1) * 8)?;
+        // Buffer bases per rank, published by every launch.
+        let ptr_table = DevMem::zeroed(&devices[0].ctx, nranks * MAX_BUFS * 8)?;
         let host_words = HostMapped::zeroed(&devices[0].ctx, 64)?;
         Ok(Arc::new(World {
             cfg,
@@ -546,8 +542,8 @@ impl World {
             )));
         }
         let mut enc: Encoded = encode::encode(rp)?;
-        // Every rank launches at least one block, even with nothing to do,
-        // so its launch count (which tags published buffers) stays in step.
+        // Every rank launches at least one block, even with nothing to do
+        // (a launch of zero blocks is an error).
         if enc.chans.is_empty() {
             enc.chans.push((0, 0));
         }
@@ -657,8 +653,6 @@ impl World {
             conns: p.blob.ptr + p.layout.conns as u64,
             sems: p.blob.ptr + p.layout.sems as u64,
             ptr_table: self.ptr_table.ptr,
-            table_gen: self.ptr_table.ptr + (self.ranks.len() * MAX_BUFS * 8) as u64,
-            counters: st.err.ptr + ERR_BYTES as u64,
             abort_flag: self.host_words.dev_ptr + (W_ABORT * 4) as u64,
             world_fail: self.host_words.dev_ptr + (W_FAIL * 4) as u64,
             err: st.err.ptr,
