@@ -189,9 +189,11 @@ fn registered_all_pairs_use_no_fifo() {
 /// The shape the facade gives the 8-rank, 256 MiB sweep on one H200 (16
 /// channels, one piece per channel), scaled down: every kind passes the
 /// checker in both placements. The device's timeout "rank 0 channel 4 step
-/// 10 waited for peer 4" names an in-place AllGather entry wait (out of
-/// place, step 10 waits for peer 3 behind the own copy), i.e. peer 4 had
-/// not entered that call: a scheduling matter, not a plan one.
+/// 10 waited for peer 4" (seen with the earlier pull plan) named an
+/// in-place AllGather entry wait, i.e. peer 4 had not entered that call: a
+/// scheduling matter, not a plan one. The push plan keeps step 10 an entry
+/// wait for peer 4, now in both placements (7 signals, then waits for
+/// peers 1..=7).
 #[test]
 fn sweep_shape_at_eight_ranks_sixteen_channels_passes() {
     for kind in KINDS {
@@ -204,9 +206,8 @@ fn sweep_shape_at_eight_ranks_sixteen_channels_passes() {
             let p = generate(&req).unwrap();
             checked(&p, in_place).unwrap_or_else(|e| panic!("{kind} in_place={in_place}: {e}"));
             if kind == CollKind::AllGather {
-                let want = if in_place { 4 } else { 3 };
                 assert!(
-                    matches!(p.ranks[0].channels[4].steps[10], Step::Wait { peer } if peer == want),
+                    matches!(p.ranks[0].channels[4].steps[10], Step::Wait { peer: 4 }),
                     "in_place={in_place}: {:?}",
                     p.ranks[0].channels[4].steps[10]
                 );

@@ -1,18 +1,49 @@
-//! All-pairs collectives over registered buffers: every rank *pulls* what
-//! it needs from peers' inputs (`Src::Remote`) straight into its own
-//! output, so each byte is read once where it lies and written once where
-//! it belongs, with no FIFO hop. Reduce is the exception: it *pushes* into
-//! the root's output (below). The FIFO variants are in `allpairs`.
+//! All-pairs collectives over registered buffers, with no FIFO hop: ranks
+//! read peers' inputs (`Src::Remote`) or write peers' outputs
+//! (`Dst::Remote`) directly. ReduceScatter, AllToAll, Gather and Scatter
+//! *pull* (every rank gets what it needs into its own output); Broadcast
+//! and AllGather (up to [`MAX_PUSH_RANKS`]) and Reduce *push* (below). The
+//! FIFO variants are in `allpairs`.
 //!
-//! Why pull rather than push (a put of one's own block into every peer's
-//! output): both need the same synchronisation (the peer must have entered
-//! the call before its buffer is touched, and must not return before the
-//! access is done), but with pull every rank writes only its own memory.
-//! Remote traffic is then reads only, nobody writes into a buffer it does
-//! not own, so in-place aliasing stays a local matter (AllGather,
-//! ReduceScatter, Gather, Scatter and Broadcast need no scratch in place),
-//! and the work of Broadcast, Scatter and Gather spreads over the n−1
-//! readers or sits with the root that needs all of it.
+//! Why pull for ReduceScatter, AllToAll, Gather and Scatter: pull and push
+//! need the same synchronisation (the peer must have entered the call
+//! before its buffer is touched, and must not return before the access is
+//! done), and for these pull already reads every input byte once and
+//! writes every output byte once, so push would only move work between
+//! ranks. With pull every rank writes only its own memory, so in-place
+//! aliasing stays a local matter (ReduceScatter, Gather and Scatter need
+//! no scratch in place; AllToAll stages, below).
+//!
+//! Why push for Broadcast and AllGather: pulled, an input that several
+//! ranks need is read once per reader (the root's whole input n−1 times,
+//! every AllGather input n times), above the HBM floor where all ranks
+//! share one memory (on an H200 with 8 ranks at 256 MiB, pulled Broadcast
+//! ran at 31% of its floor, AllGather at 49% out of place and 31% in
+//! place). Pushed, every input byte is read once and written straight
+//! into every output, n destinations in one step:
+//! - **Broadcast** spreads the work: per channel the range is split into n
+//!   blocks, and rank r reads block r of the root's input (`Src::Remote`;
+//!   the root its own locally) and writes it into every output (its own
+//!   locally, the peers' remotely), one step per piece. All ranks together
+//!   read S and write n·S, the (n+1)·S floor, 1/n per rank. In place the
+//!   root's output is its input, its bytes already there: it is no
+//!   destination (n−1 per step), nobody writes the root's buffer, so the
+//!   reads of it never race a write (n·S in all, the in-place floor).
+//! - **AllGather**: rank r reads its own input once per piece and writes it
+//!   into block r of every output. All ranks together read S (= n·count)
+//!   and write n·S, the n·(S/n + S) floor. In place rank r's input is
+//!   block r of its own output, so it writes only the n−1 peers'; block r
+//!   of a peer q's output is written by rank r alone and is not q's input.
+//!
+//! Each rank reads the root's input (Broadcast) and writes every peer's
+//! output, so both handshakes are full barriers: at entry every rank must
+//! hear from the root (its input is valid) and from every rank whose
+//! output it writes (handed over); at exit every rank must wait for every
+//! writer of its output, and the root for every reader of its input. One
+//! barrier each per channel and call, not per piece. A step then has one
+//! source and up to n destinations; the CUDA executor takes at most
+//! [`MAX_PUSH_RANKS`] = 32 destinations per step, so above that both fall
+//! back to pulling (rows below).
 //!
 //! **Reduce** spreads the reduction over every rank instead of leaving it
 //! all to the root: per channel the range is split into n blocks and rank
@@ -37,18 +68,19 @@
 //! fallback above 32 ranks that would help.
 //!
 //! Synchronisation, per channel, as a handshake between each owner of
-//! memory that is read and each of its readers (the checker proves it,
+//! memory that a peer accesses and each such peer (the checker proves it,
 //! see `race`):
-//! - entry: the owner signals its readers, a reader waits for the owners
-//!   it reads (the owner has entered the call, its input is valid);
-//! - exit: a reader signals the owners it read, an owner waits for its
-//!   readers (it returns, and its caller reuses the buffers, only once
-//!   nobody reads them any more).
+//! - entry: the owner signals, the accessing peer waits (the owner has
+//!   entered the call: its input is valid, its output handed over);
+//! - exit: the accessing peer signals, the owner waits (it returns, and its
+//!   caller reuses the buffers, only once nobody reads or writes them any
+//!   more).
 //!
-//! AllGather, ReduceScatter, AllToAll and Reduce read every peer, so both
-//! handshakes are full barriers (2(n−1) steps each); Broadcast and Scatter
-//! read the root (non-roots 1 + 1 steps, the root 2(n−1)); Gather reads
-//! the non-roots (the same counts, mirrored).
+//! ReduceScatter, AllToAll, Reduce and the pushes (which also write every
+//! peer) access every peer, so both handshakes are full barriers (2(n−1)
+//! steps each); pulled Broadcast (above 32 ranks) and Scatter read the
+//! root (non-roots 1 + 1 steps, the root 2(n−1)); Gather reads the
+//! non-roots (the same counts, mirrored).
 //!
 //! In-place AllToAll is the one case where a rank overwrites memory that
 //! peers still read (block q of its buffer is both peer q's source and the
@@ -57,15 +89,18 @@
 //! has read this piece of my buffer), copy scratch into the output. Scratch
 //! is (n−1) pieces per channel and there is one barrier per piece.
 //!
-//! Steps per piece of up to `chunk` elements of each block (Reduce: of the
-//! rank's block of the channel's range), per channel:
+//! Steps per piece of up to `chunk` elements of each block (Reduce and
+//! pushed Broadcast: of the rank's block of the channel's range), per
+//! channel:
 //!
 //! | collective    | steps per piece                                   |
 //! |---------------|---------------------------------------------------|
-//! | AllGather     | n−1 gets + 1 own copy (none in place)             |
+//! | AllGather, n ≤ 32 | 1 copy of its input into n outputs (n−1 peers' in place) |
+//! | AllGather, n > 32 | n−1 gets + 1 own copy (none in place)         |
 //! | ReduceScatter | 1 reduce_from of n sources                        |
 //! | AllToAll      | n−1 gets + 1 own copy (in place: n−1 gets into scratch, 1 barrier, n−1 copies) |
-//! | Broadcast     | non-roots 1 get; root 1 copy (none in place)      |
+//! | Broadcast, n ≤ 32 | 1 get (root: copy) of its block of the root's input into n outputs (all but the root's in place) |
+//! | Broadcast, n > 32 | non-roots 1 get; root 1 copy (none in place)  |
 //! | Scatter       | non-roots 1 get; root 1 copy (none in place)      |
 //! | Reduce        | 1 reduce_from of n sources into the root's output |
 //! | Gather        | root n−1 gets + 1 own copy (none in place); others none |
@@ -76,7 +111,7 @@
 
 use std::ops::Range;
 
-use super::direct::{block, inputs_in_rank_order};
+use super::direct::{block, inputs_in_rank_order, MAX_PUSH_RANKS};
 use super::{local, out, pieces, set_scratch, split, PlanRequest, Steps};
 use crate::coll::CollKind;
 use crate::error::CoreError;
@@ -103,13 +138,14 @@ pub(super) fn build(req: &PlanRequest, rank: Rank, rp: &mut RankPlan) -> Result<
         CollKind::Gather => (vec![], vec![root]),
         _ => (peers.clone(), peers.clone()),
     };
-    let g = Pull {
+    let g = AllPairs {
         req,
         rank,
         peers,
         reads,
         read_by,
     };
+    let push = pushes(req);
     for (ch, range) in ranges.into_iter().enumerate() {
         let mut s = Steps::default();
         if !range.is_empty() {
@@ -117,6 +153,8 @@ pub(super) fn build(req: &PlanRequest, rank: Rank, rp: &mut RankPlan) -> Result<
                 g.all_to_all_staged(range, ch * slot, &mut s);
             } else if req.coll.kind == CollKind::Reduce {
                 g.reduce_into_root(range, &mut s);
+            } else if push {
+                g.push(range, &mut s);
             } else {
                 g.channel(range, &mut s);
             }
@@ -126,8 +164,16 @@ pub(super) fn build(req: &PlanRequest, rank: Rank, rp: &mut RankPlan) -> Result<
     Ok(())
 }
 
+/// Whether `req` is a Broadcast or AllGather that pushes: its steps have
+/// one destination per rank, so up to [`MAX_PUSH_RANKS`] (the CUDA
+/// executor's operand limit); above it they pull.
+fn pushes(req: &PlanRequest) -> bool {
+    matches!(req.coll.kind, CollKind::Broadcast | CollKind::AllGather)
+        && req.nranks <= MAX_PUSH_RANKS
+}
+
 /// One rank's view of a registered all-pairs collective.
-struct Pull<'a> {
+struct AllPairs<'a> {
     req: &'a PlanRequest,
     rank: Rank,
     /// Peers in rotating order from this rank, so ranks start on
@@ -148,7 +194,7 @@ fn get(peer: Rank, off: usize) -> Src {
     }
 }
 
-impl Pull<'_> {
+impl AllPairs<'_> {
     /// Offset of element `off` of rank `r`'s block.
     fn block(&self, r: Rank, off: usize) -> usize {
         r as usize * self.req.coll.count + off
@@ -250,6 +296,50 @@ impl Pull<'_> {
             s.xfer(srcs, vec![dst], p.len(), true);
         }
         self.exit(s);
+    }
+
+    /// Broadcast and AllGather, pushed: entry barrier; per piece one step
+    /// that reads it once (Broadcast: this rank's block of the channel's
+    /// range from the root's input; AllGather: this rank's own input) and
+    /// writes it into every rank's output at once (its own locally, the
+    /// peers' remotely); exit barrier. In place the buffer whose bytes are
+    /// already there (the root's for Broadcast, this rank's own for
+    /// AllGather) is not a destination.
+    fn push(&self, range: Range<usize>, s: &mut Steps) {
+        let (n, rank, root) = (self.req.nranks, self.rank, self.req.coll.root);
+        let broadcast = self.req.coll.kind == CollKind::Broadcast;
+        // The elements this rank moves (offsets into its source), and the
+        // rank whose buffer already holds them in place.
+        let (span, already) = if broadcast {
+            let (o, l) = block(&range, n, rank);
+            (o..o + l, root)
+        } else {
+            (range, rank)
+        };
+        s.barrier(rank, n);
+        for p in pieces(span, self.req.chunk) {
+            let (src, at) = match (broadcast, rank == root) {
+                (true, true) => (local(Loc::input(p.start)), p.start),
+                (true, false) => (get(root, p.start), p.start),
+                (false, _) => (local(Loc::input(p.start)), self.block(rank, p.start)),
+            };
+            let dsts = std::iter::once(rank)
+                .chain(self.peers.iter().copied())
+                .filter(|&q| !(self.req.in_place && q == already))
+                .map(|q| {
+                    if q == rank {
+                        out(at)
+                    } else {
+                        Dst::Remote {
+                            peer: q,
+                            at: Loc::output(at),
+                        }
+                    }
+                })
+                .collect();
+            s.mv(src, dsts, p.len());
+        }
+        s.barrier(rank, n);
     }
 
     /// In-place AllToAll: per piece, pull block `rank` of every peer into
