@@ -11,6 +11,7 @@ use crate::buffer::{Buffer, In, Out};
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::plans::{PlanCache, PlanEntry, PlanKey};
+use crate::recent::{CallShape, Recent, Resolved};
 use crate::select::{self, Choice, Chooser};
 use crate::validate::{self, Checked, Owner};
 
@@ -34,8 +35,9 @@ pub struct Communicator {
     rank: u32,
     clique: Arc<Clique>,
     destroyed: AtomicBool,
-    /// What the last collective on this rank chose (for reports).
-    last_choice: parking_lot::Mutex<Option<Choice>>,
+    /// This rank's recent call shapes and its last choice (for reports);
+    /// only this rank's thread takes the lock while calling.
+    recent: parking_lot::Mutex<Recent>,
 }
 
 /// Creates `n` communicators, ranks `0..n` of one clique in this process,
@@ -63,6 +65,20 @@ pub fn init_all_with(n: u32, config: Config) -> Result<Vec<Communicator>> {
         BackendKind::Auto if backend::cuda::available() => backend::cuda::create(&opts)?,
         BackendKind::Auto => backend::host::create(&opts)?,
     };
+    init_all_on(n, backend, config)
+}
+
+/// Creates `n` communicators on a backend the caller made (an
+/// implementation of [`Backend`] for `n` ranks; `config.backend` is not
+/// consulted). For backends outside this crate and for measuring the
+/// facade alone on a backend that does nothing.
+pub fn init_all_on(n: u32, backend: Arc<dyn Backend>, config: Config) -> Result<Vec<Communicator>> {
+    if n == 0 {
+        return Err(Error::InvalidUsage(
+            "init_all needs at least one rank".into(),
+        ));
+    }
+    crate::debug::init(config.debug);
     tracing::info!(nranks = n, backend = %backend.describe(), "oxccl: communicators created");
     let chooser = Chooser::new(&config, backend.as_ref(), n)?;
     let plans = PlanCache::new(chooser.rings());
@@ -79,7 +95,7 @@ pub fn init_all_with(n: u32, config: Config) -> Result<Vec<Communicator>> {
             rank,
             clique: clique.clone(),
             destroyed: AtomicBool::new(false),
-            last_choice: parking_lot::Mutex::new(None),
+            recent: parking_lot::Mutex::default(),
         })
         .collect())
 }
@@ -108,6 +124,24 @@ fn piece_elems(
 /// at 4 pieces per channel on 16 channels, while staged in-place AllToAll
 /// needs at most (n − 1) pieces of scratch per channel.
 pub(crate) const DIRECT_PIECE_BYTES: usize = 4 << 20;
+
+/// Plan buffers bound on the stack per call (a collective's plan has at
+/// most input, output and scratch).
+const INLINE_BUFS: usize = 4;
+
+/// The call's memory for a plan buffer of `role` (scratch is the backend's).
+fn bound(role: BufRole, send: RawBuf, recv: RawBuf) -> RawBuf {
+    match role {
+        BufRole::Input => send,
+        BufRole::Output => recv,
+        BufRole::Scratch => RawBuf::NULL,
+    }
+}
+
+/// Every buffer of `rp` bound to the call's memory.
+fn bind_all(rp: &RankPlan, send: RawBuf, recv: RawBuf) -> Vec<RawBuf> {
+    rp.bufs.iter().map(|b| bound(b.role, send, recv)).collect()
+}
 
 /// One rank's share of an operation, ready for the backend.
 #[derive(Debug)]
@@ -224,7 +258,7 @@ impl Communicator {
 
     /// Algorithm, protocol and channels of the last collective this rank ran.
     pub fn last_choice(&self) -> Option<Choice> {
-        *self.last_choice.lock()
+        self.recent.lock().last_choice
     }
 
     /// What a collective of `kind` on `count` elements of `dtype` (the
@@ -281,10 +315,57 @@ impl Communicator {
         if checked.coll.count == 0 {
             return Ok(());
         }
-        let (prepared, choice) = self.prepare(&checked, T::DTYPE.size())?;
-        self.log(&checked, T::DTYPE, &choice);
-        *self.last_choice.lock() = Some(choice);
-        self.launch(&prepared, T::DTYPE, op, choice.proto)
+        let r = self.resolve(&checked, T::DTYPE.size())?;
+        self.log(&checked, T::DTYPE, &r.choice);
+        let rp = r.rank_plan(self.rank);
+        // Collective plans have at most input, output and scratch: bind
+        // them on the stack; only an unusual plan allocates.
+        let mut inline = [RawBuf::NULL; INLINE_BUFS];
+        let heap: Vec<RawBuf>;
+        let bufs = if rp.bufs.len() <= INLINE_BUFS {
+            for (slot, b) in inline.iter_mut().zip(&rp.bufs) {
+                *slot = bound(b.role, checked.send, checked.recv);
+            }
+            &inline[..rp.bufs.len()]
+        } else {
+            heap = bind_all(rp, checked.send, checked.recv);
+            &heap[..]
+        };
+        self.run(rp, bufs, r.handle.as_ref(), T::DTYPE, op, r.choice.proto)
+    }
+
+    /// The plan, choice and backend handle for a checked call: from this
+    /// rank's recent calls when it ran the shape before (no shared lock or
+    /// reference count), else chosen, generated or looked up, and prepared
+    /// on the backend, then remembered.
+    fn resolve(&self, c: &Checked, elem_size: usize) -> Result<Arc<Resolved>> {
+        let shape = CallShape {
+            coll: c.coll,
+            elem_size,
+            in_place: c.in_place,
+            backend_memory: c.backend_memory,
+        };
+        {
+            let mut recent = self.recent.lock();
+            if let Some(r) = recent.find(&shape) {
+                recent.last_choice = Some(r.choice);
+                return Ok(r);
+            }
+        }
+        let (entry, choice) = self.plan_for(c, elem_size)?;
+        let handle = entry
+            .handle(self.clique.backend.as_ref(), choice.proto)
+            .map_err(|e| self.fail("preparing a plan", e))?;
+        let r = Arc::new(Resolved {
+            shape,
+            entry,
+            choice,
+            handle,
+        });
+        let mut recent = self.recent.lock();
+        recent.last_choice = Some(choice);
+        recent.insert(r.clone());
+        Ok(r)
     }
 
     /// Validates a collective call (shared by direct calls and groups);
@@ -309,8 +390,16 @@ impl Communicator {
         Ok((checked, op))
     }
 
-    /// Chooses and fetches the plan for a checked call.
+    /// Chooses and fetches the plan for a checked call, bound to its
+    /// buffers (groups, which merge parts into one plan).
     pub(crate) fn prepare(&self, c: &Checked, elem_size: usize) -> Result<(Prepared, Choice)> {
+        let (entry, choice) = self.plan_for(c, elem_size)?;
+        Ok((self.bind(entry, c.send, c.recv), choice))
+    }
+
+    /// Chooses and fetches (generating on first use) the shared plan for
+    /// a checked call.
+    fn plan_for(&self, c: &Checked, elem_size: usize) -> Result<(Arc<PlanEntry>, Choice)> {
         let cl = &self.clique;
         let bytes = c.coll.bytes(cl.nranks, elem_size);
         let registered = c.backend_memory && cl.backend.registered_alloc();
@@ -342,7 +431,7 @@ impl Communicator {
                         choice.algo = algo;
                         choice.predicted_us = None;
                     }
-                    return Ok((self.bind(entry, c.send, c.recv), choice));
+                    return Ok((entry, choice));
                 }
                 Err(e @ CoreError::Unsupported { .. }) => last = Some(e),
                 Err(e) => return Err(e.into()),
@@ -373,15 +462,7 @@ impl Communicator {
     /// (the plan itself is shared, not copied).
     fn bind(&self, entry: Arc<PlanEntry>, send: RawBuf, recv: RawBuf) -> Prepared {
         let rank = self.rank as usize;
-        let bufs = entry.plan.ranks[rank]
-            .bufs
-            .iter()
-            .map(|b| match b.role {
-                BufRole::Input => send,
-                BufRole::Output => recv,
-                BufRole::Scratch => RawBuf::NULL,
-            })
-            .collect();
+        let bufs = bind_all(&entry.plan.ranks[rank], send, recv);
         Prepared {
             plan: PlanRef::Cached { entry, rank },
             bufs,
@@ -396,38 +477,56 @@ impl Communicator {
         op: RedOp,
         proto: oxccl_core::Proto,
     ) -> Result<()> {
-        let lowered = op.lower(dtype, self.clique.nranks);
         let handle = match &p.plan {
-            PlanRef::Cached { entry, .. } => entry.handle(self.clique.backend.as_ref(), proto),
-            PlanRef::Own(_) => Ok(None),
+            PlanRef::Cached { entry, .. } => entry
+                .handle(self.clique.backend.as_ref(), proto)
+                .map_err(|e| self.fail("preparing a plan", e))?,
+            PlanRef::Own(_) => None,
         };
-        let handle = match handle {
-            Ok(h) => h,
-            Err(e) => {
-                tracing::warn!(rank = self.rank, error = %e, "oxccl: preparing a plan failed; aborting the communicator");
-                self.clique.backend.abort();
-                return Err(e);
-            }
-        };
+        self.run(
+            p.plan.rank_plan(),
+            &p.bufs,
+            handle.as_ref(),
+            dtype,
+            op,
+            proto,
+        )
+    }
+
+    /// Hands one rank plan with its bound buffers to the backend; a
+    /// failure marks the clique.
+    fn run(
+        &self,
+        plan: &RankPlan,
+        bufs: &[RawBuf],
+        handle: Option<&backend::PlanHandle>,
+        dtype: DataType,
+        op: RedOp,
+        proto: oxccl_core::Proto,
+    ) -> Result<()> {
+        let lowered = op.lower(dtype, self.clique.nranks);
         let launch = Launch {
             rank: self.rank,
-            plan: p.plan.rank_plan(),
-            bufs: &p.bufs,
+            plan,
+            bufs,
             dtype,
             op: &lowered,
             proto,
-            handle: handle.as_ref(),
+            handle,
         };
         // SAFETY: every buffer passed validation: it is this rank's backend
         // memory or a borrowed user slice (host backend only) of at least
         // the plan's length, alive for the whole call (the `In`/`Out`
         // borrows outlive it), and aliased only in the in-place layout.
-        let res = unsafe { self.clique.backend.execute(&launch) };
-        if let Err(e) = &res {
-            tracing::warn!(rank = self.rank, error = %e, "oxccl: operation failed; aborting the communicator");
-            self.clique.backend.abort();
-        }
-        res
+        unsafe { self.clique.backend.execute(&launch) }.map_err(|e| self.fail("an operation", e))
+    }
+
+    /// Aborts the clique after `what` failed on this rank, and passes the
+    /// error on.
+    fn fail(&self, what: &str, e: Error) -> Error {
+        tracing::warn!(rank = self.rank, error = %e, "oxccl: {what} failed; aborting the communicator");
+        self.clique.backend.abort();
+        e
     }
 
     fn log(&self, c: &Checked, dtype: oxccl_core::DataType, ch: &Choice) {

@@ -77,12 +77,13 @@ mod debug;
 pub mod error;
 pub mod group;
 mod plans;
+mod recent;
 mod select;
 mod validate;
 
 pub use backend::BackendKind;
 pub use buffer::{Buffer, In, Out, Slice};
-pub use comm::{init_all, init_all_with, Communicator};
+pub use comm::{init_all, init_all_on, init_all_with, Communicator};
 pub use config::Config;
 pub use error::{Error, Result};
 pub use group::{group, Group};

@@ -58,6 +58,15 @@ fn proto_slot(p: Proto) -> usize {
 }
 
 impl PlanEntry {
+    /// An entry for `plan` on `elem_size`-byte elements, no handle made yet.
+    pub fn new(plan: Plan, elem_size: usize) -> Self {
+        PlanEntry {
+            plan,
+            elem_size,
+            handles: Default::default(),
+        }
+    }
+
     /// The backend's state for running this plan with `proto`, made on
     /// first use (by whichever rank gets here first, for every rank).
     pub fn handle(&self, backend: &dyn Backend, proto: Proto) -> Result<Option<PlanHandle>> {
@@ -104,11 +113,7 @@ impl PlanCache {
         {
             plan = gen::generate(&self.request(nranks, &key, key.fifo_chunk))?;
         }
-        let entry = Arc::new(PlanEntry {
-            plan,
-            elem_size: key.elem_size,
-            handles: Default::default(),
-        });
+        let entry = Arc::new(PlanEntry::new(plan, key.elem_size));
         plans.insert(key, entry.clone());
         Ok(entry)
     }

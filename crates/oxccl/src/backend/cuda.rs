@@ -132,17 +132,21 @@ impl Backend for CudaBackend {
             .and_then(|h| h.downcast_ref::<Uploads>())
             .and_then(|u| u.0.get(launch.rank as usize))
             .filter(|p| p.proto() == launch.proto);
-        let p = match cached {
-            Some(p) => p.clone(),
-            None => w
-                .prepare_proto(launch.plan, launch.dtype.size(), launch.proto)
-                .map_err(map_error)?,
+        let made;
+        let p: &Prepared = match cached {
+            Some(p) => p,
+            None => {
+                made = w
+                    .prepare_proto(launch.plan, launch.dtype.size(), launch.proto)
+                    .map_err(map_error)?;
+                &made
+            }
         };
         // SAFETY: the caller guarantees (trait contract) every non-scratch
         // buffer is device memory of this rank valid until the stream
         // reaches the kernel; the facade only picks plans with remote steps
         // for buffers from `alloc`, which every rank can address.
-        unsafe { w.launch(&p, launch.rank, &bufs[..n], launch.dtype, launch.op) }.map_err(map_error)
+        unsafe { w.launch(p, launch.rank, &bufs[..n], launch.dtype, launch.op) }.map_err(map_error)
     }
 
     fn alloc(&self, rank: u32, bytes: usize) -> Result<RawBuf, Error> {
