@@ -6,7 +6,10 @@
 //! are small integers (`testkit::input`) so results are exact; with `-c 1`
 //! every result is checked against the sequential reference and the sweep
 //! exits non-zero if any element is wrong. Reported time: the slowest
-//! rank's time for the `-n` iterations divided by `-n` (a mean per call).
+//! rank's time for the `-n` iterations divided by `-n` (a mean per call),
+//! from backend timers (CUDA events on the rank's stream) started behind
+//! one untimed lead-in call, so the skew with which the host barrier
+//! releases the ranks is not counted (see `rank_run`).
 //!
 //! Buffers are allocated once per data type, at the largest size any
 //! collective of the sweep needs, and every row runs on views of them, so
@@ -774,6 +777,16 @@ fn rank_run<T: Element>(
     let mut t = Duration::ZERO;
     phase(&mut ok, &mut || {
         let mut timer = c.timer()?;
+        // The lead-in: the host barrier releases the ranks some µs apart
+        // and a collective cannot finish before its last rank joins, so a
+        // timer started at once on an early rank counts the others'
+        // lateness, divided by only -n calls (the suspected cause of 79
+        // µs per 8-byte AllReduce with -n 5 on 8 ranks sharing an H200,
+        // against 23 µs back to back; `call_latency` in oxccl's examples
+        // shows both). Started behind this untimed call, each rank's timer
+        // starts when the call has released it (on its stream, for CUDA):
+        // together on every rank wherever each rank waits for the others.
+        call()?;
         timer.start()?;
         for _ in 0..a.iters {
             call()?;

@@ -186,3 +186,40 @@ fn repeated_calls_reuse_cached_plans() {
     });
     assert_eq!(comms[0].cached_plans(), 1);
 }
+
+/// Each rank remembers its last few call shapes (no shared lookup on a
+/// repeat): cycling through more shapes than it keeps, mixing in-place and
+/// out-of-place calls, every call still runs its own plan, gets the right
+/// result and reports its own choice.
+#[test]
+fn many_alternating_call_shapes_each_get_their_own_plan() {
+    let comms = host(3);
+    let counts = [1usize, 2, 3, 5, 8, 13, 21, 34, 55, 89, 144];
+    std::thread::scope(|s| {
+        for c in &comms {
+            s.spawn(move || {
+                for round in 0..3 {
+                    for (i, &count) in counts.iter().enumerate() {
+                        let send = c.alloc::<i32>(count).unwrap();
+                        let recv = c.alloc::<i32>(count).unwrap();
+                        send.copy_from_slice(&vec![c.rank() as i32 + 1; count])
+                            .unwrap();
+                        if (i + round) % 2 == 0 {
+                            c.all_reduce_in_place(&send, RedOp::Sum).unwrap();
+                            assert_eq!(send.to_vec().unwrap(), vec![6; count], "{count}");
+                        } else {
+                            c.all_reduce(&send, &recv, RedOp::Max).unwrap();
+                            assert_eq!(recv.to_vec().unwrap(), vec![3; count], "{count}");
+                        }
+                        let want = c
+                            .choice_for(CollKind::AllReduce, count, DataType::I32)
+                            .unwrap();
+                        assert_eq!(c.last_choice(), Some(want), "{count}");
+                    }
+                }
+            });
+        }
+    });
+    // Out of place and in place per count, whatever the rounds.
+    assert_eq!(comms[0].cached_plans(), 2 * counts.len());
+}

@@ -1,0 +1,153 @@
+//! Small-message latency through the facade: an 8-byte f32 AllReduce
+//! (`Communicator::all_reduce` on buffers from `comm.alloc`) on N ranks,
+//! each rank on its own host thread, measured as
+//! `oxccl-cuda/examples/latency.rs` measures `World::launch`: 50 warm-up
+//! calls, then 15 runs of 200 calls, each run timed with device events on
+//! the rank's stream (`Communicator::timer`), the median run per rank and
+//! the slowest rank. Beside it:
+//!
+//! - `enqueue`: host wall time per call of the same loops (how long the
+//!   facade plus `cuLaunchKernel` take to enqueue; when it is below the
+//!   device figure the GPU, not the host, sets the pace);
+//! - `sweep-style`: what `cargo xtask sweep -n 5` times: after a host
+//!   barrier, 5 calls between the events, mean per call, slowest rank;
+//!   once with the timer started at once (the sweep before its lead-in:
+//!   the ranks' start skew counts, divided by 5), once behind one untimed
+//!   lead-in call (the sweep now).
+//!
+//! `call_latency [RANKS] [ALGO]`, default `8` and the selector's pick; ALGO
+//! takes `NCCL_ALGO` syntax and replaces `OXCCL_ALGO`/`NCCL_ALGO` from the
+//! environment (which apply otherwise). Prints `skipped: no CUDA device`
+//! without one.
+
+use std::sync::Barrier;
+use std::time::Instant;
+
+use oxccl::{BackendKind, Communicator, Config, RedOp};
+
+const WARMUP: u32 = 50;
+const CALLS_PER_RUN: u32 = 200;
+const RUNS: usize = 15;
+/// The sweep's default `-n`.
+const SWEEP_ITERS: u32 = 5;
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// µs per call for one rank, median over runs of `SWEEP_ITERS` calls
+/// timed after a host barrier, with or without an untimed lead-in call.
+fn sweep_style(
+    c: &Communicator,
+    bar: &Barrier,
+    timer: &mut dyn oxccl::backend::Timer,
+    run: &dyn Fn() -> oxccl::Result<()>,
+    lead_in: bool,
+) -> oxccl::Result<f64> {
+    let mut v = Vec::new();
+    for _ in 0..RUNS {
+        c.synchronize()?;
+        bar.wait();
+        if lead_in {
+            run()?;
+        }
+        timer.start()?;
+        for _ in 0..SWEEP_ITERS {
+            run()?;
+        }
+        v.push(timer.stop()?.as_secs_f64() * 1e6 / f64::from(SWEEP_ITERS));
+    }
+    Ok(median(v))
+}
+
+/// µs per call for one rank: device events, host enqueue, sweep-style
+/// without and with the lead-in.
+fn rank_run(c: &Communicator, bar: &Barrier) -> oxccl::Result<[f64; 4]> {
+    let (send, recv) = (c.alloc::<f32>(2)?, c.alloc::<f32>(2)?);
+    send.copy_from_slice(&[c.rank() as f32, 1.0])?;
+    for _ in 0..WARMUP {
+        c.all_reduce(&send, &recv, RedOp::Sum)?;
+    }
+    c.synchronize()?;
+    let mut timer = c.timer()?;
+    let (mut device, mut host) = (Vec::new(), Vec::new());
+    for _ in 0..RUNS {
+        bar.wait();
+        timer.start()?;
+        let t = Instant::now();
+        for _ in 0..CALLS_PER_RUN {
+            c.all_reduce(&send, &recv, RedOp::Sum)?;
+        }
+        host.push(t.elapsed().as_secs_f64() * 1e6 / f64::from(CALLS_PER_RUN));
+        device.push(timer.stop()?.as_secs_f64() * 1e6 / f64::from(CALLS_PER_RUN));
+    }
+    let run = || c.all_reduce(&send, &recv, RedOp::Sum);
+    let sweep = sweep_style(c, bar, timer.as_mut(), &run, false)?;
+    let lead_in = sweep_style(c, bar, timer.as_mut(), &run, true)?;
+    let n = c.nranks() as f32;
+    let got = recv.to_vec()?;
+    let want = [n * (n - 1.0) / 2.0, n];
+    if got != want {
+        return Err(oxccl::Error::Internal(format!(
+            "rank {}: allreduce gave {got:?}, expected {want:?}",
+            c.rank()
+        )));
+    }
+    Ok([median(device), median(host), sweep, lead_in])
+}
+
+fn main() -> oxccl::Result<()> {
+    let mut args = std::env::args().skip(1);
+    let n: u32 = args.next().and_then(|a| a.parse().ok()).unwrap_or(8);
+    let algo = args.next();
+    if !oxccl::backend::cuda::available() {
+        println!("skipped: no CUDA device");
+        return Ok(());
+    }
+    let mut config = Config::from_env()?;
+    config.backend = BackendKind::Cuda;
+    if let Some(a) = &algo {
+        config.algo = oxccl::config::parse_algo_filter("ALGO argument", a)?;
+    }
+    let comms = oxccl::init_all_with(n, config)?;
+    let bar = Barrier::new(n as usize);
+    let per_rank: Vec<oxccl::Result<[f64; 4]>> = std::thread::scope(|s| {
+        let hs: Vec<_> = comms
+            .iter()
+            .map(|c| {
+                let bar = &bar;
+                s.spawn(move || {
+                    let r = rank_run(c, bar);
+                    if r.is_err() {
+                        // Peers must not wait for this rank until their deadline.
+                        c.abort();
+                    }
+                    r
+                })
+            })
+            .collect();
+        hs.into_iter()
+            .map(|h| h.join().expect("rank thread panicked"))
+            .collect()
+    });
+    let mut worst = [0.0f64; 4];
+    for r in per_rank {
+        for (w, x) in worst.iter_mut().zip(r?) {
+            *w = w.max(x);
+        }
+    }
+    let [device, host, sweep, lead_in] = worst;
+    let choice = comms[0]
+        .last_choice()
+        .map_or_else(|| "none".into(), |c| c.to_string());
+    println!(
+        "call_latency: 8 B f32 allreduce through the facade, {n} ranks, {choice}: \
+         {device:.2} us/call (device events; enqueue {host:.2} us/call on the host; \
+         sweep-style {SWEEP_ITERS} calls after a barrier {sweep:.2} us/call, \
+         behind a lead-in call {lead_in:.2} us/call; \
+         median over {RUNS} runs of {CALLS_PER_RUN}, slowest rank; {})",
+        comms[0].describe_backend()
+    );
+    Ok(())
+}
