@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::{checked, is_sync, moved, plan_check_error, strip};
+use common::{is_sync, moved, own_blocks, plan_check_error};
 use oxccl_core::gen::{split, MAX_PUSH_RANKS};
 use oxccl_core::interp::check_in_place;
 use oxccl_core::plan::{Dst, Loc, Plan, Src, Step};
@@ -31,33 +31,8 @@ fn request(
     common::registered(coll, n, Algo::AllPairs, shape, in_place)
 }
 
-fn plan(
-    kind: CollKind,
-    n: u32,
-    count: usize,
-    root: u32,
-    shape: (u32, usize),
-    in_place: bool,
-) -> Plan {
-    generate(&request(kind, n, count, root, shape, in_place)).unwrap()
-}
-
-/// The barriers are 2(n−1) steps each (signal every peer, wait every
-/// peer), the first and last of every non-empty channel.
-fn entry(n: u32) -> impl Fn(&[Step], usize) -> bool {
-    move |_, i| i < 2 * (n as usize - 1)
-}
-
-fn exit(n: u32) -> impl Fn(&[Step], usize) -> bool {
-    move |s, i| i + 2 * (n as usize - 1) >= s.len()
-}
-
-/// Elements of rank `r`'s blocks over all channels.
-fn own_blocks(count: usize, channels: u32, n: u32, r: u32) -> usize {
-    split(count, channels as usize)
-        .iter()
-        .map(|c| split(c.len(), n as usize)[r as usize].len())
-        .sum()
+fn plan(req: &PlanRequest) -> Plan {
+    generate(req).unwrap()
 }
 
 /// How often each element of each rank's output is written, by whichever
@@ -109,7 +84,7 @@ fn push_shape_and_bytes() {
             for root in [0, n / 2, n - 1] {
                 for (channels, chunk) in [(1, 1 << 20), (4, 1 << 20), (3, 17)] {
                     for in_place in [false, true] {
-                        let p = plan(kind, n, count, root, (channels, chunk), in_place);
+                        let p = plan(&request(kind, n, count, root, (channels, chunk), in_place));
                         let what = format!("{kind} n {n} root {root} in_place={in_place}");
                         shape(&p, kind, count, channels, chunk, in_place, &what);
                         bytes(&p, kind, count, channels, in_place, &what);
@@ -283,79 +258,20 @@ fn checker_catches_missing_barriers() {
     for kind in KINDS {
         for in_place in [false, true] {
             for (n, root, shape) in [(2, 1, (1, 1 << 16)), (4, 2, (2, 8)), (8, 0, (3, 5))] {
-                let p = plan(kind, n, 97, root, shape, in_place);
+                let p = plan(&request(kind, n, 97, root, shape, in_place));
                 let what = format!("{kind} n {n} root {root} in_place={in_place}");
-                checked(&p, in_place).unwrap_or_else(|e| panic!("{what}: {e}"));
-
-                let m = plan_check_error(checked(
-                    &strip(&p, |_| true, |s, i| !exit(n)(s, i)),
-                    in_place,
-                ));
-                assert!(
-                    m.contains("may finish while rank") && m.contains("still accesses its memory"),
-                    "{what} without exit: {m}"
-                );
-                let m = plan_check_error(checked(
-                    &strip(&p, |_| true, |s, i| !entry(n)(s, i)),
-                    in_place,
-                ));
-                assert!(m.contains("before hearing"), "{what} without entry: {m}");
-
                 let lone = if kind == CollKind::Broadcast {
                     root
                 } else {
                     n - 1
                 };
-                let m = plan_check_error(checked(&without(&p, lone, exit(n), false), in_place));
-                assert!(
-                    m.contains(&format!("rank {lone} may finish while rank")),
-                    "{what} rank {lone} without exit: {m}"
-                );
-                let m = plan_check_error(checked(&without(&p, lone, entry(n), true), in_place));
-                assert!(
-                    m.contains(&format!("accesses rank {lone}'s memory before hearing")),
-                    "{what} rank {lone} without entry: {m}"
-                );
-
+                common::assert_barriers_needed(&p, in_place, lone, &what);
                 if kind == CollKind::Broadcast && n > 2 {
-                    let non_root = |peer: u32| peer != root;
-                    let loose = strip(
-                        &p,
-                        |r| r != root,
-                        |s, i| {
-                            !(exit(n)(s, i)
-                                && matches!(s[i], Step::Signal { peer } | Step::Wait { peer } if non_root(peer)))
-                        },
-                    );
-                    let m = plan_check_error(checked(&loose, in_place));
-                    assert!(
-                        m.contains("may finish while rank")
-                            && !m.contains(&format!("rank {root} may finish")),
-                        "{what} non-roots without mutual exit: {m}"
-                    );
+                    common::assert_non_roots_need_each_other(&p, root, in_place, &what);
                 }
             }
         }
     }
-}
-
-/// `p` without rank `t`'s handshakes in `part` (the entry or exit barrier)
-/// of every channel: at entry `t`'s signals and its peers' waits for `t`,
-/// at exit `t`'s waits and its peers' signals to `t`, so signals stay
-/// balanced.
-fn without(p: &Plan, t: u32, part: impl Fn(&[Step], usize) -> bool, at_entry: bool) -> Plan {
-    let own = |s: &Step| match s {
-        Step::Signal { .. } => at_entry,
-        Step::Wait { .. } => !at_entry,
-        Step::Xfer(_) => false,
-    };
-    let theirs = |s: &Step| match *s {
-        Step::Signal { peer } => !at_entry && peer == t,
-        Step::Wait { peer } => at_entry && peer == t,
-        Step::Xfer(_) => false,
-    };
-    let q = strip(p, |r| r == t, |s, i| !(part(s, i) && own(&s[i])));
-    strip(&q, |r| r != t, |s, i| !(part(s, i) && theirs(&s[i])))
 }
 
 /// In place, rank r's writes may not touch a block another rank still
@@ -367,7 +283,7 @@ fn without(p: &Plan, t: u32, part: impl Fn(&[Step], usize) -> bool, at_entry: bo
 fn in_place_writes_never_touch_what_another_rank_reads() {
     let (n, count, root) = (4u32, 40usize, 1u32);
     for kind in KINDS {
-        let p = plan(kind, n, count, root, (1, 1 << 16), true);
+        let p = plan(&request(kind, n, count, root, (1, 1 << 16), true));
         check_in_place(&p).unwrap_or_else(|e| panic!("{kind}: {e}"));
         let shift = if kind == CollKind::Broadcast {
             count / n as usize

@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{checked, is_sync, moved, plan_check_error, strip};
+use common::{is_sync, moved, own_blocks, plan_check_error};
 use oxccl_core::gen::split;
 use oxccl_core::interp::check_in_place;
 use oxccl_core::plan::{Dst, Loc, Plan, Src, Step};
@@ -22,24 +22,6 @@ fn request(n: u32, count: usize, root: u32, shape: (u32, usize), in_place: bool)
 
 fn plan(n: u32, count: usize, root: u32, shape: (u32, usize), in_place: bool) -> Plan {
     generate(&request(n, count, root, shape, in_place)).unwrap()
-}
-
-/// The barriers are 2(n−1) steps each (signal every peer, wait every
-/// peer), the first and last of every non-empty channel.
-fn entry(n: u32) -> impl Fn(&[Step], usize) -> bool {
-    move |_, i| i < 2 * (n as usize - 1)
-}
-
-fn exit(n: u32) -> impl Fn(&[Step], usize) -> bool {
-    move |s, i| i + 2 * (n as usize - 1) >= s.len()
-}
-
-/// Elements of rank `r`'s blocks over all channels.
-fn own_blocks(count: usize, channels: u32, n: u32, r: u32) -> usize {
-    split(count, channels as usize)
-        .iter()
-        .map(|c| split(c.len(), n as usize)[r as usize].len())
-        .sum()
 }
 
 /// Every rank, on every channel: an entry barrier, one reduce_from per
@@ -114,69 +96,22 @@ fn spread_shape_and_bytes() {
 /// input, or the root its output) while peers still read or write it. The
 /// race detector's end-of-run check (`race::Race::finish`) reports it.
 /// Non-roots must wait for each other too: each reads block r of every
-/// non-root's input. And without the entry barrier a rank reads a peer
-/// that may not have entered.
+/// non-root's input. And without the entry barrier (on all ranks, or the
+/// root's handshakes alone) a rank reads a peer that may not have entered.
 #[test]
 fn checker_catches_missing_barriers() {
     for in_place in [false, true] {
         for (n, root, shape) in [(2, 1, (1, 1 << 16)), (4, 2, (2, 8)), (8, 0, (3, 5))] {
             let p = plan(n, 97, root, shape, in_place);
             let what = format!("n {n} root {root} in_place={in_place}");
-            checked(&p, in_place).unwrap_or_else(|e| panic!("{what}: {e}"));
-
-            let m = plan_check_error(checked(
-                &strip(&p, |_| true, |s, i| !exit(n)(s, i)),
-                in_place,
-            ));
-            assert!(
-                m.contains("may finish while rank") && m.contains("still accesses its memory"),
-                "{what} without exit: {m}"
-            );
-
-            // The root alone skips its exit waits (and peers their exit
-            // signals to it, so signals stay balanced): it may return while
+            // The root alone skipping its exit handshakes may return while
             // non-roots still read its input and write its output.
-            let lone = strip(
-                &p,
-                |r| r == root,
-                |s, i| !(exit(n)(s, i) && matches!(s[i], Step::Wait { .. })),
-            );
-            let lone = strip(
-                &lone,
-                |r| r != root,
-                |s, i| !(exit(n)(s, i) && matches!(s[i], Step::Signal { peer } if peer == root)),
-            );
-            let m = plan_check_error(checked(&lone, in_place));
-            assert!(
-                m.contains(&format!("rank {root} may finish while rank")),
-                "{what}: {m}"
-            );
-
-            // Non-roots skip their exit handshakes with each other, keeping
-            // those with the root: still a race, on a non-root's input.
+            common::assert_barriers_needed(&p, in_place, root, &what);
+            // Without the non-roots' mutual ones, the race is on a
+            // non-root's input.
             if n > 2 {
-                let non_root = |peer: u32| peer != root;
-                let loose = strip(
-                    &p,
-                    |r| r != root,
-                    |s, i| {
-                        !(exit(n)(s, i)
-                            && matches!(s[i], Step::Signal { peer } | Step::Wait { peer } if non_root(peer)))
-                    },
-                );
-                let m = plan_check_error(checked(&loose, in_place));
-                assert!(
-                    m.contains("may finish while rank")
-                        && !m.contains(&format!("rank {root} may finish")),
-                    "{what} non-roots without mutual exit: {m}"
-                );
+                common::assert_non_roots_need_each_other(&p, root, in_place, &what);
             }
-
-            let m = plan_check_error(checked(
-                &strip(&p, |_| true, |s, i| !entry(n)(s, i)),
-                in_place,
-            ));
-            assert!(m.contains("before hearing"), "{what} without entry: {m}");
         }
     }
 }

@@ -3,7 +3,7 @@
 
 #![allow(dead_code)] // reason: each test binary uses a different subset of these helpers
 
-use oxccl_core::gen::supports;
+use oxccl_core::gen::{split, supports};
 use oxccl_core::interp::{self, InterpOptions};
 use oxccl_core::plan::{BufId, Plan, Step};
 use oxccl_core::{
@@ -182,4 +182,110 @@ pub fn registered(
     req.channels = channels;
     req.chunk = chunk;
     req
+}
+
+/// In a plan whose every non-empty channel starts and ends with a full
+/// barrier (2(n−1) steps: signal every peer, wait every peer), the entry
+/// barrier's steps.
+pub fn entry(n: u32) -> impl Fn(&[Step], usize) -> bool {
+    move |_, i| i < 2 * (n as usize - 1)
+}
+
+/// The exit barrier's steps, as [`entry`].
+pub fn exit(n: u32) -> impl Fn(&[Step], usize) -> bool {
+    move |s, i| i + 2 * (n as usize - 1) >= s.len()
+}
+
+/// Elements of rank `r`'s blocks over all channels, when each channel's
+/// range is split into n blocks.
+pub fn own_blocks(count: usize, channels: u32, n: u32, r: u32) -> usize {
+    split(count, channels as usize)
+        .iter()
+        .map(|c| split(c.len(), n as usize)[r as usize].len())
+        .sum()
+}
+
+/// `p` without rank `t`'s handshakes in `part` ([`entry`] or [`exit`]) of
+/// every channel: at entry `t`'s signals and its peers' waits for `t`, at
+/// exit `t`'s waits and its peers' signals to `t`, so signals stay
+/// balanced.
+pub fn without_handshakes(
+    p: &Plan,
+    t: u32,
+    part: impl Fn(&[Step], usize) -> bool,
+    at_entry: bool,
+) -> Plan {
+    let own = |s: &Step| match s {
+        Step::Signal { .. } => at_entry,
+        Step::Wait { .. } => !at_entry,
+        Step::Xfer(_) => false,
+    };
+    let theirs = |s: &Step| match *s {
+        Step::Signal { peer } => !at_entry && peer == t,
+        Step::Wait { peer } => at_entry && peer == t,
+        Step::Xfer(_) => false,
+    };
+    let q = strip(p, |r| r == t, |s, i| !(part(s, i) && own(&s[i])));
+    strip(&q, |r| r != t, |s, i| !(part(s, i) && theirs(&s[i])))
+}
+
+/// For a plan with full entry and exit barriers (which must pass): the
+/// checker rejects it without the exit barrier on every rank ("may finish
+/// while rank … still accesses its memory"), without the entry barrier
+/// ("before hearing"), and without only rank `lone`'s exit or entry
+/// handshakes (naming `lone` as the rank that may finish, or whose memory
+/// is accessed before hearing from it).
+pub fn assert_barriers_needed(p: &Plan, in_place: bool, lone: u32, what: &str) {
+    let n = p.nranks;
+    checked(p, in_place).unwrap_or_else(|e| panic!("{what}: {e}"));
+    let m = plan_check_error(checked(
+        &strip(p, |_| true, |s, i| !exit(n)(s, i)),
+        in_place,
+    ));
+    assert!(
+        m.contains("may finish while rank") && m.contains("still accesses its memory"),
+        "{what} without exit: {m}"
+    );
+    let m = plan_check_error(checked(
+        &strip(p, |_| true, |s, i| !entry(n)(s, i)),
+        in_place,
+    ));
+    assert!(m.contains("before hearing"), "{what} without entry: {m}");
+    let m = plan_check_error(checked(
+        &without_handshakes(p, lone, exit(n), false),
+        in_place,
+    ));
+    assert!(
+        m.contains(&format!("rank {lone} may finish while rank")),
+        "{what} rank {lone} without exit: {m}"
+    );
+    let m = plan_check_error(checked(
+        &without_handshakes(p, lone, entry(n), true),
+        in_place,
+    ));
+    assert!(
+        m.contains(&format!("accesses rank {lone}'s memory before hearing")),
+        "{what} rank {lone} without entry: {m}"
+    );
+}
+
+/// Non-roots skip their exit handshakes with each other, keeping those
+/// with the root: the checker still reports a rank that may finish while
+/// another accesses its memory, and it is not the root.
+pub fn assert_non_roots_need_each_other(p: &Plan, root: u32, in_place: bool, what: &str) {
+    let n = p.nranks;
+    let non_root = |peer: u32| peer != root;
+    let loose = strip(
+        p,
+        |r| r != root,
+        |s, i| {
+            !(exit(n)(s, i)
+                && matches!(s[i], Step::Signal { peer } | Step::Wait { peer } if non_root(peer)))
+        },
+    );
+    let m = plan_check_error(checked(&loose, in_place));
+    assert!(
+        m.contains("may finish while rank") && !m.contains(&format!("rank {root} may finish")),
+        "{what} non-roots without mutual exit: {m}"
+    );
 }
