@@ -179,9 +179,10 @@ struct AllPairs<'a> {
     /// Peers in rotating order from this rank, so ranks start on
     /// different peers.
     peers: Vec<Rank>,
-    /// Peers whose input this rank reads.
+    /// Peers whose input this rank reads (for the handshakes of the pulls
+    /// and Reduce; the pushes use full barriers).
     reads: Vec<Rank>,
-    /// Peers that read this rank's input.
+    /// Peers that read this rank's input (likewise).
     read_by: Vec<Rank>,
 }
 
