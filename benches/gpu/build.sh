@@ -5,8 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 mkdir -p .gpu
-grep -qx "/.gpu/" .git/info/exclude 2>/dev/null || echo "/.gpu/" >> .git/info/exclude
 G=.gpu
+T=${CARGO_TARGET_DIR:-target}
 exe() { # the test executable cargo built for `cargo test --release $*`
   cargo test --release --no-run --message-format=json "$@" 2>/dev/null |
     python3 -c 'import sys,json
@@ -17,12 +17,14 @@ for l in sys.stdin:
 }
 cargo build --release -p xtask
 cargo build --release -p oxccl-cuda --example latency --example compile_kernels --example nccl_latency
-cp target/release/xtask $G/xtask
-cp target/release/examples/latency $G/latency
-cp target/release/examples/compile_kernels $G/compile_kernels
-cp target/release/examples/nccl_latency $G/nccl_latency
+cp $T/release/xtask $G/xtask
+cp $T/release/examples/latency $G/latency
+cp $T/release/examples/compile_kernels $G/compile_kernels
+cp $T/release/examples/nccl_latency $G/nccl_latency
 cp "$(exe -p oxccl-cuda --test gpu)" $G/gpu-test
 cp "$(exe -p oxccl --test collectives)" $G/collectives
-strip $G/xtask $G/latency $G/compile_kernels $G/nccl_latency $G/gpu-test $G/collectives
+cargo build --release -p oxccl --example call_latency
+cp $T/release/examples/call_latency $G/call_latency
+strip $G/call_latency $G/xtask $G/latency $G/compile_kernels $G/nccl_latency $G/gpu-test $G/collectives
 ls -la $G
-du -ch $G/xtask $G/latency $G/compile_kernels $G/nccl_latency $G/gpu-test $G/collectives $G/cache 2>/dev/null | tail -1
+du -ch $G/call_latency $G/xtask $G/latency $G/compile_kernels $G/nccl_latency $G/gpu-test $G/collectives $G/cache 2>/dev/null | tail -1
