@@ -780,12 +780,14 @@ fn rank_run<T: Element>(
         // The lead-in: the host barrier releases the ranks some µs apart
         // and a collective cannot finish before its last rank joins, so a
         // timer started at once on an early rank counts the others'
-        // lateness, divided by only -n calls (the suspected cause of 79
-        // µs per 8-byte AllReduce with -n 5 on 8 ranks sharing an H200,
-        // against 23 µs back to back; `call_latency` in oxccl's examples
-        // shows both). Started behind this untimed call, each rank's timer
-        // starts when the call has released it (on its stream, for CUDA):
-        // together on every rank wherever each rank waits for the others.
+        // lateness, divided by only -n calls. Started behind this untimed
+        // call, each rank's timer starts when the call has released it (on
+        // its stream, for CUDA): together wherever each rank waits for the
+        // others. On the H200 (8 ranks, 8 B AllReduce, -n 5) `call_latency`
+        // measured 24-26 µs per call timed at once and 21 µs behind a
+        // lead-in; the sweep itself still reads 70-110 µs at -n 5 and 32-37
+        // µs at -n 1000 against 15-18 µs in `call_latency`: the rest of
+        // that gap is something else, not yet found.
         call()?;
         timer.start()?;
         for _ in 0..a.iters {

@@ -61,9 +61,10 @@ fn sweep_style(
     Ok(median(v))
 }
 
-/// µs per call for one rank: device events, host enqueue, sweep-style
-/// without and with the lead-in.
-fn rank_run(c: &Communicator, bar: &Barrier) -> oxccl::Result<[f64; 4]> {
+/// µs per call for one rank: device events (median run), host enqueue,
+/// sweep-style without and with the lead-in, device events (mean and
+/// slowest run: the sweep reports one run's mean, which stalls move).
+fn rank_run(c: &Communicator, bar: &Barrier) -> oxccl::Result<[f64; 6]> {
     let (send, recv) = (c.alloc::<f32>(2)?, c.alloc::<f32>(2)?);
     send.copy_from_slice(&[c.rank() as f32, 1.0])?;
     for _ in 0..WARMUP {
@@ -94,7 +95,9 @@ fn rank_run(c: &Communicator, bar: &Barrier) -> oxccl::Result<[f64; 4]> {
             c.rank()
         )));
     }
-    Ok([median(device), median(host), sweep, lead_in])
+    let mean = device.iter().sum::<f64>() / device.len() as f64;
+    let slowest = device.iter().copied().fold(0.0, f64::max);
+    Ok([median(device), median(host), sweep, lead_in, mean, slowest])
 }
 
 fn main() -> oxccl::Result<()> {
@@ -112,7 +115,7 @@ fn main() -> oxccl::Result<()> {
     }
     let comms = oxccl::init_all_with(n, config)?;
     let bar = Barrier::new(n as usize);
-    let per_rank: Vec<oxccl::Result<[f64; 4]>> = std::thread::scope(|s| {
+    let per_rank: Vec<oxccl::Result<[f64; 6]>> = std::thread::scope(|s| {
         let hs: Vec<_> = comms
             .iter()
             .map(|c| {
@@ -131,19 +134,19 @@ fn main() -> oxccl::Result<()> {
             .map(|h| h.join().expect("rank thread panicked"))
             .collect()
     });
-    let mut worst = [0.0f64; 4];
+    let mut worst = [0.0f64; 6];
     for r in per_rank {
         for (w, x) in worst.iter_mut().zip(r?) {
             *w = w.max(x);
         }
     }
-    let [device, host, sweep, lead_in] = worst;
+    let [device, host, sweep, lead_in, mean, slowest] = worst;
     let choice = comms[0]
         .last_choice()
         .map_or_else(|| "none".into(), |c| c.to_string());
     println!(
         "call_latency: 8 B f32 allreduce through the facade, {n} ranks, {choice}: \
-         {device:.2} us/call (device events; enqueue {host:.2} us/call on the host; \
+         {device:.2} us/call (device events; mean of the runs {mean:.2}, slowest run {slowest:.2}; enqueue {host:.2} us/call on the host; \
          sweep-style {SWEEP_ITERS} calls after a barrier {sweep:.2} us/call, \
          behind a lead-in call {lead_in:.2} us/call; \
          median over {RUNS} runs of {CALLS_PER_RUN}, slowest rank; {})",
