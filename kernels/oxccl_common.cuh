@@ -18,6 +18,12 @@ typedef unsigned long long u64;
 #define OX_MAX_BUFS 64
 #define OX_MAX_OPERANDS 32
 #define OX_CONN_HEADER 256
+// A channel with at most this many steps and operands is copied into
+// shared memory at block start (12 KiB), one parallel load for the
+// whole call instead of dependent loads per step; larger ones are read
+// from global memory as they run.
+#define OX_STAGE_STEPS 256
+#define OX_STAGE_OPS 512
 
 // Operand kinds.
 #define OXK_LOCAL 0
@@ -49,7 +55,8 @@ typedef unsigned long long u64;
 
 // One source or destination of a transfer. 16 bytes.
 //  LOCAL:  bufs[buf] + off elements.
-//  CONN:   idx = connection table index, buf = peer rank (for errors).
+//  CONN:   off = the OxConn's address (resolved on the host at upload),
+//          idx = connection table index, buf = peer rank (for errors).
 //  REMOTE: idx = peer rank, buf = buffer id in the peer's table.
 struct OxOperand {
   u8 kind;
@@ -60,7 +67,8 @@ struct OxOperand {
 };
 
 // One step. 16 bytes. XFER: operands [first, first+nsrc+ndst). SIGNAL/WAIT:
-// first = semaphore table index, len = peer rank, nsrc = steps left in its
+// len = the OxSem's address (resolved on the host at upload), first = peer
+// rank (for errors), nsrc = steps left in its
 // run of consecutive signals (waits) from here, at most 255 (so a run's
 // first step holds the run's length), ndst (waits) = earlier waits of the
 // run on the same semaphore. encode.rs (mark_runs) fills them in.
@@ -73,9 +81,12 @@ struct OxStep {
   u64 len;
 };
 
+// A channel's steps and, contiguous, the operands of its transfers.
 struct OxChan {
   u32 first;
   u32 nsteps;
+  u32 op_first;
+  u32 nops;
 };
 
 // A FIFO connection, in the receiver's memory. The slots follow the
@@ -113,8 +124,8 @@ struct OxDesc {
   const OxChan* chans;
   const OxStep* steps;
   const OxOperand* ops;
-  const u64* conns;          // OxConn* per connection index
-  const u64* sems;           // OxSem* per semaphore index
+  const u64* conns;          // OxConn* per connection index (steps carry them resolved)
+  const u64* sems;           // OxSem* per semaphore index (likewise)
   u64* ptr_table;            // [nranks][OX_MAX_BUFS] buffer bases, for remote steps
   const volatile u32* abort_flag;  // host-mapped; non-zero: abort
   volatile u32* world_fail;  // set by any rank that failed, polled by all
@@ -134,7 +145,7 @@ struct OxDesc {
 // Layout checks: encode.rs asserts the same numbers on the Rust side.
 static_assert(sizeof(OxOperand) == 16, "OxOperand layout");
 static_assert(sizeof(OxStep) == 16, "OxStep layout");
-static_assert(sizeof(OxChan) == 8, "OxChan layout");
+static_assert(sizeof(OxChan) == 16, "OxChan layout");
 static_assert(sizeof(OxConn) == OX_CONN_HEADER, "OxConn layout");
 static_assert(sizeof(OxSem) == 256, "OxSem layout");
 static_assert(sizeof(OxError) == 32, "OxError layout");

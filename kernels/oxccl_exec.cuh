@@ -307,6 +307,8 @@ __device__ void ox_exec(const OxDesc& d) {
   __shared__ u32 s_flag[2 * OX_MAX_OPERANDS];
   __shared__ u32 s_peer[2 * OX_MAX_OPERANDS];
   __shared__ int s_fail;
+  __shared__ OxStep s_steps[OX_STAGE_STEPS];
+  __shared__ OxOperand s_ops[OX_STAGE_OPS];
   const u32 tid = threadIdx.x;
   const T scale = ox_from_bits<T>(d.scale_bits);
   const bool sys = d.flags & OXD_SYS;
@@ -331,11 +333,23 @@ __device__ void ox_exec(const OxDesc& d) {
   // writes the same values.
   if (tid == 0) s_fail = 0;  // only ever set to 1 afterwards, with atomicExch, before a barrier
   if (tid < d.nbufs) *(volatile u64*)&d.ptr_table[d.rank * OX_MAX_BUFS + tid] = d.bufs[tid];
+  // The channel's records, into shared memory when they fit: every load
+  // in flight at once, so later steps find their records without a
+  // round trip to memory (a small call is a chain of such round trips).
+  const bool staged = c.nsteps <= OX_STAGE_STEPS && c.nops <= OX_STAGE_OPS;
+  if (staged) {
+    for (u32 i = tid; i < c.nsteps; i += blockDim.x) s_steps[i] = d.steps[c.first + i];
+    for (u32 i = tid; i < c.nops; i += blockDim.x) s_ops[i] = d.ops[c.op_first + i];
+  }
+  // Indexed by the step's number in the channel and the operand's number
+  // from the channel's first operand.
+  const OxStep* steps = staged ? s_steps : d.steps + c.first;
+  const OxOperand* ops = staged ? s_ops : d.ops + c.op_first;
   __syncthreads();
 
-  for (u32 si = c.first; si < c.first + c.nsteps; ++si) {
-    const OxStep st = d.steps[si];
-    const u32 step = si - c.first;
+  for (u32 si = 0; si < c.nsteps; ++si) {
+    const OxStep st = steps[si];
+    const u32 step = si;
     if (st.op == OXS_SIGNAL || st.op == OXS_WAIT) {
       // A run of consecutive signals (or waits) goes in parallel: thread i
       // handles the i-th, so an all-pairs barrier costs one round trip.
@@ -346,13 +360,13 @@ __device__ void ox_exec(const OxDesc& d) {
       // polling while the signals go out. Waiting early changes nothing:
       // the signals still follow every earlier step (the barrier below),
       // and every later step still follows every wait.
-      const u32 end = c.first + c.nsteps;
+      const u32 end = c.nsteps;
       u32 nsig = 0, nwait = 0, wbase = 0;
       if (st.op == OXS_SIGNAL) {
         nsig = st.nsrc > 0 ? st.nsrc : 1;
         wbase = (nsig + 31) & ~31u;
         if (si + nsig < end) {
-          const OxStep nx = d.steps[si + nsig];
+          const OxStep nx = steps[si + nsig];
           if (nx.op == OXS_WAIT && wbase + (nx.nsrc > 0 ? nx.nsrc : 1) <= blockDim.x)
             nwait = nx.nsrc > 0 ? nx.nsrc : 1;
         }
@@ -361,15 +375,15 @@ __device__ void ox_exec(const OxDesc& d) {
         nwait = st.nsrc > 0 ? st.nsrc : 1;
       }
       if (tid < nsig) {
-        OxSem* sem = (OxSem*)d.sems[d.steps[si + tid].first];
+        OxSem* sem = (OxSem*)steps[si + tid].len;
         ox_red_release_add(&sem->posted, 1ull, sys);
       } else if (tid >= wbase && tid < wbase + nwait) {
         const u32 k = nsig + (tid - wbase);
-        const OxStep wt = d.steps[si + k];
-        OxSem* sem = (OxSem*)d.sems[wt.first];
+        const OxStep wt = steps[si + k];
+        OxSem* sem = (OxSem*)wt.len;
         // Earlier waits of this run on the same semaphore come first.
         u64 want = ox_ld_volatile(&sem->consumed) + 1 + wt.ndst;
-        if (ox_wait_geq(d, &sem->posted, want, (u32)wt.len, step + k)) {
+        if (ox_wait_geq(d, &sem->posted, want, wt.first, step + k)) {
           atomicMax(&sem->consumed, want);
         } else {
           atomicExch(&s_fail, 1);
@@ -390,7 +404,7 @@ __device__ void ox_exec(const OxDesc& d) {
       OxConn* cn = 0;
       if (tid < (u32)(nsrc + ndst)) {
         const int i = tid;
-        const OxOperand o = d.ops[st.first + i];
+        const OxOperand o = ops[st.first - c.op_first + i];
         bool ok = true;
         char* p = 0;
         s_flag[i] = 0;
@@ -400,7 +414,7 @@ __device__ void ox_exec(const OxDesc& d) {
         } else if (o.kind == OXK_REMOTE) {
           p = (char*)ox_ld_volatile(&d.ptr_table[o.idx * OX_MAX_BUFS + o.buf]) + o.off * sizeof(T);
         } else {
-          cn = (OxConn*)d.conns[o.idx];
+          cn = (OxConn*)o.off;
           if (i < nsrc) {
             u64 head = ox_ld_volatile(&cn->head);
             if (!ll) ok = ox_wait_geq(d, &cn->tail, head + 1, o.buf, step);

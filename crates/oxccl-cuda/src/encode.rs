@@ -2,11 +2,18 @@
 //! `kernels/oxccl_exec.cuh` walks. Pure Rust, so it is tested without a GPU.
 //!
 //! Layout of the uploaded blob (every part 16-byte aligned):
-//! `chans[nchannels]`, `steps[..]`, `operands[..]`, then two tables of
+//! `chans[nchannels]` (16 bytes: first step, step count, first operand,
+//! operand count, so a block can copy its channel's records into shared
+//! memory in one go), `steps[..]`, `operands[..]`, then two tables of
 //! device pointers filled in at upload: `conns[..]` (one `OxConn` per FIFO
 //! connection the plan uses) and `sems[..]` (one `OxSem` per semaphore).
-//! Connections and semaphores are named by `(channel, from, to)` keys; the
-//! operand refers to them by table index. The same encoding serves both
+//! Connections and semaphores are named by `(channel, from, to)` keys. In
+//! [`Encoded`] an operand or a signal/wait step refers to them by table
+//! index; the blob carries the resolved pointer itself (a connection
+//! operand's `off`, a signal/wait step's `len`, with the peer in its
+//! `first`), so the kernel follows no table per step: each lookup was one
+//! more dependent memory round trip on a small call's critical path. The
+//! tables stay in the blob for inspection. The same encoding serves both
 //! FIFO protocols: under LL the `conns` table points to LL connections
 //! (see `kernels/oxccl_ll.cuh` and the LL helpers below).
 
@@ -58,6 +65,9 @@ const S_SIGNAL: u8 = 1;
 const S_WAIT: u8 = 2;
 const F_PRE: u8 = 1;
 const F_POST: u8 = 1;
+
+/// Bytes of an `OxChan` record.
+const CHAN_BYTES: usize = 16;
 
 /// `(channel, from, to)`: names a FIFO connection or a semaphore.
 pub type LinkKey = (u32, u32, u32);
@@ -240,7 +250,7 @@ fn mark_runs(steps: &mut [(u8, u8, u8, u8, u32, u64)]) {
 
 impl Encoded {
     pub fn layout(&self) -> BlobLayout {
-        let steps = align16(self.chans.len() * 8);
+        let steps = align16(self.chans.len() * CHAN_BYTES);
         let ops = steps + self.steps.len() * 16;
         let conns = ops + self.ops.len() * 16;
         let sems = align16(conns + self.conns.len() * 8);
@@ -251,6 +261,21 @@ impl Encoded {
             conns,
             sems,
             total,
+        }
+    }
+
+    /// The operands of the channel whose steps are `first..first + n`:
+    /// (first operand, count). `encode` lays a channel's operands out
+    /// contiguously, in step order.
+    fn channel_ops(&self, first: u32, n: u32) -> (u32, u32) {
+        let xfers = self.steps[first as usize..(first + n) as usize]
+            .iter()
+            .filter(|s| s.0 == S_XFER);
+        let lo = xfers.clone().map(|s| s.4).min();
+        let hi = xfers.map(|s| s.4 + u32::from(s.1) + u32::from(s.2)).max();
+        match (lo, hi) {
+            (Some(lo), Some(hi)) => (lo, hi - lo),
+            _ => (0, 0),
         }
     }
 
@@ -267,20 +292,36 @@ impl Encoded {
         let mut b = vec![0u8; l.total];
         let mut put = |at: usize, bytes: &[u8]| b[at..at + bytes.len()].copy_from_slice(bytes);
         for (i, &(first, n)) in self.chans.iter().enumerate() {
-            put(i * 8, &first.to_le_bytes());
-            put(i * 8 + 4, &n.to_le_bytes());
+            let (op_first, nops) = self.channel_ops(first, n);
+            let at = i * CHAN_BYTES;
+            put(at, &first.to_le_bytes());
+            put(at + 4, &n.to_le_bytes());
+            put(at + 8, &op_first.to_le_bytes());
+            put(at + 12, &nops.to_le_bytes());
         }
         for (i, &(op, ns, nd, fl, first, len)) in self.steps.iter().enumerate() {
             let at = l.steps + i * 16;
             put(at, &[op, ns, nd, fl]);
-            put(at + 4, &first.to_le_bytes());
-            put(at + 8, &len.to_le_bytes());
+            if op == S_XFER {
+                put(at + 4, &first.to_le_bytes());
+                put(at + 8, &len.to_le_bytes());
+            } else {
+                // Signal/wait: the peer (kept in `len` by `encode`) and
+                // the semaphore's address.
+                put(at + 4, &(len as u32).to_le_bytes());
+                put(at + 8, &sem_ptrs[first as usize].to_le_bytes());
+            }
         }
         for (i, &(kind, fl, buf, idx, off)) in self.ops.iter().enumerate() {
             let at = l.ops + i * 16;
             put(at, &[kind, fl]);
             put(at + 2, &buf.to_le_bytes());
             put(at + 4, &idx.to_le_bytes());
+            let off = if kind == K_CONN {
+                conn_ptrs[idx as usize]
+            } else {
+                off
+            };
             put(at + 8, &off.to_le_bytes());
         }
         for (i, p) in conn_ptrs.iter().enumerate() {
@@ -366,8 +407,23 @@ mod tests {
         let b = e.blob(&[0xAABB], &[1, 2]);
         let l = e.layout();
         assert_eq!(l.total % 16, 0);
+        // The channel record: steps 0..3, operands 0..4.
+        let chan: Vec<u32> = (0..4)
+            .map(|k| u32::from_le_bytes(b[4 * k..4 * k + 4].try_into().unwrap()))
+            .collect();
+        assert_eq!(chan, vec![0, 3, 0, 4]);
+        // The wait: peer 1 in `first`, its semaphore's address (table
+        // entry 1) in `len`.
+        let wait = &b[l.steps + 16..l.steps + 32];
+        assert_eq!(wait[0], S_WAIT);
+        assert_eq!(u32::from_le_bytes(wait[4..8].try_into().unwrap()), 1);
+        assert_eq!(u64::from_le_bytes(wait[8..16].try_into().unwrap()), 2);
         let step2 = &b[l.steps + 32..l.steps + 48];
         assert_eq!(&step2[..4], &[S_XFER, 2, 2, F_POST]);
+        // The send operand carries its connection's address.
+        let send = &b[l.ops + 48..l.ops + 64];
+        assert_eq!(send[0], K_CONN);
+        assert_eq!(u64::from_le_bytes(send[8..16].try_into().unwrap()), 0xAABB);
         assert_eq!(u64::from_le_bytes(step2[8..16].try_into().unwrap()), 5);
         let remote = &b[l.ops + 16..l.ops + 32];
         assert_eq!(remote[0], K_REMOTE);
