@@ -12,7 +12,7 @@
 //! writes every output byte once, so push would only move work between
 //! ranks. With pull every rank writes only its own memory, so in-place
 //! aliasing stays a local matter (ReduceScatter, Gather and Scatter need
-//! no scratch in place; AllToAll stages, below).
+//! no scratch in place; in-place AllToAll swaps instead, below).
 //!
 //! Why push for Broadcast and AllGather: pulled, an input that several
 //! ranks need is read once per reader (the root's whole input n−1 times,
@@ -83,11 +83,26 @@
 //! non-roots (the same counts, mirrored).
 //!
 //! In-place AllToAll is the one case where a rank overwrites memory that
-//! peers still read (block q of its buffer is both peer q's source and the
-//! destination of what it pulls from q). It stages each piece through
-//! scratch: pull the piece of every block into scratch, barrier (every peer
-//! has read this piece of my buffer), copy scratch into the output. Scratch
-//! is (n−1) pieces per channel and there is one barrier per piece.
+//! peers still read: block q of rank r's buffer is peer q's source and
+//! where q's block r must land, and block r of q's buffer likewise, so the
+//! two blocks trade places. Each such pair of blocks is one swap, done by
+//! one rank: the pair {r, q} belongs to r when q is 1..⌈n/2⌉−1 steps after
+//! r (mod n); with even n the opposite pair (n/2 apart) is split, each of
+//! the two swapping half of the channel's range (which half alternates by
+//! channel), so every rank swaps (n−1)/2 blocks' worth, give or take one
+//! element. Piece by piece (at most `SWAP_PIECE` or `chunk` elements) the
+//! owner copies the peer's piece into its scratch, its own piece into the
+//! peer's block (`Dst::Remote`), and the scratch into its own block. No
+//! other rank touches either block, so entry and exit barriers suffice, as
+//! for the others; `check_in_place` proves it and reports either barrier
+//! removed. Block r of r's buffer stays put. Every moved byte is read once
+//! and written once in the buffers, the in-place floor (2(n−1)·B per rank,
+//! B = `count` elements); the scratch adds (n−1)·B per rank, one piece per
+//! channel, small enough to stay in L2 (`SWAP_PIECE` says why). The staged
+//! plan this replaces pulled every piece of all n−1 blocks into (n−1)
+//! pieces of scratch, a barrier per piece, then copied them out: 4(n−1)·B
+//! per rank, all of it reaching HBM when pieces were large (56% of the
+//! floor on an H200, 8 ranks, 256 MiB).
 //!
 //! Steps per piece of up to `chunk` elements of each block (Reduce and
 //! pushed Broadcast: of the rank's block of the channel's range), per
@@ -98,7 +113,7 @@
 //! | AllGather, n ≤ 32 | 1 copy of its input into n outputs (n−1 peers' in place) |
 //! | AllGather, n > 32 | n−1 gets + 1 own copy (none in place)         |
 //! | ReduceScatter | 1 reduce_from of n sources                        |
-//! | AllToAll      | n−1 gets + 1 own copy (in place: n−1 gets into scratch, 1 barrier, n−1 copies) |
+//! | AllToAll      | n−1 gets + 1 own copy (in place: per piece of each swap it owns, get into scratch, put its own piece, copy scratch into its block) |
 //! | Broadcast, n ≤ 32 | 1 get (root: copy) of its block of the root's input into n outputs (all but the root's in place) |
 //! | Broadcast, n > 32 | non-roots 1 get; root 1 copy (none in place)  |
 //! | Scatter       | non-roots 1 get; root 1 copy (none in place)      |
@@ -120,12 +135,10 @@ use crate::plan::{Channel, Dst, Loc, Rank, RankPlan, Src, Step};
 pub(super) fn build(req: &PlanRequest, rank: Rank, rp: &mut RankPlan) -> Result<(), CoreError> {
     let n = req.nranks;
     let ranges = split(req.coll.count, req.channels as usize);
-    let staged = req.coll.kind == CollKind::AllToAll && req.in_place;
-    // In-place AllToAll: n−1 pieces of scratch per channel.
-    let slot = ranges
-        .first()
-        .map_or(0, |r| r.len().min(req.chunk) * (n as usize - 1));
-    if staged {
+    let swapped = req.coll.kind == CollKind::AllToAll && req.in_place && n > 1;
+    // In-place AllToAll: one swap piece of scratch per channel.
+    let slot = ranges.first().map_or(0, |r| r.len().min(swap_piece(req)));
+    if swapped {
         set_scratch(rp, slot * ranges.len());
     }
     let peers: Vec<Rank> = (1..n).map(|k| (rank + k) % n).collect();
@@ -149,8 +162,8 @@ pub(super) fn build(req: &PlanRequest, rank: Rank, rp: &mut RankPlan) -> Result<
     for (ch, range) in ranges.into_iter().enumerate() {
         let mut s = Steps::default();
         if !range.is_empty() {
-            if staged {
-                g.all_to_all_staged(range, ch * slot, &mut s);
+            if swapped {
+                g.all_to_all_swapped(ch, range, ch * slot, &mut s);
             } else if req.coll.kind == CollKind::Reduce {
                 g.reduce_into_root(range, &mut s);
             } else if push {
@@ -172,6 +185,52 @@ fn pushes(req: &PlanRequest) -> bool {
         && req.nranks <= MAX_PUSH_RANKS
 }
 
+/// Largest piece (elements) an in-place AllToAll swaps through its scratch
+/// in one go; each channel's scratch holds one such piece.
+///
+/// Why this size: the scratch is there only to hold a piece between
+/// reading it from the peer and writing it into this rank's own block, so
+/// its bytes must stay in L2 (50 MB on an H200) and never reach HBM, or the
+/// swap would move the staged plan's bytes again. With 8 ranks × 16
+/// channels on one GPU that is 128 pieces: 16 MiB of scratch for 4-byte
+/// types (32 MiB for 8-byte ones). Between writing a piece into scratch and
+/// reading it back each channel streams about three more pieces of buffer
+/// lines through L2 (the rest of the remote read, then the local read and
+/// remote write of the middle step), so the scratch may take only a part
+/// of L2: 64 Ki elements (32 MiB of scratch at 4 bytes) would leave too
+/// little. Smaller pieces mean more steps, and each step has a fixed cost
+/// (operand resolution, two block barriers, the first loads' latency), so
+/// a piece should stay several times the 32 KiB a 512-thread block has in
+/// flight per pass: 128 KiB at 4 bytes. Neither side is measured yet: this
+/// is the knob to turn on a GPU.
+const SWAP_PIECE: usize = 1 << 15;
+
+/// Elements per swap piece, and per channel of scratch.
+fn swap_piece(req: &PlanRequest) -> usize {
+    req.chunk.min(SWAP_PIECE)
+}
+
+/// Which part of the swap of blocks with `peer` this rank does, as a
+/// fraction (part, parts) of the channel's range: (0, 1) all of it, (i, 2)
+/// half i; `None`: the peer does it all. A pair {r, q} belongs to r when
+/// q is 1..⌈n/2⌉−1 steps after r (mod n), so with odd n every rank owns
+/// (n−1)/2 pairs. With even n the opposite pair (n/2 steps apart) is
+/// split: the rank below n/2 takes half `channel % 2`, its partner the
+/// other, so that odd-length channels alternate which one does the larger
+/// half. Every rank then swaps (n−1)/2 blocks' worth, give or take one
+/// element.
+fn swap_share(n: u32, rank: Rank, peer: Rank, channel: usize) -> Option<(usize, usize)> {
+    let d = (peer + n - rank) % n;
+    if 2 * d == n {
+        let upper = usize::from(rank >= n / 2);
+        Some(((channel + upper) % 2, 2))
+    } else if 2 * d < n {
+        Some((0, 1))
+    } else {
+        None
+    }
+}
+
 /// One rank's view of a registered all-pairs collective.
 struct AllPairs<'a> {
     req: &'a PlanRequest,
@@ -180,7 +239,8 @@ struct AllPairs<'a> {
     /// different peers.
     peers: Vec<Rank>,
     /// Peers whose input this rank reads (for the handshakes of the pulls
-    /// and Reduce; the pushes use full barriers).
+    /// and Reduce; the pushes and the in-place AllToAll swap use full
+    /// barriers).
     reads: Vec<Rank>,
     /// Peers that read this rank's input (likewise).
     read_by: Vec<Rank>,
@@ -343,26 +403,37 @@ impl AllPairs<'_> {
         s.barrier(rank, n);
     }
 
-    /// In-place AllToAll: per piece, pull block `rank` of every peer into
-    /// scratch at `base`, barrier (every peer has read this piece of my
-    /// buffer, which I am about to overwrite), then copy into the output.
-    /// The last barrier is also the exit.
-    fn all_to_all_staged(&self, range: Range<usize>, base: usize, s: &mut Steps) {
-        self.enter(s);
-        for p in pieces(range, self.req.chunk) {
-            let (o, l) = (p.start, p.len());
-            let tmp = |i: usize| Loc::scratch(base + i * l);
-            for (i, &q) in self.peers.iter().enumerate() {
-                s.mv(
-                    get(q, self.block(self.rank, o)),
-                    vec![Dst::Local(tmp(i))],
-                    l,
-                );
-            }
-            self.exit(s);
-            for (i, &q) in self.peers.iter().enumerate() {
-                s.mv(local(tmp(i)), vec![out(self.block(q, o))], l);
+    /// In-place AllToAll: block q of rank r's buffer and block r of q's
+    /// trade places, so each pair of blocks is one swap, done by one rank
+    /// (`swap_share`) piece by piece through one piece of scratch at
+    /// `base`: copy the peer's piece into scratch, this rank's piece into
+    /// the peer's block, scratch into this rank's block. Only the swapping
+    /// rank touches either block, so the only synchronisation is a full
+    /// barrier at entry (the peer's buffer holds its input) and at exit
+    /// (the peer returns only once its block is done with). Block `rank`
+    /// stays where it is.
+    fn all_to_all_swapped(&self, channel: usize, range: Range<usize>, base: usize, s: &mut Steps) {
+        let (n, rank) = (self.req.nranks, self.rank);
+        let tmp = Loc::scratch(base);
+        s.barrier(rank, n);
+        for &q in &self.peers {
+            let Some((part, parts)) = swap_share(n, rank, q, channel) else {
+                continue;
+            };
+            let mine = &split(range.len(), parts)[part];
+            let span = range.start + mine.start..range.start + mine.end;
+            for p in pieces(span, swap_piece(self.req)) {
+                let (o, l) = (p.start, p.len());
+                let (theirs, ours) = (self.block(rank, o), self.block(q, o));
+                s.mv(get(q, theirs), vec![Dst::Local(tmp)], l);
+                let peer_block = Dst::Remote {
+                    peer: q,
+                    at: Loc::output(theirs),
+                };
+                s.mv(local(Loc::input(ours)), vec![peer_block], l);
+                s.mv(local(tmp), vec![out(ours)], l);
             }
         }
+        s.barrier(rank, n);
     }
 }
