@@ -264,14 +264,15 @@ fn scratch_is_one_piece_per_channel() {
 }
 
 /// The 8-rank sweep on one H200 (256 MiB of f32 per rank: count = 8 Mi
-/// elements per block, 16 channels, the facade's 512 KiB chunks): per rank
+/// elements per block, 16 channels, the facade's 4 MiB registered pieces,
+/// so the swap piece caps them): per rank
 /// 7/8·S read and 7/8·S written in the buffers (S = 8·count, the in-place
 /// floor) plus 7/16·S each way through scratch; the staged plan it replaces
 /// moved 14/8·S each way (every block into scratch and out again).
 #[test]
 fn eight_rank_sweep_bytes() {
     let count = 8 << 20;
-    let p = plan(8, count, (16, 128 << 10));
+    let p = plan(8, count, (16, 1 << 20));
     for r in 0..8 {
         let t = Traffic::of(&p, r);
         assert_eq!(
