@@ -31,7 +31,8 @@
 //! | all-pairs (one/two-shot) base latency | 4.0 (LL), 6.0 (Simple) | assumed: one launch (~4.6 µs measured floor on H200) plus flags |
 //! | all-pairs per-peer signal | 0.2 | assumed |
 //! | all-pairs bandwidth efficiency | 0.85 | assumed: many concurrent peer streams reach less of the port than a ring (why one-shot/two-shot kernels are used only for small and medium sizes) |
-//! | ranks sharing one H200: per-collective corrections, avoided variants | fitted | `calib/h200-1gpu-8ranks.json` (measured 2026-12-02, `cargo xtask sweep --backend cuda --ranks 8`, 256 MiB; loaded by [`crate::calibrate::builtin_for`]): registered two-shot AllReduce 1305 µs vs ring 3101 µs; registered all-pairs Reduce 13209 µs and AllGather hanging are avoided |
+//! | all-pairs (one/two-shot) minimum bytes per channel | 65536 | assumed: each channel is one more block per rank in every entry/exit barrier with all n − 1 peers, a cost the latency term does not grow with the channel count; 64 KiB is a few µs of copy for one block at its share of an H200 shared by 8 ranks (≈ 16 GB/s), well above a barrier's signals, so a channel is added only where it carries more copy than synchronisation (NCCL likewise drops channels below a bytes-per-thread threshold, 32 KiB per Simple channel) |
+//! | ranks sharing one H200: per-collective corrections, avoided variants | fitted | `calib/h200-1gpu-8ranks.json` (device run 7, 2026-12-02, `cargo xtask sweep --backend cuda --ranks 8`, 256 MiB, 16 channels; loaded by [`crate::calibrate::builtin_for`]): registered two-shot AllReduce 1114.67 µs (96% of the HBM floor) vs ring 3101 µs; all-pairs ReduceScatter 594.51, Reduce 592.58, AllGather 679.35, Broadcast 677.72, AllToAll 1095.28 µs out of place; nothing avoided |
 
 use oxccl_core::{Algo, CollKind, Proto};
 
@@ -169,6 +170,12 @@ fn family(algo: Algo) -> usize {
     }
 }
 
+/// One-shot, two-shot and all-pairs: registered plans read and write
+/// peers' buffers directly (their FIFO variants otherwise).
+pub fn is_direct(algo: Algo) -> bool {
+    matches!(algo, Algo::OneShot | Algo::TwoShot | Algo::AllPairs)
+}
+
 fn proto_index(p: Proto) -> usize {
     match p {
         Proto::LL => 0,
@@ -195,13 +202,28 @@ pub struct Constants {
     pub direct_peer_lat: f64,
     /// Share of the port bandwidth the all-pairs algorithms reach.
     pub direct_bw: f64,
+    /// Fewest bytes (nccl-tests size) per channel the all-pairs
+    /// algorithms are given: the selector adds a channel only while each
+    /// carries at least this many (see the table above for why).
+    pub direct_chan_min_bytes: f64,
+    /// The direct algorithms (one-shot, two-shot, all-pairs) run registered
+    /// plans: peers' buffers are read and written in place, with no FIFO
+    /// connection, so no protocol's FIFO handshake applies. They are then
+    /// timed, under any protocol, with the lowest latencies the model
+    /// has (the LL base and hop: one launch plus flag signals) and that
+    /// protocol's bandwidth. On the H200, 8 B AllReduce on 8 ranks ran
+    /// 15.6 µs eager / 7.8 µs in a graph as a registered one-shot against
+    /// 14.8 / 8.5 µs for the FIFO one-shot under LL: the same latency,
+    /// not Simple's. Off by default (the generic model times FIFO
+    /// variants); callers set it for calls on registered buffers.
+    pub direct_fifo_free: bool,
     /// Fitted corrections per (algorithm, protocol): latency added and
     /// bandwidth multiplied. Empty until calibrated.
     pub fitted: Vec<(Algo, Proto, f64, f64)>,
     /// Fitted corrections for one collective, which win over `fitted`:
     /// an algorithm's efficiency differs by collective (registered
-    /// all-pairs on one H200 reached 66% of the copy rate for
-    /// ReduceScatter but 4.5% for Reduce, whose work lands on the root).
+    /// all-pairs on one H200, run 7: ReduceScatter at 101% of its HBM
+    /// floor, AllGather at 88%, AllToAll at 97%).
     pub fitted_coll: Vec<(CollKind, Algo, Proto, f64, f64)>,
     /// (collective, algorithm) pairs the model must not time, so the
     /// selector never picks them (an override still can): variants known
@@ -223,6 +245,8 @@ impl Default for Constants {
             direct_base_lat: [4.0, 5.0, 6.0],
             direct_peer_lat: 0.2,
             direct_bw: 0.85,
+            direct_chan_min_bytes: 65536.0,
+            direct_fifo_free: false,
             fitted: Vec::new(),
             fitted_coll: Vec::new(),
             avoid: Vec::new(),
@@ -233,6 +257,7 @@ impl Default for Constants {
 impl Constants {
     /// Base latency of `algo` with `proto`.
     pub fn base(&self, algo: Algo, proto: Proto) -> f64 {
+        let proto = self.latency_proto(algo, proto);
         match algo {
             Algo::OneShot | Algo::TwoShot | Algo::AllPairs => {
                 self.direct_base_lat[proto_index(proto)]
@@ -241,8 +266,20 @@ impl Constants {
         }
     }
 
+    /// The protocol whose latencies time `algo` under `proto`: LL for a
+    /// FIFO-free direct plan ([`Constants::direct_fifo_free`]), else
+    /// `proto`.
+    fn latency_proto(&self, algo: Algo, proto: Proto) -> Proto {
+        if self.direct_fifo_free && is_direct(algo) {
+            Proto::LL
+        } else {
+            proto
+        }
+    }
+
     /// Latency of one hop of `class` for `algo` with `proto`.
     pub fn hop(&self, algo: Algo, proto: Proto, class: HopClass) -> f64 {
+        let proto = self.latency_proto(algo, proto);
         let c = match class {
             HopClass::NvLink => 0,
             HopClass::Pcie => 1,
@@ -253,6 +290,17 @@ impl Constants {
             _ => 0,
         };
         self.hop_lat[fam][c][proto_index(proto)]
+    }
+
+    /// Fewest bytes per channel the selector gives `algo` (0: no floor,
+    /// the FIFO algorithms, whose latency the model already counts per
+    /// step).
+    pub fn min_channel_bytes(&self, algo: Algo) -> f64 {
+        if is_direct(algo) {
+            self.direct_chan_min_bytes
+        } else {
+            0.0
+        }
     }
 
     /// Bandwidth factor of a protocol.
@@ -293,23 +341,23 @@ impl Constants {
     /// not describe them, so they are dropped and each direct algorithm
     /// takes the ring's correction of the same protocol (a FIFO moves each
     /// byte as a ring step does); the avoid list names registered variants
-    /// and is dropped too.
+    /// and is dropped too, as is [`Constants::direct_fifo_free`].
     pub fn for_fifo(&self) -> Constants {
-        let direct = |a: Algo| matches!(a, Algo::OneShot | Algo::TwoShot | Algo::AllPairs);
         let mut out = Constants {
             fitted: self
                 .fitted
                 .iter()
                 .copied()
-                .filter(|f| !direct(f.0))
+                .filter(|f| !is_direct(f.0))
                 .collect(),
             fitted_coll: self
                 .fitted_coll
                 .iter()
                 .copied()
-                .filter(|f| !direct(f.1))
+                .filter(|f| !is_direct(f.1))
                 .collect(),
             avoid: Vec::new(),
+            direct_fifo_free: false,
             ..self.clone()
         };
         out.ring_correction_for_unfitted(&[Algo::OneShot, Algo::TwoShot, Algo::AllPairs]);

@@ -73,7 +73,7 @@ pub fn predict(
     let bytes = bytes as f64;
     let nn = s.nnodes.clamp(1, n);
     let m = n.div_ceil(nn);
-    let direct = matches!(algo, Algo::OneShot | Algo::TwoShot | Algo::AllPairs);
+    let direct = crate::consts::is_direct(algo);
     let wide_open = matches!(
         kind,
         CollKind::AllToAll | CollKind::Gather | CollKind::Scatter

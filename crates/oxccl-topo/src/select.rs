@@ -305,8 +305,10 @@ impl Selector {
     }
 
     /// The best (algorithm, protocol) among those allowed, with the fewest
-    /// channels that come within 1% of its best time. `bytes` is the
-    /// nccl-tests size of the call (see [`crate::model`]).
+    /// channels that come within 1% of its best time, among the channel
+    /// options that give each channel at least
+    /// [`Constants::min_channel_bytes`] (one channel always qualifies).
+    /// `bytes` is the nccl-tests size of the call (see [`crate::model`]).
     ///
     /// `allowed_protos` must hold only protocols the caller's backend
     /// implements (today Simple and LL; LL128 is modelled but no backend
@@ -325,46 +327,77 @@ impl Selector {
         allowed_algos: &[Algo],
         allowed_protos: &[Proto],
     ) -> Choice {
-        let chans = self.channel_options();
-        let best_for = |algo: Algo, proto: Proto| -> Option<Choice> {
-            let times: Vec<(u32, f64)> = chans
-                .iter()
-                .filter_map(|&c| Some((c, self.predict(kind, algo, proto, c, bytes, nranks)?)))
-                .collect();
-            let min = times.iter().map(|t| t.1).fold(f64::INFINITY, f64::min);
-            let (channels, predicted_us) = times.into_iter().find(|t| t.1 <= min * 1.01 + 1e-3)?;
-            Some(Choice {
-                algo,
-                proto,
-                channels,
-                predicted_us,
+        let pairs: Vec<(Algo, Proto)> = allowed_algos
+            .iter()
+            .flat_map(|&a| allowed_protos.iter().map(move |&p| (a, p)))
+            .collect();
+        self.choose_among(kind, bytes, nranks, &pairs)
+            .unwrap_or_else(|| {
+                let proto = allowed_protos
+                    .iter()
+                    .copied()
+                    .find(|&p| {
+                        self.predict(kind, Algo::Ring, p, 1, bytes, nranks)
+                            .is_some()
+                    })
+                    .unwrap_or(Proto::Simple);
+                self.best_channels(kind, Algo::Ring, proto, bytes, nranks)
+                    .unwrap_or(Choice {
+                        algo: Algo::Ring,
+                        proto,
+                        channels: 1,
+                        predicted_us: f64::NAN,
+                    })
             })
-        };
+    }
+
+    /// The best of `candidates` (algorithm, protocol pairs, earlier ones
+    /// winning ties), each with its channel count as [`Selector::choose`]
+    /// picks it; `None` when the model times none of them. For callers
+    /// whose protocol choice depends on the algorithm (a registered
+    /// direct plan has no FIFO, so its protocol changes nothing).
+    pub fn choose_among(
+        &self,
+        kind: CollKind,
+        bytes: usize,
+        nranks: u32,
+        candidates: &[(Algo, Proto)],
+    ) -> Option<Choice> {
         let mut best: Option<Choice> = None;
-        for &algo in allowed_algos {
-            for &proto in allowed_protos {
-                if let Some(c) = best_for(algo, proto) {
-                    if best.is_none_or(|b| c.predicted_us < b.predicted_us) {
-                        best = Some(c);
-                    }
+        for &(algo, proto) in candidates {
+            if let Some(c) = self.best_channels(kind, algo, proto, bytes, nranks) {
+                if best.is_none_or(|b| c.predicted_us < b.predicted_us) {
+                    best = Some(c);
                 }
             }
         }
-        best.unwrap_or_else(|| {
-            let proto = allowed_protos
-                .iter()
-                .copied()
-                .find(|&p| {
-                    self.predict(kind, Algo::Ring, p, 1, bytes, nranks)
-                        .is_some()
-                })
-                .unwrap_or(Proto::Simple);
-            best_for(Algo::Ring, proto).unwrap_or(Choice {
-                algo: Algo::Ring,
-                proto,
-                channels: 1,
-                predicted_us: f64::NAN,
-            })
+        best
+    }
+
+    /// `algo` with `proto`: the fewest channels within 1% of the best
+    /// time, among the options that leave each channel its minimum bytes.
+    fn best_channels(
+        &self,
+        kind: CollKind,
+        algo: Algo,
+        proto: Proto,
+        bytes: usize,
+        nranks: u32,
+    ) -> Option<Choice> {
+        let min_bytes = self.consts.min_channel_bytes(algo);
+        let times: Vec<(u32, f64)> = self
+            .channel_options()
+            .into_iter()
+            .filter(|&c| c == 1 || bytes as f64 >= f64::from(c) * min_bytes)
+            .filter_map(|c| Some((c, self.predict(kind, algo, proto, c, bytes, nranks)?)))
+            .collect();
+        let min = times.iter().map(|t| t.1).fold(f64::INFINITY, f64::min);
+        let (channels, predicted_us) = times.into_iter().find(|t| t.1 <= min * 1.01 + 1e-3)?;
+        Some(Choice {
+            algo,
+            proto,
+            channels,
+            predicted_us,
         })
     }
 }

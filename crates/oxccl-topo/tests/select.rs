@@ -339,3 +339,66 @@ fn builtin() -> oxccl_topo::calibrate::Sweep {
     let one = Topology::preset("single-gpu", 1).unwrap();
     oxccl_topo::calibrate::builtin_for(&one, &[0; 8]).unwrap()
 }
+
+#[test]
+fn direct_algorithms_get_a_channel_per_64_kib_only() {
+    let (_, s) = hgx(1);
+    let min = s.constants().direct_chan_min_bytes;
+    assert_eq!(min, 65536.0);
+    for bytes in [8usize, 4 << 10, 64 << 10, 100 << 10, 256 << 10, 1 << 30] {
+        for algo in [Algo::OneShot, Algo::TwoShot] {
+            let c = s.choose(CollKind::AllReduce, bytes, 8, &[algo], &[Proto::Simple]);
+            let most = ((bytes as f64 / min) as u32).max(1);
+            assert!(c.channels <= most, "{bytes} B: {c}");
+            if bytes <= 64 << 10 {
+                assert_eq!(c.channels, 1, "{bytes} B: {c}");
+            }
+        }
+    }
+    let c = s.choose(CollKind::AllReduce, 1 << 30, 8, &[Algo::TwoShot], &PROTOS);
+    assert_eq!(c.channels, 16, "{c}");
+}
+
+#[test]
+fn fifo_free_direct_plans_take_the_lowest_latency_under_simple() {
+    let (_, s) = hgx(1);
+    let fifo_free = s.clone().with_constants(oxccl_topo::consts::Constants {
+        direct_fifo_free: true,
+        ..s.constants().clone()
+    });
+    // Latency alone: no bytes, so LL's halved bandwidth does not count.
+    let t = |s: &Selector, algo, proto| {
+        s.predict(CollKind::AllReduce, algo, proto, 1, 0, 8)
+            .unwrap()
+    };
+    // Generic model: Simple's FIFO handshake makes it slower than LL.
+    assert!(t(&s, Algo::OneShot, Proto::Simple) > t(&s, Algo::OneShot, Proto::LL) + 1.0);
+    // FIFO-free: the same latency under either protocol, LL's.
+    let (simple, ll) = (
+        t(&fifo_free, Algo::OneShot, Proto::Simple),
+        t(&fifo_free, Algo::OneShot, Proto::LL),
+    );
+    assert!((simple - ll).abs() < 1e-9, "{simple} {ll}");
+    // Ring and trees still go through FIFOs.
+    assert_eq!(
+        t(&fifo_free, Algo::Ring, Proto::Simple),
+        t(&s, Algo::Ring, Proto::Simple)
+    );
+    assert!(!fifo_free.constants().for_fifo().direct_fifo_free);
+    // choose_among keeps to the listed pairs.
+    let c = fifo_free
+        .choose_among(CollKind::AllReduce, 8, 8, &[(Algo::OneShot, Proto::Simple)])
+        .unwrap();
+    assert_eq!(
+        (c.algo, c.proto, c.channels),
+        (Algo::OneShot, Proto::Simple, 1)
+    );
+    assert!(s
+        .choose_among(
+            CollKind::AllReduce,
+            8,
+            8,
+            &[(Algo::AllPairs, Proto::Simple)]
+        )
+        .is_none());
+}
