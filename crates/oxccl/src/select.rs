@@ -22,7 +22,7 @@
 use std::collections::HashMap;
 
 use oxccl_core::{gen, Algo, CollKind, DataType, Proto};
-use oxccl_topo::consts::Constants;
+use oxccl_topo::consts::{is_direct, Constants};
 use oxccl_topo::{Selector, Topology};
 use parking_lot::RwLock;
 
@@ -130,6 +130,7 @@ fn host_constants(nranks: u32, registered: bool) -> Constants {
     Constants {
         chan_cap: [1e9; 3],
         direct_bw: 1.0,
+        direct_fifo_free: registered,
         fitted,
         ..Constants::default()
     }
@@ -188,16 +189,24 @@ fn gpu_selectors(
     selector: Selector,
     max_channels: u32,
 ) -> (Selector, Selector) {
-    let s = selector
-        .clone()
-        .with_constants(gpu_constants(&selector, max_channels));
+    let fifo = gpu_constants(&selector, max_channels);
+    let registered = Constants {
+        direct_fifo_free: true,
+        ..fifo.clone()
+    };
+    let reg = selector.clone().with_constants(registered);
     match oxccl_topo::calibrate::builtin_for(topo, gpus) {
         Some(sweep) => {
-            let fitted = oxccl_topo::calibrate::fit(&s, &sweep);
+            // Fitted against the FIFO-free direct latencies the
+            // registered selector times with.
+            let fitted = oxccl_topo::calibrate::fit(&reg, &sweep);
             let fifo = fitted.for_fifo();
-            (s.clone().with_constants(fitted), s.with_constants(fifo))
+            (
+                selector.clone().with_constants(fitted),
+                selector.with_constants(fifo),
+            )
         }
-        None => (s.clone(), s),
+        None => (reg, selector.with_constants(fifo)),
     }
 }
 
@@ -296,7 +305,10 @@ impl Chooser {
         let forced = config.channels.is_some()
             || Algo::ALL.iter().any(|&a| !config.algo.allows(kind, a))
             || Proto::ALL.iter().any(|&p| !config.proto.allows(kind, p));
-        let pick = selector.choose(kind, bytes, self.nranks, &algos, &protos);
+        let candidates = candidates(&algos, &protos, registered);
+        let pick = selector
+            .choose_among(kind, bytes, self.nranks, &candidates)
+            .unwrap_or_else(|| selector.choose(kind, bytes, self.nranks, &algos, &protos));
         // The selector falls back to Ring when the model times nothing
         // allowed; an override must still win, so keep to the allowed lists.
         let algo = if algos.contains(&pick.algo) {
@@ -326,6 +338,33 @@ impl Chooser {
             forced,
         })
     }
+}
+
+/// The (algorithm, protocol) pairs the model compares for a call. On
+/// registered buffers one-shot, two-shot and all-pairs run their direct
+/// plans, which read and write peers' buffers with no FIFO connection; a
+/// protocol only shapes FIFO traffic (the CUDA executor's LL flag changes
+/// nothing else), so those plans run alike under any protocol and are
+/// timed and reported under Simple only. Timing them under LL would credit
+/// them the model's lower LL latency they do not get: on the H200, 8 B
+/// AllReduce on 8 ranks ran 15.6 µs eager / 7.8 µs in a graph as a
+/// registered one-shot against 14.8 / 8.5 µs for the FIFO one-shot
+/// under LL. FIFO algorithms keep every allowed protocol. Where the
+/// configuration allows no Simple, the direct plans keep the allowed ones
+/// (the override is honoured, and changes nothing in how they run).
+fn candidates(algos: &[Algo], protos: &[Proto], registered: bool) -> Vec<(Algo, Proto)> {
+    let simple_only = registered && protos.contains(&Proto::Simple);
+    algos
+        .iter()
+        .flat_map(|&a| {
+            let ps: &[Proto] = if simple_only && is_direct(a) {
+                &[Proto::Simple]
+            } else {
+                protos
+            };
+            ps.iter().map(move |&p| (a, p))
+        })
+        .collect()
 }
 
 /// The `NCCL_DEBUG=INFO` line of one call: collective, count, data type,
@@ -464,25 +503,73 @@ mod tests {
     #[test]
     fn shared_h200_registered_allreduce_takes_no_ring_from_8_bytes_to_1_gib() {
         // Ring measured 3101 µs at 256 MiB against two-shot's 1115: on
-        // registered buffers the model must not prefer it at any size;
-        // small calls take the one-launch one-shot, from 1 MiB two-shot
-        // with every channel. In between the model's uncalibrated LL
-        // latencies decide, though a registered direct plan has no FIFO
-        // and runs alike under either protocol.
+        // registered buffers the model must not prefer it at any size.
+        // Small calls take the one-launch one-shot on one channel (each
+        // extra channel is one more block per rank in every barrier),
+        // from 1 MiB two-shot with every channel; a registered direct
+        // plan has no FIFO, so it is reported as Simple throughout.
         let (ch, cfg) = shared_h200(None);
         for e in 0..=27 {
             let bytes = 8usize << e;
             let c = ch.choose(&cfg, CollKind::AllReduce, bytes, true).unwrap();
             println!("{bytes:>11} B: {c}");
             assert_ne!(c.algo, Algo::Ring, "{bytes} B: {c}");
+            assert!(is_direct(c.algo), "{bytes} B: {c}");
+            assert_eq!(c.proto, Proto::Simple, "{bytes} B: {c}");
             if bytes <= 4096 {
                 assert_eq!(c.algo, Algo::OneShot, "{bytes} B: {c}");
+            }
+            if bytes <= 64 << 10 {
+                assert_eq!(c.channels, 1, "{bytes} B: {c}");
             }
             if bytes >= 1 << 20 {
                 let got = (c.algo, c.proto, c.channels);
                 assert_eq!(got, (Algo::TwoShot, Proto::Simple, 16), "{bytes} B: {c}");
             }
         }
+    }
+
+    #[test]
+    fn registered_direct_picks_report_simple_for_every_collective() {
+        let (ch, cfg) = shared_h200(None);
+        for kind in CollKind::ALL {
+            if kind == CollKind::SendRecv {
+                continue;
+            }
+            for bytes in [8, 4 << 10, 64 << 10, 1 << 20, 256 << 20] {
+                let c = ch.choose(&cfg, kind, bytes, true).unwrap();
+                if is_direct(c.algo) {
+                    assert_eq!(c.proto, Proto::Simple, "{kind} {bytes} B: {c}");
+                }
+                if bytes <= 64 << 10 && is_direct(c.algo) {
+                    assert_eq!(c.channels, 1, "{kind} {bytes} B: {c}");
+                }
+            }
+        }
+        // Unregistered calls run FIFO variants, where LL still counts:
+        // the tiny AllReduce keeps it.
+        let c = ch.choose(&cfg, CollKind::AllReduce, 8, false).unwrap();
+        assert_eq!(c.proto, Proto::LL, "{c}");
+    }
+
+    #[test]
+    fn candidates_time_registered_direct_plans_under_simple_only() {
+        let both = [Proto::Simple, Proto::LL];
+        let algos = [Algo::Ring, Algo::OneShot];
+        assert_eq!(
+            candidates(&algos, &both, true),
+            vec![
+                (Algo::Ring, Proto::Simple),
+                (Algo::Ring, Proto::LL),
+                (Algo::OneShot, Proto::Simple)
+            ]
+        );
+        assert_eq!(candidates(&algos, &both, false).len(), 4);
+        // NCCL_PROTO=LL on registered buffers: honoured, nothing dropped.
+        assert_eq!(
+            candidates(&[Algo::OneShot], &[Proto::LL], true),
+            vec![(Algo::OneShot, Proto::LL)]
+        );
     }
 
     #[test]
@@ -512,9 +599,14 @@ mod tests {
         let gpus: Vec<usize> = (0..8).collect();
         let sel = Selector::new(&topo, &gpus).with_max_channels(16);
         let (reg, fifo) = gpu_selectors(&topo, &gpus, sel.clone(), 16);
-        assert_eq!(reg.constants(), fifo.constants());
         assert!(reg.constants().fitted.is_empty());
-        assert_eq!(reg.constants(), &gpu_constants(&sel, 16));
+        assert_eq!(fifo.constants(), &gpu_constants(&sel, 16));
+        // Registered calls differ only in timing direct plans FIFO-free.
+        let want = Constants {
+            direct_fifo_free: true,
+            ..gpu_constants(&sel, 16)
+        };
+        assert_eq!(reg.constants(), &want);
     }
 
     #[test]
