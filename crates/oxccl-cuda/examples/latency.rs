@@ -7,12 +7,16 @@
 //! `latency [RANKS[,RANKS...]] [ALGO] [reg|fifo] [simple|ll]`, default
 //! `2,4,8 oneshot reg simple`: registered buffers run the direct (put/get)
 //! plan; `fifo` runs the FIFO plan of the same algorithm under the protocol.
+//! `latency RANKS barrier` instead times plans of one, two and four
+//! all-pairs barriers (every rank signals every peer, then waits for every
+//! peer; no data): what one barrier costs, and what the first costs more
+//! (the ranks' kernels arriving at different times).
 
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
 use oxccl_core::gen::{generate, PlanRequest};
-use oxccl_core::plan::Plan;
+use oxccl_core::plan::{BufDecl, BufRole, Channel, Plan, RankPlan, Step};
 use oxccl_core::{Algo, CollKind, Collective, DataType, Proto, RedOp};
 use oxccl_cuda::driver::Graph;
 use oxccl_cuda::{World, WorldConfig};
@@ -114,11 +118,46 @@ fn plan(count: usize, n: u32, algo: Algo, registered: bool) -> Plan {
     generate(&req).expect("plan")
 }
 
+/// `k` all-pairs barriers on one channel, over the two 2-float buffers the
+/// harness binds (declared, untouched).
+fn barriers(n: u32, k: usize) -> Plan {
+    let buf = |role| BufDecl {
+        role,
+        len: 2,
+        must_write: false,
+    };
+    let ranks = (0..n)
+        .map(|r| {
+            let peers = (0..n).filter(|&q| q != r);
+            let one: Vec<Step> = peers
+                .clone()
+                .map(|peer| Step::Signal { peer })
+                .chain(peers.map(|peer| Step::Wait { peer }))
+                .collect();
+            RankPlan {
+                rank: r,
+                nranks: n,
+                bufs: vec![buf(BufRole::Input), buf(BufRole::Output)],
+                channels: vec![Channel {
+                    steps: one.iter().cloned().cycle().take(k * one.len()).collect(),
+                }],
+            }
+        })
+        .collect();
+    Plan {
+        algo: Algo::AllPairs,
+        coll: None,
+        nranks: n,
+        ranks,
+    }
+}
+
 fn main() {
     let ranks: Vec<u32> = std::env::args()
         .nth(1)
         .map(|a| a.split(',').filter_map(|x| x.parse().ok()).collect())
         .unwrap_or_else(|| vec![2, 4, 8]);
+    let barrier_mode = std::env::args().nth(2).is_some_and(|a| a == "barrier");
     let algo: Algo = std::env::args()
         .nth(2)
         .and_then(|a| a.parse().ok())
@@ -146,6 +185,16 @@ fn main() {
         // An AllReduce of 0 elements: every rank launches one block with
         // no steps, so this is the harness's own floor.
         let (fe, fg) = measure(&w, &plan(0, n, algo, registered), proto);
+        if barrier_mode {
+            for k in [1, 2, 4] {
+                let (eager, graph) = measure(&w, &barriers(n, k), proto);
+                println!(
+                    "latency: {k} all-pairs barrier(s), {n} ranks: eager {eager:.2} us/call, graph {graph:.2} us/call \
+                     (empty-plan floor: eager {fe:.2}, graph {fg:.2}; median over {RUNS} runs, slowest rank)"
+                );
+            }
+            continue;
+        }
         let (eager, graph) = measure(&w, &plan(2, n, algo, registered), proto);
         println!(
             "latency: 8 B f32 allreduce, {n} ranks, {algo} {kind} {proto}: eager {eager:.2} us/call, graph {graph:.2} us/call \
