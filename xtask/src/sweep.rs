@@ -608,7 +608,7 @@ fn measure<T: Element>(
     let mut time = Duration::ZERO;
     let mut inputs = Vec::new();
     let mut outputs = Vec::new();
-    let mut first_err = None;
+    let mut errs: Vec<anyhow::Error> = Vec::new();
     for (slot, r) in pool.iter_mut().zip(results) {
         match r {
             Ok((res, input, bufs)) => {
@@ -619,17 +619,13 @@ fn measure<T: Element>(
                         time = time.max(t);
                         outputs.push(o);
                     }
-                    Err(e) => {
-                        first_err.get_or_insert(e);
-                    }
+                    Err(e) => errs.push(e),
                 }
             }
-            Err(e) => {
-                first_err.get_or_insert(e);
-            }
+            Err(e) => errs.push(e),
         }
     }
-    if let Some(e) = first_err {
+    if let Some(e) = root_cause(errs) {
         return Err(e);
     }
     let (wrong, first_wrong) = if a.check == 0 {
@@ -645,6 +641,20 @@ fn measure<T: Element>(
         first_wrong,
         nccl: nrow.finish(&inputs),
     })
+}
+
+/// The error that explains a failed row: one rank's own failure rather
+/// than the aborts it caused on the others (a failed rank aborts the
+/// clique, so every peer reports `Aborted`/`Failed`, rank 0 usually first).
+fn root_cause(errs: Vec<anyhow::Error>) -> Option<anyhow::Error> {
+    let consequence = |e: &anyhow::Error| {
+        matches!(
+            e.downcast_ref::<oxccl::Error>(),
+            Some(oxccl::Error::Aborted(_) | oxccl::Error::Failed { .. })
+        )
+    };
+    let i = errs.iter().position(|e| !consequence(e)).unwrap_or(0);
+    errs.into_iter().nth(i)
 }
 
 /// `testkit::compare`, split over the CPU's cores for the element-wise
@@ -830,6 +840,19 @@ fn machine() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_failed_row_reports_the_rank_that_failed_not_the_aborts() {
+        let aborted =
+            || anyhow::Error::from(oxccl::Error::Aborted("rank 0: another rank failed".into()));
+        let cause = anyhow::Error::from(oxccl::Error::Timeout("rank 5 peer 2".into()));
+        let got = root_cause(vec![aborted(), cause, aborted()]).unwrap();
+        assert!(got.to_string().contains("rank 5"), "{got}");
+        // Only consequences: the first of them.
+        let got = root_cause(vec![aborted(), aborted()]).unwrap();
+        assert!(got.to_string().contains("aborted"), "{got}");
+        assert!(root_cause(Vec::new()).is_none());
+    }
 
     #[test]
     fn sizes_parse_with_suffixes() {

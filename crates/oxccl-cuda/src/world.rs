@@ -89,6 +89,8 @@ const ERR_BYTES: usize = 32;
 /// Host-mapped words: the host's abort flag and the clique's failure word.
 const W_ABORT: usize = 0;
 const W_FAIL: usize = 1;
+/// The reason a rank's kernel gives when it stopped for another's failure.
+const PEER_FAILED_WHY: &str = "another rank failed";
 
 /// A plan uploaded for one rank.
 #[derive(Debug)]
@@ -733,7 +735,7 @@ impl World {
                 peer,
                 channel,
                 step,
-                why: "another rank failed",
+                why: PEER_FAILED_WHY,
             }),
             other => Some(CudaError::Invalid(format!(
                 "unknown device error code {other}"
@@ -750,8 +752,15 @@ impl World {
         let all: Vec<CudaError> = (0..self.nranks())
             .filter_map(|r| self.rank_failure(r).ok().flatten())
             .collect();
+        // A timeout, else an abort the host asked for, before the
+        // "another rank failed" they cause on every other rank.
         all.iter()
             .find(|e| matches!(e, CudaError::Timeout { .. }))
+            .or_else(|| {
+                all.iter().find(
+                    |e| matches!(e, CudaError::Aborted { why, .. } if *why != PEER_FAILED_WHY),
+                )
+            })
             .or_else(|| all.first())
             .cloned()
             .or(Some(CudaError::Aborted {
