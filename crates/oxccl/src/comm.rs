@@ -121,8 +121,9 @@ fn piece_elems(
 }
 
 /// Bytes per piece of registered direct plans: 4 MiB keeps a 256 MiB call
-/// at 4 pieces per channel on 16 channels, while staged in-place AllToAll
-/// needs at most (n − 1) pieces of scratch per channel.
+/// at 4 pieces per channel on 16 channels. In-place AllToAll's swap caps
+/// its own pieces lower (`SWAP_PIECE` in `oxccl-core`'s generator) so its
+/// one piece of scratch per channel stays in the GPU's L2.
 pub(crate) const DIRECT_PIECE_BYTES: usize = 4 << 20;
 
 /// Plan buffers bound on the stack per call (a collective's plan has at
