@@ -75,8 +75,9 @@ pub type LinkKey = (u32, u32, u32);
 /// A plan in device form, before the pointer tables are known.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Encoded {
-    /// Per channel: (first step, step count).
-    pub chans: Vec<(u32, u32)>,
+    /// Per channel: (first step, step count, first operand, operand
+    /// count); a channel's operands are contiguous, in step order.
+    pub chans: Vec<(u32, u32, u32, u32)>,
     /// Per step: (op, nsrc, ndst, flags, first, len).
     pub steps: Vec<(u8, u8, u8, u8, u32, u64)>,
     /// Per operand: (kind, flags, buf, idx, off).
@@ -129,6 +130,7 @@ pub fn encode(rp: &RankPlan) -> Result<Encoded> {
     for (c, ch) in rp.channels.iter().enumerate() {
         let c = c as u32;
         let first = small::<u32>(e.steps.len(), "step index")?;
+        let op_first = small::<u32>(e.ops.len(), "operand index")?;
         for (i, s) in ch.steps.iter().enumerate() {
             match s {
                 Step::Signal { peer } | Step::Wait { peer } => {
@@ -210,8 +212,12 @@ pub fn encode(rp: &RankPlan) -> Result<Encoded> {
                 }
             }
         }
-        e.chans
-            .push((first, small::<u32>(ch.steps.len(), "step count")?));
+        e.chans.push((
+            first,
+            small::<u32>(ch.steps.len(), "step count")?,
+            op_first,
+            small::<u32>(e.ops.len() - op_first as usize, "operand count")?,
+        ));
         mark_runs(&mut e.steps[first as usize..]);
     }
     Ok(e)
@@ -264,21 +270,6 @@ impl Encoded {
         }
     }
 
-    /// The operands of the channel whose steps are `first..first + n`:
-    /// (first operand, count). `encode` lays a channel's operands out
-    /// contiguously, in step order.
-    fn channel_ops(&self, first: u32, n: u32) -> (u32, u32) {
-        let xfers = self.steps[first as usize..(first + n) as usize]
-            .iter()
-            .filter(|s| s.0 == S_XFER);
-        let lo = xfers.clone().map(|s| s.4).min();
-        let hi = xfers.map(|s| s.4 + u32::from(s.1) + u32::from(s.2)).max();
-        match (lo, hi) {
-            (Some(lo), Some(hi)) => (lo, hi - lo),
-            _ => (0, 0),
-        }
-    }
-
     /// The blob, with the pointer tables set to `conn_ptrs` and `sem_ptrs`
     /// (one per entry of `conns` / `sems`).
     pub fn blob(&self, conn_ptrs: &[u64], sem_ptrs: &[u64]) -> Vec<u8> {
@@ -291,8 +282,7 @@ impl Encoded {
         let l = self.layout();
         let mut b = vec![0u8; l.total];
         let mut put = |at: usize, bytes: &[u8]| b[at..at + bytes.len()].copy_from_slice(bytes);
-        for (i, &(first, n)) in self.chans.iter().enumerate() {
-            let (op_first, nops) = self.channel_ops(first, n);
+        for (i, &(first, n, op_first, nops)) in self.chans.iter().enumerate() {
             let at = i * CHAN_BYTES;
             put(at, &first.to_le_bytes());
             put(at + 4, &n.to_le_bytes());

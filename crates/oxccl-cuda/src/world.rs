@@ -547,7 +547,7 @@ impl World {
         // Every rank launches at least one block, even with nothing to do
         // (a launch of zero blocks is an error).
         if enc.chans.is_empty() {
-            enc.chans.push((0, 0));
+            enc.chans.push((0, 0, 0, 0));
         }
         let conn_ptrs = enc
             .conns
