@@ -89,8 +89,6 @@ const ERR_BYTES: usize = 32;
 /// Host-mapped words: the host's abort flag and the clique's failure word.
 const W_ABORT: usize = 0;
 const W_FAIL: usize = 1;
-/// The reason a rank's kernel gives when it stopped for another's failure.
-const PEER_FAILED_WHY: &str = "another rank failed";
 
 /// A plan uploaded for one rank.
 #[derive(Debug)]
@@ -706,6 +704,11 @@ impl World {
     /// The failure `rank` recorded, if any (reads its error record without
     /// waiting for its kernels).
     pub fn rank_failure(&self, rank: u32) -> Result<Option<CudaError>> {
+        Ok(self.rank_record(rank)?.map(|(_, e)| e))
+    }
+
+    /// `rank`'s error record: the device error code and its error.
+    fn rank_record(&self, rank: u32) -> Result<Option<(u32, CudaError)>> {
         let st = self.rank(rank)?;
         let dev = self.dev(rank)?;
         let mut rec = [0u8; ERR_BYTES];
@@ -714,55 +717,45 @@ impl World {
         let w = |i: usize| u32::from_le_bytes(rec[i * 4..i * 4 + 4].try_into().unwrap_or([0; 4]));
         let waited_ms = u64::from_le_bytes(rec[24..32].try_into().unwrap_or([0; 8])) / 1_000_000;
         let (rank, peer, channel, step) = (w(1), w(2), w(3), w(4));
-        Ok(match w(0) {
-            0 => None,
-            E_TIMEOUT => Some(CudaError::Timeout {
+        let aborted = |why| CudaError::Aborted {
+            rank,
+            peer,
+            channel,
+            step,
+            why,
+        };
+        let e = match w(0) {
+            0 => return Ok(None),
+            E_TIMEOUT => CudaError::Timeout {
                 rank,
                 peer,
                 channel,
                 step,
                 waited_ms,
-            }),
-            E_ABORTED => Some(CudaError::Aborted {
-                rank,
-                peer,
-                channel,
-                step,
-                why: "the communicator was aborted",
-            }),
-            E_PEER_FAILED => Some(CudaError::Aborted {
-                rank,
-                peer,
-                channel,
-                step,
-                why: PEER_FAILED_WHY,
-            }),
-            other => Some(CudaError::Invalid(format!(
-                "unknown device error code {other}"
-            ))),
-        })
+            },
+            E_ABORTED => aborted("the communicator was aborted"),
+            E_PEER_FAILED => aborted("another rank failed"),
+            other => CudaError::Invalid(format!("unknown device error code {other}")),
+        };
+        Ok(Some((w(0), e)))
     }
 
-    /// The first failure of any rank: a timeout in preference to the
-    /// aborts it caused on the others.
+    /// The first failure of any rank: a timeout, else an abort the host
+    /// asked for, in preference to the "another rank failed" they cause on
+    /// every other rank; among equals, the lowest rank.
     pub fn failure(&self) -> Option<CudaError> {
         if !self.failed() {
             return None;
         }
-        let all: Vec<CudaError> = (0..self.nranks())
-            .filter_map(|r| self.rank_failure(r).ok().flatten())
-            .collect();
-        // A timeout, else an abort the host asked for, before the
-        // "another rank failed" they cause on every other rank.
-        all.iter()
-            .find(|e| matches!(e, CudaError::Timeout { .. }))
-            .or_else(|| {
-                all.iter().find(
-                    |e| matches!(e, CudaError::Aborted { why, .. } if *why != PEER_FAILED_WHY),
-                )
-            })
-            .or_else(|| all.first())
-            .cloned()
+        let cause = |code: u32| match code {
+            E_TIMEOUT => 0,
+            E_ABORTED => 1,
+            _ => 2,
+        };
+        (0..self.nranks())
+            .filter_map(|r| self.rank_record(r).ok().flatten())
+            .min_by_key(|(code, _)| cause(*code))
+            .map(|(_, e)| e)
             .or(Some(CudaError::Aborted {
                 rank: 0,
                 peer: 0,
