@@ -100,6 +100,12 @@ pub fn init_all_on(n: u32, backend: Arc<dyn Backend>, config: Config) -> Result<
         .collect())
 }
 
+/// Bytes per FIFO message: the configured chunk, never above the backend's
+/// slot (a larger message could not be sent).
+pub(crate) fn fifo_bytes(config: &Config, slot: usize) -> usize {
+    config.chunk_bytes.map_or(slot, |c| c.min(slot))
+}
+
 /// Piece size in elements for a plan of `algo`: registered direct plans
 /// (one-shot, two-shot, all-pairs on registered buffers) move no FIFO
 /// message, and each piece costs synchronisation steps, so their pieces
@@ -407,8 +413,7 @@ impl Communicator {
         let mut choice = cl
             .chooser
             .choose(&cl.config, c.coll.kind, bytes, registered)?;
-        let fifo_chunk =
-            (cl.config.chunk_bytes.unwrap_or(cl.backend.chunk_bytes()) / elem_size).max(1);
+        let fifo_chunk = (fifo_bytes(&cl.config, cl.backend.chunk_bytes()) / elem_size).max(1);
         let mut last: Option<CoreError>;
         // The selector's pick, then (should its generator refuse this
         // shape) the other allowed algorithms in preference order; the

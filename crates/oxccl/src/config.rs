@@ -17,7 +17,8 @@
 //!
 //! Other variables: `OXCCL_CHANNELS` (else `NCCL_MAX_NCHANNELS`) caps the
 //! channel count; `OXCCL_DEADLINE_MS` sets the wait deadline;
-//! `OXCCL_BACKEND` = `host` | `cuda` | `auto`; `OXCCL_DEBUG` (else
+//! `OXCCL_BACKEND` = `host` | `cuda` | `auto`; `OXCCL_CHUNK_BYTES` (`64K`,
+//! `1M`, ...) sets the piece size plans pipeline in; `OXCCL_DEBUG` (else
 //! `NCCL_DEBUG`) = `VERSION` | `WARN` | `INFO` | `TRACE` turns on logging.
 
 use std::str::FromStr;
@@ -216,7 +217,10 @@ pub struct Config {
     pub channels: Option<u32>,
     /// Every wait gives up after this long.
     pub deadline: Duration,
-    /// FIFO message size override in bytes (`None`: the backend's).
+    /// Piece size override in bytes (`OXCCL_CHUNK_BYTES`): FIFO messages
+    /// (capped at the backend's slot) and registered direct plans' pieces.
+    /// `None`: the backend's slot for FIFO plans, larger pieces for direct
+    /// ones.
     pub chunk_bytes: Option<usize>,
     /// Logging requested through the environment.
     pub debug: Option<DebugLevel>,
@@ -264,6 +268,9 @@ impl Config {
         if let Some((var, v)) = pick("OXCCL_DEADLINE_MS", None) {
             c.deadline = Duration::from_millis(parse_positive(var, &v)?.into());
         }
+        if let Some((var, v)) = pick("OXCCL_CHUNK_BYTES", None) {
+            c.chunk_bytes = Some(parse_bytes(var, &v)?);
+        }
         if let Some((var, v)) = pick("OXCCL_BACKEND", None) {
             c.backend = BackendKind::from_str(&v).map_err(|_| Error::Config {
                 var: var.into(),
@@ -275,6 +282,29 @@ impl Config {
             c.debug = Some(DebugLevel::parse(var, &v)?);
         }
         Ok(c)
+    }
+}
+
+/// A positive byte count with an optional K, M or G suffix (powers of 2).
+fn parse_bytes(var: &str, v: &str) -> Result<usize> {
+    let t = v.trim();
+    let (digits, unit) = match t.char_indices().last() {
+        Some((i, 'K' | 'k')) => (&t[..i], 1usize << 10),
+        Some((i, 'M' | 'm')) => (&t[..i], 1 << 20),
+        Some((i, 'G' | 'g')) => (&t[..i], 1 << 30),
+        _ => (t, 1),
+    };
+    match digits
+        .parse::<usize>()
+        .ok()
+        .and_then(|n| n.checked_mul(unit))
+    {
+        Some(n) if n > 0 => Ok(n),
+        _ => Err(Error::Config {
+            var: var.into(),
+            value: v.into(),
+            reason: "expected a positive byte count (K, M or G suffix allowed)".into(),
+        }),
     }
 }
 

@@ -301,7 +301,7 @@ fn build_job(comm: &Communicator, list: &[&Entry<'_>], op: RedOp) -> Result<Opti
 /// (`gen::p2p::rank_plan`; matching the peers' lists is their contract).
 fn p2p_part(comm: &Communicator, ops: &[P2pOp], bufs: Vec<RawBuf>, es: usize) -> Result<Prepared> {
     let cl = comm.clique();
-    let chunk = (cl.config.chunk_bytes.unwrap_or(cl.backend.chunk_bytes()) / es).max(1);
+    let chunk = (crate::comm::fifo_bytes(&cl.config, cl.backend.chunk_bytes()) / es).max(1);
     // Every rank must use the same channel count whatever its own traffic,
     // so it does not depend on sizes.
     let channels = cl

@@ -86,6 +86,7 @@ fn oxccl_twins_win_over_nccl() {
         ("NCCL_MAX_NCHANNELS", "3"),
         ("OXCCL_DEADLINE_MS", "2500"),
         ("OXCCL_BACKEND", "host"),
+        ("OXCCL_CHUNK_BYTES", "128K"),
     ]))
     .unwrap();
     assert_eq!(
@@ -100,6 +101,7 @@ fn oxccl_twins_win_over_nccl() {
     assert_eq!(c.channels, Some(3));
     assert_eq!(c.deadline, std::time::Duration::from_millis(2500));
     assert_eq!(c.backend, oxccl::BackendKind::Host);
+    assert_eq!(c.chunk_bytes, Some(128 << 10));
 }
 
 #[test]
@@ -111,6 +113,9 @@ fn bad_values_are_errors() {
         ("OXCCL_CHANNELS", "0"),
         ("OXCCL_DEADLINE_MS", "soon"),
         ("OXCCL_BACKEND", "tpu"),
+        ("OXCCL_CHUNK_BYTES", "0"),
+        ("OXCCL_CHUNK_BYTES", "12Q"),
+        ("OXCCL_CHUNK_BYTES", "99999999999999999999G"),
     ] {
         match Config::from_vars(vars(&[(k, v)])) {
             Err(Error::Config { var, .. }) => assert_eq!(var, k),
@@ -124,4 +129,5 @@ fn empty_environment_gives_defaults() {
     let c = Config::from_vars(|_| None).unwrap();
     assert!(c.algo.is_empty() && c.proto.is_empty());
     assert_eq!(c.channels, None);
+    assert_eq!(c.chunk_bytes, None);
 }
