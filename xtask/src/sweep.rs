@@ -776,8 +776,18 @@ fn rank_run<T: Element>(
         }
     };
     let mut ok: anyhow::Result<()> = Ok(());
+    // Everything that may allocate (the timer's events, the input's
+    // upload) is done before the barrier that lets any rank launch: a
+    // rank allocating while a peer's kernel spins waiting for it can be
+    // held up behind that kernel until the peer's deadline.
+    let mut timer = None;
     phase(&mut ok, &mut || {
         send.copy_from_slice(input)?;
+        timer = Some(c.timer()?);
+        Ok(())
+    });
+    barrier.wait();
+    phase(&mut ok, &mut || {
         for _ in 0..a.warmup {
             call()?;
         }
@@ -786,7 +796,9 @@ fn rank_run<T: Element>(
     barrier.wait();
     let mut t = Duration::ZERO;
     phase(&mut ok, &mut || {
-        let mut timer = c.timer()?;
+        let Some(timer) = timer.as_mut() else {
+            return Ok(());
+        };
         // The lead-in: the host barrier releases the ranks some µs apart
         // and a collective cannot finish before its last rank joins, so a
         // timer started at once on an early rank counts the others'
