@@ -17,6 +17,8 @@ typedef unsigned long long u64;
 #define OX_THREADS 512
 #define OX_MAX_BUFS 64
 #define OX_MAX_OPERANDS 32
+// Channel records a launch parameter carries (one block per channel).
+#define OX_MAX_CHANNELS 32
 #define OX_CONN_HEADER 256
 // A channel with at most this many steps and operands is copied into
 // shared memory at block start (12 KiB), one parallel load for the
@@ -120,12 +122,12 @@ struct OxError {
 };
 
 // Per-launch descriptor, passed by value as a __grid_constant__ parameter.
+// The channel records ride in it (read from the constant bank, no memory
+// round trip before a block knows where its steps are); steps and
+// operands are in the uploaded blob.
 struct OxDesc {
-  const OxChan* chans;
   const OxStep* steps;
   const OxOperand* ops;
-  const u64* conns;          // OxConn* per connection index (steps carry them resolved)
-  const u64* sems;           // OxSem* per semaphore index (likewise)
   u64* ptr_table;            // [nranks][OX_MAX_BUFS] buffer bases, for remote steps
   const volatile u32* abort_flag;  // host-mapped; non-zero: abort
   volatile u32* world_fail;  // set by any rank that failed, polled by all
@@ -140,8 +142,8 @@ struct OxDesc {
   u32 post_div;
   u32 nslots;
   u64 bufs[OX_MAX_BUFS];
+  OxChan chans[OX_MAX_CHANNELS];
 };
-
 // Layout checks: encode.rs asserts the same numbers on the Rust side.
 static_assert(sizeof(OxOperand) == 16, "OxOperand layout");
 static_assert(sizeof(OxStep) == 16, "OxStep layout");
@@ -149,4 +151,4 @@ static_assert(sizeof(OxChan) == 16, "OxChan layout");
 static_assert(sizeof(OxConn) == OX_CONN_HEADER, "OxConn layout");
 static_assert(sizeof(OxSem) == 256, "OxSem layout");
 static_assert(sizeof(OxError) == 32, "OxError layout");
-static_assert(sizeof(OxDesc) == 632, "OxDesc layout");
+static_assert(sizeof(OxDesc) == 1120, "OxDesc layout");

@@ -314,8 +314,8 @@ __device__ void ox_exec(const OxDesc& d) {
   const bool sys = d.flags & OXD_SYS;
   const bool ll = d.flags & OXD_LL;
 
-  // Read where this block's steps are before anything else: the load is
-  // in flight while the bases are published.
+  // Where this block's steps are: in the parameter, so the staging loads
+  // below go out at once.
   const OxChan c = d.chans[blockIdx.x];
   // Publish this rank's buffer bases for peers' remote steps, from every
   // block of every launch, before the block's first step. A peer reads the
@@ -415,14 +415,22 @@ __device__ void ox_exec(const OxDesc& d) {
           p = (char*)ox_ld_volatile(&d.ptr_table[o.idx * OX_MAX_BUFS + o.buf]) + o.off * sizeof(T);
         } else {
           cn = (OxConn*)o.off;
+          // A side's own counter and the other side's are loaded together
+          // (one round trip, not two); the wait below only polls when the
+          // other side's was not yet far enough.
           if (i < nsrc) {
-            u64 head = ox_ld_volatile(&cn->head);
-            if (!ll) ok = ox_wait_geq(d, &cn->tail, head + 1, o.buf, step);
+            const u64 head = ox_ld_volatile(&cn->head);
+            if (!ll) {
+              const u64 tail = ox_ld_acquire(&cn->tail, sys);
+              if (tail < head + 1) ok = ox_wait_geq(d, &cn->tail, head + 1, o.buf, step);
+            }
             p = ox_slot(d, (u64)cn, head);
             if (ll) s_flag[i] = ox_ll_flag(head);
           } else {
-            u64 tail = ox_ld_volatile(&cn->tail);
-            if (tail + 1 > d.nslots) ok = ox_wait_geq(d, &cn->head, tail + 1 - d.nslots, o.buf, step);
+            const u64 tail = ox_ld_volatile(&cn->tail);
+            const u64 head = ox_ld_acquire(&cn->head, sys);
+            if (tail + 1 > d.nslots && head < tail + 1 - d.nslots)
+              ok = ox_wait_geq(d, &cn->head, tail + 1 - d.nslots, o.buf, step);
             p = ox_slot(d, (u64)cn, tail);
             if (ll) s_flag[i] = ox_ll_flag(tail);
           }

@@ -108,6 +108,76 @@ __device__ __forceinline__ void ox_ll_st_mem(char* p, u64 v, int m) {
     if (j < m) ox_st1<T>(p + j * sizeof(T), x.e[j]);
 }
 
+// Writes line k's reduced word to every destination (as a line with its
+// flag when an LL slot).
+template <typename T>
+__device__ __forceinline__ void ox_ll_put(char* const* dst, int ndst, const u32* dflags, u64 k,
+                                          OxWord<T> acc, int m) {
+  for (int k2 = 0; k2 < ndst; ++k2) {
+    if (dflags[k2] != 0)
+      ox_ll_store(dst[k2] + k * 16, acc.w[0], acc.w[1], dflags[k2]);
+    else
+      ox_ll_st_mem<T>(dst[k2] + k * 8, acc.d, m);
+  }
+}
+
+// Elements of line k that hold data (0 for the line of an empty message).
+__device__ __forceinline__ int ox_ll_valid(u64 n, u64 k, int E) {
+  const u64 i0 = k * E;
+  return n > i0 ? (n - i0 < (u64)E ? (int)(n - i0) : E) : 0;
+}
+
+// A small message from several sources: thread (k, s) fetches line k of
+// source s, so every source's line is polled at once and the step waits
+// for its last arrival once, not for each source in turn (a one-shot
+// reduction's sources arrive together, and polling them one after another
+// cost a memory round trip each). Then thread k reduces its line in
+// source order, as the general path does, so the bits are the same.
+// Needs nlines * nsrc <= blockDim.x. Every thread reaches the barrier.
+template <typename T, int OP>
+__device__ bool ox_ll_reduce_small(const OxDesc& d, char* const* src, const u8* pre, int nsrc,
+                                   char* const* dst, int ndst, const u32* flags,
+                                   const u32* peers, u64 n, u64 nlines, T scale, u32 post,
+                                   u32 step, volatile int* block_fail) {
+  constexpr int E = 8 / sizeof(T);
+  __shared__ u64 s_word[OX_THREADS];
+  const u32 tid = threadIdx.x;
+  const u64 k = tid / nsrc;
+  const int s = tid % nsrc;
+  if (k < nlines) {
+    OxWord<T> x;
+    x.d = 0;
+    bool ok = true;
+    if (flags[s] != 0)
+      ok = ox_ll_wait(d, src[s] + k * 16, flags[s], &x.d, peers[s], step, block_fail);
+    else
+      x.d = ox_ll_ld_mem<T>(src[s] + k * 8, ox_ll_valid(n, k, E));
+    if (ok && pre[s]) {
+#pragma unroll
+      for (int j = 0; j < E; ++j) x.e[j] = OxNum<T>::mul(x.e[j], scale);
+    }
+    s_word[tid] = x.d;
+  }
+  __syncthreads();
+  if (*block_fail) return false;
+  if (tid < nlines) {
+    OxWord<T> acc;
+    acc.d = s_word[tid * nsrc];
+    for (int s2 = 1; s2 < nsrc; ++s2) {
+      OxWord<T> x;
+      x.d = s_word[tid * nsrc + s2];
+#pragma unroll
+      for (int j = 0; j < E; ++j) acc.e[j] = ox_apply<T, OP>(acc.e[j], x.e[j]);
+    }
+    if (post) {
+#pragma unroll
+      for (int j = 0; j < E; ++j) acc.e[j] = OxNum<T>::div(acc.e[j], post);
+    }
+    ox_ll_put<T>(dst, ndst, flags + nsrc, tid, acc, ox_ll_valid(n, tid, E));
+  }
+  return true;
+}
+
 // The LL counterpart of ox_reduce_copy, by the whole block: line k of the
 // message is read from every source (polled when it is an LL slot, `flag`
 // non-zero), reduced, and written to every destination (as a line with
@@ -121,9 +191,11 @@ __device__ bool ox_ll_reduce_copy(const OxDesc& d, char* const* src, const u8* p
   constexpr int E = 8 / sizeof(T);
   const u64 bytes = n * sizeof(T);
   const u64 nlines = bytes == 0 ? 1 : (bytes + 7) / 8;
+  if (nsrc > 1 && nlines * nsrc <= blockDim.x)
+    return ox_ll_reduce_small<T, OP>(d, src, pre, nsrc, dst, ndst, flags, peers, n, nlines, scale,
+                                     post, step, block_fail);
   for (u64 k = threadIdx.x; k < nlines; k += blockDim.x) {
-    const u64 i0 = k * E;
-    const int m = n > i0 ? (n - i0 < (u64)E ? (int)(n - i0) : E) : 0;
+    const int m = ox_ll_valid(n, k, E);
     OxWord<T> acc;
     for (int s = 0; s < nsrc; ++s) {
       OxWord<T> x;
@@ -148,13 +220,7 @@ __device__ bool ox_ll_reduce_copy(const OxDesc& d, char* const* src, const u8* p
 #pragma unroll
       for (int j = 0; j < E; ++j) acc.e[j] = OxNum<T>::div(acc.e[j], post);
     }
-    for (int k2 = 0; k2 < ndst; ++k2) {
-      const u32 f = flags[nsrc + k2];
-      if (f != 0)
-        ox_ll_store(dst[k2] + k * 16, acc.w[0], acc.w[1], f);
-      else
-        ox_ll_st_mem<T>(dst[k2] + k * 8, acc.d, m);
-    }
+    ox_ll_put<T>(dst, ndst, flags + nsrc, k, acc, m);
   }
   return true;
 }

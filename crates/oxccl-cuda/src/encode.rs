@@ -1,21 +1,19 @@
 //! The device encoding of a [`RankPlan`]: fixed-size records the kernel in
 //! `kernels/oxccl_exec.cuh` walks. Pure Rust, so it is tested without a GPU.
 //!
-//! Layout of the uploaded blob (every part 16-byte aligned):
-//! `chans[nchannels]` (16 bytes: first step, step count, first operand,
-//! operand count, so a block can copy its channel's records into shared
-//! memory in one go), `steps[..]`, `operands[..]`, then two tables of
-//! device pointers filled in at upload: `conns[..]` (one `OxConn` per FIFO
-//! connection the plan uses) and `sems[..]` (one `OxSem` per semaphore).
-//! Connections and semaphores are named by `(channel, from, to)` keys. In
-//! [`Encoded`] an operand or a signal/wait step refers to them by table
-//! index; the blob carries the resolved pointer itself (a connection
-//! operand's `off`, a signal/wait step's `len`, with the peer in its
-//! `first`), so the kernel follows no table per step: each lookup was one
-//! more dependent memory round trip on a small call's critical path. The
-//! tables stay in the blob for inspection. The same encoding serves both
-//! FIFO protocols: under LL the `conns` table points to LL connections
-//! (see `kernels/oxccl_ll.cuh` and the LL helpers below).
+//! Per channel an `OxChan` record (first step, step count, first operand,
+//! operand count) travels in the launch's parameter (`OxDesc::chans`), so a
+//! block knows where its records are without a memory round trip and
+//! copies them into shared memory in one go. The uploaded blob (every part
+//! 16-byte aligned) holds `steps[..]` then `operands[..]`. Connections and
+//! semaphores are named by `(channel, from, to)` keys; in [`Encoded`] an
+//! operand or a signal/wait step refers to them by table index, and the
+//! blob carries the resolved pointer itself (a connection operand's `off`,
+//! a signal/wait step's `len`, with the peer in its `first`), so the kernel
+//! follows no table per step: each lookup was one more dependent memory
+//! round trip on a small call's critical path. The same encoding serves
+//! both FIFO protocols: under LL the connection pointers are LL
+//! connections (see `kernels/oxccl_ll.cuh` and the LL helpers below).
 
 use std::collections::HashMap;
 
@@ -27,6 +25,8 @@ use crate::error::{CudaError, Result};
 pub const MAX_BUFS: usize = 64;
 /// Mirrors `OX_MAX_OPERANDS`.
 pub const MAX_OPERANDS: usize = 32;
+/// Mirrors `OX_MAX_CHANNELS`: the `OxChan` records a launch parameter holds.
+pub const MAX_CHANNELS: usize = 32;
 /// Mirrors `OX_CONN_HEADER`: the counters before a connection's slots.
 pub const CONN_HEADER: usize = 256;
 /// Size of an `OxSem`.
@@ -66,9 +66,6 @@ const S_WAIT: u8 = 2;
 const F_PRE: u8 = 1;
 const F_POST: u8 = 1;
 
-/// Bytes of an `OxChan` record.
-const CHAN_BYTES: usize = 16;
-
 /// `(channel, from, to)`: names a FIFO connection or a semaphore.
 pub type LinkKey = (u32, u32, u32);
 
@@ -90,13 +87,10 @@ pub struct Encoded {
     pub remote: bool,
 }
 
-/// Byte offsets of each part in the blob.
+/// Byte offsets of each part in the blob (the steps start it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BlobLayout {
-    pub steps: usize,
     pub ops: usize,
-    pub conns: usize,
-    pub sems: usize,
     pub total: usize,
 }
 
@@ -122,6 +116,12 @@ pub fn encode(rp: &RankPlan) -> Result<Encoded> {
         return Err(CudaError::Plan(format!(
             "{} buffers; the device executor takes at most {MAX_BUFS} (split the group)",
             rp.bufs.len()
+        )));
+    }
+    if rp.channels.len() > MAX_CHANNELS {
+        return Err(CudaError::Plan(format!(
+            "{} channels; a launch carries at most {MAX_CHANNELS}",
+            rp.channels.len()
         )));
     }
     let me = rp.rank;
@@ -256,22 +256,13 @@ fn mark_runs(steps: &mut [(u8, u8, u8, u8, u32, u64)]) {
 
 impl Encoded {
     pub fn layout(&self) -> BlobLayout {
-        let steps = align16(self.chans.len() * CHAN_BYTES);
-        let ops = steps + self.steps.len() * 16;
-        let conns = ops + self.ops.len() * 16;
-        let sems = align16(conns + self.conns.len() * 8);
-        let total = align16(sems + self.sems.len() * 8).max(16);
-        BlobLayout {
-            steps,
-            ops,
-            conns,
-            sems,
-            total,
-        }
+        let ops = self.steps.len() * 16;
+        let total = align16(ops + self.ops.len() * 16).max(16);
+        BlobLayout { ops, total }
     }
 
-    /// The blob, with the pointer tables set to `conn_ptrs` and `sem_ptrs`
-    /// (one per entry of `conns` / `sems`).
+    /// The blob, with connection operands and signal/wait steps pointing
+    /// at `conn_ptrs` / `sem_ptrs` (one per entry of `conns` / `sems`).
     pub fn blob(&self, conn_ptrs: &[u64], sem_ptrs: &[u64]) -> Vec<u8> {
         assert_eq!(
             conn_ptrs.len(),
@@ -282,15 +273,8 @@ impl Encoded {
         let l = self.layout();
         let mut b = vec![0u8; l.total];
         let mut put = |at: usize, bytes: &[u8]| b[at..at + bytes.len()].copy_from_slice(bytes);
-        for (i, &(first, n, op_first, nops)) in self.chans.iter().enumerate() {
-            let at = i * CHAN_BYTES;
-            put(at, &first.to_le_bytes());
-            put(at + 4, &n.to_le_bytes());
-            put(at + 8, &op_first.to_le_bytes());
-            put(at + 12, &nops.to_le_bytes());
-        }
         for (i, &(op, ns, nd, fl, first, len)) in self.steps.iter().enumerate() {
-            let at = l.steps + i * 16;
+            let at = i * 16;
             put(at, &[op, ns, nd, fl]);
             if op == S_XFER {
                 put(at + 4, &first.to_le_bytes());
@@ -313,12 +297,6 @@ impl Encoded {
                 off
             };
             put(at + 8, &off.to_le_bytes());
-        }
-        for (i, p) in conn_ptrs.iter().enumerate() {
-            put(l.conns + i * 8, &p.to_le_bytes());
-        }
-        for (i, p) in sem_ptrs.iter().enumerate() {
-            put(l.sems + i * 8, &p.to_le_bytes());
         }
         b
     }
@@ -398,17 +376,14 @@ mod tests {
         let l = e.layout();
         assert_eq!(l.total % 16, 0);
         // The channel record: steps 0..3, operands 0..4.
-        let chan: Vec<u32> = (0..4)
-            .map(|k| u32::from_le_bytes(b[4 * k..4 * k + 4].try_into().unwrap()))
-            .collect();
-        assert_eq!(chan, vec![0, 3, 0, 4]);
+        assert_eq!(e.chans, vec![(0, 3, 0, 4)]);
         // The wait: peer 1 in `first`, its semaphore's address (table
         // entry 1) in `len`.
-        let wait = &b[l.steps + 16..l.steps + 32];
+        let wait = &b[16..32];
         assert_eq!(wait[0], S_WAIT);
         assert_eq!(u32::from_le_bytes(wait[4..8].try_into().unwrap()), 1);
         assert_eq!(u64::from_le_bytes(wait[8..16].try_into().unwrap()), 2);
-        let step2 = &b[l.steps + 32..l.steps + 48];
+        let step2 = &b[32..48];
         assert_eq!(&step2[..4], &[S_XFER, 2, 2, F_POST]);
         // The send operand carries its connection's address.
         let send = &b[l.ops + 48..l.ops + 64];
@@ -419,14 +394,8 @@ mod tests {
         assert_eq!(remote[0], K_REMOTE);
         assert_eq!(u32::from_le_bytes(remote[4..8].try_into().unwrap()), 1);
         assert_eq!(u64::from_le_bytes(remote[8..16].try_into().unwrap()), 3);
-        assert_eq!(
-            u64::from_le_bytes(b[l.conns..l.conns + 8].try_into().unwrap()),
-            0xAABB
-        );
-        assert_eq!(
-            u64::from_le_bytes(b[l.sems + 8..l.sems + 16].try_into().unwrap()),
-            2
-        );
+        assert_eq!(l.ops, 3 * 16);
+        assert_eq!(l.total, l.ops + 4 * 16);
     }
 
     #[test]
@@ -508,7 +477,7 @@ mod tests {
         let b = e.blob(&[], &[]);
         let l = e.layout();
         let u64_at = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap());
-        assert_eq!(u64_at(l.steps + 8), len as u64);
+        assert_eq!(u64_at(8), len as u64);
         assert_eq!(u64_at(l.ops + 8), big as u64);
         assert_eq!(u64_at(l.ops + 16 + 8), 2 * big as u64);
     }

@@ -261,6 +261,10 @@ mod tests {
             "#define OX_CONN_HEADER {}",
             crate::encode::CONN_HEADER
         )));
+        assert!(s.contains(&format!(
+            "#define OX_MAX_CHANNELS {}",
+            crate::encode::MAX_CHANNELS
+        )));
         assert!(
             s.contains("% 0xFFFFFFFFull) + 1"),
             "flag formula as encode::ll_flag"

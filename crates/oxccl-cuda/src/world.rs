@@ -20,7 +20,9 @@ use oxccl_core::{BaseOp, DataType, LoweredOp, Proto};
 
 use crate::driver::Ctx;
 use crate::driver::{DevMem, Event, Function, HostMapped, Module, Stream};
-use crate::encode::{self, Encoded, LinkKey, CONN_HEADER, DESC_LL, MAX_BUFS, SEM_BYTES};
+use crate::encode::{
+    self, Encoded, LinkKey, CONN_HEADER, DESC_LL, MAX_BUFS, MAX_CHANNELS, SEM_BYTES,
+};
 use crate::error::{CudaError, Result};
 use crate::kernels::{self, Origin, THREADS};
 
@@ -55,11 +57,8 @@ impl WorldConfig {
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 struct Desc {
-    chans: u64,
     steps: u64,
     ops: u64,
-    conns: u64,
-    sems: u64,
     ptr_table: u64,
     abort_flag: u64,
     world_fail: u64,
@@ -74,11 +73,13 @@ struct Desc {
     post_div: u32,
     nslots: u32,
     bufs: [u64; MAX_BUFS],
+    chans: [[u32; 4]; MAX_CHANNELS],
 }
 
-const _: () = assert!(std::mem::size_of::<Desc>() == 632);
-const _: () = assert!(std::mem::offset_of!(Desc, scale_bits) == 72);
-const _: () = assert!(std::mem::offset_of!(Desc, bufs) == 120);
+const _: () = assert!(std::mem::size_of::<Desc>() == 1120);
+const _: () = assert!(std::mem::offset_of!(Desc, scale_bits) == 48);
+const _: () = assert!(std::mem::offset_of!(Desc, bufs) == 96);
+const _: () = assert!(std::mem::offset_of!(Desc, chans) == 608);
 
 const D_PRE: u32 = 2;
 const D_SYS: u32 = 4;
@@ -95,8 +96,9 @@ const W_FAIL: usize = 1;
 pub struct Prepared {
     blob: DevMem,
     layout: encode::BlobLayout,
+    /// The launch parameter's channel records (the first `nchannels` set).
+    chans: [[u32; 4]; MAX_CHANNELS],
     nchannels: u32,
-    remote: bool,
     /// Scratch buffers' byte offsets in the rank's scratch area, by buffer id.
     scratch_offsets: Vec<Option<usize>>,
     scratch_bytes: usize,
@@ -112,11 +114,6 @@ impl Prepared {
 
     pub fn channels(&self) -> u32 {
         self.nchannels
-    }
-
-    /// Whether the plan reads or writes peers' buffers directly.
-    pub fn remote(&self) -> bool {
-        self.remote
     }
 }
 
@@ -575,11 +572,15 @@ impl World {
         if off > 0 {
             self.scratch(r, off)?;
         }
+        let mut chans = [[0u32; 4]; MAX_CHANNELS];
+        for (slot, &(first, n, op_first, nops)) in chans.iter_mut().zip(&enc.chans) {
+            *slot = [first, n, op_first, nops];
+        }
         let p = Arc::new(Prepared {
             blob,
             layout: enc.layout(),
+            chans,
             nchannels: enc.chans.len() as u32,
-            remote: enc.remote,
             scratch_offsets,
             scratch_bytes: off,
             elem_size,
@@ -647,11 +648,8 @@ impl World {
         };
         let (f, _) = self.kernel(rank, dtype, op.base)?;
         let mut d = Desc {
-            chans: p.blob.ptr,
-            steps: p.blob.ptr + p.layout.steps as u64,
+            steps: p.blob.ptr,
             ops: p.blob.ptr + p.layout.ops as u64,
-            conns: p.blob.ptr + p.layout.conns as u64,
-            sems: p.blob.ptr + p.layout.sems as u64,
             ptr_table: self.ptr_table.ptr,
             abort_flag: self.host_words.dev_ptr + (W_ABORT * 4) as u64,
             world_fail: self.host_words.dev_ptr + (W_FAIL * 4) as u64,
@@ -668,6 +666,7 @@ impl World {
             post_div: op.post_div.unwrap_or(0),
             nslots: self.cfg.nslots as u32,
             bufs: [0; MAX_BUFS],
+            chans: p.chans,
         };
         for (i, (&a, o)) in bufs.iter().zip(&p.scratch_offsets).enumerate() {
             d.bufs[i] = match o {
