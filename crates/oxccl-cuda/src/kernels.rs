@@ -170,6 +170,14 @@ pub fn cubin(dtype: DataType, arch: u32) -> Result<(Vec<u8>, Origin)> {
     Ok((bin, Origin::Compiled))
 }
 
+/// Compiles a standalone source for `sm_{arch}` with the executor's NVRTC
+/// options, bypassing the disk cache: for examples and probes that carry
+/// their own small kernels (they compile in milliseconds and change often).
+pub fn compile_source(src: &str, name: &str, arch: u32) -> Result<Vec<u8>> {
+    nvrtc_version()?;
+    compile(src, name, &format!("--gpu-architecture=sm_{arch}"))
+}
+
 fn compile(src: &str, name: &str, arch_opt: &str) -> Result<Vec<u8>> {
     guarded("nvrtc", || {
         let csrc = std::ffi::CString::new(src).map_err(|e| CudaError::Invalid(e.to_string()))?;
