@@ -36,6 +36,9 @@ typedef unsigned long long u64;
 #define OXS_XFER 0
 #define OXS_SIGNAL 1
 #define OXS_WAIT 2
+// Exchange len elements between operand 0 (local) and operand 1 (a
+// peer's buffer); nsrc = 2, ndst = 0.
+#define OXS_SWAP 3
 
 // Operand flags / step flags.
 #define OXF_PRE 1
@@ -68,7 +71,7 @@ struct OxOperand {
   u64 off;
 };
 
-// One step. 16 bytes. XFER: operands [first, first+nsrc+ndst). SIGNAL/WAIT:
+// One step. 16 bytes. XFER, SWAP: operands [first, first+nsrc+ndst). SIGNAL/WAIT:
 // len = the OxSem's address (resolved on the host at upload), first = peer
 // rank (for errors), nsrc = steps left in its
 // run of consecutive signals (waits) from here, at most 255 (so a run's

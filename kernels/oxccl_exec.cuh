@@ -286,6 +286,55 @@ __device__ void ox_reduce_copy(char* const* src, const u8* pre, int nsrc, char* 
   }
 }
 
+// a[i] <-> b[i] for i < n, by the whole block. Each thread loads its
+// elements of both ranges, then stores each into the other: a thread
+// touches only its own elements, so no barrier is needed between the
+// loads and the stores, and every byte is read once and written once.
+template <typename T>
+__device__ void ox_swap(char* a, char* b, u64 n) {
+  const u64 sz = sizeof(T);
+  const u32 nt = blockDim.x;
+  const u32 tid = threadIdx.x;
+  const u32 mis = (u32)((u64)a & 15);
+  const bool same = (mis % sz) == 0 && ((u64)b & 15) == mis;
+  u64 head = n;
+  if (same) head = mis == 0 ? 0 : ((16 - mis) / sz < n ? (16 - mis) / sz : n);
+  const u64 V = 16 / sz;
+  const u64 nvec = (n - head) / V;
+  const u64 vend = head + nvec * V;
+  for (u64 j = tid; j < head + (n - vend); j += nt) {
+    const u64 i = j < head ? j : vend + (j - head);
+    const T x = ox_ld1<T>(a + i * sz);
+    const T y = ox_ld1<T>(b + i * sz);
+    // The loads are asm the compiler sees no memory access in: keep the
+    // stores after them.
+    asm volatile("" ::: "memory");
+    ox_st1<T>(a + i * sz, y);
+    ox_st1<T>(b + i * sz, x);
+  }
+  const u64 hb = head * sz;
+  for (u64 base = tid; base < nvec; base += (u64)nt * OX_UNROLL) {
+    uint4 x[OX_UNROLL], y[OX_UNROLL];
+#pragma unroll
+    for (int u = 0; u < OX_UNROLL; ++u) {
+      const u64 v = base + (u64)u * nt;
+      if (v < nvec) {
+        x[u] = ox_ld16(a + hb + v * 16);
+        y[u] = ox_ld16(b + hb + v * 16);
+      }
+    }
+    asm volatile("" ::: "memory");
+#pragma unroll
+    for (int u = 0; u < OX_UNROLL; ++u) {
+      const u64 v = base + (u64)u * nt;
+      if (v < nvec) {
+        ox_st16(a + hb + v * 16, y[u]);
+        ox_st16(b + hb + v * 16, x[u]);
+      }
+    }
+  }
+}
+
 __device__ __forceinline__ char* ox_slot(const OxDesc& d, u64 conn, u64 count) {
   return (char*)conn + OX_CONN_HEADER + (count % d.nslots) * d.slot_bytes;
 }
@@ -447,7 +496,9 @@ __device__ void ox_exec(const OxDesc& d) {
       const bool ll_step = __syncthreads_or(cn != 0) && ll;
       if (s_fail) return;
       const u32 post = (st.flags & OXF_POST) ? d.post_div : 0;
-      if (ll_step) {
+      if (st.op == OXS_SWAP) {
+        ox_swap<T>(s_src[0], s_src[1], st.len);
+      } else if (ll_step) {
         if (!ox_ll_reduce_copy<T, OP>(d, s_src, s_pre, nsrc, s_dst, ndst, s_flag, s_peer, st.len,
                                       scale, post, step, &s_fail))
           atomicExch(&s_fail, 1);

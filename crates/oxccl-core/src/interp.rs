@@ -333,6 +333,23 @@ fn run_inner<T: Element>(
                             false
                         }
                     }
+                    Step::Swap {
+                        at,
+                        peer,
+                        peer_at,
+                        len,
+                    } => {
+                        check_peer(*peer, n, r, c, pc)?;
+                        let site = Site { r, c, pc };
+                        exec_swap(
+                            plan,
+                            mem,
+                            site,
+                            (*at, *peer, *peer_at, *len),
+                            race.as_deref_mut(),
+                        )?;
+                        true
+                    }
                     Step::Xfer(x) => {
                         // Runnable when every recv has a message and every send has room.
                         let mut ready = true;
@@ -478,6 +495,55 @@ struct Site {
     r: usize,
     c: usize,
     pc: usize,
+}
+
+/// One [`Step::Swap`]: `(at, peer, peer_at, len)`. Both ranges must hold
+/// defined values and neither may be an input; each is read and written.
+fn exec_swap<T: Element>(
+    plan: &Plan,
+    mem: &mut [RankMem<T>],
+    at: Site,
+    (here, peer, there, len): (Loc, Rank, Loc, usize),
+    mut race: Option<&mut Race>,
+) -> Result<(), CoreError> {
+    let Site { r, c, pc } = at;
+    let what = format!("rank {r} channel {c} step {pc}");
+    let q = peer as usize;
+    if q == r {
+        return Err(err(format!("{what}: swaps with itself")));
+    }
+    let t = race.as_deref_mut().map(|race| {
+        let t = race.thread(r, c);
+        race.tick(t);
+        t
+    });
+    let mut ends = [(0, 0); 2];
+    for (k, (owner, l)) in [(r, here), (q, there)].into_iter().enumerate() {
+        let m = &mem[owner];
+        let (a, o) = resolve(m, l, len, &what)?;
+        let role = plan.ranks[owner].bufs[l.buf.0 as usize].role;
+        if role == BufRole::Input {
+            return Err(err(format!(
+                "{what}: swaps into an input buffer of rank {owner}"
+            )));
+        }
+        if let Some(i) = m.written[a][o..o + len].iter().position(|w| !w) {
+            return Err(err(format!(
+                "{what}: swaps undefined element {} of {role:?} buffer on rank {owner}",
+                l.off + i
+            )));
+        }
+        if let (Some(race), Some(t)) = (race.as_deref_mut(), t) {
+            race.access(t, (owner, a, o), len, true, &what)?;
+        }
+        ends[k] = (a, o);
+    }
+    let ((a0, o0), (a1, o1)) = (ends[0], ends[1]);
+    let mine = mem[r].arenas[a0][o0..o0 + len].to_vec();
+    let theirs = mem[q].arenas[a1][o1..o1 + len].to_vec();
+    mem[r].arenas[a0][o0..o0 + len].copy_from_slice(&theirs);
+    mem[q].arenas[a1][o1..o1 + len].copy_from_slice(&mine);
+    Ok(())
 }
 
 #[allow(clippy::too_many_arguments)] // reason: the interpreter's whole state for one step

@@ -3,8 +3,9 @@
 //! A [`Plan`] holds, for every rank, a list of channels; a channel is an
 //! ordered list of [`Step`]s. A step is either a transfer ([`Xfer`]: read one
 //! or more sources, combine them with the reduction operator, write one or
-//! more destinations) or a one-sided synchronisation ([`Step::Signal`],
-//! [`Step::Wait`]). NCCL's primitives are all shapes of `Xfer`:
+//! more destinations), a one-sided synchronisation ([`Step::Signal`],
+//! [`Step::Wait`]), or an exchange with a peer's memory ([`Step::Swap`]).
+//! NCCL's primitives are all shapes of `Xfer`:
 //!
 //! | NCCL primitive            | sources              | destinations          |
 //! |---------------------------|----------------------|-----------------------|
@@ -142,6 +143,16 @@ pub enum Step {
     Wait {
         peer: Rank,
     },
+    /// Exchange `len` elements between this rank's `at` and `peer`'s
+    /// registered `peer_at`: element by element, both are read before
+    /// either is written, so two blocks trade places in one pass with no
+    /// scratch (in-place AllToAll). Both locations are read and written.
+    Swap {
+        at: Loc,
+        peer: Rank,
+        peer_at: Loc,
+        len: usize,
+    },
 }
 
 /// One channel's steps on one rank.
@@ -221,7 +232,8 @@ impl RankPlan {
                     x.srcs.iter().any(|s| matches!(s, Src::Remote { .. }))
                         || x.dsts.iter().any(|d| matches!(d, Dst::Remote { .. }))
                 }
-                _ => false,
+                Step::Swap { .. } => true,
+                Step::Signal { .. } | Step::Wait { .. } => false,
             })
     }
 
@@ -304,6 +316,17 @@ impl Plan {
                                 len: x.len,
                                 post: x.post,
                             }),
+                            Step::Swap {
+                                at,
+                                peer,
+                                peer_at,
+                                len,
+                            } => Step::Swap {
+                                at: shift(*at),
+                                peer: *peer,
+                                peer_at: shift(*peer_at),
+                                len: *len,
+                            },
                             other => other.clone(),
                         })
                         .collect();
@@ -363,6 +386,12 @@ impl fmt::Display for Step {
         match self {
             Step::Signal { peer } => write!(f, "signal({peer})"),
             Step::Wait { peer } => write!(f, "wait({peer})"),
+            Step::Swap {
+                at,
+                peer,
+                peer_at,
+                len,
+            } => write!(f, "{:<22}{at} <-> r{peer}:{peer_at}  x{len}", "swap"),
             Step::Xfer(x) => {
                 write!(f, "{:<22}", x.primitive_name())?;
                 for (i, s) in x.srcs.iter().enumerate() {

@@ -43,7 +43,8 @@ fn is_remote(s: &Step) -> bool {
             x.srcs.iter().any(|s| matches!(s, Src::Remote { .. }))
                 || x.dsts.iter().any(|d| matches!(d, Dst::Remote { .. }))
         }
-        _ => false,
+        Step::Swap { .. } => true,
+        Step::Signal { .. } | Step::Wait { .. } => false,
     }
 }
 
@@ -131,10 +132,15 @@ fn in_place_all_to_all_needs_the_swap() {
     let p = registered(CollKind::AllToAll, false);
     let m = plan_check_error(check_in_place(&p));
     assert!(m.contains("unordered"), "{m}");
-    // The in-place plan swaps through scratch and passes
+    // The in-place plan swaps blocks with no scratch and passes
     // (`tests/direct_alltoall.rs` pins it).
     let swapped = registered(CollKind::AllToAll, true);
-    assert!(swapped.ranks.iter().all(|r| r.bufs[2].len > 0));
+    assert!(swapped.ranks.iter().all(|r| r.bufs[2].len == 0));
+    assert!(swapped.ranks.iter().all(|r| r
+        .channels
+        .iter()
+        .flat_map(|c| &c.steps)
+        .any(|s| matches!(s, Step::Swap { .. }))));
     check_in_place(&swapped).unwrap();
 }
 
@@ -144,6 +150,21 @@ fn output_writes(p: &Plan) -> Vec<usize> {
     let mut w = vec![0; p.ranks.len()];
     for rp in &p.ranks {
         for s in rp.channels.iter().flat_map(|c| &c.steps) {
+            if let Step::Swap {
+                at,
+                peer,
+                peer_at,
+                len,
+                ..
+            } = *s
+            {
+                if at.buf.0 == 1 {
+                    w[rp.rank as usize] += len;
+                }
+                if peer_at.buf.0 == 1 {
+                    w[peer as usize] += len;
+                }
+            }
             if let Step::Xfer(x) = s {
                 for d in &x.dsts {
                     match *d {

@@ -1,18 +1,18 @@
 //! Registered all-pairs AllToAll in place: pairwise swaps. Pinned here:
-//! the shape (per channel an entry barrier, three one-operand steps per
-//! swap piece, an exit barrier), every moved element read once and written
-//! once in the buffers (the in-place floor) with the rank's own block
-//! untouched, scratch of one piece per channel carrying half the buffer
-//! bytes, the balance between ranks (n = 2..=16, odd n too), correctness in
-//! every type and on random shapes, and the checker's verdicts with either
-//! barrier removed. Out of place the plan still pulls (checked too).
+//! the shape (per channel an entry barrier, one `Step::Swap` per piece of
+//! each pair the rank owns, an exit barrier), no scratch, every moved
+//! element read once and written once in the buffers (the in-place floor)
+//! with the rank's own block untouched, the balance between ranks (n =
+//! 2..=16, odd n too), correctness in every type and on random shapes,
+//! and the checker's verdicts with either barrier removed or a pair
+//! swapped twice. Out of place the plan still pulls (checked too).
 
 mod common;
 
 use common::{is_sync, plan_check_error};
 use oxccl_core::gen::split;
 use oxccl_core::interp::check_in_place;
-use oxccl_core::plan::{Dst, Loc, Plan, Src, Step};
+use oxccl_core::plan::{Plan, Step};
 use oxccl_core::{generate, Algo, CollKind, Collective, DataType, PlanRequest, RedOp};
 use proptest::prelude::*;
 
@@ -25,76 +25,63 @@ fn plan(n: u32, count: usize, shape: (u32, usize)) -> Plan {
     generate(&request(n, count, shape, true)).unwrap()
 }
 
-/// Elements a rank's steps read and write, split by where they lie: the
-/// rank's or a peer's input/output buffer (one buffer in place), or
-/// scratch.
+/// Elements a rank's steps read and write in the buffers (input and
+/// output are one buffer in place), and in scratch.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 struct Traffic {
     buf_read: usize,
     buf_written: usize,
-    scratch_read: usize,
-    scratch_written: usize,
+    scratch: usize,
 }
 
 impl Traffic {
     fn of(p: &Plan, rank: usize) -> Self {
         let mut t = Traffic::default();
-        let is_scratch = |at: Loc| at.buf.0 == 2;
         for s in p.ranks[rank].channels.iter().flat_map(|c| &c.steps) {
-            let Step::Xfer(x) = s else { continue };
-            for src in &x.srcs {
-                let (Src::Local { at, .. } | Src::Remote { at, .. }) = *src else {
-                    panic!("FIFO source")
-                };
-                *if is_scratch(at) {
-                    &mut t.scratch_read
-                } else {
-                    &mut t.buf_read
-                } += x.len;
-            }
-            for dst in &x.dsts {
-                let (Dst::Local(at) | Dst::Remote { at, .. }) = *dst else {
-                    panic!("FIFO destination")
-                };
-                *if is_scratch(at) {
-                    &mut t.scratch_written
-                } else {
-                    &mut t.buf_written
-                } += x.len;
+            match s {
+                Step::Swap {
+                    at, peer_at, len, ..
+                } => {
+                    // Both blocks are read and both written.
+                    for l in [at, peer_at] {
+                        if l.buf.0 == 2 {
+                            t.scratch += 2 * len;
+                        } else {
+                            t.buf_read += len;
+                            t.buf_written += len;
+                        }
+                    }
+                }
+                Step::Xfer(x) => panic!("transfer in the in-place plan: {x:?}"),
+                Step::Signal { .. } | Step::Wait { .. } => {}
             }
         }
         t
     }
 }
 
-/// How often each element of each rank's buffer (input and output are one
-/// buffer in place) is read and written, by whichever rank's steps.
+/// How often each element of each rank's buffer is read and written, by
+/// whichever rank's steps.
 fn buffer_accesses(p: &Plan) -> (Vec<Vec<u32>>, Vec<Vec<u32>>) {
     let len = |r: usize| p.ranks[r].bufs[1].len;
     let mut reads: Vec<Vec<u32>> = (0..p.ranks.len()).map(|r| vec![0; len(r)]).collect();
     let mut writes = reads.clone();
     for rp in &p.ranks {
         for s in rp.channels.iter().flat_map(|c| &c.steps) {
-            let Step::Xfer(x) = s else { continue };
-            let bump = |tally: &mut Vec<Vec<u32>>, owner: u32, at: Loc| {
-                if at.buf.0 != 2 {
-                    for e in &mut tally[owner as usize][at.off..at.off + x.len] {
+            let Step::Swap {
+                at,
+                peer,
+                peer_at,
+                len,
+            } = *s
+            else {
+                continue;
+            };
+            for (owner, l) in [(rp.rank, at), (peer, peer_at)] {
+                for tally in [&mut reads, &mut writes] {
+                    for e in &mut tally[owner as usize][l.off..l.off + len] {
                         *e += 1;
                     }
-                }
-            };
-            for src in &x.srcs {
-                match *src {
-                    Src::Local { at, .. } => bump(&mut reads, rp.rank, at),
-                    Src::Remote { peer, at, .. } => bump(&mut reads, peer, at),
-                    Src::Recv { .. } => panic!("FIFO source"),
-                }
-            }
-            for dst in &x.dsts {
-                match *dst {
-                    Dst::Local(at) => bump(&mut writes, rp.rank, at),
-                    Dst::Remote { peer, at } => bump(&mut writes, peer, at),
-                    Dst::Send { .. } => panic!("FIFO destination"),
                 }
             }
         }
@@ -102,17 +89,16 @@ fn buffer_accesses(p: &Plan) -> (Vec<Vec<u32>>, Vec<Vec<u32>>) {
     (reads, writes)
 }
 
-/// Per channel: an entry barrier, then per swap piece three steps of one
-/// source and one destination (the peer's piece into scratch, the own
-/// piece into the peer's block, scratch into the own block, all at the
-/// matching offsets and no longer than the scratch), an exit barrier.
-fn shape(p: &Plan, count: usize, channels: u32, what: &str) {
+/// Per channel: an entry barrier, then swaps of one piece (at most `chunk`
+/// elements) of the rank's block q with block r of peer q's buffer, at the
+/// matching offsets inside the channel's range, then an exit barrier. No
+/// scratch.
+fn shape(p: &Plan, count: usize, channels: u32, chunk: usize, what: &str) {
     let n = p.nranks as usize;
     let ranges = split(count, channels as usize);
     for rp in &p.ranks {
         let r = rp.rank as usize;
-        let slot = rp.bufs[2].len / channels as usize;
-        assert_eq!(rp.bufs[2].len, slot * channels as usize, "{what}");
+        assert_eq!(rp.bufs[2].len, 0, "{what}: scratch");
         for (c, ch) in rp.channels.iter().enumerate() {
             let what = format!("{what} rank {r} channel {c}");
             if ranges[c].is_empty() {
@@ -130,55 +116,27 @@ fn shape(p: &Plan, count: usize, channels: u32, what: &str) {
                 ch.steps[ch.steps.len() - k..].iter().all(is_sync),
                 "{what}: exit"
             );
-            let middle = &ch.steps[k..ch.steps.len() - k];
-            assert_eq!(middle.len() % 3, 0, "{what}");
-            let tmp = Loc::scratch(c * slot);
-            for trio in middle.chunks(3) {
-                let xs: Vec<_> = trio
-                    .iter()
-                    .map(|s| match s {
-                        Step::Xfer(x) if x.srcs.len() == 1 && x.dsts.len() == 1 && !x.post => x,
-                        other => panic!("{what}: {other:?}"),
-                    })
-                    .collect();
-                let len = xs[0].len;
-                assert!(len <= slot && xs.iter().all(|x| x.len == len), "{what}");
-                let Src::Remote { peer, at, pre } = xs[0].srcs[0] else {
-                    panic!("{what}: {:?}", xs[0])
+            for s in &ch.steps[k..ch.steps.len() - k] {
+                let Step::Swap {
+                    at,
+                    peer,
+                    peer_at,
+                    len,
+                } = *s
+                else {
+                    panic!("{what}: {s:?}")
                 };
-                assert!(!pre && at.buf.0 == 0, "{what}");
-                let (q, o) = (peer as usize, at.off - r * count);
-                assert!(q != r && at.off >= r * count && o < count, "{what}");
+                let q = peer as usize;
+                assert!(q != r && q < n, "{what}: peer {q}");
+                assert!(len > 0 && len <= chunk, "{what}: length {len}");
+                assert_eq!(at.buf.0, 1, "{what}");
+                assert_eq!(peer_at.buf.0, 1, "{what}");
+                let o = at.off - q * count;
+                assert!(at.off >= q * count && o < count, "{what}");
+                assert_eq!(peer_at.off, r * count + o, "{what}");
                 assert!(
-                    ranges[c].contains(&o),
-                    "{what}: offset {o} outside the channel"
-                );
-                assert_eq!(xs[0].dsts[0], Dst::Local(tmp), "{what}");
-                let ours = q * count + o;
-                assert_eq!(
-                    (xs[1].srcs[0], xs[1].dsts[0]),
-                    (
-                        Src::Local {
-                            at: Loc::input(ours),
-                            pre: false
-                        },
-                        Dst::Remote {
-                            peer,
-                            at: Loc::output(r * count + o)
-                        }
-                    ),
-                    "{what}"
-                );
-                assert_eq!(
-                    (xs[2].srcs[0], xs[2].dsts[0]),
-                    (
-                        Src::Local {
-                            at: tmp,
-                            pre: false
-                        },
-                        Dst::Local(Loc::output(ours))
-                    ),
-                    "{what}"
+                    ranges[c].contains(&o) && ranges[c].contains(&(o + len - 1)),
+                    "{what}: offset {o}+{len} outside the channel"
                 );
             }
         }
@@ -187,10 +145,8 @@ fn shape(p: &Plan, count: usize, channels: u32, what: &str) {
 
 /// Bytes: in the buffers every element outside a rank's own block is read
 /// exactly once and written exactly once (the in-place floor, 2(n−1)·count
-/// per rank on average), the own block never; the scratch carries half as
-/// much as the buffers (each swapped element passes through it once), so
-/// at most 2·S per rank (S = n·count). Ranks differ by at most one swapped
-/// element (three reads and three writes, scratch included), and not at all
+/// per rank on average), the own block never, and nothing goes through
+/// scratch. Ranks differ by at most one swapped element, and not at all
 /// when n is odd or every channel's range is even (an opposite pair's odd
 /// range cannot be halved).
 fn bytes(p: &Plan, count: usize, channels: u32, what: &str) {
@@ -206,16 +162,12 @@ fn bytes(p: &Plan, count: usize, channels: u32, what: &str) {
     for (r, t) in t.iter().enumerate() {
         let what = format!("{what} rank {r}: {t:?}");
         assert_eq!(t.buf_read, t.buf_written, "{what}");
-        assert_eq!(t.scratch_read, t.scratch_written, "{what}");
-        assert_eq!(2 * t.scratch_read, t.buf_read, "{what}");
-        assert!(
-            t.scratch_read + t.scratch_written <= 2 * n * count,
-            "{what}"
-        );
+        assert_eq!(t.scratch, 0, "{what}");
     }
     let total: usize = t.iter().map(|t| t.buf_read).sum();
     assert_eq!(total, n * (n - 1) * count, "{what}: the floor");
-    let swapped: Vec<usize> = t.iter().map(|t| t.scratch_read).collect();
+    // Elements each rank swaps (each swap reads two).
+    let swapped: Vec<usize> = t.iter().map(|t| t.buf_read / 2).collect();
     let (lo, hi) = (swapped.iter().min(), swapped.iter().max());
     let even = n % 2 == 1
         || split(count, channels as usize)
@@ -232,7 +184,7 @@ fn swap_shape_bytes_and_balance() {
             for (channels, chunk) in [(1, 1 << 20), (4, 1 << 20), (3, 5), (16, 2)] {
                 let p = plan(n, count, (channels, chunk));
                 let what = format!("n {n} count {count} channels {channels} chunk {chunk}");
-                shape(&p, count, channels, &what);
+                shape(&p, count, channels, chunk, &what);
                 bytes(&p, count, channels, &what);
             }
         }
@@ -247,28 +199,14 @@ fn one_rank_in_place_does_nothing() {
     assert!(p.ranks[0].channels.iter().all(|c| c.steps.is_empty()));
 }
 
-/// The scratch is one piece per channel: the smaller of `chunk` and the
-/// swap piece (the constant that keeps it in L2), however large the count.
-#[test]
-fn scratch_is_one_piece_per_channel() {
-    let scratch = |count, shape| plan(8, count, shape).ranks[0].bufs[2].len;
-    // Small chunks: a piece is a chunk (or the whole channel if shorter).
-    assert_eq!(scratch(1000, (4, 7)), 4 * 7);
-    assert_eq!(scratch(10, (4, 7)), 4 * 3);
-    // Large chunks: a piece is capped, the same for any larger count.
-    let capped = scratch(1 << 24, (16, 1 << 24)) / 16;
-    assert!((1 << 12..=1 << 16).contains(&capped), "{capped}");
-    assert_eq!(scratch(1 << 26, (16, 1 << 24)), 16 * capped);
-    assert_eq!(scratch(1 << 24, (16, capped)), 16 * capped);
-    assert_eq!(scratch(1 << 24, (16, capped / 2)), 16 * (capped / 2));
-}
-
 /// The 8-rank sweep on one H200 (256 MiB of f32 per rank: count = 8 Mi
-/// elements per block, 16 channels, the facade's 4 MiB registered pieces,
-/// so the swap piece caps them): per rank
-/// 7/8·S read and 7/8·S written in the buffers (S = 8·count, the in-place
-/// floor) plus 7/16·S each way through scratch; the staged plan it replaces
-/// moved 14/8·S each way (every block into scratch and out again).
+/// elements per block, 16 channels, the facade's 4 MiB registered pieces):
+/// per rank 7/8·S read and 7/8·S written in the buffers (S = 8·count, the
+/// in-place floor) and nothing else, in one swap per owned pair and
+/// channel (3.5 pairs per rank: three owned, the opposite one halved). The
+/// plans before moved 14/8·S each way (staged through scratch) and then
+/// 7/16·S more each way through an L2-sized scratch piece, in ~196 steps
+/// per channel.
 #[test]
 fn eight_rank_sweep_bytes() {
     let count = 8 << 20;
@@ -280,15 +218,19 @@ fn eight_rank_sweep_bytes() {
             Traffic {
                 buf_read: 7 * count,
                 buf_written: 7 * count,
-                scratch_read: 7 * count / 2,
-                scratch_written: 7 * count / 2,
+                scratch: 0,
             },
             "rank {r}"
         );
+        for ch in &p.ranks[r].channels {
+            let swaps = ch
+                .steps
+                .iter()
+                .filter(|s| matches!(s, Step::Swap { .. }))
+                .count();
+            assert_eq!(swaps, 4, "rank {r}");
+        }
     }
-    let slot = p.ranks[0].bufs[2].len / 16;
-    // 8 ranks × 16 channels of 4-byte scratch pieces, well inside 50 MB.
-    assert!(8 * 16 * slot * 4 <= 16 << 20, "{slot}");
 }
 
 /// Full barriers at entry and exit, neither removable: without the exit
@@ -324,37 +266,19 @@ fn a_pair_swapped_twice_races() {
     let mirrored: Vec<Step> = p.ranks[0].channels[0]
         .steps
         .iter()
-        .filter_map(|s| match s {
-            Step::Xfer(x) => Some(x),
+        .filter_map(|s| match *s {
+            Step::Swap {
+                at, peer_at, len, ..
+            } => Some(Step::Swap {
+                at: peer_at,
+                peer: 0,
+                peer_at: at,
+                len,
+            }),
             _ => None,
         })
-        .map(|x| {
-            let mut y = x.clone();
-            let flip = |off: usize| (off + count) % (2 * count);
-            for s in &mut y.srcs {
-                match s {
-                    Src::Remote { peer, at, .. } => {
-                        *peer = 0;
-                        at.off = flip(at.off);
-                    }
-                    Src::Local { at, .. } if at.buf.0 != 2 => at.off = flip(at.off),
-                    _ => {}
-                }
-            }
-            for d in &mut y.dsts {
-                match d {
-                    Dst::Remote { peer, at } => {
-                        *peer = 0;
-                        at.off = flip(at.off);
-                    }
-                    Dst::Local(at) if at.buf.0 != 2 => at.off = flip(at.off),
-                    _ => {}
-                }
-            }
-            Step::Xfer(y)
-        })
         .collect();
-    assert_eq!(mirrored.len(), 3);
+    assert_eq!(mirrored.len(), 1);
     let steps = &mut bad.ranks[1].channels[0].steps;
     let k = 2 * (n as usize - 1);
     steps.splice(k..k, mirrored);

@@ -63,6 +63,7 @@ const K_REMOTE: u8 = 2;
 const S_XFER: u8 = 0;
 const S_SIGNAL: u8 = 1;
 const S_WAIT: u8 = 2;
+const S_SWAP: u8 = 3;
 const F_PRE: u8 = 1;
 const F_POST: u8 = 1;
 
@@ -140,6 +141,28 @@ pub fn encode(rp: &RankPlan) -> Result<Encoded> {
                     };
                     let idx = index_of(&mut e.sems, &mut sem_map, key);
                     e.steps.push((op, 0, 0, 0, idx, u64::from(*peer)));
+                }
+                Step::Swap {
+                    at,
+                    peer,
+                    peer_at,
+                    len,
+                } => {
+                    // Two operands: this rank's range, then the peer's.
+                    let first_op = small::<u32>(e.ops.len(), "operand index")?;
+                    for l in [at, peer_at] {
+                        if l.buf.0 as usize >= rp.bufs.len() {
+                            return Err(CudaError::Plan(format!(
+                                "channel {c} step {i}: buffer {} not declared",
+                                l.buf.0
+                            )));
+                        }
+                    }
+                    e.remote = true;
+                    e.ops.push((K_LOCAL, 0, at.buf.0, 0, at.off as u64));
+                    e.ops
+                        .push((K_REMOTE, 0, peer_at.buf.0, *peer, peer_at.off as u64));
+                    e.steps.push((S_SWAP, 2, 0, 0, first_op, *len as u64));
                 }
                 Step::Xfer(x) => {
                     if x.srcs.is_empty()
@@ -276,7 +299,7 @@ impl Encoded {
         for (i, &(op, ns, nd, fl, first, len)) in self.steps.iter().enumerate() {
             let at = i * 16;
             put(at, &[op, ns, nd, fl]);
-            if op == S_XFER {
+            if op == S_XFER || op == S_SWAP {
                 put(at + 4, &first.to_le_bytes());
                 put(at + 8, &len.to_le_bytes());
             } else {

@@ -17,8 +17,23 @@ use crate::HostBuf;
 #[derive(Debug)]
 pub(crate) enum Op {
     Xfer(XOp),
-    Signal { link: usize, peer: Rank },
-    Wait { link: usize, peer: Rank },
+    Signal {
+        link: usize,
+        peer: Rank,
+    },
+    Wait {
+        link: usize,
+        peer: Rank,
+    },
+    /// Exchange `len` elements at local `addr` with the peer's buffer
+    /// `buf` at element `off` (resolved at run time, as remote operands).
+    Swap {
+        addr: usize,
+        peer: Rank,
+        buf: usize,
+        off: usize,
+        len: usize,
+    },
 }
 
 /// A resolved transfer; `len` in elements.
@@ -187,6 +202,25 @@ pub(crate) fn compile(
                     link: link(c, peer_ok(peer)?, me),
                     peer,
                 },
+                Step::Swap {
+                    at: l,
+                    peer,
+                    peer_at,
+                    len,
+                } => {
+                    if peer_ok(peer)? == me {
+                        return Err(at("swaps with itself".into()));
+                    }
+                    // Plans are symmetric: the peer's buffer has our declaration.
+                    local(peer_at, len, true)?;
+                    Op::Swap {
+                        addr: local(l, len, true)?,
+                        peer,
+                        buf: peer_at.buf.0 as usize,
+                        off: peer_at.off,
+                        len,
+                    }
+                }
                 Step::Xfer(ref x) => {
                     if x.srcs.is_empty() {
                         return Err(at("transfer without a source".into()));

@@ -165,6 +165,23 @@ impl<T: Element> Runner<'_, T> {
                 what: "signal",
             })),
             Op::Xfer(ref x) => self.try_xfer(c, s, x),
+            Op::Swap {
+                addr,
+                peer,
+                buf,
+                off,
+                len,
+            } => {
+                let theirs = self.remote(peer, c, s, buf, off, len)?;
+                // SAFETY: `addr` was bounds- and alignment-checked by
+                // `compile` against this rank's buffers, `theirs` against
+                // the peer's published buffers of this call; a peer's
+                // memory is disjoint from ours, and the plan's barriers
+                // (checked by `oxccl_core::interp`) keep every other
+                // access to both ranges out of this step's way.
+                unsafe { crate::kernel::swap(addr as *mut T, theirs as *mut T, len) };
+                Ok(None)
+            }
         }
     }
 

@@ -187,6 +187,19 @@ fn fold<T: Element>(acc: &mut [T], src: &[T], base: BaseOp, scale: Option<T>) {
     }
 }
 
+/// Exchanges `len` elements between `a` and `b` (a [`oxccl_core::plan::Step::Swap`]).
+///
+/// # Safety
+/// `a` and `b` must each be valid for reads and writes of `len` elements
+/// and must not overlap (`compile` rejects a swap with the rank itself,
+/// and a peer's buffer is never this rank's); no other thread may access
+/// either range meanwhile (the plan's barriers order every other access).
+pub(crate) unsafe fn swap<T: Element>(a: *mut T, b: *mut T, len: usize) {
+    debug_assert!(!overlaps(a.cast_const(), b.cast_const(), len) || len == 0);
+    // SAFETY: caller's contract: both valid, disjoint, unshared.
+    unsafe { ptr::swap_nonoverlapping(a, b, len) };
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

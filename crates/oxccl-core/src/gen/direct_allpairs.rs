@@ -90,19 +90,20 @@
 //! r (mod n); with even n the opposite pair (n/2 apart) is split, each of
 //! the two swapping half of the channel's range (which half alternates by
 //! channel), so every rank swaps (n−1)/2 blocks' worth, give or take one
-//! element. Piece by piece (at most `SWAP_PIECE` or `chunk` elements) the
-//! owner copies the peer's piece into its scratch, its own piece into the
-//! peer's block (`Dst::Remote`), and the scratch into its own block. No
-//! other rank touches either block, so entry and exit barriers suffice, as
-//! for the others; `check_in_place` proves it and reports either barrier
-//! removed. Block r of r's buffer stays put. Every moved byte is read once
-//! and written once in the buffers, the in-place floor (2(n−1)·B per rank,
-//! B = `count` elements); the scratch adds (n−1)·B per rank, one piece per
-//! channel, small enough to stay in L2 (`SWAP_PIECE` says why). The staged
-//! plan this replaces pulled every piece of all n−1 blocks into (n−1)
-//! pieces of scratch, a barrier per piece, then copied them out: 4(n−1)·B
-//! per rank, all of it reaching HBM when pieces were large (56% of the
-//! floor on an H200, 8 ranks, 256 MiB).
+//! element. The owner swaps each of its pairs with one `Step::Swap` per
+//! piece: element by element it reads its block and the peer's, then
+//! writes each into the other, so every moved byte is read once and
+//! written once, the in-place floor (2(n−1)·B per rank, B = `count`
+//! elements), in one pass with no scratch. No other rank touches either
+//! block, so entry and exit barriers suffice, as for the others;
+//! `check_in_place` proves it and reports either barrier removed. Block r
+//! of r's buffer stays put. Two earlier plans reached less on an H200 (8
+//! ranks, 256 MiB): pulling every piece of the n−1 blocks into scratch and
+//! copying it out moved 4(n−1)·B per rank (56% of the floor), and swapping
+//! through one L2-sized piece of scratch per channel (peer's piece into
+//! scratch, own piece into the peer's block, scratch into own block: three
+//! dependent copies with block barriers between them per piece) reached
+//! 74–78% whatever the piece size (16 Ki–128 Ki elements).
 //!
 //! Steps per piece of up to `chunk` elements of each block (Reduce and
 //! pushed Broadcast: of the rank's block of the channel's range), per
@@ -113,7 +114,7 @@
 //! | AllGather, n ≤ 32 | 1 copy of its input into n outputs (n−1 peers' in place) |
 //! | AllGather, n > 32 | n−1 gets + 1 own copy (none in place)         |
 //! | ReduceScatter | 1 reduce_from of n sources                        |
-//! | AllToAll      | n−1 gets + 1 own copy (in place: per piece of each swap it owns, get into scratch, put its own piece, copy scratch into its block) |
+//! | AllToAll      | n−1 gets + 1 own copy (in place: 1 swap per piece of each pair it owns) |
 //! | Broadcast, n ≤ 32 | 1 get (root: copy) of its block of the root's input into n outputs (all but the root's in place) |
 //! | Broadcast, n > 32 | non-roots 1 get; root 1 copy (none in place)  |
 //! | Scatter       | non-roots 1 get; root 1 copy (none in place)      |
@@ -127,7 +128,7 @@
 use std::ops::Range;
 
 use super::direct::{block, inputs_in_rank_order, MAX_PUSH_RANKS};
-use super::{local, out, pieces, set_scratch, split, PlanRequest, Steps};
+use super::{local, out, pieces, split, PlanRequest, Steps};
 use crate::coll::CollKind;
 use crate::error::CoreError;
 use crate::plan::{Channel, Dst, Loc, Rank, RankPlan, Src, Step};
@@ -136,11 +137,6 @@ pub(super) fn build(req: &PlanRequest, rank: Rank, rp: &mut RankPlan) -> Result<
     let n = req.nranks;
     let ranges = split(req.coll.count, req.channels as usize);
     let swapped = req.coll.kind == CollKind::AllToAll && req.in_place && n > 1;
-    // In-place AllToAll: one swap piece of scratch per channel.
-    let slot = ranges.first().map_or(0, |r| r.len().min(swap_piece(req)));
-    if swapped {
-        set_scratch(rp, slot * ranges.len());
-    }
     let peers: Vec<Rank> = (1..n).map(|k| (rank + k) % n).collect();
     let root = req.coll.root;
     // Whose memory this rank reads, and who reads this rank's memory.
@@ -163,7 +159,7 @@ pub(super) fn build(req: &PlanRequest, rank: Rank, rp: &mut RankPlan) -> Result<
         let mut s = Steps::default();
         if !range.is_empty() {
             if swapped {
-                g.all_to_all_swapped(ch, range, ch * slot, &mut s);
+                g.all_to_all_swapped(ch, range, &mut s);
             } else if req.coll.kind == CollKind::Reduce {
                 g.reduce_into_root(range, &mut s);
             } else if push {
@@ -183,31 +179,6 @@ pub(super) fn build(req: &PlanRequest, rank: Rank, rp: &mut RankPlan) -> Result<
 fn pushes(req: &PlanRequest) -> bool {
     matches!(req.coll.kind, CollKind::Broadcast | CollKind::AllGather)
         && req.nranks <= MAX_PUSH_RANKS
-}
-
-/// Largest piece (elements) an in-place AllToAll swaps through its scratch
-/// in one go; each channel's scratch holds one such piece.
-///
-/// Why this size: the scratch is there only to hold a piece between
-/// reading it from the peer and writing it into this rank's own block, so
-/// its bytes must stay in L2 (50 MB on an H200) and never reach HBM, or the
-/// swap would move the staged plan's bytes again. With 8 ranks × 16
-/// channels on one GPU that is 128 pieces: 16 MiB of scratch for 4-byte
-/// types (32 MiB for 8-byte ones). Between writing a piece into scratch and
-/// reading it back each channel streams about three more pieces of buffer
-/// lines through L2 (the rest of the remote read, then the local read and
-/// remote write of the middle step), so the scratch may take only a part
-/// of L2: 64 Ki elements (32 MiB of scratch at 4 bytes) would leave too
-/// little. Smaller pieces mean more steps, and each step has a fixed cost
-/// (operand resolution, two block barriers, the first loads' latency), so
-/// a piece should stay several times the 32 KiB a 512-thread block has in
-/// flight per pass: 128 KiB at 4 bytes. Neither side is measured yet: this
-/// is the knob to turn on a GPU.
-const SWAP_PIECE: usize = 1 << 15;
-
-/// Elements per swap piece, and per channel of scratch.
-fn swap_piece(req: &PlanRequest) -> usize {
-    req.chunk.min(SWAP_PIECE)
 }
 
 /// Which part of the swap of blocks with `peer` this rank does, as a
@@ -405,16 +376,12 @@ impl AllPairs<'_> {
 
     /// In-place AllToAll: block q of rank r's buffer and block r of q's
     /// trade places, so each pair of blocks is one swap, done by one rank
-    /// (`swap_share`) piece by piece through one piece of scratch at
-    /// `base`: copy the peer's piece into scratch, this rank's piece into
-    /// the peer's block, scratch into this rank's block. Only the swapping
-    /// rank touches either block, so the only synchronisation is a full
-    /// barrier at entry (the peer's buffer holds its input) and at exit
-    /// (the peer returns only once its block is done with). Block `rank`
-    /// stays where it is.
-    fn all_to_all_swapped(&self, channel: usize, range: Range<usize>, base: usize, s: &mut Steps) {
+    /// (`swap_share`) piece by piece. Only the swapping rank touches either
+    /// block, so the only synchronisation is a full barrier at entry (the
+    /// peer's buffer holds its input) and at exit (the peer returns only
+    /// once its block is done with). Block `rank` stays where it is.
+    fn all_to_all_swapped(&self, channel: usize, range: Range<usize>, s: &mut Steps) {
         let (n, rank) = (self.req.nranks, self.rank);
-        let tmp = Loc::scratch(base);
         s.barrier(rank, n);
         for &q in &self.peers {
             let Some((part, parts)) = swap_share(n, rank, q, channel) else {
@@ -422,16 +389,16 @@ impl AllPairs<'_> {
             };
             let mine = &split(range.len(), parts)[part];
             let span = range.start + mine.start..range.start + mine.end;
-            for p in pieces(span, swap_piece(self.req)) {
-                let (o, l) = (p.start, p.len());
-                let (theirs, ours) = (self.block(rank, o), self.block(q, o));
-                s.mv(get(q, theirs), vec![Dst::Local(tmp)], l);
-                let peer_block = Dst::Remote {
-                    peer: q,
-                    at: Loc::output(theirs),
-                };
-                s.mv(local(Loc::input(ours)), vec![peer_block], l);
-                s.mv(local(tmp), vec![out(ours)], l);
+            for p in pieces(span, self.req.chunk) {
+                let (o, len) = (p.start, p.len());
+                if len > 0 {
+                    s.0.push(Step::Swap {
+                        at: Loc::output(self.block(q, o)),
+                        peer: q,
+                        peer_at: Loc::output(self.block(rank, o)),
+                        len,
+                    });
+                }
             }
         }
         s.barrier(rank, n);

@@ -218,12 +218,12 @@ pub fn without_handshakes(
     let own = |s: &Step| match s {
         Step::Signal { .. } => at_entry,
         Step::Wait { .. } => !at_entry,
-        Step::Xfer(_) => false,
+        Step::Xfer(_) | Step::Swap { .. } => false,
     };
     let theirs = |s: &Step| match *s {
         Step::Signal { peer } => !at_entry && peer == t,
         Step::Wait { peer } => at_entry && peer == t,
-        Step::Xfer(_) => false,
+        Step::Xfer(_) | Step::Swap { .. } => false,
     };
     let q = strip(p, |r| r == t, |s, i| !(part(s, i) && own(&s[i])));
     strip(&q, |r| r != t, |s, i| !(part(s, i) && theirs(&s[i])))
