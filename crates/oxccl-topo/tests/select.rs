@@ -1,7 +1,7 @@
 //! Selector picks on a few points, overrides, rings and calibration.
 
 use oxccl_core::{Algo, CollKind, Proto};
-use oxccl_topo::calibrate::{fit, parse_sweep};
+use oxccl_topo::calibrate::{fit, fit_fifo, parse_sweep};
 use oxccl_topo::select::Selector;
 use oxccl_topo::Topology;
 
@@ -265,12 +265,16 @@ fn calibration_fits_each_collective_and_picks_the_measured_fastest() {
     let cal = s.clone().with_constants(fit(&s, &sweep));
     assert!(cal.constants().avoid.is_empty());
     // Every measured point is reproduced by its own collective's fit
-    // (ring AllReduce has two points: the fit is their median).
+    // (ring AllReduce has two points: the fit is their median), the
+    // registered ones by `fit`, the FIFO variants' by `fit_fifo`.
+    let fifo_cal = s.clone().with_constants(fit_fifo(&s, &sweep));
     for r in sweep.results.iter().filter(|r| r.algo != "ring") {
         let kind: CollKind = r.coll.parse().unwrap();
         let algo: Algo = r.algo.parse().unwrap();
-        let p = cal
-            .predict(kind, algo, Proto::Simple, r.channels, r.bytes as usize, 8)
+        let proto: Proto = r.proto.parse().unwrap();
+        let by = if r.registered { &cal } else { &fifo_cal };
+        let p = by
+            .predict(kind, algo, proto, r.channels, r.bytes as usize, 8)
             .unwrap();
         assert!((p - r.time_us).abs() < 0.01 * r.time_us, "{r:?}: {p}");
     }
@@ -332,6 +336,104 @@ fn a_sweeps_avoid_list_keeps_its_variants_out() {
     let json = r#"{"nranks":8,"results":[],"avoid":[{"coll":"allgather","algo":"allpairs"}]}"#;
     let consts = fit(&s, &parse_sweep(json).unwrap());
     assert!(consts.avoids(CollKind::AllGather, Algo::AllPairs));
+}
+
+#[test]
+fn small_points_reach_the_view_that_runs_their_plan() {
+    // Session 3 run 1, 8 B AllReduce on 8 ranks sharing one H200, eager:
+    // registered direct one-shot 17.02 µs, FIFO one-shot 14.02 (LL) and
+    // 17.71 (Simple); empty-plan floor 10.69.
+    let s = Selector::new(&Topology::preset("single-gpu", 1).unwrap(), &[0; 8]);
+    let registered = s.clone().with_constants(oxccl_topo::consts::Constants {
+        direct_fifo_free: true,
+        ..s.constants().clone()
+    });
+    let sweep = builtin();
+    assert_eq!(sweep.launch_floor_us, Some(10.69));
+    let reg = registered.clone().with_constants(fit(&registered, &sweep));
+    let fifo = s.clone().with_constants(fit_fifo(&registered, &sweep));
+    assert!(!fifo.constants().direct_fifo_free);
+    let t = |sel: &Selector, algo, proto, bytes| {
+        sel.predict(CollKind::AllReduce, algo, proto, 1, bytes, 8)
+            .unwrap()
+    };
+    let near = |got: f64, want: f64| (got - want).abs() < 0.05;
+    assert!(near(t(&reg, Algo::OneShot, Proto::Simple, 8), 17.02));
+    assert!(near(t(&fifo, Algo::OneShot, Proto::LL, 8), 14.02));
+    assert!(near(t(&fifo, Algo::OneShot, Proto::Simple, 8), 17.71));
+    // The registered view does not see the FIFO points, nor the FIFO
+    // view the registered one-shot's: its large point's bandwidth is not
+    // the FIFO variant's, which takes the ring's.
+    assert!(!near(t(&reg, Algo::OneShot, Proto::LL, 8), 14.02));
+    let ring = fifo
+        .constants()
+        .correction_for(CollKind::AllReduce, Algo::Ring, Proto::Simple);
+    let one = fifo
+        .constants()
+        .correction_for(CollKind::AllReduce, Algo::OneShot, Proto::Simple);
+    assert_eq!(one.1, ring.1);
+    assert!(near(one.0, 17.71 - 10.8), "{one:?}");
+    // What no small point timed pays the launch floor over the model:
+    // ring and trees in both views, the two-shot's FIFO variant too.
+    let plain = |algo, proto| {
+        s.predict(CollKind::AllReduce, algo, proto, 1, 0, 8)
+            .unwrap()
+    };
+    for algo in [
+        Algo::Ring,
+        Algo::BinaryTree,
+        Algo::DoubleBinaryTree,
+        Algo::Chain,
+    ] {
+        for sel in [&reg, &fifo] {
+            let got = sel
+                .predict(CollKind::AllReduce, algo, Proto::LL, 1, 0, 8)
+                .unwrap();
+            assert!(near(got, plain(algo, Proto::LL) + 10.69), "{algo}: {got}");
+        }
+    }
+    let got = t(&fifo, Algo::TwoShot, Proto::LL, 0);
+    assert!(near(got, plain(Algo::TwoShot, Proto::LL) + 10.69), "{got}");
+    // So at 8 B the FIFO one-shot under LL is the fastest of everything
+    // either view times, and the direct one-shot the registered view's.
+    let best = |sel: &Selector| sel.choose(CollKind::AllReduce, 8, 8, &Algo::ALL, &PROTOS);
+    let c = best(&fifo);
+    assert_eq!((c.algo, c.proto), (Algo::OneShot, Proto::LL), "{c}");
+    let c = reg.choose(CollKind::AllReduce, 8, 8, &Algo::ALL, &[Proto::Simple]);
+    assert_eq!(c.algo, Algo::OneShot, "{c}");
+    assert!(c.predicted_us > best(&fifo).predicted_us + 2.5, "{c}");
+}
+
+#[test]
+fn old_sweeps_parse_as_registered_with_no_launch_floor() {
+    let s = Selector::new(&Topology::preset("single-gpu", 1).unwrap(), &[0; 8]);
+    let json = r#"{"nranks":8,"results":[
+        {"coll":"allreduce","bytes":8,"algo":"oneshot","proto":"simple","time_us":20.0},
+        {"coll":"allreduce","bytes":8,"algo":"ring","proto":"ll","time_us":30.0}]}"#;
+    let sweep = parse_sweep(json).unwrap();
+    assert!(sweep
+        .results
+        .iter()
+        .all(|r| r.registered && r.channels == 1));
+    assert_eq!(sweep.launch_floor_us, None);
+    let consts = fit(&s, &sweep);
+    // Without a floor, only what was measured is corrected.
+    assert_eq!(consts.correction(Algo::TwoShot, Proto::Simple), (0.0, 1.0));
+    assert_eq!(consts.correction(Algo::Ring, Proto::Simple), (0.0, 1.0));
+    let p = s
+        .clone()
+        .with_constants(consts)
+        .predict(CollKind::AllReduce, Algo::OneShot, Proto::Simple, 1, 8, 8)
+        .unwrap();
+    assert!((p - 20.0).abs() < 0.01, "{p}");
+    // A registered point stays out of the FIFO view, whose one-shot takes
+    // the ring's measured correction of that protocol instead.
+    let fifo = fit_fifo(&s, &sweep);
+    assert_eq!(
+        fifo.correction(Algo::OneShot, Proto::LL),
+        fifo.correction(Algo::Ring, Proto::LL)
+    );
+    assert_eq!(fifo.correction(Algo::OneShot, Proto::Simple), (0.0, 1.0));
 }
 
 /// The built-in calibration for 8 ranks sharing one H200.

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use oxccl_core::plan::{BufRole, RankPlan};
 use oxccl_core::{Algo, CollKind, Collective, CoreError, DataType, Element, RedOp};
+use oxccl_topo::consts::is_direct;
 
 use crate::backend::{self, Backend, BackendKind, BackendOptions, Launch, RawBuf};
 use crate::buffer::{Buffer, In, Out};
@@ -405,7 +406,9 @@ impl Communicator {
     }
 
     /// Chooses and fetches (generating on first use) the shared plan for
-    /// a checked call.
+    /// a checked call: the registered direct plan where the choice says
+    /// [`Choice::direct`], else the FIFO one (on registered buffers too,
+    /// where the FIFO variant under LL was predicted faster).
     fn plan_for(&self, c: &Checked, elem_size: usize) -> Result<(Arc<PlanEntry>, Choice)> {
         let cl = &self.clique;
         let bytes = c.coll.bytes(cl.nranks, elem_size);
@@ -421,20 +424,28 @@ impl Communicator {
         let mut others: Option<std::vec::IntoIter<Algo>> = None;
         let mut algo = choice.algo;
         loop {
+            // The pick runs the variant it names; a fallback, the direct
+            // plan where the buffers allow one.
+            let direct = if algo == choice.algo {
+                choice.direct
+            } else {
+                registered && is_direct(algo)
+            };
             let key = PlanKey {
                 coll: c.coll,
                 elem_size,
                 algo,
                 channels: choice.channels,
-                chunk: piece_elems(algo, registered, fifo_chunk, elem_size, &cl.config),
+                chunk: piece_elems(algo, direct, fifo_chunk, elem_size, &cl.config),
                 fifo_chunk,
                 in_place: c.in_place,
-                registered,
+                registered: direct,
             };
             match cl.plans.get(cl.nranks, key) {
                 Ok(entry) => {
                     if algo != choice.algo {
                         choice.algo = algo;
+                        choice.direct = direct;
                         choice.predicted_us = None;
                     }
                     return Ok((entry, choice));

@@ -106,6 +106,7 @@ mod tests {
                 algo: Algo::Ring,
                 proto: Proto::Simple,
                 channels: 1,
+                direct: false,
                 predicted_us: None,
                 forced: false,
             },

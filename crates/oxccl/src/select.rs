@@ -36,6 +36,12 @@ pub struct Choice {
     pub algo: Algo,
     pub proto: Proto,
     pub channels: u32,
+    /// Whether the plan is a registered direct one: one-shot, two-shot or
+    /// all-pairs reading and writing peers' buffers in place, with no FIFO
+    /// (and so no protocol at work). `false` for every FIFO plan, the
+    /// FIFO variants of those three included, which a call on registered
+    /// buffers takes under LL where the model predicts it faster.
+    pub direct: bool,
     /// The cost model's prediction in µs (`None` where the model does not
     /// time the combination an override forced).
     pub predicted_us: Option<f64>,
@@ -45,13 +51,15 @@ pub struct Choice {
 
 impl std::fmt::Display for Choice {
     /// `algo ring proto simple channels 2 predicted 12.3 us`, then
-    /// ` (override)` when the configuration restricted the choice.
+    /// ` (override)` when the configuration restricted the choice. A
+    /// one-shot, two-shot or all-pairs running its FIFO variant is marked
+    /// after its protocol: `algo oneshot proto ll (fifo) channels 1 ...`.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "algo {} proto {} channels {} predicted ",
-            self.algo, self.proto, self.channels
-        )?;
+        write!(f, "algo {} proto {}", self.algo, self.proto)?;
+        if is_direct(self.algo) && !self.direct {
+            f.write_str(" (fifo)")?;
+        }
+        write!(f, " channels {} predicted ", self.channels)?;
         match self.predicted_us {
             Some(us) => write!(f, "{us:.1} us")?,
             None => f.write_str("n/a")?,
@@ -77,8 +85,9 @@ const ALGO_ORDER: [Algo; 7] = [
 
 /// The algorithms `config` allows for `kind` that have a generator, in
 /// preference order. Registration does not remove any: one-shot, two-shot
-/// and all-pairs have FIFO variants too, and the plan key's `registered`
-/// flag picks the direct variant only for registered buffers.
+/// and all-pairs have FIFO variants too, and a choice's
+/// [`Choice::direct`] (which becomes the plan key's `registered` flag)
+/// picks the direct variant, only ever for registered buffers.
 pub(crate) fn allowed_algos(config: &Config, kind: CollKind) -> Vec<Algo> {
     config
         .algo
@@ -139,9 +148,13 @@ fn host_constants(nranks: u32, registered: bool) -> Constants {
 /// The selectors of one communicator set and what its backend runs.
 #[derive(Debug)]
 pub(crate) struct Chooser {
-    /// For calls on registered buffers (`comm.alloc`).
+    /// Times the plans of calls on registered buffers (`comm.alloc`): the
+    /// direct plans of one-shot, two-shot and all-pairs, and the FIFO
+    /// algorithms (ring, chain, trees).
     registered: Selector,
-    /// For calls on plain slices (host backend only).
+    /// Times FIFO variants: every plan of a call on plain slices (host
+    /// backend only), and the FIFO variants of the direct algorithms that
+    /// a call on registered buffers may take under LL.
     fifo: Selector,
     /// Protocols the backend executes.
     protos: &'static [Proto],
@@ -176,8 +189,11 @@ fn gpu_constants(selector: &Selector, max_channels: u32) -> Constants {
 
 /// The (registered, FIFO) selectors of a GPU backend. Where
 /// `oxccl_topo::calibrate` has a built-in calibration for the placement
-/// (today: ranks sharing one H200), the registered one is fitted to it and
-/// the FIFO one keeps only its ring corrections ([`Constants::for_fifo`]).
+/// (today: ranks sharing one H200), each is fitted to the points that
+/// time its plans ([`oxccl_topo::calibrate::fit`] the registered direct
+/// ones, [`oxccl_topo::calibrate::fit_fifo`] the FIFO variants; ring and
+/// trees count in both), so the FIFO one-shot's measured latency under LL
+/// reaches the FIFO selector and the direct one-shot's the registered one.
 /// On one GPU the HBM copy rate is the floor, and what counts is how many
 /// bytes an algorithm moves: registered two-shot AllReduce moves about
 /// 2·S per rank and ran 1115 µs at 256 MiB on 8 ranks, the FIFO ring about
@@ -195,18 +211,19 @@ fn gpu_selectors(
         ..fifo.clone()
     };
     let reg = selector.clone().with_constants(registered);
+    let fifo = selector.with_constants(fifo);
     match oxccl_topo::calibrate::builtin_for(topo, gpus) {
         Some(sweep) => {
-            // Fitted against the FIFO-free direct latencies the
-            // registered selector times with.
-            let fitted = oxccl_topo::calibrate::fit(&reg, &sweep);
-            let fifo = fitted.for_fifo();
+            // Each fitted against the model it times with: FIFO-free
+            // direct latencies for the registered one, FIFO ones else.
+            let registered = oxccl_topo::calibrate::fit(&reg, &sweep);
+            let fifo_fitted = oxccl_topo::calibrate::fit_fifo(&fifo, &sweep);
             (
-                selector.clone().with_constants(fitted),
-                selector.with_constants(fifo),
+                reg.with_constants(registered),
+                fifo.with_constants(fifo_fitted),
             )
         }
-        None => (reg, selector.with_constants(fifo)),
+        None => (reg, fifo),
     }
 }
 
@@ -289,11 +306,6 @@ impl Chooser {
         bytes: usize,
         registered: bool,
     ) -> Result<Choice> {
-        let selector = if registered {
-            &self.registered
-        } else {
-            &self.fifo
-        };
         let algos = allowed_algos(config, kind);
         if algos.is_empty() {
             return Err(Error::NoAlgorithm {
@@ -305,10 +317,13 @@ impl Chooser {
         let forced = config.channels.is_some()
             || Algo::ALL.iter().any(|&a| !config.algo.allows(kind, a))
             || Proto::ALL.iter().any(|&p| !config.proto.allows(kind, p));
-        let candidates = candidates(&algos, &protos, registered);
-        let pick = selector
-            .choose_among(kind, bytes, self.nranks, &candidates)
-            .unwrap_or_else(|| selector.choose(kind, bytes, self.nranks, &algos, &protos));
+        let n = self.nranks;
+        let (pick, direct) = self
+            .best(kind, bytes, registered, &algos, &protos)
+            .unwrap_or_else(|| {
+                let selector = self.timer(registered, false);
+                (selector.choose(kind, bytes, n, &algos, &protos), false)
+            });
         // The selector falls back to Ring when the model times nothing
         // allowed; an override must still win, so keep to the allowed lists.
         let algo = if algos.contains(&pick.algo) {
@@ -321,6 +336,12 @@ impl Chooser {
         } else {
             protos[0]
         };
+        // A replaced algorithm runs the plan its buffers allow.
+        let direct = if algo == pick.algo {
+            direct
+        } else {
+            registered && is_direct(algo)
+        };
         let channels = match config.channels {
             Some(c) => c.clamp(1, self.max_channels),
             None => pick.channels.clamp(1, self.max_channels),
@@ -328,30 +349,77 @@ impl Chooser {
         let predicted_us = if (algo, proto, channels) == (pick.algo, pick.proto, pick.channels) {
             Some(pick.predicted_us).filter(|t| t.is_finite())
         } else {
-            selector.predict(kind, algo, proto, channels, bytes, self.nranks)
+            self.timer(registered, is_direct(algo) && !direct)
+                .predict(kind, algo, proto, channels, bytes, n)
         };
         Ok(Choice {
             algo,
             proto,
             channels,
+            direct,
             predicted_us,
             forced,
         })
     }
+
+    /// The model's best plan for the call and whether it is a registered
+    /// direct one; `None` when the model times no candidate. On registered
+    /// buffers the registered selector's best (direct plans, FIFO
+    /// algorithms) meets the FIFO selector's best FIFO variant of a direct
+    /// algorithm under a FIFO protocol ([`fifo_variants`]); a tie keeps
+    /// the direct plan.
+    fn best(
+        &self,
+        kind: CollKind,
+        bytes: usize,
+        registered: bool,
+        algos: &[Algo],
+        protos: &[Proto],
+    ) -> Option<(oxccl_topo::select::Choice, bool)> {
+        let n = self.nranks;
+        let own = self
+            .timer(registered, false)
+            .choose_among(kind, bytes, n, &candidates(algos, protos, registered))
+            .map(|c| (c, registered && is_direct(c.algo)));
+        if !registered {
+            return own;
+        }
+        let fifo = self
+            .fifo
+            .choose_among(kind, bytes, n, &fifo_variants(algos, protos))
+            .map(|c| (c, false));
+        match (own, fifo) {
+            (Some(a), Some(b)) if b.0.predicted_us < a.0.predicted_us => Some(b),
+            (None, b) => b,
+            (a, _) => a,
+        }
+    }
+
+    /// The selector that times a plan: the registered one for calls on
+    /// registered buffers, except for the FIFO variant of a direct
+    /// algorithm, which the FIFO one times as it does every plan on plain
+    /// slices.
+    fn timer(&self, registered: bool, fifo_variant: bool) -> &Selector {
+        if registered && !fifo_variant {
+            &self.registered
+        } else {
+            &self.fifo
+        }
+    }
 }
 
-/// The (algorithm, protocol) pairs the model compares for a call. On
-/// registered buffers one-shot, two-shot and all-pairs run their direct
-/// plans, which read and write peers' buffers with no FIFO connection; a
-/// protocol only shapes FIFO traffic (the CUDA executor's LL flag changes
-/// nothing else), so those plans run alike under any protocol and are
-/// timed and reported under Simple only. Timing them under LL would credit
-/// them the model's lower LL latency they do not get: on the H200, 8 B
-/// AllReduce on 8 ranks ran 15.6 µs eager / 7.8 µs in a graph as a
-/// registered one-shot against 14.8 / 8.5 µs for the FIFO one-shot
-/// under LL. FIFO algorithms keep every allowed protocol. Where the
-/// configuration allows no Simple, the direct plans keep the allowed ones
-/// (the override is honoured, and changes nothing in how they run).
+/// The (algorithm, protocol) pairs the selector of a call's buffers
+/// compares. On registered buffers one-shot, two-shot and all-pairs run
+/// their direct plans here, which read and write peers' buffers with no
+/// FIFO connection; a protocol only shapes FIFO traffic (the CUDA
+/// executor's LL flag changes nothing else), so those plans run alike
+/// under any protocol and are timed and reported under Simple only.
+/// Timing them under LL would credit them a FIFO protocol's latency they
+/// do not get; their FIFO variants under LL are candidates of their own
+/// ([`fifo_variants`]), timed as FIFO plans. Where the configuration
+/// allows no Simple, the direct plans keep the allowed protocols (the
+/// override is honoured, and changes nothing in how they run). FIFO
+/// algorithms keep every allowed protocol.
 fn candidates(algos: &[Algo], protos: &[Proto], registered: bool) -> Vec<(Algo, Proto)> {
     let simple_only = registered && protos.contains(&Proto::Simple);
     algos
@@ -363,6 +431,28 @@ fn candidates(algos: &[Algo], protos: &[Proto], registered: bool) -> Vec<(Algo, 
                 protos
             };
             ps.iter().map(move |&p| (a, p))
+        })
+        .collect()
+}
+
+/// The FIFO variants a call on registered buffers may take besides the
+/// direct plans: one-shot, two-shot and all-pairs under each allowed
+/// protocol other than Simple (under Simple the direct plan is kept: on
+/// the H200 it ran faster than the FIFO variant). Tiny calls are where
+/// they pay: 8 B AllReduce on 8 ranks sharing one H200 ran 14.02 µs per
+/// eager call as the FIFO one-shot under LL against 17.02 µs as the
+/// registered direct one-shot and 17.71 µs as the FIFO one-shot under
+/// Simple (6.60, 7.47 and 8.63 µs in a CUDA graph). The calibrated model
+/// decides; `NCCL_PROTO=simple` leaves none.
+fn fifo_variants(algos: &[Algo], protos: &[Proto]) -> Vec<(Algo, Proto)> {
+    algos
+        .iter()
+        .filter(|&&a| is_direct(a))
+        .flat_map(|&a| {
+            protos
+                .iter()
+                .filter(|&&p| p != Proto::Simple)
+                .map(move |&p| (a, p))
         })
         .collect()
 }
@@ -441,8 +531,15 @@ mod tests {
     }
 
     /// A chooser for 8 ranks sharing one H200 (the preset `single-gpu`),
-    /// 16 channels each, as the CUDA backend builds it, with `config`.
+    /// 16 channels each, as the CUDA backend builds it, with `NCCL_ALGO`
+    /// set to `algo` if given.
     fn shared_h200(algo: Option<&str>) -> (Chooser, Config) {
+        let vars: Vec<(&str, &str)> = algo.map(|a| ("NCCL_ALGO", a)).into_iter().collect();
+        shared_h200_with(&vars)
+    }
+
+    /// As [`shared_h200`], configured from the environment `vars`.
+    fn shared_h200_with(vars: &[(&str, &str)]) -> (Chooser, Config) {
         let topo = Topology::preset("single-gpu", 1).unwrap();
         let gpus = vec![0; 8];
         let sel = Selector::new(&topo, &gpus).with_max_channels(16);
@@ -456,9 +553,9 @@ mod tests {
             memo: RwLock::default(),
         };
         let config = Config::from_vars(|k| {
-            (k == "NCCL_ALGO")
-                .then(|| algo.map(str::to_string))
-                .flatten()
+            vars.iter()
+                .find(|(name, _)| *name == k)
+                .map(|(_, v)| v.to_string())
         })
         .unwrap();
         (chooser, config)
@@ -492,9 +589,14 @@ mod tests {
         let c = pick(CollKind::AllReduce, big, false);
         assert_eq!(c.algo, Algo::Ring, "{c}");
         assert_eq!(pick(CollKind::ReduceScatter, big, false).algo, Algo::Ring);
-        // Small AllReduce: the one-launch one-shot, one channel.
+        // Small AllReduce: the one-launch one-shot, one channel, as its
+        // FIFO variant under LL (session 3 run 1: 14.02 µs per eager call
+        // against 17.02 as the registered direct one-shot).
         let c = pick(CollKind::AllReduce, 8, true);
-        assert_eq!((c.algo, c.channels), (Algo::OneShot, 1), "{c}");
+        let got = (c.algo, c.proto, c.channels, c.direct);
+        assert_eq!(got, (Algo::OneShot, Proto::LL, 1, false), "{c}");
+        let t = c.predicted_us.unwrap();
+        assert!((13.9..14.2).contains(&t), "{t}");
         // The model predicts the measured time.
         let t = pick(CollKind::AllReduce, big, true).predicted_us.unwrap();
         assert!((1090.0..1140.0).contains(&t), "{t}");
@@ -505,9 +607,12 @@ mod tests {
         // Ring measured 3101 µs at 256 MiB against two-shot's 1115: on
         // registered buffers the model must not prefer it at any size.
         // Small calls take the one-launch one-shot on one channel (each
-        // extra channel is one more block per rank in every barrier),
-        // from 1 MiB two-shot with every channel; a registered direct
-        // plan has no FIFO, so it is reported as Simple throughout.
+        // extra channel is one more block per rank in every barrier):
+        // the tiniest as its FIFO variant under LL (measured faster at
+        // 8 B), then as the direct plan; from 1 MiB two-shot with every
+        // channel.
+        // A registered direct plan has no FIFO, so it is reported as
+        // Simple; a FIFO variant runs under LL.
         let (ch, cfg) = shared_h200(None);
         for e in 0..=27 {
             let bytes = 8usize << e;
@@ -515,9 +620,16 @@ mod tests {
             println!("{bytes:>11} B: {c}");
             assert_ne!(c.algo, Algo::Ring, "{bytes} B: {c}");
             assert!(is_direct(c.algo), "{bytes} B: {c}");
-            assert_eq!(c.proto, Proto::Simple, "{bytes} B: {c}");
+            let proto = if c.direct { Proto::Simple } else { Proto::LL };
+            assert_eq!(c.proto, proto, "{bytes} B: {c}");
             if bytes <= 4096 {
                 assert_eq!(c.algo, Algo::OneShot, "{bytes} B: {c}");
+            }
+            if bytes <= 64 {
+                assert!(!c.direct, "{bytes} B: {c}");
+            }
+            if bytes >= 4096 {
+                assert!(c.direct, "{bytes} B: {c}");
             }
             if bytes <= 64 << 10 {
                 assert_eq!(c.channels, 1, "{bytes} B: {c}");
@@ -538,8 +650,11 @@ mod tests {
             }
             for bytes in [8, 4 << 10, 64 << 10, 1 << 20, 256 << 20] {
                 let c = ch.choose(&cfg, kind, bytes, true).unwrap();
-                if is_direct(c.algo) {
+                if c.direct {
                     assert_eq!(c.proto, Proto::Simple, "{kind} {bytes} B: {c}");
+                } else if is_direct(c.algo) {
+                    // A FIFO variant on registered buffers: under LL only.
+                    assert_eq!(c.proto, Proto::LL, "{kind} {bytes} B: {c}");
                 }
                 if bytes <= 64 << 10 && is_direct(c.algo) {
                     assert_eq!(c.channels, 1, "{kind} {bytes} B: {c}");
@@ -550,6 +665,105 @@ mod tests {
         // the tiny AllReduce keeps it.
         let c = ch.choose(&cfg, CollKind::AllReduce, 8, false).unwrap();
         assert_eq!(c.proto, Proto::LL, "{c}");
+        assert!(!c.direct, "{c}");
+    }
+
+    #[test]
+    fn registered_calls_take_the_fifo_plan_only_where_predicted_faster() {
+        let (ch, cfg) = shared_h200(None);
+        let pick = |cfg: &Config, bytes, registered| {
+            let c = ch
+                .choose(cfg, CollKind::AllReduce, bytes, registered)
+                .unwrap();
+            println!("{bytes:>10} B registered {registered}: {c}");
+            c
+        };
+        // 8 B: the FIFO one-shot under LL, as measured fastest.
+        let c = pick(&cfg, 8, true);
+        assert_eq!(
+            (c.algo, c.proto, c.direct, c.forced),
+            (Algo::OneShot, Proto::LL, false, false),
+            "{c}"
+        );
+        assert_eq!(
+            c.to_string(),
+            "algo oneshot proto ll (fifo) channels 1 predicted 14.0 us"
+        );
+        // Its prediction is the FIFO selector's, below the direct plan's.
+        let direct = ch
+            .registered
+            .predict(CollKind::AllReduce, Algo::OneShot, Proto::Simple, 1, 8, 8)
+            .unwrap();
+        assert!(c.predicted_us.unwrap() + 2.5 < direct, "{c} vs {direct}");
+        // 256 MiB: the direct two-shot, as before.
+        let c = pick(&cfg, 256 << 20, true);
+        assert_eq!(
+            (c.algo, c.proto, c.channels, c.direct),
+            (Algo::TwoShot, Proto::Simple, 16, true),
+            "{c}"
+        );
+        // NCCL_PROTO=simple (or its OXCCL_ twin) leaves no FIFO protocol:
+        // the direct plan comes back.
+        for var in ["NCCL_PROTO", "OXCCL_PROTO"] {
+            let (ch, cfg) = shared_h200_with(&[(var, "simple")]);
+            let c = ch.choose(&cfg, CollKind::AllReduce, 8, true).unwrap();
+            assert_eq!(
+                (c.algo, c.proto, c.direct, c.forced),
+                (Algo::OneShot, Proto::Simple, true, true),
+                "{var}: {c}"
+            );
+        }
+        // NCCL_ALGO filters the FIFO variants as the direct plans.
+        let (ch, cfg) = shared_h200(Some("twoshot"));
+        let c = ch.choose(&cfg, CollKind::AllReduce, 8, true).unwrap();
+        assert_eq!(c.algo, Algo::TwoShot, "{c}");
+        let (ch, cfg) = shared_h200(Some("ring"));
+        let c = ch.choose(&cfg, CollKind::AllReduce, 8, true).unwrap();
+        assert_eq!((c.algo, c.direct), (Algo::Ring, false), "{c}");
+        let (ch, cfg) = shared_h200(Some("oneshot"));
+        let c = ch.choose(&cfg, CollKind::AllReduce, 8, true).unwrap();
+        assert_eq!(
+            (c.algo, c.proto, c.direct),
+            (Algo::OneShot, Proto::LL, false)
+        );
+        // Unregistered calls: FIFO plans throughout, picks as before.
+        let (ch, cfg) = shared_h200(None);
+        let c = ch.choose(&cfg, CollKind::AllReduce, 8, false).unwrap();
+        assert_eq!(
+            (c.algo, c.proto, c.direct),
+            (Algo::OneShot, Proto::LL, false)
+        );
+        let c = ch
+            .choose(&cfg, CollKind::AllReduce, 256 << 20, false)
+            .unwrap();
+        assert_eq!(
+            (c.algo, c.proto, c.direct),
+            (Algo::Ring, Proto::Simple, false)
+        );
+        // The registered picks the facade reports at a few sizes.
+        for bytes in [8, 4 << 10, 64 << 10, 1 << 20, 256 << 20] {
+            pick(&cfg, bytes, true);
+        }
+    }
+
+    #[test]
+    fn host_registered_calls_keep_direct_plans() {
+        // The host backend runs Simple only: no FIFO protocol, so no FIFO
+        // variant competes on registered buffers.
+        let backend = crate::backend::host::create(&crate::backend::BackendOptions {
+            nranks: 4,
+            deadline: std::time::Duration::from_secs(10),
+        })
+        .unwrap();
+        let cfg = Config::default();
+        let ch = Chooser::new(&cfg, backend.as_ref(), 4).unwrap();
+        for bytes in [8, 4 << 10, 1 << 20, 256 << 20] {
+            let c = ch.choose(&cfg, CollKind::AllReduce, bytes, true).unwrap();
+            assert_eq!(c.proto, Proto::Simple, "{bytes} B: {c}");
+            assert_eq!(c.direct, is_direct(c.algo), "{bytes} B: {c}");
+            let f = ch.choose(&cfg, CollKind::AllReduce, bytes, false).unwrap();
+            assert!(!f.direct, "{bytes} B: {f}");
+        }
     }
 
     #[test]
@@ -570,6 +784,15 @@ mod tests {
             candidates(&[Algo::OneShot], &[Proto::LL], true),
             vec![(Algo::OneShot, Proto::LL)]
         );
+        // FIFO variants on registered buffers: direct algorithms under a
+        // FIFO protocol only.
+        let algos = [Algo::Ring, Algo::OneShot, Algo::AllPairs];
+        assert_eq!(
+            fifo_variants(&algos, &both),
+            vec![(Algo::OneShot, Proto::LL), (Algo::AllPairs, Proto::LL)]
+        );
+        assert!(fifo_variants(&algos, &[Proto::Simple]).is_empty());
+        assert!(fifo_variants(&[Algo::Ring], &both).is_empty());
     }
 
     #[test]
@@ -581,15 +804,27 @@ mod tests {
         assert_eq!((c.algo, c.forced), (Algo::Ring, true), "{c}");
         // A variant a calibration avoids is still run when forced (the
         // built-in one avoids nothing today, so add one here).
-        let (mut ch, cfg) = shared_h200(Some("allpairs"));
-        let mut consts = ch.registered.constants().clone();
-        consts.avoid.push((CollKind::AllGather, Algo::AllPairs));
-        ch.registered = ch.registered.clone().with_constants(consts);
-        let c = ch
-            .choose(&cfg, CollKind::AllGather, 256 << 20, true)
-            .unwrap();
-        assert_eq!((c.algo, c.forced), (Algo::AllPairs, true), "{c}");
+        let avoiding = |vars: &[(&str, &str)]| {
+            let (mut ch, cfg) = shared_h200_with(vars);
+            let mut consts = ch.registered.constants().clone();
+            consts.avoid.push((CollKind::AllGather, Algo::AllPairs));
+            ch.registered = ch.registered.clone().with_constants(consts);
+            ch.choose(&cfg, CollKind::AllGather, 256 << 20, true)
+                .unwrap()
+        };
+        let c = avoiding(&[("NCCL_ALGO", "allpairs"), ("NCCL_PROTO", "simple")]);
+        assert_eq!(
+            (c.algo, c.forced, c.direct),
+            (Algo::AllPairs, true, true),
+            "{c}"
+        );
         assert_eq!(c.predicted_us, None, "{c}");
+        // The avoid list names the registered plan: where LL is allowed,
+        // the model times the FIFO variant instead.
+        let c = avoiding(&[("NCCL_ALGO", "allpairs")]);
+        let got = (c.algo, c.proto, c.direct);
+        assert_eq!(got, (Algo::AllPairs, Proto::LL, false), "{c}");
+        assert!(c.predicted_us.is_some(), "{c}");
     }
 
     #[test]
@@ -615,6 +850,7 @@ mod tests {
             algo: Algo::Ring,
             proto: Proto::Simple,
             channels: 2,
+            direct: false,
             predicted_us: Some(12.345),
             forced: false,
         };
@@ -627,6 +863,25 @@ mod tests {
         assert_eq!(
             log_line(CollKind::AllReduce, 16, DataType::F32, &c),
             "allreduce count 16 float: algo ring proto simple channels 2 predicted n/a (override)"
+        );
+        // A direct algorithm's FIFO variant is marked; its direct plan not.
+        let mut c = Choice {
+            algo: Algo::OneShot,
+            proto: Proto::LL,
+            channels: 1,
+            direct: false,
+            predicted_us: Some(14.02),
+            forced: false,
+        };
+        assert_eq!(
+            c.to_string(),
+            "algo oneshot proto ll (fifo) channels 1 predicted 14.0 us"
+        );
+        c.direct = true;
+        c.proto = Proto::Simple;
+        assert_eq!(
+            c.to_string(),
+            "algo oneshot proto simple channels 1 predicted 14.0 us"
         );
     }
 }
