@@ -4,9 +4,11 @@
 //! graph (100 calls captured per graph), and beside it the same harness
 //! launching an empty plan (no synchronisation, no data: the launch floor
 //! with N threads launching at once).
-//! `latency [RANKS[,RANKS...]] [ALGO] [reg|fifo] [simple|ll]`, default
-//! `2,4,8 oneshot reg simple`: registered buffers run the direct (put/get)
-//! plan; `fifo` runs the FIFO plan of the same algorithm under the protocol.
+//! `latency [RANKS[,RANKS...]] [ALGO] [reg|fifo] [simple|ll] [THREADS]`,
+//! default `2,4,8 oneshot reg simple` and the clique's default threads per
+//! block for small plans (`WorldConfig::small_threads`; 512 runs them as
+//! large ones): registered buffers run the direct (put/get) plan; `fifo`
+//! runs the FIFO plan of the same algorithm under the protocol.
 //! `latency RANKS barrier` instead times plans of one, two and four
 //! all-pairs barriers (every rank signals every peer, then waits for every
 //! peer; no data): what one barrier costs, and what the first costs more
@@ -167,6 +169,7 @@ fn main() {
         Some("ll") | Some("LL") => Proto::LL,
         _ => Proto::Simple,
     };
+    let small_threads: Option<u32> = std::env::args().nth(5).and_then(|a| a.parse().ok());
     let kind = if registered { "registered" } else { "fifo" };
     let info = match oxccl_cuda::available() {
         Ok(i) => i,
@@ -176,12 +179,13 @@ fn main() {
         }
     };
     for n in ranks {
-        let w = World::new(WorldConfig::round_robin(
-            n,
-            info.devices.len() as i32,
-            Duration::from_secs(30),
-        ))
-        .expect("world");
+        let mut cfg =
+            WorldConfig::round_robin(n, info.devices.len() as i32, Duration::from_secs(30));
+        if let Some(t) = small_threads {
+            cfg.small_threads = t;
+        }
+        let threads = cfg.small_threads;
+        let w = World::new(cfg).expect("world");
         // An AllReduce of 0 elements: every rank launches one block with
         // no steps, so this is the harness's own floor.
         let (fe, fg) = measure(&w, &plan(0, n, algo, registered), proto);
@@ -197,7 +201,7 @@ fn main() {
         }
         let (eager, graph) = measure(&w, &plan(2, n, algo, registered), proto);
         println!(
-            "latency: 8 B f32 allreduce, {n} ranks, {algo} {kind} {proto}: eager {eager:.2} us/call, graph {graph:.2} us/call \
+            "latency: 8 B f32 allreduce, {n} ranks, {algo} {kind} {proto}, small plans {threads} threads: eager {eager:.2} us/call, graph {graph:.2} us/call \
              (empty-plan floor: eager {fe:.2}, graph {fg:.2}; median over {RUNS} runs, slowest rank; {})",
             w.describe()
         );

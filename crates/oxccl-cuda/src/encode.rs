@@ -278,6 +278,31 @@ fn mark_runs(steps: &mut [(u8, u8, u8, u8, u32, u64)]) {
 }
 
 impl Encoded {
+    /// The fewest threads a block needs to run these steps: the kernel
+    /// gives each operand of a transfer, and each signal or wait of a run,
+    /// a thread of its own.
+    pub fn min_threads(&self) -> u32 {
+        self.steps
+            .iter()
+            .map(|&(op, ns, nd, ..)| match op {
+                S_SIGNAL | S_WAIT => u32::from(ns.max(1)),
+                _ => u32::from(ns) + u32::from(nd),
+            })
+            .max()
+            .unwrap_or(0)
+            .max(1)
+    }
+
+    /// The longest transfer or swap, in elements.
+    pub fn max_len(&self) -> u64 {
+        self.steps
+            .iter()
+            .filter(|s| s.0 == S_XFER || s.0 == S_SWAP)
+            .map(|s| s.5)
+            .max()
+            .unwrap_or(0)
+    }
+
     pub fn layout(&self) -> BlobLayout {
         let ops = self.steps.len() * 16;
         let total = align16(ops + self.ops.len() * 16).max(16);
@@ -540,6 +565,28 @@ mod tests {
         // The next piece starts afresh.
         assert_eq!((st[MAX_RUN].1, st[MAX_RUN].2), (3, 0));
         assert_eq!((st[MAX_RUN + 2].1, st[MAX_RUN + 2].2), (1, 2));
+    }
+
+    #[test]
+    fn min_threads_covers_operands_and_runs() {
+        let req = PlanRequest {
+            registered: true,
+            ..PlanRequest::new(Collective::new(CollKind::AllReduce, 2, 0), 8, Algo::OneShot)
+        };
+        let plan = generate(&req).unwrap();
+        let e = encode(&plan.ranks[3]).unwrap();
+        // Seven signals (or waits) in a run, and a reduction of 8 sources
+        // into one output.
+        assert_eq!(e.min_threads(), 9);
+        assert_eq!(e.max_len(), 2);
+        let mut st = vec![sig(S_SIGNAL, 0); 300];
+        mark_runs(&mut st);
+        let long = Encoded {
+            steps: st,
+            ..Encoded::default()
+        };
+        assert_eq!(long.min_threads(), MAX_RUN as u32);
+        assert_eq!(Encoded::default().min_threads(), 1);
     }
 
     #[test]

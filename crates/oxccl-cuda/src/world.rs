@@ -37,17 +37,29 @@ pub struct WorldConfig {
     pub nslots: usize,
     /// How long a device-side wait may last before it fails.
     pub timeout: Duration,
+    /// Threads per block for plans whose every transfer is at most
+    /// [`SMALL_STEP_BYTES`] (raised to what the plan's steps need, at most
+    /// [`THREADS`]); larger plans run [`THREADS`]. A small call's time is
+    /// a chain of block barriers and round trips, and a barrier over fewer
+    /// threads is cheaper.
+    pub small_threads: u32,
 }
+
+/// Largest transfer, in bytes, of a plan that runs with
+/// [`WorldConfig::small_threads`]: a 64-thread block moves it in a few
+/// passes of 16-byte vectors (or LL lines).
+pub const SMALL_STEP_BYTES: u64 = 2048;
 
 impl WorldConfig {
     /// `nranks` ranks round-robin over `ndevices` devices, 512 KiB slots,
-    /// 4 slots per connection.
+    /// 4 slots per connection, 64 threads per block for small plans.
     pub fn round_robin(nranks: u32, ndevices: i32, timeout: Duration) -> Self {
         WorldConfig {
             devices: (0..nranks as i32).map(|r| r % ndevices.max(1)).collect(),
             slot_bytes: 512 << 10,
             nslots: 4,
             timeout,
+            small_threads: 64,
         }
     }
 }
@@ -99,6 +111,8 @@ pub struct Prepared {
     /// The launch parameter's channel records (the first `nchannels` set).
     chans: [[u32; 4]; MAX_CHANNELS],
     nchannels: u32,
+    /// Threads per block.
+    threads: u32,
     /// Scratch buffers' byte offsets in the rank's scratch area, by buffer id.
     scratch_offsets: Vec<Option<usize>>,
     scratch_bytes: usize,
@@ -581,6 +595,7 @@ impl World {
             layout: enc.layout(),
             chans,
             nchannels: enc.chans.len() as u32,
+            threads: self.block_threads(&enc, rp.bufs.len(), elem_size),
             scratch_offsets,
             scratch_bytes: off,
             elem_size,
@@ -591,6 +606,22 @@ impl World {
             .or_default()
             .push((rp.clone(), p.clone()));
         Ok(p)
+    }
+
+    /// Threads per block for an encoded plan: [`THREADS`], or for a plan
+    /// of small transfers `small_threads` raised to a multiple of 32 that
+    /// covers what its steps need (a thread per operand and per signal or
+    /// wait of a run) and the buffers it publishes (a thread each).
+    fn block_threads(&self, enc: &Encoded, nbufs: usize, elem_size: usize) -> u32 {
+        let small = enc.max_len().saturating_mul(elem_size as u64) <= SMALL_STEP_BYTES;
+        if !small || self.cfg.small_threads == 0 {
+            return THREADS;
+        }
+        let need = enc
+            .min_threads()
+            .max(nbufs as u32)
+            .max(self.cfg.small_threads);
+        need.div_ceil(32).saturating_mul(32).min(THREADS)
     }
 
     /// Scratch area of at least `bytes` for `rank` (grows; never shrinks).
@@ -677,7 +708,7 @@ impl World {
         // SAFETY: `Desc` mirrors OxDesc (layout asserted on both sides);
         // the plan blob, links and tables live as long as the clique; the
         // caller guarantees the buffers.
-        unsafe { f.launch(p.nchannels, THREADS, &st.stream, &d) }
+        unsafe { f.launch(p.nchannels, p.threads, &st.stream, &d) }
     }
 
     /// Waits for the rank's stream and reports a device-side failure.
