@@ -175,6 +175,22 @@ __device__ __forceinline__ uint4 ox_vpost(uint4 a, u32 n) {
   return x.v;
 }
 
+// How n elements of sz bytes split for 16-byte vectors when every operand
+// lies at offset `mis` within 16 bytes (`same`; otherwise all scalar):
+// elements [0, head) scalar up to the first 16-byte boundary, nvec
+// vectors up to vend, the rest scalar.
+struct OxSplit {
+  u64 head, nvec, vend;
+};
+__device__ __forceinline__ OxSplit ox_split(bool same, u32 mis, u64 n, u64 sz) {
+  OxSplit r;
+  r.head = n;
+  if (same) r.head = mis == 0 ? 0 : ((16 - mis) / sz < n ? (16 - mis) / sz : n);
+  r.nvec = (n - r.head) / (16 / sz);
+  r.vend = r.head + r.nvec * (16 / sz);
+  return r;
+}
+
 #define OX_UNROLL 4
 // Sources whose loads a small reduction issues before using the first.
 #define OX_BATCH 8
@@ -191,11 +207,8 @@ __device__ void ox_reduce_copy(char* const* src, const u8* pre, int nsrc, char* 
   bool same = (mis % sz) == 0;
   for (int s = 1; s < nsrc; ++s) same = same && (((u64)src[s] & 15) == mis);
   for (int k = 0; k < ndst; ++k) same = same && (((u64)dst[k] & 15) == mis);
-  u64 head = n;
-  if (same) head = mis == 0 ? 0 : ((16 - mis) / sz < n ? (16 - mis) / sz : n);
-  const u64 V = 16 / sz;
-  const u64 nvec = (n - head) / V;
-  const u64 vend = head + nvec * V;
+  const OxSplit sp = ox_split(same, mis, n, sz);
+  const u64 head = sp.head, nvec = sp.nvec, vend = sp.vend;
 
   // Scalar part: the unaligned head and the tail. The loads of up to
   // OX_BATCH sources are all in flight before the first is used: a tiny
@@ -297,11 +310,8 @@ __device__ void ox_swap(char* a, char* b, u64 n) {
   const u32 tid = threadIdx.x;
   const u32 mis = (u32)((u64)a & 15);
   const bool same = (mis % sz) == 0 && ((u64)b & 15) == mis;
-  u64 head = n;
-  if (same) head = mis == 0 ? 0 : ((16 - mis) / sz < n ? (16 - mis) / sz : n);
-  const u64 V = 16 / sz;
-  const u64 nvec = (n - head) / V;
-  const u64 vend = head + nvec * V;
+  const OxSplit sp = ox_split(same, mis, n, sz);
+  const u64 head = sp.head, nvec = sp.nvec, vend = sp.vend;
   for (u64 j = tid; j < head + (n - vend); j += nt) {
     const u64 i = j < head ? j : vend + (j - head);
     const T x = ox_ld1<T>(a + i * sz);
