@@ -237,3 +237,35 @@ fn sweep_shape_at_eight_ranks_sixteen_channels_passes() {
         }
     }
 }
+
+/// Gather pushes: each non-root copies its own input into its block of
+/// the root's output (one put per piece, no other remote access), and the
+/// root only copies its own block (none in place), so every rank's
+/// channels share the work instead of the root's alone.
+#[test]
+fn gather_pushes_into_the_root() {
+    for in_place in [false, true] {
+        let p = registered(CollKind::Gather, in_place);
+        let root = 2;
+        for rp in &p.ranks {
+            for s in rp.channels.iter().flat_map(|c| &c.steps) {
+                let Step::Xfer(x) = s else { continue };
+                assert!(
+                    x.srcs
+                        .iter()
+                        .all(|s| matches!(s, Src::Local { at, .. } if at.buf.0 == 0)),
+                    "rank {} reads only its own input: {s}",
+                    rp.rank
+                );
+                let remote = x.dsts.iter().any(|d| matches!(d, Dst::Remote { .. }));
+                assert_eq!(remote, rp.rank != root, "rank {}: {s}", rp.rank);
+                for d in &x.dsts {
+                    if let Dst::Remote { peer, at } = *d {
+                        assert_eq!(peer, root);
+                        assert_eq!(at.off / 40, rp.rank as usize, "rank {}: {s}", rp.rank);
+                    }
+                }
+            }
+        }
+    }
+}

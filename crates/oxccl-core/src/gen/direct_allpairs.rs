@@ -1,18 +1,24 @@
 //! All-pairs collectives over registered buffers, with no FIFO hop: ranks
 //! read peers' inputs (`Src::Remote`) or write peers' outputs
-//! (`Dst::Remote`) directly. ReduceScatter, AllToAll, Gather and Scatter
-//! *pull* (every rank gets what it needs into its own output); Broadcast
-//! and AllGather (up to [`MAX_PUSH_RANKS`]) and Reduce *push* (below). The
-//! FIFO variants are in `allpairs`.
+//! (`Dst::Remote`) directly. ReduceScatter, AllToAll and Scatter *pull*
+//! (every rank gets what it needs into its own output); Broadcast and
+//! AllGather (up to [`MAX_PUSH_RANKS`]), Reduce and Gather *push* (below).
+//! The FIFO variants are in `allpairs`.
 //!
-//! Why pull for ReduceScatter, AllToAll, Gather and Scatter: pull and push
+//! Gather pushes for the same reason as Reduce: pulled, the root's blocks
+//! did all of the work, every byte read and written by the root's
+//! channels while the other ranks' sat idle (21–22% of the floor on an
+//! H200, 8 ranks, 256 MiB); pushed, each rank copies its own input into
+//! its block of the root's output, all ranks' channels at once.
+//!
+//! Why pull for ReduceScatter, AllToAll and Scatter: pull and push
 //! need the same synchronisation (the peer must have entered the call
 //! before its buffer is touched, and must not return before the access is
 //! done), and for these pull already reads every input byte once and
 //! writes every output byte once, so push would only move work between
 //! ranks. With pull every rank writes only its own memory, so in-place
-//! aliasing stays a local matter (ReduceScatter, Gather and Scatter need
-//! no scratch in place; in-place AllToAll swaps instead, below).
+//! aliasing stays a local matter (ReduceScatter and Scatter need no
+//! scratch in place; in-place AllToAll swaps instead, below).
 //!
 //! Why push for Broadcast and AllGather: pulled, an input that several
 //! ranks need is read once per reader (the root's whole input n−1 times,
@@ -79,8 +85,7 @@
 //! ReduceScatter, AllToAll, Reduce and the pushes (which also write every
 //! peer) access every peer, so both handshakes are full barriers (2(n−1)
 //! steps each); pulled Broadcast (above 32 ranks) and Scatter read the
-//! root (non-roots 1 + 1 steps, the root 2(n−1)); Gather reads the
-//! non-roots (the same counts, mirrored).
+//! root, and Gather writes it (non-roots 1 + 1 steps, the root 2(n−1)).
 //!
 //! In-place AllToAll is the one case where a rank overwrites memory that
 //! peers still read: block q of rank r's buffer is peer q's source and
@@ -119,7 +124,7 @@
 //! | Broadcast, n > 32 | non-roots 1 get; root 1 copy (none in place)  |
 //! | Scatter       | non-roots 1 get; root 1 copy (none in place)      |
 //! | Reduce        | 1 reduce_from of n sources into the root's output |
-//! | Gather        | root n−1 gets + 1 own copy (none in place); others none |
+//! | Gather        | non-roots 1 put of their input into the root's output; root 1 own copy (none in place) |
 //!
 //! Reduction order: one step whose sources are the n contributions in rank
 //! order 0..n−1, each pre-scaled, as the FIFO variant and the sequential
@@ -141,10 +146,12 @@ pub(super) fn build(req: &PlanRequest, rank: Rank, rp: &mut RankPlan) -> Result<
     let root = req.coll.root;
     // Whose memory this rank reads, and who reads this rank's memory.
     let (reads, read_by): (Vec<Rank>, Vec<Rank>) = match req.coll.kind {
-        CollKind::Broadcast | CollKind::Scatter if rank == root => (vec![], peers.clone()),
-        CollKind::Broadcast | CollKind::Scatter => (vec![root], vec![]),
-        CollKind::Gather if rank == root => (peers.clone(), vec![]),
-        CollKind::Gather => (vec![], vec![root]),
+        // Gather pushes into the root's output: the root's memory is the
+        // one accessed, as for Broadcast and Scatter.
+        CollKind::Broadcast | CollKind::Scatter | CollKind::Gather if rank == root => {
+            (vec![], peers.clone())
+        }
+        CollKind::Broadcast | CollKind::Scatter | CollKind::Gather => (vec![root], vec![]),
         _ => (peers.clone(), peers.clone()),
     };
     let g = AllPairs {
@@ -294,10 +301,13 @@ impl AllPairs<'_> {
                     let srcs = inputs_in_rank_order(rank, self.req.nranks, self.block(rank, o));
                     s.xfer(srcs, vec![out(o)], l, true);
                 }
-                CollKind::Gather if rank == root => {
-                    for &q in &self.peers {
-                        s.mv(get(q, o), vec![out(self.block(q, o))], l);
-                    }
+                CollKind::Gather if rank != root => {
+                    let at = Loc::output(self.block(rank, o));
+                    s.mv(
+                        local(Loc::input(o)),
+                        vec![Dst::Remote { peer: root, at }],
+                        l,
+                    );
                 }
                 CollKind::Broadcast if rank != root => s.mv(get(root, o), vec![out(o)], l),
                 CollKind::Scatter if rank != root => {
