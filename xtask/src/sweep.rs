@@ -42,6 +42,7 @@ use std::sync::Barrier;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
+pub use oxccl::config::parse_size;
 use oxccl::core::testkit;
 use oxccl::core::{with_dtype, Collective};
 use oxccl::{BackendKind, Buffer, CollKind, Communicator, Config, DataType, Element, RedOp};
@@ -109,27 +110,6 @@ pub struct SweepArgs {
     svg: Option<PathBuf>,
     #[command(flatten)]
     nccl: crate::nccl_cols::NcclArgs,
-}
-
-/// Parses `8`, `64K`, `1M`, `2G` (powers of 1024).
-pub fn parse_size(s: &str) -> Result<usize, String> {
-    let t = s.trim();
-    let (num, mult) = match t.char_indices().last() {
-        Some((i, c)) if c.is_ascii_alphabetic() => {
-            let m = match c.to_ascii_uppercase() {
-                'K' => 1usize << 10,
-                'M' => 1 << 20,
-                'G' => 1 << 30,
-                _ => return Err(format!("bad size suffix in {s:?}: use K, M or G")),
-            };
-            (&t[..i], m)
-        }
-        _ => (t, 1),
-    };
-    num.parse::<usize>()
-        .map_err(|e| format!("bad size {s:?}: {e}"))?
-        .checked_mul(mult)
-        .ok_or_else(|| format!("size {s:?} overflows"))
 }
 
 /// One measured configuration, as the JSON report holds it.

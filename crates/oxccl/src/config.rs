@@ -285,25 +285,41 @@ impl Config {
     }
 }
 
-/// A positive byte count with an optional K, M or G suffix (powers of 2).
-fn parse_bytes(var: &str, v: &str) -> Result<usize> {
-    let t = v.trim();
-    let (digits, unit) = match t.char_indices().last() {
-        Some((i, 'K' | 'k')) => (&t[..i], 1usize << 10),
-        Some((i, 'M' | 'm')) => (&t[..i], 1 << 20),
-        Some((i, 'G' | 'g')) => (&t[..i], 1 << 30),
+/// Parses a byte count: `8`, `64K`, `1M`, `2G` (powers of 1024; the
+/// sweep's sizes and `OXCCL_CHUNK_BYTES`).
+pub fn parse_size(s: &str) -> Result<usize, String> {
+    let t = s.trim();
+    let (num, mult) = match t.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let m = match c.to_ascii_uppercase() {
+                'K' => 1usize << 10,
+                'M' => 1 << 20,
+                'G' => 1 << 30,
+                _ => return Err(format!("bad size suffix in {s:?}: use K, M or G")),
+            };
+            (&t[..i], m)
+        }
         _ => (t, 1),
     };
-    match digits
-        .parse::<usize>()
-        .ok()
-        .and_then(|n| n.checked_mul(unit))
-    {
-        Some(n) if n > 0 => Ok(n),
-        _ => Err(Error::Config {
+    num.parse::<usize>()
+        .map_err(|e| format!("bad size {s:?}: {e}"))?
+        .checked_mul(mult)
+        .ok_or_else(|| format!("size {s:?} overflows"))
+}
+
+/// A positive byte count (see [`parse_size`]) from variable `var`.
+fn parse_bytes(var: &str, v: &str) -> Result<usize> {
+    match parse_size(v) {
+        Ok(n) if n > 0 => Ok(n),
+        Ok(_) => Err(Error::Config {
             var: var.into(),
             value: v.into(),
-            reason: "expected a positive byte count (K, M or G suffix allowed)".into(),
+            reason: "expected a positive byte count".into(),
+        }),
+        Err(reason) => Err(Error::Config {
+            var: var.into(),
+            value: v.into(),
+            reason,
         }),
     }
 }
