@@ -1,0 +1,178 @@
+//! The executor kernel of a rank's device and one launch of a prepared
+//! plan: the `OxDesc` parameter filled and the kernel enqueued.
+
+use oxccl_core::{BaseOp, DataType, LoweredOp, Proto};
+
+use crate::driver::{Function, Module};
+use crate::encode::{DESC_LL, MAX_BUFS, MAX_CHANNELS};
+use crate::error::{CudaError, Result};
+use crate::kernels::{self, Origin, THREADS};
+
+use super::failure::{W_ABORT, W_FAIL};
+use super::{lock, Prepared, World};
+
+/// Device-encoded `OxDesc` (kernels/oxccl_common.cuh): the kernel's only
+/// parameter, passed by value.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+struct Desc {
+    steps: u64,
+    ops: u64,
+    ptr_table: u64,
+    abort_flag: u64,
+    world_fail: u64,
+    err: u64,
+    scale_bits: u64,
+    timeout_ns: u64,
+    slot_bytes: u64,
+    rank: u32,
+    nranks: u32,
+    nbufs: u32,
+    flags: u32,
+    post_div: u32,
+    nslots: u32,
+    bufs: [u64; MAX_BUFS],
+    chans: [[u32; 4]; MAX_CHANNELS],
+}
+
+const _: () = assert!(std::mem::size_of::<Desc>() == 1120);
+const _: () = assert!(std::mem::offset_of!(Desc, scale_bits) == 48);
+const _: () = assert!(std::mem::offset_of!(Desc, bufs) == 96);
+const _: () = assert!(std::mem::offset_of!(Desc, chans) == 608);
+
+const D_PRE: u32 = 2;
+const D_SYS: u32 = 4;
+
+/// The pre-scale as the element type's bits, converted exactly as
+/// `Element::from_f64` does on the CPU.
+pub fn scale_bits(dtype: DataType, s: f64) -> u64 {
+    use oxccl_core::float8::{F8E4M3, F8E5M2};
+    use oxccl_core::half::{bf16, f16};
+    use oxccl_core::Element;
+    match dtype {
+        DataType::I8 => u64::from(i8::from_f64(s) as u8),
+        DataType::U8 => u64::from(u8::from_f64(s)),
+        DataType::I32 => u64::from(i32::from_f64(s) as u32),
+        DataType::U32 => u64::from(u32::from_f64(s)),
+        DataType::I64 => i64::from_f64(s) as u64,
+        DataType::U64 => u64::from_f64(s),
+        DataType::F16 => u64::from(f16::from_f64(s).to_bits()),
+        DataType::Bf16 => u64::from(bf16::from_f64(s).to_bits()),
+        DataType::F32 => u64::from((s as f32).to_bits()),
+        DataType::F64 => s.to_bits(),
+        DataType::F8E4M3 => u64::from(F8E4M3::from_f64(s).to_bits()),
+        DataType::F8E5M2 => u64::from(F8E5M2::from_f64(s).to_bits()),
+    }
+}
+
+impl World {
+    /// The kernel for `(dtype, op)` on `rank`'s device, compiling or
+    /// loading its module on first use.
+    pub fn kernel(
+        &self,
+        rank: u32,
+        dtype: DataType,
+        op: BaseOp,
+    ) -> Result<(Function, Option<Origin>)> {
+        let dev = self.dev(rank)?;
+        let slot = kernels::OPS.iter().position(|o| o.0 == op).unwrap_or(0);
+        let cell = kernels::DTYPES
+            .iter()
+            .position(|d| d.0 == dtype)
+            .and_then(|i| dev.modules.get(i))
+            .ok_or_else(|| CudaError::Invalid(format!("no kernel for {dtype}")))?;
+        if let Some((_, fs)) = cell.get() {
+            return Ok((fs[slot], None));
+        }
+        let _loading = lock(&dev.loading);
+        if let Some((_, fs)) = cell.get() {
+            return Ok((fs[slot], None));
+        }
+        let (cubin, origin) = kernels::cubin(dtype, dev.arch)?;
+        let m = Module::load(&dev.ctx, &cubin)?;
+        let fs = kernels::OPS
+            .iter()
+            .map(|o| m.function(&kernels::kernel_name(dtype, o.0)))
+            .collect::<Result<Vec<_>>>()?;
+        let f = fs[slot];
+        // Only this thread sets the cell (the loading lock is held).
+        let _ = cell.set((m, fs));
+        Ok((f, Some(origin)))
+    }
+
+    /// Blocks of the executor that fit on one SM.
+    pub fn blocks_per_sm(&self, rank: u32) -> Result<u32> {
+        let (f, _) = self.kernel(rank, DataType::F32, BaseOp::Sum)?;
+        f.max_blocks_per_sm(THREADS)
+    }
+
+    /// Enqueues one rank's plan on its stream (one kernel launch; returns
+    /// at once). `bufs` has one device address per plan buffer; scratch
+    /// entries are ignored (the clique provides scratch).
+    ///
+    /// # Safety
+    /// Each non-scratch address must be device memory of the rank (or
+    /// registered memory every rank can reach when the plan has remote
+    /// steps) valid for the plan's length until the stream reaches the
+    /// kernel.
+    pub unsafe fn launch(
+        &self,
+        p: &Prepared,
+        rank: u32,
+        bufs: &[u64],
+        dtype: DataType,
+        op: &LoweredOp,
+    ) -> Result<()> {
+        let st = self.rank(rank)?;
+        if bufs.len() != p.scratch_offsets.len() {
+            return Err(CudaError::Invalid(format!(
+                "{} buffer addresses for a plan with {} buffers",
+                bufs.len(),
+                p.scratch_offsets.len()
+            )));
+        }
+        if dtype.size() != p.elem_size {
+            return Err(CudaError::Invalid(format!(
+                "plan prepared for {}-byte elements, launched with {dtype}",
+                p.elem_size
+            )));
+        }
+        let scratch_base = if p.scratch_bytes > 0 {
+            self.scratch(rank, p.scratch_bytes)?
+        } else {
+            0
+        };
+        let (f, _) = self.kernel(rank, dtype, op.base)?;
+        let mut d = Desc {
+            steps: p.blob.ptr,
+            ops: p.blob.ptr + p.layout.ops as u64,
+            ptr_table: self.ptr_table.ptr,
+            abort_flag: self.host_words.dev_ptr + (W_ABORT * 4) as u64,
+            world_fail: self.host_words.dev_ptr + (W_FAIL * 4) as u64,
+            err: st.err.ptr,
+            scale_bits: op.pre_scale.map_or(0, |s| scale_bits(dtype, s)),
+            timeout_ns: u64::try_from(self.cfg.timeout.as_nanos()).unwrap_or(u64::MAX),
+            slot_bytes: self.fifo_slot_bytes(p.proto) as u64,
+            rank,
+            nranks: self.nranks(),
+            nbufs: bufs.len() as u32,
+            flags: if op.pre_scale.is_some() { D_PRE } else { 0 }
+                | if self.devices.len() > 1 { D_SYS } else { 0 }
+                | if p.proto == Proto::LL { DESC_LL } else { 0 },
+            post_div: op.post_div.unwrap_or(0),
+            nslots: self.cfg.nslots as u32,
+            bufs: [0; MAX_BUFS],
+            chans: p.chans,
+        };
+        for (i, (&a, o)) in bufs.iter().zip(&p.scratch_offsets).enumerate() {
+            d.bufs[i] = match o {
+                Some(off) => scratch_base + *off as u64,
+                None => a,
+            };
+        }
+        // SAFETY: `Desc` mirrors OxDesc (layout asserted on both sides);
+        // the plan blob, links and tables live as long as the clique; the
+        // caller guarantees the buffers.
+        unsafe { f.launch(p.nchannels, p.threads, &st.stream, &d) }
+    }
+}

@@ -1,0 +1,275 @@
+//! A clique of ranks in one process: their devices, streams, FIFO
+//! connections, semaphores, compiled kernels and cached plan uploads; and
+//! the launch of one rank's plan.
+//!
+//! Memory that a peer touches (FIFO slots, semaphores, user buffers from
+//! [`World::alloc`]) comes from `cuMemAlloc` on the owner's device; a FIFO
+//! and a semaphore live in the receiver's (waiter's) memory. Nothing is
+//! freed with `cuMemFree` while the clique lives: `cuMemFree` waits for the
+//! whole device, and a rank blocked there while its peers spin on it would
+//! stall them until their deadline. Freed buffers go to a per-device pool.
+//!
+//! One job per file: [`memory`] (user buffers, the pool, scratch), [`links`]
+//! (FIFO and semaphore memory between ranks), [`upload`] (a plan encoded
+//! and cached per rank), [`launch`] (the kernel and its parameter) and
+//! [`failure`] (the device error records, abort and the failure word).
+
+mod failure;
+mod launch;
+mod links;
+mod memory;
+mod upload;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::Duration;
+
+use cudarc::driver::sys::CUdevice_attribute as A;
+
+use crate::driver::{Ctx, DevMem, Event, Function, HostMapped, Module, Stream};
+use crate::encode::{LinkKey, MAX_BUFS};
+use crate::error::{CudaError, Result};
+use crate::kernels;
+
+pub use launch::scale_bits;
+use links::LinkKind;
+use upload::PlanCache;
+pub use upload::Prepared;
+
+/// How a clique is laid out and tuned.
+#[derive(Clone, Debug)]
+pub struct WorldConfig {
+    /// Device ordinal of each rank (several ranks may share one).
+    pub devices: Vec<i32>,
+    /// Bytes per FIFO slot (the largest message).
+    pub slot_bytes: usize,
+    /// Slots per connection (at least `oxccl_core::interp::MIN_FIFO_DEPTH`).
+    pub nslots: usize,
+    /// How long a device-side wait may last before it fails.
+    pub timeout: Duration,
+    /// Threads per block for plans whose every transfer is at most
+    /// [`SMALL_STEP_BYTES`] (raised to what the plan's steps need, at most
+    /// [`THREADS`](kernels::THREADS)); larger plans run [`THREADS`](kernels::THREADS). A small call's time is
+    /// a chain of block barriers and round trips, and a barrier over fewer
+    /// threads is cheaper.
+    pub small_threads: u32,
+}
+
+/// Largest transfer, in bytes, of a plan that runs with
+/// [`WorldConfig::small_threads`]: a 64-thread block moves it in a few
+/// passes of 16-byte vectors (or LL lines).
+pub const SMALL_STEP_BYTES: u64 = 2048;
+
+impl WorldConfig {
+    /// `nranks` ranks round-robin over `ndevices` devices, 512 KiB slots,
+    /// 4 slots per connection, 64 threads per block for small plans.
+    pub fn round_robin(nranks: u32, ndevices: i32, timeout: Duration) -> Self {
+        WorldConfig {
+            devices: (0..nranks as i32).map(|r| r % ndevices.max(1)).collect(),
+            slot_bytes: 512 << 10,
+            nslots: 4,
+            timeout,
+            small_threads: 64,
+        }
+    }
+}
+
+#[derive(Debug)]
+struct RankState {
+    stream: Stream,
+    err: DevMem,
+    scratch: Mutex<Option<DevMem>>,
+    /// Old scratch areas: kept, not freed, while the clique lives.
+    retired: Mutex<Vec<DevMem>>,
+    plans: Mutex<PlanCache>,
+}
+
+#[derive(Debug)]
+struct DeviceState {
+    ctx: Arc<Ctx>,
+    /// For memsets and uploads that must not wait on the ranks' kernels.
+    setup: Stream,
+    arch: u32,
+    sm_count: u32,
+    ranks_here: u32,
+    /// Per entry of `kernels::DTYPES`: the loaded module and its kernels
+    /// (in `kernels::OPS` order). Set once; read without a lock on every
+    /// launch, since all of a device's ranks launch at the same time.
+    modules: Vec<OnceLock<(Module, Vec<Function>)>>,
+    /// Held while a module compiles or loads, so it happens once.
+    loading: Mutex<()>,
+    pool: Mutex<HashMap<usize, Vec<DevMem>>>,
+}
+
+/// A clique's CUDA state, shared by its ranks' threads.
+#[derive(Debug)]
+pub struct World {
+    cfg: WorldConfig,
+    devices: Vec<DeviceState>,
+    /// Rank -> index into `devices`.
+    rank_dev: Vec<usize>,
+    ranks: Vec<RankState>,
+    links: Mutex<HashMap<(LinkKind, LinkKey), DevMem>>,
+    ptr_table: DevMem,
+    host_words: HostMapped,
+    live: Mutex<HashMap<u64, (u32, DevMem)>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic elsewhere leaves the data usable: every critical section
+    // here keeps its maps consistent at each step.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl World {
+    pub fn new(cfg: WorldConfig) -> Result<Arc<World>> {
+        if cfg.devices.is_empty() {
+            return Err(CudaError::Invalid(
+                "a clique needs at least one rank".into(),
+            ));
+        }
+        if cfg.nslots < oxccl_core::interp::MIN_FIFO_DEPTH
+            || cfg.slot_bytes < 16
+            || !cfg.slot_bytes.is_multiple_of(16)
+        {
+            return Err(CudaError::Invalid(format!(
+                "{} slots of {} bytes: need at least {} slots of a multiple of 16 bytes",
+                cfg.nslots,
+                cfg.slot_bytes,
+                oxccl_core::interp::MIN_FIFO_DEPTH
+            )));
+        }
+        let count = crate::driver::device_count()?;
+        let mut ordinals: Vec<i32> = cfg.devices.clone();
+        ordinals.sort_unstable();
+        ordinals.dedup();
+        if let Some(bad) = ordinals.iter().find(|&&o| o < 0 || o >= count) {
+            return Err(CudaError::Invalid(format!(
+                "device {bad} does not exist ({count} visible)"
+            )));
+        }
+        let mut devices = Vec::new();
+        for &o in &ordinals {
+            let ctx = Ctx::new(o)?;
+            let major = ctx.attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
+            let minor = ctx.attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
+            let sm_count = ctx.attr(A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32;
+            let setup = Stream::new(&ctx)?;
+            devices.push(DeviceState {
+                ranks_here: cfg.devices.iter().filter(|&&d| d == o).count() as u32,
+                ctx,
+                setup,
+                arch: (major * 10 + minor) as u32,
+                sm_count,
+                modules: kernels::DTYPES.iter().map(|_| OnceLock::new()).collect(),
+                loading: Mutex::new(()),
+                pool: Mutex::new(HashMap::new()),
+            });
+        }
+        // Every device reaches every other's memory (P2P over NVLink or PCIe).
+        for a in &devices {
+            for b in &devices {
+                a.ctx.enable_peer(&b.ctx)?;
+            }
+        }
+        let rank_dev: Vec<usize> = cfg
+            .devices
+            .iter()
+            .map(|o| ordinals.iter().position(|x| x == o).unwrap_or(0))
+            .collect();
+        let mut ranks = Vec::new();
+        for &d in &rank_dev {
+            let ctx = &devices[d].ctx;
+            let err = DevMem::zeroed(ctx, failure::ERR_BYTES)?;
+            ranks.push(RankState {
+                stream: Stream::new(ctx)?,
+                err,
+                scratch: Mutex::new(None),
+                retired: Mutex::new(Vec::new()),
+                plans: Mutex::new(HashMap::new()),
+            });
+        }
+        let nranks = cfg.devices.len();
+        // Buffer bases per rank, published by every launch.
+        let ptr_table = DevMem::zeroed(&devices[0].ctx, nranks * MAX_BUFS * 8)?;
+        let host_words = HostMapped::zeroed(&devices[0].ctx, 64)?;
+        Ok(Arc::new(World {
+            cfg,
+            devices,
+            rank_dev,
+            ranks,
+            links: Mutex::new(HashMap::new()),
+            ptr_table,
+            host_words,
+            live: Mutex::new(HashMap::new()),
+        }))
+    }
+
+    pub fn nranks(&self) -> u32 {
+        self.ranks.len() as u32
+    }
+
+    pub fn config(&self) -> &WorldConfig {
+        &self.cfg
+    }
+
+    fn dev(&self, rank: u32) -> Result<&DeviceState> {
+        self.rank_dev
+            .get(rank as usize)
+            .map(|&d| &self.devices[d])
+            .ok_or_else(|| {
+                CudaError::Invalid(format!("rank {rank} out of range 0..{}", self.ranks.len()))
+            })
+    }
+
+    fn rank(&self, rank: u32) -> Result<&RankState> {
+        self.ranks.get(rank as usize).ok_or_else(|| {
+            CudaError::Invalid(format!("rank {rank} out of range 0..{}", self.ranks.len()))
+        })
+    }
+
+    /// The rank's stream (for graph capture and events).
+    pub fn stream(&self, rank: u32) -> Result<&Stream> {
+        Ok(&self.rank(rank)?.stream)
+    }
+
+    /// Largest channel count a plan may use so every rank's blocks fit on
+    /// their device at once (they spin on each other, so all must be
+    /// resident): SMs / ranks on the busiest device, at most 32.
+    pub fn max_channels(&self) -> u32 {
+        self.devices
+            .iter()
+            .map(|d| (d.sm_count / d.ranks_here.max(1)).clamp(1, 32))
+            .min()
+            .unwrap_or(1)
+    }
+
+    /// Bytes per FIFO slot.
+    pub fn slot_bytes(&self) -> usize {
+        self.cfg.slot_bytes
+    }
+
+    /// A short description: "1x NVIDIA H200, 8 ranks".
+    pub fn describe(&self) -> String {
+        let names: Vec<String> = self
+            .devices
+            .iter()
+            .map(|d| {
+                crate::device::device_info(d.ctx.ordinal)
+                    .map(|i| format!("{} (sm_{})", i.name, i.arch))
+                    .unwrap_or_else(|_| format!("device {}", d.ctx.ordinal))
+            })
+            .collect();
+        format!(
+            "{}x {}, {} ranks",
+            self.devices.len(),
+            names.join(" + "),
+            self.ranks.len()
+        )
+    }
+
+    /// An event on `rank`'s device.
+    pub fn event(&self, rank: u32) -> Result<Event> {
+        Event::new(&self.dev(rank)?.ctx)
+    }
+}

@@ -1,0 +1,180 @@
+//! A rank's plan encoded into one device blob, its links made, its
+//! scratch sized, and the result cached by plan.
+
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+
+use oxccl_core::plan::{BufRole, RankPlan};
+use oxccl_core::Proto;
+
+use crate::driver::DevMem;
+use crate::encode::{self, Encoded, MAX_CHANNELS};
+use crate::error::{CudaError, Result};
+use crate::kernels::THREADS;
+
+use super::{lock, LinkKind, World, SMALL_STEP_BYTES};
+
+/// A plan uploaded for one rank.
+#[derive(Debug)]
+pub struct Prepared {
+    pub(super) blob: DevMem,
+    pub(super) layout: encode::BlobLayout,
+    /// The launch parameter's channel records (the first `nchannels` set).
+    pub(super) chans: [[u32; 4]; MAX_CHANNELS],
+    pub(super) nchannels: u32,
+    /// Threads per block.
+    pub(super) threads: u32,
+    /// Scratch buffers' byte offsets in the rank's scratch area, by buffer id.
+    pub(super) scratch_offsets: Vec<Option<usize>>,
+    pub(super) scratch_bytes: usize,
+    pub(super) elem_size: usize,
+    pub(super) proto: Proto,
+}
+
+impl Prepared {
+    /// The wire protocol of the plan's FIFO connections.
+    pub fn proto(&self) -> Proto {
+        self.proto
+    }
+
+    pub fn channels(&self) -> u32 {
+        self.nchannels
+    }
+}
+
+/// Uploaded plans by hash, with the plan itself to rule out collisions.
+pub(super) type PlanCache = HashMap<u64, Vec<(RankPlan, Arc<Prepared>)>>;
+
+fn plan_hash(rp: &RankPlan) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    rp.hash(&mut h);
+    h.finish()
+}
+
+impl World {
+    /// Uploads `rp` for its rank with Simple FIFOs; see
+    /// [`World::prepare_proto`].
+    pub fn prepare(&self, rp: &RankPlan, elem_size: usize) -> Result<Arc<Prepared>> {
+        self.prepare_proto(rp, elem_size, Proto::Simple)
+    }
+
+    /// Uploads `rp` for its rank, its FIFO connections running `proto`
+    /// (Simple or LL), once; later calls with an equal plan and protocol
+    /// return the cached upload. Every rank of a call must use the same
+    /// protocol: the two have separate buffers and counters.
+    pub fn prepare_proto(
+        &self,
+        rp: &RankPlan,
+        elem_size: usize,
+        proto: Proto,
+    ) -> Result<Arc<Prepared>> {
+        if !matches!(proto, Proto::Simple | Proto::LL) {
+            return Err(CudaError::Invalid(format!(
+                "protocol {proto}: the CUDA executor runs simple and ll"
+            )));
+        }
+        let r = rp.rank;
+        let st = self.rank(r)?;
+        if rp.nranks != self.nranks() {
+            return Err(CudaError::Invalid(format!(
+                "plan for {} ranks on a clique of {}",
+                rp.nranks,
+                self.nranks()
+            )));
+        }
+        let h = plan_hash(rp);
+        if let Some(list) = lock(&st.plans).get(&h) {
+            if let Some((_, p)) = list
+                .iter()
+                .find(|(q, p)| q == rp && p.elem_size == elem_size && p.proto == proto)
+            {
+                return Ok(p.clone());
+            }
+        }
+        if rp.max_message() * elem_size > self.cfg.slot_bytes {
+            return Err(CudaError::Plan(format!(
+                "a message of {} elements × {elem_size} bytes exceeds the {}-byte FIFO slot",
+                rp.max_message(),
+                self.cfg.slot_bytes
+            )));
+        }
+        let nch = rp.channels.len() as u32;
+        if nch > self.max_channels() {
+            return Err(CudaError::Plan(format!(
+                "{nch} channels; at most {} fit on the device with every rank resident",
+                self.max_channels()
+            )));
+        }
+        let mut enc: Encoded = encode::encode(rp)?;
+        // Every rank launches at least one block, even with nothing to do
+        // (a launch of zero blocks is an error).
+        if enc.chans.is_empty() {
+            enc.chans.push((0, 0, 0, 0));
+        }
+        let conn_ptrs = enc
+            .conns
+            .iter()
+            .map(|&k| self.link(LinkKind::Fifo(proto), k))
+            .collect::<Result<Vec<_>>>()?;
+        let sem_ptrs = enc
+            .sems
+            .iter()
+            .map(|&k| self.link(LinkKind::Sem, k))
+            .collect::<Result<Vec<_>>>()?;
+        let bytes = enc.blob(&conn_ptrs, &sem_ptrs);
+        let dev = self.dev(r)?;
+        let blob = DevMem::zeroed(&dev.ctx, bytes.len())?;
+        // SAFETY: `blob` holds `bytes.len()` bytes.
+        unsafe { dev.setup.write_sync(blob.ptr, &bytes)? };
+        let mut scratch_offsets = vec![None; rp.bufs.len()];
+        let mut off = 0usize;
+        for (i, b) in rp.bufs.iter().enumerate() {
+            if b.role == BufRole::Scratch && b.len > 0 {
+                scratch_offsets[i] = Some(off);
+                off += (b.len * elem_size).div_ceil(256) * 256;
+            }
+        }
+        // Grow the scratch area now, not at launch: a cuMemAlloc while
+        // peers' kernels spin waiting for this rank's launch can stall it.
+        if off > 0 {
+            self.scratch(r, off)?;
+        }
+        let mut chans = [[0u32; 4]; MAX_CHANNELS];
+        for (slot, &(first, n, op_first, nops)) in chans.iter_mut().zip(&enc.chans) {
+            *slot = [first, n, op_first, nops];
+        }
+        let p = Arc::new(Prepared {
+            blob,
+            layout: enc.layout(),
+            chans,
+            nchannels: enc.chans.len() as u32,
+            threads: self.block_threads(&enc, rp.bufs.len(), elem_size),
+            scratch_offsets,
+            scratch_bytes: off,
+            elem_size,
+            proto,
+        });
+        lock(&st.plans)
+            .entry(h)
+            .or_default()
+            .push((rp.clone(), p.clone()));
+        Ok(p)
+    }
+
+    /// Threads per block for an encoded plan: [`THREADS`], or for a plan
+    /// of small transfers `small_threads` raised to a multiple of 32 that
+    /// covers what its steps need (a thread per operand and per signal or
+    /// wait of a run) and the buffers it publishes (a thread each).
+    fn block_threads(&self, enc: &Encoded, nbufs: usize, elem_size: usize) -> u32 {
+        let small = enc.max_len().saturating_mul(elem_size as u64) <= SMALL_STEP_BYTES;
+        if !small || self.cfg.small_threads == 0 {
+            return THREADS;
+        }
+        let need = enc
+            .min_threads()
+            .max(nbufs as u32)
+            .max(self.cfg.small_threads);
+        need.div_ceil(32).saturating_mul(32).min(THREADS)
+    }
+}
