@@ -171,12 +171,9 @@ fn main() {
     };
     let small_threads: Option<u32> = std::env::args().nth(5).and_then(|a| a.parse().ok());
     let kind = if registered { "registered" } else { "fifo" };
-    let info = match oxccl_cuda::available() {
-        Ok(i) => i,
-        Err(e) => {
-            println!("skipped: no CUDA device ({e})");
-            return;
-        }
+    // Skips without a driver; fails under OXCCL_REQUIRE_GPU=1 or on any other error.
+    let Some(info) = oxccl_cuda::device_or_skip("latency") else {
+        return;
     };
     for n in ranks {
         let mut cfg =

@@ -6,12 +6,9 @@
 use std::time::Duration;
 
 fn main() {
-    let info = match oxccl_cuda::available() {
-        Ok(i) => i,
-        Err(e) => {
-            println!("skipped: no CUDA device ({e})");
-            return;
-        }
+    // Skips without a driver; fails under OXCCL_REQUIRE_GPU=1 or on any other error.
+    let Some(info) = oxccl_cuda::device_or_skip("nccl_latency") else {
+        return;
     };
     let n: usize = std::env::args()
         .nth(1)

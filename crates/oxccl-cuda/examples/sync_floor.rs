@@ -569,12 +569,9 @@ fn parse_ranks() -> Vec<u32> {
 
 fn main() {
     let ranks = parse_ranks();
-    let info = match oxccl_cuda::available() {
-        Ok(i) => i,
-        Err(e) => {
-            println!("skipped: no CUDA device ({e})");
-            return;
-        }
+    // Skips without a driver; fails under OXCCL_REQUIRE_GPU=1 or on any other error.
+    let Some(info) = oxccl_cuda::device_or_skip("sync_floor") else {
+        return;
     };
     let dev = &info.devices[0];
     // Ctx::new goes through driver::init, which widens the hardware queues

@@ -73,14 +73,132 @@ pub fn device_info(ordinal: i32) -> Result<DeviceInfo> {
     })
 }
 
-/// For tests: `Some(info)` when a device is usable, else prints
-/// `skipped: no CUDA device (<why>)` and returns `None`.
-pub fn device_or_skip(test: &str) -> Option<CudaInfo> {
-    match available() {
-        Ok(i) => Some(i),
-        Err(e) => {
-            println!("{test}: skipped: no CUDA device ({e})");
+/// The variable that turns a GPU test's skip into a failure. Every device
+/// run sets it, so a broken GPU machine cannot pass by skipping.
+pub const REQUIRE_GPU_VAR: &str = "OXCCL_REQUIRE_GPU";
+
+/// What a GPU test does with the outcome of probing CUDA.
+#[derive(Debug, PartialEq)]
+pub enum GpuGate<T> {
+    /// CUDA is there: run.
+    Run(T),
+    /// No driver or no device, and none is required: print the reason and
+    /// return (`skipped: no CUDA device (<why>)`).
+    Skip(String),
+}
+
+/// The one rule every GPU test follows: only the absence of a driver or of
+/// a device ([`CudaError::NoDriver`]) skips, and only while `required` (the
+/// value of [`REQUIRE_GPU_VAR`]) is unset, empty or `0`. With `1` a missing
+/// device is an error; so is every other failure (NVRTC missing, a driver
+/// call failing) and a value other than `0`/`1`. Pure, so the rule itself
+/// is tested without a GPU.
+pub fn gpu_gate<T>(probe: Result<T>, required: Option<&str>) -> Result<GpuGate<T>, String> {
+    let required = match required.map(str::trim) {
+        None | Some("" | "0") => false,
+        Some("1") => true,
+        Some(other) => {
+            return Err(format!(
+                "{REQUIRE_GPU_VAR}={other:?}: expected 1 (a GPU must be there) or 0"
+            ))
+        }
+    };
+    match probe {
+        Ok(v) => Ok(GpuGate::Run(v)),
+        Err(CudaError::NoDriver(why)) if !required => Ok(GpuGate::Skip(why)),
+        Err(e @ CudaError::NoDriver(_)) => Err(format!(
+            "{REQUIRE_GPU_VAR}=1 but there is no CUDA device: {e}"
+        )),
+        Err(e) => Err(format!("CUDA is present but unusable: {e}")),
+    }
+}
+
+/// For GPU tests and device examples: `Some(v)` when `probe` succeeded;
+/// `None` after printing `<test>: skipped: no CUDA device (<why>)` when
+/// there is no driver or device and [`REQUIRE_GPU_VAR`] is not `1`.
+///
+/// # Panics
+/// On every other outcome (see [`gpu_gate`]): the test fails.
+#[track_caller]
+pub fn skip_or_fail<T>(test: &str, probe: Result<T>) -> Option<T> {
+    let required = std::env::var(REQUIRE_GPU_VAR).ok();
+    match gpu_gate(probe, required.as_deref()) {
+        Ok(GpuGate::Run(v)) => Some(v),
+        Ok(GpuGate::Skip(why)) => {
+            println!("{test}: skipped: no CUDA device ({why})");
             None
         }
+        Err(msg) => panic!("{test}: {msg}"),
+    }
+}
+
+/// [`skip_or_fail`] on [`available`]: the guard at the top of every GPU
+/// test.
+///
+/// # Panics
+/// When CUDA is present but unusable, or absent while required.
+#[track_caller]
+pub fn device_or_skip(test: &str) -> Option<CudaInfo> {
+    skip_or_fail(test, available())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn no_driver() -> Result<()> {
+        Err(CudaError::NoDriver("libcuda.so could not be loaded".into()))
+    }
+
+    #[test]
+    fn only_a_missing_driver_skips_and_only_when_not_required() {
+        for unset in [None, Some(""), Some("0"), Some(" 0 ")] {
+            assert_eq!(
+                gpu_gate(no_driver(), unset),
+                Ok(GpuGate::Skip("libcuda.so could not be loaded".into()))
+            );
+        }
+        let e = gpu_gate(no_driver(), Some("1")).unwrap_err();
+        assert!(
+            e.contains("OXCCL_REQUIRE_GPU=1") && e.contains("libcuda"),
+            "{e}"
+        );
+        assert_eq!(gpu_gate(Ok(7), Some("1")), Ok(GpuGate::Run(7)));
+        assert_eq!(gpu_gate(Ok(7), None), Ok(GpuGate::Run(7)));
+    }
+
+    #[test]
+    fn other_failures_fail_even_when_not_required() {
+        let others = [
+            CudaError::NoNvrtc("libnvrtc.so could not be loaded".into()),
+            CudaError::driver("cuInit", "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH"),
+            CudaError::Compile {
+                module: "exec".into(),
+                arch: "sm_90".into(),
+                log: "error".into(),
+            },
+        ];
+        for e in others {
+            let want = e.to_string();
+            for required in [None, Some("0"), Some("1")] {
+                let got = gpu_gate::<()>(Err(e.clone()), required).unwrap_err();
+                assert!(got.contains(&want), "{required:?}: {got}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_bad_require_value_is_an_error_not_a_skip() {
+        for bad in ["yes", "true", "2", "on"] {
+            let e = gpu_gate(no_driver(), Some(bad)).unwrap_err();
+            assert!(e.contains(bad), "{e}");
+            assert!(gpu_gate(Ok(()), Some(bad)).is_err());
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "CUDA is present but unusable")]
+    fn skip_or_fail_panics_on_other_errors() {
+        skip_or_fail::<()>("t", Err(CudaError::NoNvrtc("missing".into())));
     }
 }

@@ -68,10 +68,23 @@ pub fn init() -> Result<()> {
                 ));
             }
             widen_hardware_queues();
-            result::init().map_err(|e| CudaError::NoDriver(format!("cuInit failed: {e:?}")))
+            result::init().map_err(init_error)
         })
     })
     .clone()
+}
+
+/// A failed `cuInit`: no device (or only the toolkit's stub library) means
+/// no usable driver; anything else is a broken driver, which must not pass
+/// for an absent one (GPU tests skip only on [`CudaError::NoDriver`]).
+fn init_error(e: result::DriverError) -> CudaError {
+    use sys::CUresult::{CUDA_ERROR_NO_DEVICE, CUDA_ERROR_STUB_LIBRARY};
+    match e.0 {
+        CUDA_ERROR_NO_DEVICE | CUDA_ERROR_STUB_LIBRARY => {
+            CudaError::NoDriver(format!("cuInit failed: {e:?}"))
+        }
+        _ => CudaError::driver("cuInit", e),
+    }
 }
 
 fn check(call: &'static str, r: sys::CUresult) -> Result<()> {

@@ -24,7 +24,10 @@ pub mod kernels;
 pub mod nccl;
 pub mod world;
 
-pub use device::{available, device_or_skip, CudaInfo, DeviceInfo};
+pub use device::{
+    available, device_or_skip, gpu_gate, skip_or_fail, CudaInfo, DeviceInfo, GpuGate,
+    REQUIRE_GPU_VAR,
+};
 pub use error::{CudaError, Result};
 pub use world::{Prepared, World, WorldConfig};
 pub mod topo_probe;

@@ -1,6 +1,8 @@
 //! Device tests of the executor, straight on `World` (the facade's
 //! `crates/oxccl/tests/collectives.rs` runs the shared suite through the
-//! Communicator API). Without a GPU each prints `skipped: no CUDA device`.
+//! Communicator API). Without a driver each prints `skipped: no CUDA
+//! device`; with `OXCCL_REQUIRE_GPU=1` (every device run sets it) each
+//! fails instead, and any other CUDA error fails (`oxccl_cuda::gpu_gate`).
 //!
 //! `OXCCL_GPU_RANKS` (e.g. `1,2,3,4,8`) chooses the rank counts; the
 //! default keeps a run short.
@@ -612,16 +614,34 @@ fn ll_matches_simple_bit_for_bit() {
     println!("ll_matches_simple_bit_for_bit: {cases} cases identical");
 }
 
-/// Without CUDA, `available` is a clean error, never a panic.
+/// `available` never panics and says something true: either a coherent
+/// description of every visible device, or, with no driver, the
+/// `NoDriver` error GPU tests skip on (the same answer every time). Any
+/// other error fails, and so does a missing device under
+/// `OXCCL_REQUIRE_GPU=1`.
 #[test]
 fn available_never_panics() {
-    match oxccl_cuda::available() {
-        Ok(i) => println!(
-            "available: {} device(s), driver {}, nvrtc {:?}",
-            i.devices.len(),
-            i.driver_version,
-            i.nvrtc_version
-        ),
-        Err(e) => println!("available_never_panics: skipped: no CUDA device ({e})"),
+    let first = oxccl_cuda::available();
+    assert_eq!(first, oxccl_cuda::available(), "a second probe disagrees");
+    if let Err(CudaError::NoDriver(why)) = &first {
+        assert!(!why.is_empty(), "the reason is empty");
     }
+    let Some(i) = oxccl_cuda::skip_or_fail("available_never_panics", first) else {
+        return;
+    };
+    assert!(!i.devices.is_empty(), "available() with no device");
+    assert!(i.driver_version >= 11000, "driver {}", i.driver_version);
+    assert!(i.nvrtc_version.0 >= 11, "nvrtc {:?}", i.nvrtc_version);
+    for (k, d) in i.devices.iter().enumerate() {
+        assert_eq!(d.ordinal, k as i32, "{d:?}");
+        assert!(!d.name.is_empty() && d.arch >= 50, "{d:?}");
+        assert!(d.sm_count > 0 && d.total_mem > 0, "{d:?}");
+        assert_eq!(oxccl_cuda::device::device_info(d.ordinal).as_ref(), Ok(d));
+    }
+    println!(
+        "available: {} device(s), driver {}, nvrtc {:?}",
+        i.devices.len(),
+        i.driver_version,
+        i.nvrtc_version
+    );
 }

@@ -104,8 +104,8 @@ fn main() -> oxccl::Result<()> {
     let mut args = std::env::args().skip(1);
     let n: u32 = args.next().and_then(|a| a.parse().ok()).unwrap_or(8);
     let algo = args.next();
-    if !oxccl::backend::cuda::available() {
-        println!("skipped: no CUDA device");
+    // Skips without a driver; fails under OXCCL_REQUIRE_GPU=1 or on any other error.
+    if oxccl::backend::cuda::device_or_skip("call_latency").is_none() {
         return Ok(());
     }
     let mut config = Config::from_env()?;

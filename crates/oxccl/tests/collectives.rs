@@ -1,6 +1,7 @@
 //! Every collective × dtype × op × in-place through the Communicator API,
 //! one generic body for every backend: host always, CUDA when a device is
-//! there (else it prints `skipped: no CUDA device`).
+//! there (else it prints `skipped: no CUDA device`, and fails under
+//! `OXCCL_REQUIRE_GPU=1`).
 
 use oxccl::core::testkit::{self, COLLECTIVES, OPS};
 use oxccl::core::{with_dtype, Collective};
@@ -124,8 +125,7 @@ fn host_every_case_1_rank() {
 
 #[test]
 fn cuda_every_case() {
-    if !oxccl::backend::cuda::available() {
-        println!("skipped: no CUDA device");
+    if oxccl::backend::cuda::device_or_skip("cuda_every_case").is_none() {
         return;
     }
     let comms = oxccl::init_all_with(

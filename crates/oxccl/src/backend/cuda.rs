@@ -24,6 +24,12 @@ pub fn available() -> bool {
     oxccl_cuda::available().is_ok()
 }
 
+/// The guard of every GPU test and device example: skips (printing
+/// `skipped: no CUDA device (<why>)`) only without a driver or device, and
+/// fails instead under `OXCCL_REQUIRE_GPU=1` or on any other error (see
+/// `oxccl_cuda::gpu_gate`).
+pub use oxccl_cuda::device_or_skip;
+
 /// Creates the CUDA backend for a clique of `opts.nranks` ranks (ranks
 /// round-robin over the visible devices).
 pub fn create(opts: &BackendOptions) -> Result<Arc<dyn Backend>, Error> {
