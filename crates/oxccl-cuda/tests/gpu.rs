@@ -4,32 +4,26 @@
 //! device`; with `OXCCL_REQUIRE_GPU=1` (every device run sets it) each
 //! fails instead, and any other CUDA error fails (`oxccl_cuda::gpu_gate`).
 //!
-//! `OXCCL_GPU_RANKS` (e.g. `1,2,3,4,8`) chooses the rank counts; the
-//! default keeps a run short.
+//! `OXCCL_GPU_RANKS` (e.g. `1,2,3,4,8`, the default) chooses the rank
+//! counts, `OXCCL_GPU_DTYPE` the data types, `OXCCL_GPU_QUICK=1` a short
+//! matrix for sanitizer runs, `OXCCL_GPU_BIG=1` adds 256 MiB to the size
+//! sweep; a bad value or an unknown `OXCCL_GPU_*` fails
+//! (`device_cases::GpuEnv`).
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use oxccl_core::gen::{generate, supports, PlanRequest};
+use oxccl_core::gen::{generate, supports};
 use oxccl_core::plan::{BufRole, Plan};
 use oxccl_core::{
-    testkit::{self, COLLECTIVES, OPS},
+    testkit::{self},
     with_dtype, Algo, CollKind, Collective, DataType, Element, Proto, RedOp,
 };
 use oxccl_cuda::driver::Graph;
 use oxccl_cuda::{device_or_skip, encode, CudaError, World, WorldConfig};
 
-fn rank_counts() -> Vec<u32> {
-    std::env::var("OXCCL_GPU_RANKS")
-        .ok()
-        .map(|s| s.split(',').filter_map(|x| x.trim().parse().ok()).collect())
-        .unwrap_or_else(|| vec![1, 2, 3, 4, 8])
-}
-
-/// `OXCCL_GPU_DTYPES` / `OXCCL_GPU_QUICK`: narrow the matrix (sanitizer runs).
-fn quick() -> bool {
-    std::env::var("OXCCL_GPU_QUICK").is_ok()
-}
+mod device_cases;
+use device_cases::{cases, expected_cases, protos_for, Clique, GpuEnv};
 
 fn world(n: u32, ndev: usize, timeout: Duration) -> Arc<World> {
     World::new(WorldConfig::round_robin(n, ndev as i32, timeout)).expect("world")
@@ -112,20 +106,6 @@ fn setup<T: Element>(
     }
 }
 
-/// The FIFO protocols a plan can run under: both when it has FIFO
-/// connections, else only Simple (the protocol changes nothing then).
-fn protos_for(plan: &Plan) -> &'static [Proto] {
-    let fifo = plan
-        .ranks
-        .iter()
-        .any(|r| encode::encode(r).is_ok_and(|e| !e.conns.is_empty()));
-    if fifo {
-        &[Proto::Simple, Proto::LL]
-    } else {
-        &[Proto::Simple]
-    }
-}
-
 /// One vector per rank.
 type PerRank<T> = Vec<Vec<T>>;
 
@@ -194,6 +174,16 @@ fn run_ranks<T: Element>(
     Ok((inputs, outputs))
 }
 
+fn clique(w: &World) -> Clique {
+    Clique {
+        n: w.nranks(),
+        max_channels: w.max_channels(),
+        slot_bytes: w.slot_bytes(),
+    }
+}
+
+/// The plan `device_cases::request` describes for this world; a
+/// generation error fails the test.
 fn plan_for(
     w: &World,
     kind: CollKind,
@@ -202,99 +192,60 @@ fn plan_for(
     in_place: bool,
     registered: bool,
     elem: usize,
-) -> Option<Plan> {
-    let n = w.nranks();
-    let root = if kind.has_root() { n - 1 } else { 0 };
-    let req = PlanRequest {
-        channels: w.max_channels().min(4),
-        chunk: (w.slot_bytes() / elem).max(1),
-        in_place,
-        registered,
-        ..PlanRequest::new(Collective::new(kind, count, root), n, algo)
-    };
-    generate(&req).ok()
+) -> Plan {
+    let req = device_cases::request(clique(w), kind, count, algo, (in_place, registered), elem);
+    generate(&req).unwrap_or_else(|e| panic!("{req:?}: {e}"))
 }
 
 /// Every collective × algorithm (FIFO and registered) × dtype × op ×
 /// in-place, a count not divisible by the rank count, odd offsets; plans
-/// with FIFO connections under both Simple and LL.
+/// with FIFO connections under both Simple and LL. Every case of the list
+/// runs (`device_cases::cases`, whose length is checked against the count
+/// the filter implies); a plan that does not generate fails.
 #[test]
 fn every_case_on_the_device() {
+    let env = GpuEnv::from_env();
     let Some(info) = device_or_skip("every_case_on_the_device") else {
         return;
     };
-    for n in rank_counts() {
+    for &n in &env.ranks {
         let w = world(n, info.devices.len(), Duration::from_secs(20));
+        let list = cases(clique(&w), &env).unwrap_or_else(|e| panic!("{n} ranks: {e}"));
+        assert_eq!(
+            list.len(),
+            expected_cases(n, &env),
+            "{n} ranks: the case list lost cases"
+        );
+        assert!(!list.is_empty(), "{n} ranks: no case to run");
         let mut failures = Vec::new();
-        let mut cases = 0;
-        for kind in COLLECTIVES {
-            for algo in Algo::ALL {
-                if !supports(algo, kind) {
-                    continue;
-                }
-                for registered in [false, true] {
-                    let ops: &[RedOp] = if kind.is_reduction() { &OPS } else { &OPS[..1] };
-                    let only: Option<DataType> = std::env::var("OXCCL_GPU_DTYPE")
-                        .ok()
-                        .and_then(|d| d.parse().ok());
-                    let one = only.map(|d| [d]);
-                    let dts: &[DataType] = match &one {
-                        Some(d) => d,
-                        None if quick() => &[DataType::F32, DataType::Bf16],
-                        None => &DataType::ALL,
-                    };
-                    let ops = if quick() { &ops[..1] } else { ops };
-                    for &dt in dts {
-                        for &op in ops.iter().filter(|o| o.undefined_reason(dt).is_none()) {
-                            for in_place in [false, true] {
-                                let count = 1001;
-                                let Some(plan) = plan_for(
-                                    &w,
-                                    kind,
-                                    count,
-                                    algo,
-                                    in_place,
-                                    registered,
-                                    dt.size(),
-                                ) else {
-                                    continue;
-                                };
-                                if registered && !plan.ranks.iter().any(|r| r.needs_registration())
-                                {
-                                    continue;
-                                }
-                                let coll = plan.coll.expect("collective plan");
-                                // Out of place: aligned (vector path); in place: odd offsets.
-                                let shift = usize::from(in_place);
-                                for &proto in protos_for(&plan) {
-                                    let res = with_dtype!(dt, T => checked(&coll, op, run_ranks::<T>(&w, &plan, &coll, op, in_place, shift, proto)));
-                                    cases += 1;
-                                    let case = format!("{kind} {algo} reg={registered} {dt} {op} in_place={in_place} {proto}");
-                                    match res {
-                                        Ok((0, _)) => {}
-                                        Ok((wrong, first)) => failures.push(format!(
-                                            "{case}: {wrong} wrong, {}",
-                                            first.unwrap_or_default()
-                                        )),
-                                        Err(e) => failures.push(format!("{case}: {e}")),
-                                    }
-                                    if w.failed() {
-                                        panic!("clique failed: {failures:?}");
-                                    }
-                                }
-                            }
-                        }
-                    }
-                }
+        let mut ran = 0;
+        for case in &list {
+            let coll = case.plan.coll.expect("collective plan");
+            // Out of place: aligned (vector path); in place: odd offsets.
+            let shift = usize::from(case.in_place);
+            let (op, in_place, proto) = (case.op, case.in_place, case.proto);
+            let res = with_dtype!(case.dt, T => checked(&coll, op, run_ranks::<T>(&w, &case.plan, &coll, op, in_place, shift, proto)));
+            ran += 1;
+            match res {
+                Ok((0, _)) => {}
+                Ok((wrong, first)) => failures.push(format!(
+                    "{case}: {wrong} wrong, {}",
+                    first.unwrap_or_default()
+                )),
+                Err(e) => failures.push(format!("{case}: {e}")),
+            }
+            if w.failed() {
+                panic!("clique failed at {case}: {failures:?}");
             }
         }
         println!(
-            "every_case_on_the_device: {n} ranks: {cases} cases, {} failed",
+            "every_case_on_the_device: {n} ranks: {ran} cases, {} failed",
             failures.len()
         );
+        assert_eq!(ran, list.len());
         assert!(
             failures.is_empty(),
-            "{} of {cases} failed on {n} ranks:\n{}",
+            "{} of {ran} failed on {n} ranks:\n{}",
             failures.len(),
             failures.join("\n")
         );
@@ -304,29 +255,28 @@ fn every_case_on_the_device() {
 /// Sizes from 0 to 256 MiB per rank for ring and direct AllReduce (f32).
 #[test]
 fn allreduce_sizes_up_to_256_mib() {
+    let env = GpuEnv::from_env();
     let Some(info) = device_or_skip("allreduce_sizes_up_to_256_mib") else {
         return;
     };
-    let big = std::env::var("OXCCL_GPU_BIG").is_ok();
-    for n in rank_counts() {
+    for &n in &env.ranks {
         let w = world(n, info.devices.len(), Duration::from_secs(30));
         let mut counts = vec![0usize, 1, 7, 255, 4097, 1 << 20];
-        if big {
+        let mut ran = 0;
+        if env.big {
             counts.push(64 << 20); // 256 MiB of f32 per rank
         }
+        let ncounts = counts.len();
         for count in counts {
             for (algo, registered) in [
                 (Algo::Ring, false),
                 (Algo::OneShot, true),
                 (Algo::TwoShot, true),
             ] {
-                let Some(plan) =
-                    plan_for(&w, CollKind::AllReduce, count, algo, false, registered, 4)
-                else {
-                    continue;
-                };
+                let plan = plan_for(&w, CollKind::AllReduce, count, algo, false, registered, 4);
                 let coll = plan.coll.expect("collective");
-                for &proto in protos_for(&plan) {
+                for &proto in protos_for(&plan).expect("encode") {
+                    ran += 1;
                     let (wrong, first) = checked(
                         &coll,
                         RedOp::Sum,
@@ -341,6 +291,8 @@ fn allreduce_sizes_up_to_256_mib() {
                 }
             }
         }
+        // Three algorithms per count, each under at least one protocol.
+        assert!(ran >= 3 * ncounts, "{n} ranks: {ran} runs");
     }
 }
 
@@ -363,7 +315,7 @@ fn graph_replays_1000_times() {
 fn graph_replays(w: &World, proto: Proto) {
     let n = w.nranks();
     let count = 4099usize;
-    let plan = plan_for(w, CollKind::AllReduce, count, Algo::Ring, false, false, 4).expect("plan");
+    let plan = plan_for(w, CollKind::AllReduce, count, Algo::Ring, false, false, 4);
     let coll = plan.coll.expect("collective");
     let op = RedOp::Sum;
     let inputs: Vec<Vec<i32>> = (0..n)
@@ -436,7 +388,7 @@ fn missing_peer_times_out_and_abort_is_prompt() {
 
 fn missing_peer(ndev: usize, proto: Proto) {
     let w = world(2, ndev, Duration::from_millis(300));
-    let plan = plan_for(&w, CollKind::AllReduce, 1000, Algo::Ring, false, false, 4).expect("plan");
+    let plan = plan_for(&w, CollKind::AllReduce, 1000, Algo::Ring, false, false, 4);
     let coll = plan.coll.expect("collective");
     let input = testkit::input::<f32>(&coll, 2, 0, RedOp::Sum, 1);
     let b = setup::<f32>(&w, 0, &coll, &input, false, 0);
@@ -504,7 +456,7 @@ fn ll_is_used_when_requested() {
     };
     let n = 3u32;
     let w = world(n, info.devices.len(), Duration::from_secs(20));
-    let plan = plan_for(&w, CollKind::AllReduce, 1001, Algo::Ring, false, false, 2).expect("plan");
+    let plan = plan_for(&w, CollKind::AllReduce, 1001, Algo::Ring, false, false, 2);
     let coll = plan.coll.expect("collective");
     let keys: Vec<encode::LinkKey> = plan
         .ranks
@@ -589,12 +541,9 @@ fn ll_matches_simple_bit_for_bit() {
                 DataType::F8E4M3,
             ] {
                 for op in [RedOp::Sum, RedOp::Avg, RedOp::PreMulSum(0.3)] {
-                    let Some(plan) = plan_for(&w, kind, 1001, algo, false, false, dt.size()) else {
-                        continue;
-                    };
-                    if protos_for(&plan).len() < 2 {
-                        continue;
-                    }
+                    let plan = plan_for(&w, kind, 1001, algo, false, false, dt.size());
+                    // Every FIFO plan on 4 ranks has connections.
+                    assert_eq!(protos_for(&plan).expect("encode").len(), 2, "{kind} {algo}");
                     let coll = plan.coll.expect("collective");
                     let same = with_dtype!(dt, T => {
                         let run = |proto| run_ranks::<T>(&w, &plan, &coll, op, false, 1, proto).expect("run").1;
@@ -610,7 +559,19 @@ fn ll_matches_simple_bit_for_bit() {
             }
         }
     }
-    assert!(cases > 0);
+    let pairs = [
+        CollKind::AllReduce,
+        CollKind::ReduceScatter,
+        CollKind::Reduce,
+    ]
+    .iter()
+    .map(|&k| Algo::ALL.iter().filter(|&&a| supports(a, k)).count())
+    .sum::<usize>();
+    assert_eq!(
+        cases,
+        pairs * 5 * 3,
+        "every (collective, algorithm) × 5 dtypes × 3 ops"
+    );
     println!("ll_matches_simple_bit_for_bit: {cases} cases identical");
 }
 
