@@ -1,5 +1,7 @@
 //! `cargo xtask tidy`: checks that no crate depends against the arrows of
-//! DESIGN.md (dependencies point down only).
+//! DESIGN.md (dependencies point down only), and that the host/device
+//! layout has one source: no kernel file defines a record or constant that
+//! `crates/oxccl-cuda/src/layout.rs` generates, and its layout test stays.
 //!
 //! xtask may also use oxccl-topo (for `topo`/`simulate`) and oxccl-core
 //! (shared types); both sit below oxccl, so no cycle can form.
@@ -106,8 +108,82 @@ pub fn check(root: &Path) -> anyhow::Result<Vec<String>> {
     Ok(out)
 }
 
+/// The layout's source and the test that compares both sides.
+const LAYOUT: &str = "crates/oxccl-cuda/src/layout.rs";
+const LAYOUT_TEST: &str = "fn every_record_has_the_same_layout_on_both_sides";
+
+/// Names `layout.rs` generates: its constants' C names and its records.
+pub fn generated_names(layout: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    for line in layout.lines().map(str::trim) {
+        // `("OX_MAX_BUFS", MAX_BUFS as u64, "…"),`
+        if let Some(rest) = line.strip_prefix("(\"") {
+            if let Some((name, _)) = rest.split_once('"') {
+                if name.starts_with("OX") {
+                    names.push(name.to_string());
+                }
+            }
+        }
+        // `OxDesc {` inside a `device_record!`.
+        if let Some(name) = line.strip_suffix(" {") {
+            if name.starts_with("Ox") && name.chars().all(char::is_alphanumeric) {
+                names.push(name.to_string());
+            }
+        }
+    }
+    names
+}
+
+/// Definitions in a kernel file of names the layout generates.
+pub fn layout_violations(file: &str, text: &str, generated: &[String]) -> Vec<String> {
+    let mut out = Vec::new();
+    for line in text.lines().map(str::trim) {
+        let defined = line
+            .strip_prefix("#define ")
+            .or_else(|| line.strip_prefix("struct "))
+            .and_then(|r| r.split([' ', '{', '(']).next());
+        if let Some(name) = defined {
+            if generated.iter().any(|g| g == name) {
+                out.push(format!(
+                    "{file} defines {name}, which {LAYOUT} generates: define it there only"
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// The layout checks over the tree rooted at `root`.
+pub fn check_layout(root: &Path) -> anyhow::Result<Vec<String>> {
+    let layout = std::fs::read_to_string(root.join(LAYOUT)).context("reading the layout")?;
+    let generated = generated_names(&layout);
+    let mut out = Vec::new();
+    if generated.len() < 10 || !layout.contains(LAYOUT_TEST) {
+        out.push(format!(
+            "{LAYOUT}: its records, constants or its test `{LAYOUT_TEST}` are gone"
+        ));
+    }
+    for e in std::fs::read_dir(root.join("kernels")).context("reading kernels/")? {
+        let p = e?.path();
+        if p.extension().is_some_and(|x| x == "cuh" || x == "cu") {
+            let text = std::fs::read_to_string(&p)?;
+            out.extend(layout_violations(
+                &p.display().to_string(),
+                &text,
+                &generated,
+            ));
+        }
+    }
+    Ok(out)
+}
+
 pub fn run() -> anyhow::Result<()> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let v = check_layout(&root)?;
+    if !v.is_empty() {
+        bail!("host/device layout defined twice:\n{}", v.join("\n"));
+    }
+    println!("tidy: host/device layout defined once");
     let v = check(&root)?;
     if !v.is_empty() {
         bail!("dependency arrows broken:\n{}", v.join("\n"));
@@ -125,6 +201,23 @@ mod tests {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
         let v = check(&root).unwrap();
         assert!(v.is_empty(), "{}", v.join("\n"));
+    }
+
+    #[test]
+    fn kernels_define_no_layout_twice() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let v = check_layout(&root).unwrap();
+        assert!(v.is_empty(), "{}", v.join("\n"));
+    }
+
+    #[test]
+    fn a_layout_defined_in_a_kernel_is_caught() {
+        let layout = "    (\"OX_MAX_BUFS\", MAX_BUFS as u64, \"x\"),\n    OxStep {\n";
+        let g = generated_names(layout);
+        assert_eq!(g, ["OX_MAX_BUFS", "OxStep"]);
+        let cuh = "#define OX_MAX_BUFS 64\nstruct OxStep {\n#define OX_STAGE_OPS 512\n";
+        assert_eq!(layout_violations("k.cuh", cuh, &g).len(), 2);
+        assert!(layout_violations("k.cuh", "#define OX_UNROLL 4\n", &g).is_empty());
     }
 
     #[test]

@@ -20,19 +20,11 @@ use std::collections::HashMap;
 use oxccl_core::plan::{Dst, RankPlan, Src, Step};
 
 use crate::error::{CudaError, Result};
+use crate::layout::{
+    OxChan, OxOperand, OxStep, F_POST, F_PRE, K_CONN, K_LOCAL, K_REMOTE, MAX_BUFS, MAX_CHANNELS,
+    MAX_OPERANDS, S_SIGNAL, S_SWAP, S_WAIT, S_XFER,
+};
 
-/// Mirrors `OX_MAX_BUFS` in `kernels/oxccl_common.cuh`.
-pub const MAX_BUFS: usize = 64;
-/// Mirrors `OX_MAX_OPERANDS`.
-pub const MAX_OPERANDS: usize = 32;
-/// Mirrors `OX_MAX_CHANNELS`: the `OxChan` records a launch parameter holds.
-pub const MAX_CHANNELS: usize = 32;
-/// Mirrors `OX_CONN_HEADER`: the counters before a connection's slots.
-pub const CONN_HEADER: usize = 256;
-/// Size of an `OxSem`.
-pub const SEM_BYTES: usize = 256;
-/// Mirrors `OXD_LL`: the descriptor flag that runs FIFO connections as LL.
-pub const DESC_LL: u32 = 8;
 /// An LL line: {data 4 B, flag 4 B, data 4 B, flag 4 B}.
 pub const LL_LINE: usize = 16;
 /// Message bytes one LL line carries.
@@ -57,29 +49,22 @@ pub fn ll_flag(count: u64) -> u32 {
     (count % 0xFFFF_FFFF) as u32 + 1
 }
 
-const K_LOCAL: u8 = 0;
-const K_CONN: u8 = 1;
-const K_REMOTE: u8 = 2;
-const S_XFER: u8 = 0;
-const S_SIGNAL: u8 = 1;
-const S_WAIT: u8 = 2;
-const S_SWAP: u8 = 3;
-const F_PRE: u8 = 1;
-const F_POST: u8 = 1;
-
 /// `(channel, from, to)`: names a FIFO connection or a semaphore.
 pub type LinkKey = (u32, u32, u32);
 
 /// A plan in device form, before the pointer tables are known.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Encoded {
-    /// Per channel: (first step, step count, first operand, operand
-    /// count); a channel's operands are contiguous, in step order.
-    pub chans: Vec<(u32, u32, u32, u32)>,
-    /// Per step: (op, nsrc, ndst, flags, first, len).
-    pub steps: Vec<(u8, u8, u8, u8, u32, u64)>,
-    /// Per operand: (kind, flags, buf, idx, off).
-    pub ops: Vec<(u8, u8, u16, u32, u64)>,
+    /// Per channel: its records; a channel's operands are contiguous, in
+    /// step order.
+    pub chans: Vec<OxChan>,
+    /// Per step. A signal/wait step holds its semaphore's table index in
+    /// `first` and its peer in `len` until [`Encoded::blob`] swaps them
+    /// for the device form (peer in `first`, address in `len`).
+    pub steps: Vec<OxStep>,
+    /// Per operand. A connection operand holds its table index in `idx`;
+    /// the blob puts the connection's address in `off`.
+    pub ops: Vec<OxOperand>,
     /// FIFO connections, by table index.
     pub conns: Vec<LinkKey>,
     /// Semaphores, by table index.
@@ -111,6 +96,27 @@ fn small<T: TryFrom<usize>>(v: usize, what: &str) -> Result<T> {
         .map_err(|_| CudaError::Plan(format!("{what} {v} does not fit the device encoding")))
 }
 
+fn step(op: u8, nsrc: u8, ndst: u8, flags: u8, first: u32, len: u64) -> OxStep {
+    OxStep {
+        op,
+        nsrc,
+        ndst,
+        flags,
+        first,
+        len,
+    }
+}
+
+fn operand(kind: u8, flags: u8, buf: u16, idx: u32, off: u64) -> OxOperand {
+    OxOperand {
+        kind,
+        flags,
+        buf,
+        idx,
+        off,
+    }
+}
+
 /// Encodes one rank's plan.
 pub fn encode(rp: &RankPlan) -> Result<Encoded> {
     if rp.bufs.len() > MAX_BUFS {
@@ -140,7 +146,7 @@ pub fn encode(rp: &RankPlan) -> Result<Encoded> {
                         _ => (S_WAIT, (c, *peer, me)),
                     };
                     let idx = index_of(&mut e.sems, &mut sem_map, key);
-                    e.steps.push((op, 0, 0, 0, idx, u64::from(*peer)));
+                    e.steps.push(step(op, 0, 0, 0, idx, u64::from(*peer)));
                 }
                 Step::Swap {
                     at,
@@ -159,10 +165,15 @@ pub fn encode(rp: &RankPlan) -> Result<Encoded> {
                         }
                     }
                     e.remote = true;
-                    e.ops.push((K_LOCAL, 0, at.buf.0, 0, at.off as u64));
-                    e.ops
-                        .push((K_REMOTE, 0, peer_at.buf.0, *peer, peer_at.off as u64));
-                    e.steps.push((S_SWAP, 2, 0, 0, first_op, *len as u64));
+                    e.ops.push(operand(K_LOCAL, 0, at.buf.0, 0, at.off as u64));
+                    e.ops.push(operand(
+                        K_REMOTE,
+                        0,
+                        peer_at.buf.0,
+                        *peer,
+                        peer_at.off as u64,
+                    ));
+                    e.steps.push(step(S_SWAP, 2, 0, 0, first_op, *len as u64));
                 }
                 Step::Xfer(x) => {
                     if x.srcs.is_empty()
@@ -178,7 +189,7 @@ pub fn encode(rp: &RankPlan) -> Result<Encoded> {
                     let first_op = small::<u32>(e.ops.len(), "operand index")?;
                     for s in &x.srcs {
                         let o = match *s {
-                            Src::Local { at, pre } => (
+                            Src::Local { at, pre } => operand(
                                 K_LOCAL,
                                 if pre { F_PRE } else { 0 },
                                 at.buf.0,
@@ -187,11 +198,11 @@ pub fn encode(rp: &RankPlan) -> Result<Encoded> {
                             ),
                             Src::Recv { peer } => {
                                 let idx = index_of(&mut e.conns, &mut conn_map, (c, peer, me));
-                                (K_CONN, 0, small(peer as usize, "peer")?, idx, 0)
+                                operand(K_CONN, 0, small(peer as usize, "peer")?, idx, 0)
                             }
                             Src::Remote { peer, at, pre } => {
                                 e.remote = true;
-                                (
+                                operand(
                                     K_REMOTE,
                                     if pre { F_PRE } else { 0 },
                                     at.buf.0,
@@ -204,27 +215,27 @@ pub fn encode(rp: &RankPlan) -> Result<Encoded> {
                     }
                     for d in &x.dsts {
                         let o = match *d {
-                            Dst::Local(at) => (K_LOCAL, 0, at.buf.0, 0, at.off as u64),
+                            Dst::Local(at) => operand(K_LOCAL, 0, at.buf.0, 0, at.off as u64),
                             Dst::Send { peer } => {
                                 let idx = index_of(&mut e.conns, &mut conn_map, (c, me, peer));
-                                (K_CONN, 0, small(peer as usize, "peer")?, idx, 0)
+                                operand(K_CONN, 0, small(peer as usize, "peer")?, idx, 0)
                             }
                             Dst::Remote { peer, at } => {
                                 e.remote = true;
-                                (K_REMOTE, 0, at.buf.0, peer, at.off as u64)
+                                operand(K_REMOTE, 0, at.buf.0, peer, at.off as u64)
                             }
                         };
                         e.ops.push(o);
                     }
                     for o in &e.ops[first_op as usize..] {
-                        if o.0 != K_CONN && o.2 as usize >= rp.bufs.len() {
+                        if o.kind != K_CONN && o.buf as usize >= rp.bufs.len() {
                             return Err(CudaError::Plan(format!(
                                 "channel {c} step {i}: buffer {} not declared",
-                                o.2
+                                o.buf
                             )));
                         }
                     }
-                    e.steps.push((
+                    e.steps.push(step(
                         S_XFER,
                         x.srcs.len() as u8,
                         x.dsts.len() as u8,
@@ -235,12 +246,12 @@ pub fn encode(rp: &RankPlan) -> Result<Encoded> {
                 }
             }
         }
-        e.chans.push((
+        e.chans.push(OxChan {
             first,
-            small::<u32>(ch.steps.len(), "step count")?,
+            nsteps: small::<u32>(ch.steps.len(), "step count")?,
             op_first,
-            small::<u32>(e.ops.len() - op_first as usize, "operand count")?,
-        ));
+            nops: small::<u32>(e.ops.len() - op_first as usize, "operand count")?,
+        });
         mark_runs(&mut e.steps[first as usize..]);
     }
     Ok(e)
@@ -256,22 +267,25 @@ pub const MAX_RUN: usize = 255;
 /// into pieces of at most that), and, for waits, in `ndst` how many earlier
 /// waits of its piece use the same semaphore (that wait needs as many more
 /// signals). Xfer steps are left alone.
-fn mark_runs(steps: &mut [(u8, u8, u8, u8, u32, u64)]) {
+fn mark_runs(steps: &mut [OxStep]) {
     let mut i = 0;
     while i < steps.len() {
-        let op = steps[i].0;
+        let op = steps[i].op;
         if op != S_SIGNAL && op != S_WAIT {
             i += 1;
             continue;
         }
         let mut end = i + 1;
-        while end < steps.len() && end - i < MAX_RUN && steps[end].0 == op {
+        while end < steps.len() && end - i < MAX_RUN && steps[end].op == op {
             end += 1;
         }
         for j in i..end {
-            let dup = steps[i..j].iter().filter(|s| s.4 == steps[j].4).count();
-            steps[j].1 = (end - j) as u8;
-            steps[j].2 = if op == S_WAIT { dup as u8 } else { 0 };
+            let dup = steps[i..j]
+                .iter()
+                .filter(|s| s.first == steps[j].first)
+                .count();
+            steps[j].nsrc = (end - j) as u8;
+            steps[j].ndst = if op == S_WAIT { dup as u8 } else { 0 };
         }
         i = end;
     }
@@ -284,9 +298,9 @@ impl Encoded {
     pub fn min_threads(&self) -> u32 {
         self.steps
             .iter()
-            .map(|&(op, ns, nd, ..)| match op {
-                S_SIGNAL | S_WAIT => u32::from(ns.max(1)),
-                _ => u32::from(ns) + u32::from(nd),
+            .map(|s| match s.op {
+                S_SIGNAL | S_WAIT => u32::from(s.nsrc.max(1)),
+                _ => u32::from(s.nsrc) + u32::from(s.ndst),
             })
             .max()
             .unwrap_or(0)
@@ -297,15 +311,15 @@ impl Encoded {
     pub fn max_len(&self) -> u64 {
         self.steps
             .iter()
-            .filter(|s| s.0 == S_XFER || s.0 == S_SWAP)
-            .map(|s| s.5)
+            .filter(|s| s.op == S_XFER || s.op == S_SWAP)
+            .map(|s| s.len)
             .max()
             .unwrap_or(0)
     }
 
     pub fn layout(&self) -> BlobLayout {
-        let ops = self.steps.len() * 16;
-        let total = align16(ops + self.ops.len() * 16).max(16);
+        let ops = self.steps.len() * std::mem::size_of::<OxStep>();
+        let total = align16(ops + self.ops.len() * std::mem::size_of::<OxOperand>()).max(16);
         BlobLayout { ops, total }
     }
 
@@ -321,30 +335,28 @@ impl Encoded {
         let l = self.layout();
         let mut b = vec![0u8; l.total];
         let mut put = |at: usize, bytes: &[u8]| b[at..at + bytes.len()].copy_from_slice(bytes);
-        for (i, &(op, ns, nd, fl, first, len)) in self.steps.iter().enumerate() {
-            let at = i * 16;
-            put(at, &[op, ns, nd, fl]);
-            if op == S_XFER || op == S_SWAP {
-                put(at + 4, &first.to_le_bytes());
-                put(at + 8, &len.to_le_bytes());
-            } else {
-                // Signal/wait: the peer (kept in `len` by `encode`) and
-                // the semaphore's address.
-                put(at + 4, &(len as u32).to_le_bytes());
-                put(at + 8, &sem_ptrs[first as usize].to_le_bytes());
+        for (i, st) in self.steps.iter().enumerate() {
+            let mut st = *st;
+            if st.op == S_SIGNAL || st.op == S_WAIT {
+                // The peer (kept in `len` by `encode`) and the
+                // semaphore's address.
+                st = OxStep {
+                    first: st.len as u32,
+                    len: sem_ptrs[st.first as usize],
+                    ..st
+                };
             }
+            put(i * std::mem::size_of::<OxStep>(), &st.to_le_bytes());
         }
-        for (i, &(kind, fl, buf, idx, off)) in self.ops.iter().enumerate() {
-            let at = l.ops + i * 16;
-            put(at, &[kind, fl]);
-            put(at + 2, &buf.to_le_bytes());
-            put(at + 4, &idx.to_le_bytes());
-            let off = if kind == K_CONN {
-                conn_ptrs[idx as usize]
-            } else {
-                off
-            };
-            put(at + 8, &off.to_le_bytes());
+        for (i, o) in self.ops.iter().enumerate() {
+            let mut o = *o;
+            if o.kind == K_CONN {
+                o.off = conn_ptrs[o.idx as usize];
+            }
+            put(
+                l.ops + i * std::mem::size_of::<OxOperand>(),
+                &o.to_le_bytes(),
+            );
         }
         b
     }
@@ -372,7 +384,7 @@ mod tests {
         assert!(e.conns.contains(&(2, 0, 1)) && e.conns.contains(&(2, 1, 2)));
         assert_eq!(e.steps.len(), plan.ranks[1].step_count());
         assert!(!e.remote);
-        let total: usize = e.chans.iter().map(|c| c.1 as usize).sum();
+        let total: usize = e.chans.iter().map(|c| c.nsteps as usize).sum();
         assert_eq!(total, e.steps.len());
     }
 
@@ -424,7 +436,15 @@ mod tests {
         let l = e.layout();
         assert_eq!(l.total % 16, 0);
         // The channel record: steps 0..3, operands 0..4.
-        assert_eq!(e.chans, vec![(0, 3, 0, 4)]);
+        assert_eq!(
+            e.chans,
+            vec![OxChan {
+                first: 0,
+                nsteps: 3,
+                op_first: 0,
+                nops: 4
+            }]
+        );
         // The wait: peer 1 in `first`, its semaphore's address (table
         // entry 1) in `len`.
         let wait = &b[16..32];
@@ -530,13 +550,13 @@ mod tests {
         assert_eq!(u64_at(l.ops + 16 + 8), 2 * big as u64);
     }
 
-    fn sig(op: u8, sem: u32) -> (u8, u8, u8, u8, u32, u64) {
-        (op, 0, 0, 0, sem, 0)
+    fn sig(op: u8, sem: u32) -> OxStep {
+        step(op, 0, 0, 0, sem, 0)
     }
 
     #[test]
     fn runs_carry_their_length_and_duplicate_waits() {
-        let x = (S_XFER, 1, 1, 0, 0, 4);
+        let x = step(S_XFER, 1, 1, 0, 0, 4);
         let mut st = vec![
             sig(S_SIGNAL, 0),
             sig(S_SIGNAL, 1),
@@ -547,7 +567,7 @@ mod tests {
             sig(S_WAIT, 2),
         ];
         mark_runs(&mut st);
-        let runs: Vec<(u8, u8)> = st.iter().map(|s| (s.1, s.2)).collect();
+        let runs: Vec<(u8, u8)> = st.iter().map(|s| (s.nsrc, s.ndst)).collect();
         assert_eq!(
             runs,
             vec![(2, 0), (1, 0), (3, 0), (2, 0), (1, 1), (1, 1), (1, 0)]
@@ -558,13 +578,13 @@ mod tests {
     fn long_runs_are_cut_into_pieces_of_max_run() {
         let mut st: Vec<_> = (0..MAX_RUN + 3).map(|_| sig(S_WAIT, 7)).collect();
         mark_runs(&mut st);
-        assert_eq!(st[0].1 as usize, MAX_RUN);
-        assert_eq!(st[0].2, 0);
-        assert_eq!(st[MAX_RUN - 1].1, 1);
-        assert_eq!(st[MAX_RUN - 1].2 as usize, MAX_RUN - 1);
+        assert_eq!(st[0].nsrc as usize, MAX_RUN);
+        assert_eq!(st[0].ndst, 0);
+        assert_eq!(st[MAX_RUN - 1].nsrc, 1);
+        assert_eq!(st[MAX_RUN - 1].ndst as usize, MAX_RUN - 1);
         // The next piece starts afresh.
-        assert_eq!((st[MAX_RUN].1, st[MAX_RUN].2), (3, 0));
-        assert_eq!((st[MAX_RUN + 2].1, st[MAX_RUN + 2].2), (1, 2));
+        assert_eq!((st[MAX_RUN].nsrc, st[MAX_RUN].ndst), (3, 0));
+        assert_eq!((st[MAX_RUN + 2].nsrc, st[MAX_RUN + 2].ndst), (1, 2));
     }
 
     #[test]

@@ -21,6 +21,7 @@ pub mod driver;
 pub mod encode;
 pub mod error;
 pub mod kernels;
+pub mod layout;
 pub mod nccl;
 pub mod world;
 

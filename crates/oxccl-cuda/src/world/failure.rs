@@ -2,13 +2,11 @@
 //! and the clique's failure word, read back as [`CudaError`]s.
 
 use crate::error::{CudaError, Result};
+use crate::layout::{OxError, E_ABORTED, E_PEER_FAILED, E_TIMEOUT};
 
 use super::World;
 
-const E_TIMEOUT: u32 = 1;
-const E_ABORTED: u32 = 2;
-const E_PEER_FAILED: u32 = 3;
-pub(super) const ERR_BYTES: usize = 32;
+pub(super) const ERR_BYTES: usize = std::mem::size_of::<OxError>();
 /// Host-mapped words: the host's abort flag and the clique's failure word.
 pub(super) const W_ABORT: usize = 0;
 pub(super) const W_FAIL: usize = 1;
@@ -47,9 +45,9 @@ impl World {
         let mut rec = [0u8; ERR_BYTES];
         // SAFETY: `err` holds ERR_BYTES bytes.
         unsafe { dev.setup.read_sync(st.err.ptr, &mut rec)? };
-        let w = |i: usize| u32::from_le_bytes(rec[i * 4..i * 4 + 4].try_into().unwrap_or([0; 4]));
-        let waited_ms = u64::from_le_bytes(rec[24..32].try_into().unwrap_or([0; 8])) / 1_000_000;
-        let (rank, peer, channel, step) = (w(1), w(2), w(3), w(4));
+        let r = OxError::from_le_bytes(&rec);
+        let waited_ms = r.waited_ns / 1_000_000;
+        let (rank, peer, channel, step) = (r.rank, r.peer, r.channel, r.step);
         let aborted = |why| CudaError::Aborted {
             rank,
             peer,
@@ -57,7 +55,7 @@ impl World {
             step,
             why,
         };
-        let e = match w(0) {
+        let e = match r.code {
             0 => return Ok(None),
             E_TIMEOUT => CudaError::Timeout {
                 rank,
@@ -70,7 +68,7 @@ impl World {
             E_PEER_FAILED => aborted("another rank failed"),
             other => CudaError::Invalid(format!("unknown device error code {other}")),
         };
-        Ok(Some((w(0), e)))
+        Ok(Some((r.code, e)))
     }
 
     /// The first failure of any rank: a timeout, else an abort the host

@@ -4,44 +4,12 @@
 use oxccl_core::{BaseOp, DataType, LoweredOp, Proto};
 
 use crate::driver::{Function, Module};
-use crate::encode::{DESC_LL, MAX_BUFS, MAX_CHANNELS};
 use crate::error::{CudaError, Result};
 use crate::kernels::{self, Origin, THREADS};
+use crate::layout::{OxDesc, D_LL, D_PRE, D_SYS, MAX_BUFS};
 
 use super::failure::{W_ABORT, W_FAIL};
 use super::{lock, Prepared, World};
-
-/// Device-encoded `OxDesc` (kernels/oxccl_common.cuh): the kernel's only
-/// parameter, passed by value.
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-struct Desc {
-    steps: u64,
-    ops: u64,
-    ptr_table: u64,
-    abort_flag: u64,
-    world_fail: u64,
-    err: u64,
-    scale_bits: u64,
-    timeout_ns: u64,
-    slot_bytes: u64,
-    rank: u32,
-    nranks: u32,
-    nbufs: u32,
-    flags: u32,
-    post_div: u32,
-    nslots: u32,
-    bufs: [u64; MAX_BUFS],
-    chans: [[u32; 4]; MAX_CHANNELS],
-}
-
-const _: () = assert!(std::mem::size_of::<Desc>() == 1120);
-const _: () = assert!(std::mem::offset_of!(Desc, scale_bits) == 48);
-const _: () = assert!(std::mem::offset_of!(Desc, bufs) == 96);
-const _: () = assert!(std::mem::offset_of!(Desc, chans) == 608);
-
-const D_PRE: u32 = 2;
-const D_SYS: u32 = 4;
 
 /// The pre-scale as the element type's bits, converted exactly as
 /// `Element::from_f64` does on the CPU.
@@ -143,7 +111,7 @@ impl World {
             0
         };
         let (f, _) = self.kernel(rank, dtype, op.base)?;
-        let mut d = Desc {
+        let mut d = OxDesc {
             steps: p.blob.ptr,
             ops: p.blob.ptr + p.layout.ops as u64,
             ptr_table: self.ptr_table.ptr,
@@ -158,7 +126,7 @@ impl World {
             nbufs: bufs.len() as u32,
             flags: if op.pre_scale.is_some() { D_PRE } else { 0 }
                 | if self.devices.len() > 1 { D_SYS } else { 0 }
-                | if p.proto == Proto::LL { DESC_LL } else { 0 },
+                | if p.proto == Proto::LL { D_LL } else { 0 },
             post_div: op.post_div.unwrap_or(0),
             nslots: self.cfg.nslots as u32,
             bufs: [0; MAX_BUFS],
@@ -170,7 +138,7 @@ impl World {
                 None => a,
             };
         }
-        // SAFETY: `Desc` mirrors OxDesc (layout asserted on both sides);
+        // SAFETY: `OxDesc` is the kernel's parameter type (crate::layout);
         // the plan blob, links and tables live as long as the clique; the
         // caller guarantees the buffers.
         unsafe { f.launch(p.nchannels, p.threads, &st.stream, &d) }

@@ -4,8 +4,9 @@
 use oxccl_core::Proto;
 
 use crate::driver::DevMem;
-use crate::encode::{self, LinkKey, CONN_HEADER, SEM_BYTES};
+use crate::encode::{self, LinkKey};
 use crate::error::{CudaError, Result};
+use crate::layout::{OxConn, CONN_HEADER, SEM_BYTES};
 
 use super::{lock, World};
 
@@ -62,11 +63,13 @@ impl World {
         };
         let dev = self.dev(key.2)?;
         let (mut tail, mut head) = ([0u8; 8], [0u8; 8]);
-        // SAFETY: the connection holds a CONN_HEADER-byte header: `tail`
-        // at 0 and `head` at 128 (OxConn).
+        let at = |off: usize| ptr + off as u64;
+        // SAFETY: the connection starts with an OxConn header.
         unsafe {
-            dev.setup.read_sync(ptr, &mut tail)?;
-            dev.setup.read_sync(ptr + 128, &mut head)?;
+            dev.setup
+                .read_sync(at(std::mem::offset_of!(OxConn, tail)), &mut tail)?;
+            dev.setup
+                .read_sync(at(std::mem::offset_of!(OxConn, head)), &mut head)?;
         }
         Ok(Some((u64::from_le_bytes(tail), u64::from_le_bytes(head))))
     }

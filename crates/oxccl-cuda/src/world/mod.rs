@@ -27,9 +27,10 @@ use std::time::Duration;
 use cudarc::driver::sys::CUdevice_attribute as A;
 
 use crate::driver::{Ctx, DevMem, Event, Function, HostMapped, Module, Stream};
-use crate::encode::{LinkKey, MAX_BUFS};
+use crate::encode::LinkKey;
 use crate::error::{CudaError, Result};
 use crate::kernels;
+use crate::layout::MAX_BUFS;
 
 pub use launch::scale_bits;
 use links::LinkKind;

@@ -9,9 +9,10 @@ use oxccl_core::plan::{BufRole, RankPlan};
 use oxccl_core::Proto;
 
 use crate::driver::DevMem;
-use crate::encode::{self, Encoded, MAX_CHANNELS};
+use crate::encode::{self, Encoded};
 use crate::error::{CudaError, Result};
 use crate::kernels::THREADS;
+use crate::layout::{OxChan, MAX_CHANNELS};
 
 use super::{lock, LinkKind, World, SMALL_STEP_BYTES};
 
@@ -21,7 +22,7 @@ pub struct Prepared {
     pub(super) blob: DevMem,
     pub(super) layout: encode::BlobLayout,
     /// The launch parameter's channel records (the first `nchannels` set).
-    pub(super) chans: [[u32; 4]; MAX_CHANNELS],
+    pub(super) chans: [OxChan; MAX_CHANNELS],
     pub(super) nchannels: u32,
     /// Threads per block.
     pub(super) threads: u32,
@@ -110,7 +111,7 @@ impl World {
         // Every rank launches at least one block, even with nothing to do
         // (a launch of zero blocks is an error).
         if enc.chans.is_empty() {
-            enc.chans.push((0, 0, 0, 0));
+            enc.chans.push(OxChan::default());
         }
         let conn_ptrs = enc
             .conns
@@ -140,10 +141,8 @@ impl World {
         if off > 0 {
             self.scratch(r, off)?;
         }
-        let mut chans = [[0u32; 4]; MAX_CHANNELS];
-        for (slot, &(first, n, op_first, nops)) in chans.iter_mut().zip(&enc.chans) {
-            *slot = [first, n, op_first, nops];
-        }
+        let mut chans = [OxChan::default(); MAX_CHANNELS];
+        chans[..enc.chans.len()].copy_from_slice(&enc.chans);
         let p = Arc::new(Prepared {
             blob,
             layout: enc.layout(),

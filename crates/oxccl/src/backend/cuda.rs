@@ -9,7 +9,7 @@ use std::time::Duration;
 use oxccl_core::plan::BufRole;
 use oxccl_core::{Plan, Proto};
 use oxccl_cuda::driver::Event;
-use oxccl_cuda::encode::MAX_BUFS;
+use oxccl_cuda::layout::MAX_BUFS;
 use oxccl_cuda::{CudaError, Prepared, World, WorldConfig};
 
 use super::{Backend, BackendKind, BackendOptions, Launch, PlanHandle, RawBuf, Timer};
