@@ -15,7 +15,7 @@ pub const ALLOWED: &[(&str, &[&str])] = &[
     ("oxccl-core", &[]),
     ("oxccl-topo", &["oxccl-core"]),
     ("oxccl-bootstrap", &["oxccl-core"]),
-    ("oxccl-host", &["oxccl-core"]),
+    ("oxccl-host", &["oxccl-core", "oxccl-bootstrap"]),
     ("oxccl-cuda", &["oxccl-core", "oxccl-topo"]),
     (
         "oxccl",

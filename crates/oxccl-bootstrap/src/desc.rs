@@ -1,0 +1,145 @@
+//! Rank descriptors: what every rank learns about every other at init,
+//! and the messages of the rendezvous that carry them.
+
+use std::net::SocketAddr;
+
+use crate::error::WireError;
+use crate::wire::{Reader, Writer};
+
+/// Largest rank count a rendezvous accepts (a table must fit a frame).
+pub const MAX_RANKS: u32 = 1 << 14;
+
+/// What one rank tells the others about itself.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RankDesc {
+    pub rank: u32,
+    /// Which machine (host name and boot id): ranks with equal `host` share
+    /// memory and may pass file descriptors.
+    pub host: String,
+    pub pid: u32,
+    /// CUDA device ordinal, or -1 for none (host backend).
+    pub device: i32,
+    /// PCI bus id of the device (`0000:19:00.0`), empty for none.
+    pub bus_id: String,
+    /// The rank's bootstrap listening address (its ring predecessor
+    /// connects there).
+    pub listen: SocketAddr,
+}
+
+/// Local facts about the device a rank drives, for its descriptor.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DeviceInfo {
+    pub device: Option<i32>,
+    pub bus_id: String,
+}
+
+impl RankDesc {
+    pub(crate) fn encode(&self, w: &mut Writer) {
+        w.u32(self.rank)
+            .str(&self.host)
+            .u32(self.pid)
+            .i32(self.device)
+            .str(&self.bus_id)
+            .addr(self.listen);
+    }
+
+    pub(crate) fn decode(r: &mut Reader<'_>) -> Result<RankDesc, WireError> {
+        Ok(RankDesc {
+            rank: r.u32()?,
+            host: r.str()?,
+            pid: r.u32()?,
+            device: r.i32()?,
+            bus_id: r.str()?,
+            listen: r.addr()?,
+        })
+    }
+}
+
+/// Which machine this is: host name plus the kernel's boot id, so two
+/// containers sharing a host name but not a kernel are told apart.
+pub fn host_identity() -> String {
+    let read = |p: &str| {
+        std::fs::read_to_string(p)
+            .map(|s| s.trim().to_string())
+            .unwrap_or_default()
+    };
+    format!(
+        "{}/{}",
+        read("/proc/sys/kernel/hostname"),
+        read("/proc/sys/kernel/random/boot_id")
+    )
+}
+
+/// A rank's first message to the root.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Hello {
+    pub nranks: u32,
+    pub desc: RankDesc,
+}
+
+impl Hello {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::default();
+        w.u32(self.nranks);
+        self.desc.encode(&mut w);
+        w.0
+    }
+
+    pub fn decode(b: &[u8]) -> Result<Hello, WireError> {
+        let mut r = Reader::new(b, "hello");
+        let h = Hello {
+            nranks: r.u32()?,
+            desc: RankDesc::decode(&mut r)?,
+        };
+        r.finish()?;
+        Ok(h)
+    }
+}
+
+/// The root's answer: every rank's descriptor, in rank order.
+pub fn encode_table(descs: &[RankDesc]) -> Vec<u8> {
+    let mut w = Writer::default();
+    w.u32(descs.len() as u32);
+    for d in descs {
+        d.encode(&mut w);
+    }
+    w.0
+}
+
+/// Decodes a table of exactly `nranks` descriptors, `descs[i].rank == i`.
+pub fn decode_table(b: &[u8], nranks: u32) -> Result<Vec<RankDesc>, WireError> {
+    let mut r = Reader::new(b, "table");
+    let n = r.u32()?;
+    if n != nranks {
+        return Err(r.malformed(format!("{n} descriptors for {nranks} ranks")));
+    }
+    let mut v = Vec::with_capacity(n.min(MAX_RANKS) as usize);
+    for i in 0..n {
+        let d = RankDesc::decode(&mut r)?;
+        if d.rank != i {
+            return Err(r.malformed(format!("descriptor {i} is for rank {}", d.rank)));
+        }
+        v.push(d);
+    }
+    r.finish()?;
+    Ok(v)
+}
+
+/// A ring connection's first message: who is calling.
+pub fn encode_peer(rank: u32, nranks: u32) -> Vec<u8> {
+    let mut w = Writer::default();
+    w.u32(rank).u32(nranks);
+    w.0
+}
+
+pub fn decode_peer(b: &[u8]) -> Result<(u32, u32), WireError> {
+    let mut r = Reader::new(b, "peer hello");
+    let v = (r.u32()?, r.u32()?);
+    r.finish()?;
+    Ok(v)
+}
+
+/// A refusal's reason.
+pub fn decode_fail(b: &[u8]) -> String {
+    String::from_utf8_lossy(&b[..b.len().min(crate::wire::MAX_STR)]).into_owned()
+}

@@ -1,0 +1,239 @@
+//! The unique id: 128 bytes that tell every rank where the root listens
+//! and which magic its connections must start with.
+//!
+//! Layout (the rest is zero): bytes 0..8 the magic (little-endian), byte 8
+//! the root's address family (0: no address, 4, 6), byte 9 flags (bit 0:
+//! rank 0 runs the root, as with `NCCL_COMM_ID`), bytes 10..12 the port
+//! (big-endian), bytes 12..28 the IP (IPv4 in the first four).
+
+use std::hash::{BuildHasher, Hasher};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, ToSocketAddrs};
+use std::time::Duration;
+
+use crate::error::BootstrapError;
+use crate::{iface, root, sock};
+
+/// NCCL's magic for ids made from `NCCL_COMM_ID` (every rank computes the
+/// same id on its own, so the magic cannot be random).
+pub const COMM_ID_MAGIC: u64 = 0x0280_0280_0280_0280;
+
+const FLAG_ROOT_IN_RANK0: u8 = 1;
+
+/// A communicator's unique id (NCCL's `ncclUniqueId`: 128 bytes).
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct UniqueId([u8; UniqueId::BYTES]);
+
+/// What a valid id says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IdInfo {
+    pub magic: u64,
+    pub root: SocketAddr,
+    /// Rank 0 starts the root inside its init (`NCCL_COMM_ID`); otherwise
+    /// the process that made the id already runs it.
+    pub root_in_rank0: bool,
+}
+
+impl std::fmt::Debug for UniqueId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.info() {
+            Ok(i) => write!(f, "UniqueId({:#018x} @ {})", i.magic, i.root),
+            Err(_) => write!(f, "UniqueId(<not a generated id>)"),
+        }
+    }
+}
+
+impl UniqueId {
+    pub const BYTES: usize = 128;
+
+    /// A new id. With `NCCL_COMM_ID=host:port` set, the id of that address
+    /// (rank 0 will run the root there); otherwise a random magic and a
+    /// root started now, in this process, on the interface chosen by
+    /// `NCCL_SOCKET_IFNAME`/`NCCL_SOCKET_FAMILY`. The root serves one
+    /// rendezvous and gives up after `limit`.
+    pub fn new(limit: Duration) -> Result<UniqueId, BootstrapError> {
+        if let Some(v) = std::env::var("NCCL_COMM_ID").ok().filter(|v| !v.is_empty()) {
+            return UniqueId::from_comm_id(&v);
+        }
+        let ip = iface::local_addr()?.addr;
+        let magic = random_magic();
+        let l = sock::listen(SocketAddr::new(ip, 0), u32::MAX)?;
+        let addr = l
+            .local_addr()
+            .map_err(|e| BootstrapError::io(u32::MAX, "reading the root's address", &e))?;
+        root::spawn(l, magic, limit);
+        Ok(UniqueId::encode(magic, addr, 0))
+    }
+
+    /// The id for `NCCL_COMM_ID`'s `host:port` (`[v6]:port` for IPv6).
+    pub fn from_comm_id(v: &str) -> Result<UniqueId, BootstrapError> {
+        let bad = |reason: String| BootstrapError::Config {
+            var: "NCCL_COMM_ID",
+            value: v.into(),
+            reason,
+        };
+        let fam = iface::parse_family(&std::env::var("NCCL_SOCKET_FAMILY").unwrap_or_default())?;
+        let addrs: Vec<SocketAddr> = v
+            .to_socket_addrs()
+            .map_err(|e| bad(format!("expected host:port ({e})")))?
+            .collect();
+        let addr = addrs
+            .iter()
+            .find(|a| match fam {
+                Some(iface::Family::V4) => a.is_ipv4(),
+                Some(iface::Family::V6) => a.is_ipv6(),
+                None => true,
+            })
+            .ok_or_else(|| bad("resolves to no address of NCCL_SOCKET_FAMILY".into()))?;
+        if addr.port() == 0 {
+            return Err(bad("port 0 cannot be agreed on; name a port".into()));
+        }
+        Ok(UniqueId::encode(COMM_ID_MAGIC, *addr, FLAG_ROOT_IN_RANK0))
+    }
+
+    fn encode(magic: u64, addr: SocketAddr, flags: u8) -> UniqueId {
+        let mut b = [0u8; UniqueId::BYTES];
+        b[..8].copy_from_slice(&magic.to_le_bytes());
+        b[9] = flags;
+        b[10..12].copy_from_slice(&addr.port().to_be_bytes());
+        match addr.ip() {
+            IpAddr::V4(v4) => {
+                b[8] = 4;
+                b[12..16].copy_from_slice(&v4.octets());
+            }
+            IpAddr::V6(v6) => {
+                b[8] = 6;
+                b[12..28].copy_from_slice(&v6.octets());
+            }
+        }
+        UniqueId(b)
+    }
+
+    /// The raw bytes, e.g. to broadcast them to the other ranks.
+    pub fn to_bytes(&self) -> [u8; UniqueId::BYTES] {
+        self.0
+    }
+
+    /// An id from bytes made by [`UniqueId::to_bytes`]: exactly 128 bytes
+    /// that parse ([`UniqueId::info`]).
+    pub fn from_bytes(b: &[u8]) -> Result<UniqueId, BootstrapError> {
+        let raw: [u8; UniqueId::BYTES] = b.try_into().map_err(|_| {
+            BootstrapError::InvalidId(format!(
+                "{} bytes, a unique id has {}",
+                b.len(),
+                UniqueId::BYTES
+            ))
+        })?;
+        let id = UniqueId(raw);
+        id.info()?;
+        Ok(id)
+    }
+
+    /// Any 128 bytes, unchecked: a 1-rank communicator never reads its id
+    /// (frameworks make those from ids nobody generated); a larger one
+    /// checks it at init.
+    pub fn from_raw(raw: [u8; UniqueId::BYTES]) -> UniqueId {
+        UniqueId(raw)
+    }
+
+    /// What the id says, or why these bytes are not an id.
+    pub fn info(&self) -> Result<IdInfo, BootstrapError> {
+        let b = &self.0;
+        let bad = |m: &str| Err(BootstrapError::InvalidId(m.into()));
+        if b[28..].iter().any(|&x| x != 0) || b[9] & !FLAG_ROOT_IN_RANK0 != 0 {
+            return bad("reserved bytes are set: not an id made by UniqueId::new");
+        }
+        let port = u16::from_be_bytes([b[10], b[11]]);
+        let ip = match b[8] {
+            4 if b[16..28].iter().all(|&x| x == 0) => {
+                IpAddr::V4(Ipv4Addr::new(b[12], b[13], b[14], b[15]))
+            }
+            6 => IpAddr::V6(Ipv6Addr::from(
+                <[u8; 16]>::try_from(&b[12..28]).expect("16 bytes"),
+            )),
+            0 => {
+                return bad("an empty id (never generated): only a 1-rank communicator may use it")
+            }
+            _ => return bad("unknown address family"),
+        };
+        if port == 0 {
+            return bad("the root's port is 0");
+        }
+        Ok(IdInfo {
+            magic: u64::from_le_bytes(b[..8].try_into().expect("8 bytes")),
+            root: SocketAddr::new(ip, port),
+            root_in_rank0: b[9] & FLAG_ROOT_IN_RANK0 != 0,
+        })
+    }
+}
+
+/// A random non-zero magic: std's randomly keyed SipHash over the time and
+/// the pid (no new dependency; ids need uniqueness, not secrecy).
+pub(crate) fn random_magic() -> u64 {
+    loop {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u32(std::process::id());
+        if let Ok(t) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
+            h.write_u128(t.as_nanos());
+        }
+        let m = h.finish();
+        if m != 0 && m != COMM_ID_MAGIC {
+            return m;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bytes_round_trip_and_garbage_is_refused() {
+        let id = UniqueId::encode(0x1234, "10.1.2.3:4567".parse().unwrap(), 0);
+        let back = UniqueId::from_bytes(&id.to_bytes()).unwrap();
+        assert_eq!(back, id);
+        let i = back.info().unwrap();
+        assert_eq!(
+            (i.magic, i.root.to_string(), i.root_in_rank0),
+            (0x1234, "10.1.2.3:4567".into(), false)
+        );
+        let v6 = UniqueId::encode(7, "[fd00::5]:99".parse().unwrap(), 0);
+        assert_eq!(v6.info().unwrap().root.to_string(), "[fd00::5]:99");
+        assert!(matches!(
+            UniqueId::from_bytes(&[0; 127]),
+            Err(BootstrapError::InvalidId(_))
+        ));
+        assert!(matches!(
+            UniqueId::from_bytes(&[0; 128]),
+            Err(BootstrapError::InvalidId(_))
+        ));
+        let mut b = id.to_bytes();
+        b[100] = 1;
+        assert!(UniqueId::from_bytes(&b).is_err());
+        let mut b = id.to_bytes();
+        b[8] = 5;
+        assert!(UniqueId::from_bytes(&b).is_err());
+    }
+
+    #[test]
+    fn comm_id_is_deterministic_and_checked() {
+        let a = UniqueId::from_comm_id("127.0.0.1:29500").unwrap();
+        assert_eq!(a, UniqueId::from_comm_id("127.0.0.1:29500").unwrap());
+        let i = a.info().unwrap();
+        assert!(i.root_in_rank0);
+        assert_eq!(i.magic, COMM_ID_MAGIC);
+        for bad in ["nohost", "127.0.0.1:0", "127.0.0.1:notaport"] {
+            assert!(
+                matches!(
+                    UniqueId::from_comm_id(bad),
+                    Err(BootstrapError::Config { .. })
+                ),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn magics_differ() {
+        assert_ne!(random_magic(), random_magic());
+    }
+}

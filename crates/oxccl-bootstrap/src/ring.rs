@@ -1,0 +1,301 @@
+//! An established bootstrap: every rank's descriptor, and a ring of TCP
+//! connections (each rank to its successor) for small collective calls
+//! that later layers make at setup time (shared-memory handles, `split`'s
+//! colors, the C ABI's checks).
+
+use std::net::SocketAddr;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use crate::desc::{
+    decode_peer, decode_table, encode_peer, host_identity, DeviceInfo, Hello, RankDesc, MAX_RANKS,
+};
+use crate::error::{BootstrapError, WireError};
+use crate::fdpass::FdMailbox;
+use crate::id::UniqueId;
+use crate::root;
+use crate::sock::{self, Conn};
+use crate::wire::{Kind, Reader, Writer};
+
+/// Largest record one rank may contribute to a collective call.
+pub const MAX_RECORD: usize = 1 << 20;
+
+/// One rank's bootstrap.
+#[derive(Debug)]
+pub struct Bootstrap {
+    rank: u32,
+    nranks: u32,
+    magic: u64,
+    limit: Duration,
+    descs: Vec<RankDesc>,
+    ring: Mutex<Option<Ring>>,
+    mailbox: FdMailbox,
+}
+
+#[derive(Debug)]
+struct Ring {
+    next: Conn,
+    prev: Conn,
+    /// Collective calls made so far (checked against the peers').
+    seq: u64,
+}
+
+impl Bootstrap {
+    /// Joins the rendezvous of `id` as `rank` of `nranks`, waiting at most
+    /// `limit` in all. One rank contacts no root and never reads `id`.
+    pub fn init(
+        id: &UniqueId,
+        nranks: u32,
+        rank: u32,
+        dev: &DeviceInfo,
+        limit: Duration,
+    ) -> Result<Bootstrap, BootstrapError> {
+        if nranks == 0 || nranks > MAX_RANKS {
+            return Err(BootstrapError::InvalidArgument(format!(
+                "{nranks} ranks: a communicator has 1..={MAX_RANKS}"
+            )));
+        }
+        if rank >= nranks {
+            return Err(BootstrapError::InvalidArgument(format!(
+                "rank {rank} is out of range for {nranks} ranks"
+            )));
+        }
+        let deadline = Instant::now() + limit;
+        let mut desc = RankDesc {
+            rank,
+            host: host_identity(),
+            pid: std::process::id(),
+            device: dev.device.unwrap_or(-1),
+            bus_id: dev.bus_id.clone(),
+            listen: crate::wire::NO_ADDR,
+        };
+        if nranks == 1 {
+            let magic = crate::id::random_magic();
+            return Ok(Bootstrap {
+                rank,
+                nranks,
+                magic,
+                limit,
+                descs: vec![desc],
+                ring: Mutex::new(None),
+                mailbox: FdMailbox::bind(magic, 0, rank)?,
+            });
+        }
+        let info = id.info()?;
+        let magic = info.magic;
+        if info.root_in_rank0 && rank == 0 {
+            let l = sock::listen(info.root, rank)?;
+            root::spawn(l, magic, limit);
+        }
+        // Our listener (for the ring predecessor) on the same family as the root.
+        let ip = local_ip_like(info.root)?;
+        let listener = sock::listen(SocketAddr::new(ip, 0), rank)?;
+        desc.listen = listener
+            .local_addr()
+            .map_err(|e| BootstrapError::io(rank, "reading the listening address", &e))?;
+
+        let stream = sock::connect(info.root, deadline, rank, "the root", limit)?;
+        let mut root = Conn::new(stream, magic, rank, format!("root {}", info.root), limit);
+        root.send(Kind::Hello, &Hello { nranks, desc }.encode(), deadline)?;
+        let table = root.recv_kind(Kind::Table, deadline)?;
+        let descs = decode_table(&table, nranks).map_err(|e| root.wire(e))?;
+        drop(root);
+        // Bound only once the root has vouched that this rank is unique
+        // (peers' sends retry until it is bound).
+        let mailbox = FdMailbox::bind(magic, info.root.port(), rank)?;
+
+        let next_rank = (rank + 1) % nranks;
+        let prev_rank = (rank + nranks - 1) % nranks;
+        let s = sock::connect(
+            descs[next_rank as usize].listen,
+            deadline,
+            rank,
+            &format!("rank {next_rank}"),
+            limit,
+        )?;
+        let mut next = Conn::new(s, magic, rank, format!("rank {next_rank}"), limit);
+        next.peer_rank = Some(next_rank);
+        next.send(Kind::Peer, &encode_peer(rank, nranks), deadline)?;
+        let prev = accept_peer(&listener, magic, rank, nranks, prev_rank, deadline, limit)?;
+        Ok(Bootstrap {
+            rank,
+            nranks,
+            magic,
+            limit,
+            descs,
+            ring: Mutex::new(Some(Ring { next, prev, seq: 0 })),
+            mailbox,
+        })
+    }
+
+    pub fn rank(&self) -> u32 {
+        self.rank
+    }
+
+    pub fn nranks(&self) -> u32 {
+        self.nranks
+    }
+
+    /// The communicator's magic (ids of communicators split from this one
+    /// are new ids with magics of their own).
+    pub fn magic(&self) -> u64 {
+        self.magic
+    }
+
+    /// The deadline every wait of this bootstrap is bounded by.
+    pub fn limit(&self) -> Duration {
+        self.limit
+    }
+
+    /// Every rank's descriptor, in rank order.
+    pub fn descs(&self) -> &[RankDesc] {
+        &self.descs
+    }
+
+    /// Whether every rank runs on this machine.
+    pub fn all_local(&self) -> bool {
+        self.descs
+            .iter()
+            .all(|d| d.host == self.descs[self.rank as usize].host)
+    }
+
+    /// Every rank's `mine`, in rank order: `n - 1` steps around the ring.
+    /// Every rank must call it (the calls are matched by number; a rank
+    /// making another call is reported as a mismatch).
+    pub fn all_gather(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>, BootstrapError> {
+        if mine.len() > MAX_RECORD {
+            return Err(BootstrapError::InvalidArgument(format!(
+                "a record of {} bytes exceeds the bootstrap's {MAX_RECORD}",
+                mine.len()
+            )));
+        }
+        let n = self.nranks as usize;
+        let me = self.rank as usize;
+        let mut out = vec![Vec::new(); n];
+        out[me] = mine.to_vec();
+        let mut guard = self.ring.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(ring) = guard.as_mut() else {
+            return Ok(out);
+        };
+        ring.seq += 1;
+        let seq = ring.seq;
+        let deadline = Instant::now() + self.limit;
+        for step in 0..n - 1 {
+            let send_ix = (me + n - step) % n;
+            let recv_ix = (me + n - step - 1) % n;
+            let mut w = Writer::default();
+            w.u32(seq as u32).u32(send_ix as u32).bytes(&out[send_ix]);
+            let Ring { next, prev, .. } = ring;
+            // Send on a helper thread: every rank sends before it receives,
+            // so records larger than the socket buffers cannot deadlock.
+            let (sent, got) = std::thread::scope(|s| {
+                let h = s.spawn(|| next.send(Kind::Data, &w.0, deadline));
+                let got = prev.recv_kind(Kind::Data, deadline);
+                (
+                    h.join().unwrap_or_else(|_| {
+                        Err(BootstrapError::Mismatch {
+                            rank: self.rank,
+                            detail: "send thread panicked".into(),
+                        })
+                    }),
+                    got,
+                )
+            });
+            sent?;
+            let got = got?;
+            let mut r = Reader::new(&got, "gathered record");
+            let (s, ix) = (
+                r.u32().map_err(|e| prev.wire(e))?,
+                r.u32().map_err(|e| prev.wire(e))?,
+            );
+            let rec = r.bytes(MAX_RECORD).map_err(|e| prev.wire(e))?.to_vec();
+            r.finish().map_err(|e| prev.wire(e))?;
+            if s != seq as u32 || ix as usize != recv_ix {
+                return Err(BootstrapError::Mismatch {
+                    rank: self.rank,
+                    detail: format!(
+                        "bootstrap call {seq} step {step} expected rank {recv_ix}'s record of call {seq}, got rank {ix}'s of call {s}: ranks made different calls"
+                    ),
+                });
+            }
+            out[recv_ix] = rec;
+        }
+        Ok(out)
+    }
+
+    /// `data` of rank `root`, on every rank (others pass anything).
+    pub fn broadcast(&self, root: u32, data: &[u8]) -> Result<Vec<u8>, BootstrapError> {
+        if root >= self.nranks {
+            return Err(BootstrapError::InvalidArgument(format!(
+                "broadcast root {root} out of range for {} ranks",
+                self.nranks
+            )));
+        }
+        let mine = if self.rank == root { data } else { &[] };
+        Ok(self.all_gather(mine)?.swap_remove(root as usize))
+    }
+
+    /// Returns once every rank has called it.
+    pub fn barrier(&self) -> Result<(), BootstrapError> {
+        self.all_gather(&[]).map(|_| ())
+    }
+
+    /// This rank's mailbox for file descriptors from ranks of this machine.
+    pub fn mailbox(&self) -> &FdMailbox {
+        &self.mailbox
+    }
+}
+
+/// An address of ours to listen on, of the root's family: loopback when
+/// the root is on loopback (all ranks on this machine), else the chosen
+/// interface.
+fn local_ip_like(root: SocketAddr) -> Result<std::net::IpAddr, BootstrapError> {
+    if root.ip().is_loopback() {
+        return Ok(root.ip());
+    }
+    crate::iface::local_addr().map(|i| i.addr)
+}
+
+/// Accepts the ring predecessor's connection, dropping strangers.
+fn accept_peer(
+    l: &std::net::TcpListener,
+    magic: u64,
+    rank: u32,
+    nranks: u32,
+    want: u32,
+    deadline: Instant,
+    limit: Duration,
+) -> Result<Conn, BootstrapError> {
+    loop {
+        let Some((s, a)) = sock::accept(l, deadline, rank)? else {
+            if Instant::now() >= deadline {
+                return Err(BootstrapError::Timeout {
+                    rank,
+                    waiting_for: format!("ring predecessor rank {want} to connect"),
+                    limit,
+                });
+            }
+            continue;
+        };
+        let mut c = Conn::new(s, magic, rank, format!("connection from {a}"), limit);
+        let hello_deadline = deadline.min(Instant::now() + Duration::from_secs(10));
+        match c
+            .recv_kind(Kind::Peer, hello_deadline)
+            .and_then(|b| decode_peer(&b).map_err(|e| c.wire(e)))
+        {
+            Ok((r, n)) if r == want && n == nranks => {
+                c.peer = format!("rank {want}");
+                c.peer_rank = Some(want);
+                return Ok(c);
+            }
+            Ok((r, n)) => {
+                let err = c.wire(WireError::Malformed {
+                    what: "peer hello",
+                    detail: format!("rank {r} of {n} connected, expected rank {want} of {nranks}"),
+                });
+                tracing::warn!(%err, "oxccl bootstrap dropped a ring connection");
+            }
+            Err(e) => tracing::debug!(%e, "oxccl bootstrap dropped a connection"),
+        }
+    }
+}

@@ -1,0 +1,322 @@
+//! Rendezvous, ring collectives and refusals, with ranks as threads (the
+//! bootstrap does not care whether peers share a process; the facade's
+//! tests run ranks as processes).
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+use oxccl_bootstrap::wire::{frame, Kind};
+use oxccl_bootstrap::{Bootstrap, BootstrapError, DeviceInfo, FdMailbox, UniqueId, WireError};
+
+const LIMIT: Duration = Duration::from_secs(20);
+
+fn join_all(
+    id: UniqueId,
+    n: u32,
+    ranks: &[u32],
+    limit: Duration,
+) -> Vec<Result<Bootstrap, BootstrapError>> {
+    std::thread::scope(|s| {
+        let hs: Vec<_> = ranks
+            .iter()
+            .map(|&r| {
+                s.spawn(move || {
+                    Bootstrap::init(
+                        &id,
+                        n,
+                        r,
+                        &DeviceInfo {
+                            device: Some(r as i32),
+                            bus_id: format!("0000:{r:02x}:00.0"),
+                        },
+                        limit,
+                    )
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+fn ok_all(id: UniqueId, n: u32) -> Vec<Bootstrap> {
+    let ranks: Vec<u32> = (0..n).collect();
+    join_all(id, n, &ranks, LIMIT)
+        .into_iter()
+        .map(|r| r.unwrap())
+        .collect()
+}
+
+#[test]
+fn ranks_meet_learn_each_other_and_gather_around_the_ring() {
+    for n in [2u32, 3, 5] {
+        let id = UniqueId::new(LIMIT).unwrap();
+        let bs = ok_all(id, n);
+        for b in &bs {
+            assert_eq!(b.nranks(), n);
+            assert!(b.all_local());
+            let d = b.descs();
+            for (r, x) in d.iter().enumerate() {
+                assert_eq!(x.rank, r as u32);
+                assert_eq!(x.device, r as i32);
+                assert_eq!(x.bus_id, format!("0000:{r:02x}:00.0"));
+                assert_eq!(x.pid, std::process::id());
+                assert_ne!(x.listen.port(), 0);
+            }
+        }
+        let out: Vec<_> = std::thread::scope(|s| {
+            let hs: Vec<_> = bs
+                .iter()
+                .map(|b| {
+                    s.spawn(move || {
+                        let mine = vec![b.rank() as u8; 1 + b.rank() as usize * 1000];
+                        let g = b.all_gather(&mine).unwrap();
+                        let bc = b.broadcast(n - 1, b"from the last").unwrap();
+                        b.barrier().unwrap();
+                        (g, bc)
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for (g, bc) in out {
+            for (r, rec) in g.iter().enumerate() {
+                assert_eq!(rec, &vec![r as u8; 1 + r * 1000], "n={n} record {r}");
+            }
+            assert_eq!(bc, b"from the last");
+        }
+    }
+}
+
+#[test]
+fn one_rank_contacts_no_root_and_ignores_its_id() {
+    let garbage = UniqueId::from_raw([0xAB; 128]);
+    let t = Instant::now();
+    let b = Bootstrap::init(&garbage, 1, 0, &DeviceInfo::default(), LIMIT).unwrap();
+    assert!(t.elapsed() < Duration::from_secs(5));
+    assert_eq!(b.all_gather(b"x").unwrap(), vec![b"x".to_vec()]);
+    b.barrier().unwrap();
+    // Two ranks do read the id.
+    assert!(matches!(
+        Bootstrap::init(&garbage, 2, 0, &DeviceInfo::default(), LIMIT),
+        Err(BootstrapError::InvalidId(_))
+    ));
+}
+
+#[test]
+fn bad_arguments_are_refused_before_any_connection() {
+    let id = UniqueId::new(Duration::from_secs(2)).unwrap();
+    for (n, r) in [(0, 0), (2, 2), (3, 7)] {
+        assert!(
+            matches!(
+                Bootstrap::init(&id, n, r, &DeviceInfo::default(), LIMIT),
+                Err(BootstrapError::InvalidArgument(_))
+            ),
+            "{n} {r}"
+        );
+    }
+}
+
+fn rejected(r: &Result<Bootstrap, BootstrapError>, needle: &str) -> bool {
+    matches!(r, Err(BootstrapError::Rejected { reason, .. }) if reason.contains(needle))
+}
+
+#[test]
+fn duplicate_rank_fails_everyone_promptly() {
+    let id = UniqueId::new(LIMIT).unwrap();
+    let t = Instant::now();
+    let res = join_all(id, 3, &[0, 1, 1], LIMIT);
+    assert!(t.elapsed() < LIMIT, "took {:?}", t.elapsed());
+    for r in &res {
+        assert!(rejected(r, "duplicate rank 1"), "{r:?}");
+    }
+}
+
+#[test]
+fn wrong_rank_count_fails_everyone() {
+    let id = UniqueId::new(LIMIT).unwrap();
+    let res = std::thread::scope(|s| {
+        let a = s.spawn(move || Bootstrap::init(&id, 2, 0, &DeviceInfo::default(), LIMIT));
+        let b = s.spawn(move || Bootstrap::init(&id, 3, 1, &DeviceInfo::default(), LIMIT));
+        [a.join().unwrap(), b.join().unwrap()]
+    });
+    for r in &res {
+        assert!(rejected(r, "wrong rank count"), "{r:?}");
+    }
+}
+
+#[test]
+fn a_rank_with_another_magic_is_told_so() {
+    let id = UniqueId::new(LIMIT).unwrap();
+    let mut b = id.to_bytes();
+    b[0] ^= 0xff;
+    let stale = UniqueId::from_bytes(&b).unwrap();
+    let r = Bootstrap::init(&stale, 2, 1, &DeviceInfo::default(), LIMIT);
+    assert!(
+        matches!(
+            r,
+            Err(BootstrapError::Wire {
+                err: WireError::WrongMagic { .. },
+                ..
+            })
+        ),
+        "{r:?}"
+    );
+}
+
+#[test]
+fn missing_ranks_time_out_naming_what_was_awaited() {
+    let id = UniqueId::new(Duration::from_secs(30)).unwrap();
+    let t = Instant::now();
+    let r = Bootstrap::init(
+        &id,
+        3,
+        0,
+        &DeviceInfo::default(),
+        Duration::from_millis(600),
+    );
+    assert!(
+        matches!(r, Err(BootstrapError::Timeout { rank: 0, .. })),
+        "{r:?}"
+    );
+    assert!(t.elapsed() < Duration::from_secs(5));
+}
+
+/// A fake root that answers the first hello with `reply` and then closes.
+fn fake_root(reply: Vec<u8>) -> UniqueId {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        if let Ok((mut s, _)) = l.accept() {
+            let mut buf = [0u8; 256];
+            let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+            let _ = s.read(&mut buf);
+            let _ = s.write_all(&reply);
+        }
+    });
+    // Rank 1 of an NCCL_COMM_ID-style id: it does not start a root itself.
+    UniqueId::from_comm_id(&addr.to_string()).unwrap()
+}
+
+#[test]
+fn truncated_oversized_and_garbage_replies_are_typed_errors() {
+    let magic = oxccl_bootstrap::COMM_ID_MAGIC;
+    let table = frame(magic, Kind::Table, &[1, 2, 3, 4, 5, 6, 7, 8]);
+    type Check = fn(&WireError) -> bool;
+    let cases: Vec<(Vec<u8>, Check)> = vec![
+        (table[..10].to_vec(), |e| {
+            matches!(
+                e,
+                WireError::Truncated {
+                    what: "frame header",
+                    ..
+                }
+            )
+        }),
+        (table[..20].to_vec(), |e| {
+            matches!(
+                e,
+                WireError::Truncated {
+                    what: "frame payload",
+                    ..
+                }
+            )
+        }),
+        (
+            {
+                let mut h = frame(magic, Kind::Table, &[]);
+                h[12..16].copy_from_slice(&u32::MAX.to_le_bytes());
+                h
+            },
+            |e| matches!(e, WireError::Oversized { .. }),
+        ),
+        (b"HTTP/1.1 400 Bad Request\r\n\r\n".to_vec(), |e| {
+            matches!(e, WireError::WrongMagic { .. })
+        }),
+        (frame(magic, Kind::Table, &[9; 8]), |e| {
+            matches!(e, WireError::Malformed { .. } | WireError::Truncated { .. })
+        }),
+        (frame(magic, Kind::Peer, &[]), |e| {
+            matches!(e, WireError::BadKind { .. })
+        }),
+    ];
+    for (reply, want) in cases {
+        let id = fake_root(reply.clone());
+        let r = Bootstrap::init(&id, 2, 1, &DeviceInfo::default(), Duration::from_secs(10));
+        match &r {
+            Err(BootstrapError::Wire { err, .. }) if want(err) => {}
+            other => panic!("reply {reply:?}: {other:?}"),
+        }
+    }
+}
+
+/// Deterministic pseudo-random bytes (xorshift), so failures replay.
+fn noise(seed: u64, n: usize) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+#[test]
+fn random_bytes_at_a_listening_root_do_not_stop_the_rendezvous() {
+    let id = UniqueId::new(LIMIT).unwrap();
+    let root = id.info().unwrap().root;
+    let magic = id.info().unwrap().magic;
+    // Strangers first: garbage, silence, a right magic with garbage after
+    // it, a header announcing 4 GiB, a truncated hello.
+    let mut strangers = Vec::new();
+    for seed in 0..24u64 {
+        let mut s = TcpStream::connect(root).unwrap();
+        let mut bytes = noise(seed, (seed as usize * 37) % 300);
+        match seed % 4 {
+            0 => {}
+            1 => {
+                bytes = frame(magic, Kind::Hello, &bytes);
+            }
+            2 => {
+                bytes = frame(magic, Kind::Hello, &[]);
+                bytes[12..16].copy_from_slice(&u32::MAX.to_le_bytes());
+            }
+            _ => {
+                bytes = frame(magic, Kind::Hello, &noise(seed, 64));
+                bytes.truncate(30);
+            }
+        }
+        let _ = s.write_all(&bytes);
+        strangers.push(s); // kept open: silence after the bytes
+    }
+    let bs = ok_all(id, 3);
+    assert_eq!(bs[2].descs().len(), 3);
+    drop(strangers);
+}
+
+#[test]
+fn file_descriptors_travel_between_mailboxes() {
+    let magic = 0x5eed;
+    let a = FdMailbox::bind(magic, 1, 0).unwrap();
+    let b = FdMailbox::bind(magic, 1, 1).unwrap();
+    let fd = rustix::fs::memfd_create("oxccl-test", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
+    rustix::io::write(&fd, b"shared bytes").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    use std::os::fd::AsFd;
+    a.send(1, 7, &[fd.as_fd()], deadline).unwrap();
+    a.send(1, 8, &[], deadline).unwrap();
+    // Tags are matched: 8 first, 7 kept meanwhile.
+    assert!(b.recv(0, 8, deadline).unwrap().is_empty());
+    let got = b.recv(0, 7, deadline).unwrap();
+    assert_eq!(got.len(), 1);
+    let mut buf = [0u8; 12];
+    rustix::io::pread(&got[0], &mut buf, 0).unwrap();
+    assert_eq!(&buf, b"shared bytes");
+    // Nothing more: a bounded wait.
+    let r = b.recv(0, 9, Instant::now() + Duration::from_millis(200));
+    assert!(matches!(r, Err(BootstrapError::Timeout { .. })));
+    // A second mailbox under one name is refused.
+    assert!(FdMailbox::bind(magic, 1, 1).is_err());
+}
