@@ -15,9 +15,9 @@ use std::io::Write;
 use std::sync::{Barrier, Mutex};
 use std::time::Duration;
 
-use oxccl::backend::cuda::nccl::{self, Nccl, NcclCall, NcclWhy};
 use oxccl::core::{testkit, Collective};
 use oxccl::{BackendKind, CollKind, Communicator, Element, RedOp, Slice};
+use oxccl_bench::nccl::{self, Nccl, NcclCall, NcclWhy};
 use serde::Serialize;
 
 /// The sweep's `--nccl` flag.

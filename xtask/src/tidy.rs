@@ -28,7 +28,12 @@ pub const ALLOWED: &[(&str, &[&str])] = &[
         ],
     ),
     ("oxccl-capi", &["oxccl"]),
-    ("xtask", &["oxccl", "oxccl-topo", "oxccl-core"]),
+    // Measures the facade and, below it, the CUDA backend's launch alone.
+    ("oxccl-bench", &["oxccl", "oxccl-cuda", "oxccl-core"]),
+    (
+        "xtask",
+        &["oxccl", "oxccl-bench", "oxccl-topo", "oxccl-core"],
+    ),
 ];
 
 /// Workspace crates a manifest depends on (any dependency table).

@@ -28,13 +28,6 @@ pub enum CudaError {
     /// Bad arguments (rank out of range, buffer count mismatch...).
     #[error("invalid argument: {0}")]
     Invalid(String),
-    /// NCCL (the baseline in `nccl`) could not run: `why` says whether it
-    /// is absent, refuses the placement or failed.
-    #[error("NCCL {why}: {detail}")]
-    Nccl {
-        why: crate::nccl::NcclWhy,
-        detail: String,
-    },
     /// A device-side wait ran past its deadline.
     #[error("rank {rank} channel {channel} step {step}: waited {waited_ms} ms for peer {peer} past the deadline")]
     Timeout {
@@ -59,7 +52,8 @@ pub enum CudaError {
 }
 
 impl CudaError {
-    pub(crate) fn driver(call: &'static str, e: impl std::fmt::Debug) -> Self {
+    /// A failed driver call, for code that calls the driver itself.
+    pub fn driver(call: &'static str, e: impl std::fmt::Debug) -> Self {
         CudaError::Driver {
             call,
             detail: format!("{e:?}"),

@@ -12,8 +12,8 @@
 //! upload ([`World::prepare_proto`]). Before `cuInit`, [`driver::init`]
 //! sets `CUDA_DEVICE_MAX_CONNECTIONS=32` unless the user set it, so rank
 //! streams never share a hardware queue (ranks on one GPU spin on each
-//! other). [`nccl`] drives NCCL, loaded at run time, as a baseline;
-//! [`topo_probe`] gives the driver's view of the topology.
+//! other). [`topo_probe`] gives the driver's view of the topology. The
+//! NCCL baseline and the latency experiments live in `oxccl-bench`.
 //! See docs/ARCHITECTURE.md, section oxccl-cuda.
 
 pub mod device;
@@ -22,7 +22,6 @@ pub mod encode;
 pub mod error;
 pub mod kernels;
 pub mod layout;
-pub mod nccl;
 pub mod world;
 
 pub use device::{

@@ -15,10 +15,6 @@ use oxccl_cuda::{CudaError, Prepared, World, WorldConfig};
 use super::{Backend, BackendKind, BackendOptions, Launch, PlanHandle, RawBuf, Timer};
 use crate::error::Error;
 
-/// NCCL loaded at run time, for baselines on the same buffers (the sweep's
-/// `--nccl`); see `oxccl_cuda::nccl`.
-pub use oxccl_cuda::nccl;
-
 /// Whether a CUDA device can be used in this process (never panics).
 pub fn available() -> bool {
     oxccl_cuda::available().is_ok()
@@ -48,7 +44,6 @@ pub(crate) fn map_error(e: CudaError) -> Error {
         e @ CudaError::Timeout { .. } => Error::Timeout(e.to_string()),
         e @ CudaError::Aborted { .. } => Error::Aborted(e.to_string()),
         e @ (CudaError::Driver { .. } | CudaError::Compile { .. }) => Error::Cuda(e.to_string()),
-        e @ CudaError::Nccl { .. } => Error::Backend(e.to_string()),
         CudaError::Plan(m) => Error::Internal(m),
         CudaError::Invalid(m) => Error::Backend(m),
     }

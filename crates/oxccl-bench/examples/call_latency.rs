@@ -1,7 +1,7 @@
 //! Small-message latency through the facade: an 8-byte f32 AllReduce
 //! (`Communicator::all_reduce` on buffers from `comm.alloc`) on N ranks,
 //! each rank on its own host thread, measured as
-//! `oxccl-cuda/examples/latency.rs` measures `World::launch`: 50 warm-up
+//! `examples/latency.rs` measures `World::launch`: 50 warm-up
 //! calls, then 15 runs of 200 calls, each run timed with device events on
 //! the rank's stream (`Communicator::timer`), the median run per rank and
 //! the slowest rank. Beside it:
@@ -23,6 +23,8 @@
 use std::sync::Barrier;
 use std::time::Instant;
 
+use oxccl_bench::median;
+
 use oxccl::{BackendKind, Communicator, Config, RedOp};
 
 const WARMUP: u32 = 50;
@@ -30,11 +32,6 @@ const CALLS_PER_RUN: u32 = 200;
 const RUNS: usize = 15;
 /// The sweep's default `-n`.
 const SWEEP_ITERS: u32 = 5;
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
 
 /// µs per call for one rank, median over runs of `SWEEP_ITERS` calls
 /// timed after a host barrier, with or without an untimed lead-in call.

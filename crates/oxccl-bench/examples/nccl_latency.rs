@@ -16,7 +16,7 @@ fn main() {
         .unwrap_or(info.devices.len());
     // Round-robin as oxccl places ranks; more ranks than GPUs is refused.
     let devices: Vec<i32> = (0..n).map(|r| (r % info.devices.len()) as i32).collect();
-    let nccl = match oxccl_cuda::nccl::Nccl::new(&devices, Duration::from_secs(30)) {
+    let nccl = match oxccl_bench::nccl::Nccl::new(&devices, Duration::from_secs(30)) {
         Ok(x) => x,
         Err(e) => {
             println!("nccl latency: n/a ({e})");

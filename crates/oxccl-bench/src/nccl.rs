@@ -5,7 +5,7 @@
 //! Nothing here links NCCL: the library is opened with `dlopen` on first
 //! use (`OXCCL_NCCL_LIB` names a file, else `libnccl.so.2`, else
 //! `libnccl.so`), so binaries build and test on machines without it, where
-//! [`Nccl::new`] returns [`CudaError::Nccl`] with [`NcclWhy::Absent`].
+//! [`Nccl::new`] returns [`BenchError::Nccl`] with [`NcclWhy::Absent`].
 //!
 //! One process drives every rank (`ncclCommInitAll`, one GPU per rank).
 //! Refused before NCCL is touched, each with its own [`NcclWhy`]:
@@ -26,8 +26,10 @@ use std::time::{Duration, Instant};
 use cudarc::driver::sys;
 use oxccl_core::{CollKind, DataType, RedOp};
 
-use crate::driver::{Ctx, DevMem, Event, Graph, Stream};
-use crate::error::{CudaError, Result};
+use oxccl_cuda::driver::{Ctx, DevMem, Event, Stream};
+use oxccl_cuda::CudaError;
+
+use crate::error::{BenchError, Result};
 
 /// Environment variable naming the NCCL library file to load.
 pub const NCCL_LIB_ENV: &str = "OXCCL_NCCL_LIB";
@@ -66,17 +68,17 @@ impl fmt::Display for NcclWhy {
     }
 }
 
-fn err(why: NcclWhy, detail: impl Into<String>) -> CudaError {
-    CudaError::Nccl {
+fn err(why: NcclWhy, detail: impl Into<String>) -> BenchError {
+    BenchError::Nccl {
         why,
         detail: detail.into(),
     }
 }
 
 /// The reason, if `e` is an NCCL refusal or failure.
-pub fn why(e: &CudaError) -> Option<NcclWhy> {
+pub fn why(e: &BenchError) -> Option<NcclWhy> {
     match e {
-        CudaError::Nccl { why, .. } => Some(*why),
+        BenchError::Nccl { why, .. } => Some(*why),
         _ => None,
     }
 }
@@ -85,7 +87,7 @@ pub fn why(e: &CudaError) -> Option<NcclWhy> {
 /// ordinal); NCCL fails such a clique with "Duplicate GPU detected".
 pub fn check_placement(devices: &[i32]) -> Result<()> {
     if devices.is_empty() {
-        return Err(CudaError::Invalid("NCCL clique of zero ranks".into()));
+        return Err(BenchError::Invalid("NCCL clique of zero ranks".into()));
     }
     for (r, d) in devices.iter().enumerate() {
         if let Some(first) = devices[..r].iter().position(|x| x == d) {
@@ -264,7 +266,7 @@ impl Api {
 
 /// The GPU a device pointer lives on.
 pub fn device_of(ptr: u64) -> Result<i32> {
-    crate::driver::init()?;
+    oxccl_cuda::driver::init()?;
     let mut ord: c_int = -1;
     // SAFETY: `ord` is a valid out-pointer for this attribute (an int).
     let r = unsafe {
@@ -291,12 +293,7 @@ pub struct NcclCall {
     pub root: u32,
 }
 
-/// 8-byte AllReduce latency, per call, slowest rank (median of runs).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Latency {
-    pub eager_us: f64,
-    pub graph_us: f64,
-}
+pub use crate::latency::Latency;
 
 /// One rank of an NCCL clique.
 #[derive(Debug)]
@@ -333,9 +330,9 @@ impl Nccl {
         check_placement(devices)?;
         nvls_guard()?;
         let api = Api::get()?;
-        let count = crate::driver::device_count()?;
+        let count = oxccl_cuda::driver::device_count()?;
         if let Some(bad) = devices.iter().find(|&&d| d < 0 || d >= count) {
-            return Err(CudaError::Invalid(format!(
+            return Err(BenchError::Invalid(format!(
                 "GPU {bad} does not exist ({count} visible)"
             )));
         }
@@ -351,8 +348,8 @@ impl Nccl {
             ctxs.push(ctx);
         }
         let mut comms: Vec<Comm> = vec![std::ptr::null_mut(); n];
-        let nranks =
-            c_int::try_from(n).map_err(|_| CudaError::Invalid(format!("{n} ranks is too many")))?;
+        let nranks = c_int::try_from(n)
+            .map_err(|_| BenchError::Invalid(format!("{n} ranks is too many")))?;
         // SAFETY: `comms` has room for `n` handles and `devices` holds `n`
         // distinct, existing ordinals (checked above).
         api.check("ncclCommInitAll", unsafe {
@@ -391,7 +388,7 @@ impl Nccl {
 
     pub fn rank(&self, r: u32) -> Result<&NcclRank> {
         self.ranks.get(r as usize).ok_or_else(|| {
-            CudaError::Invalid(format!("rank {r} out of range 0..{}", self.ranks.len()))
+            BenchError::Invalid(format!("rank {r} out of range 0..{}", self.ranks.len()))
         })
     }
 
@@ -414,7 +411,7 @@ impl Nccl {
             hs.into_iter()
                 .map(|h| {
                     h.join().unwrap_or_else(|_| {
-                        Err(CudaError::Invalid("NCCL rank thread panicked".into()))
+                        Err(BenchError::Invalid("NCCL rank thread panicked".into()))
                     })
                 })
                 .collect()
@@ -437,10 +434,7 @@ impl Nccl {
     /// of 15 runs, slowest rank.
     pub fn allreduce_latency(&self) -> Result<Latency> {
         let per = self.run_all(|rk, bar| rk.latency(bar, self.timeout))?;
-        Ok(Latency {
-            eager_us: per.iter().map(|l| l.eager_us).fold(0.0, f64::max),
-            graph_us: per.iter().map(|l| l.graph_us).fold(0.0, f64::max),
-        })
+        Ok(crate::latency::slowest(&per))
     }
 }
 
@@ -477,11 +471,6 @@ impl Drop for OpGuard<'_> {
             });
         }
     }
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(0.0)
 }
 
 impl NcclRank {
@@ -522,7 +511,7 @@ impl NcclRank {
             RedOp::Min => 3,
             RedOp::Avg => 4,
             RedOp::PreMulSum(s) => {
-                let mut bits = crate::world::scale_bits(call.dtype, s).to_le_bytes();
+                let mut bits = oxccl_cuda::world::scale_bits(call.dtype, s).to_le_bytes();
                 let mut op: c_int = 0;
                 self.with_comm(|comm| {
                     // SAFETY: `bits` holds the scalar in the element type's
@@ -552,7 +541,7 @@ impl NcclRank {
     /// Checks `call` against this clique before anything is enqueued.
     fn validate(&self, call: &NcclCall) -> Result<()> {
         if call.root >= self.nranks {
-            return Err(CudaError::Invalid(format!(
+            return Err(BenchError::Invalid(format!(
                 "root {} out of range for {} ranks",
                 call.root, self.nranks
             )));
@@ -705,7 +694,7 @@ impl NcclRank {
             match q {
                 sys::CUresult::CUDA_SUCCESS => return Ok(()),
                 sys::CUresult::CUDA_ERROR_NOT_READY => {}
-                e => return Err(CudaError::driver("cuStreamQuery", e)),
+                e => return Err(CudaError::driver("cuStreamQuery", e).into()),
             }
             let mut async_err: Res = 0;
             self.with_comm(|comm| {
@@ -796,36 +785,10 @@ impl NcclRank {
         };
         let (a, b) = (DevMem::zeroed(&self.ctx, 8)?, DevMem::zeroed(&self.ctx, 8)?);
         let api = Api::get()?;
-        let (e0, e1) = (Event::new(&self.ctx)?, Event::new(&self.ctx)?);
         // SAFETY: `a` and `b` hold the call's 2 floats and outlive every
-        // wait on the stream in this function (and the graph, dropped first).
+        // wait on the stream in this function (and the harness's graph).
         let launch = || unsafe { self.enqueue_op(api, &call, 0, a.ptr, b.ptr) };
-        let timed = |calls: u32, each: &dyn Fn() -> Result<()>, per: u32| -> Result<f64> {
-            let mut runs = Vec::new();
-            for _ in 0..15 {
-                bar.wait();
-                e0.record(&self.stream)?;
-                for _ in 0..calls {
-                    each()?;
-                }
-                e1.record(&self.stream)?;
-                self.wait(timeout)?;
-                runs.push(f64::from(e1.elapsed_since(&e0)?) * 1e3 / f64::from(calls * per));
-            }
-            Ok(median(runs))
-        };
-        for _ in 0..50 {
-            launch()?;
-        }
-        self.wait(timeout)?;
-        let eager_us = timed(200, &launch, 1)?;
-        let per_graph = 100;
-        bar.wait();
-        let g = Graph::capture(&self.stream, || (0..per_graph).try_for_each(|_| launch()))?;
-        g.launch(&self.stream)?;
-        self.wait(timeout)?;
-        let graph_us = timed(4, &|| g.launch(&self.stream), per_graph)?;
-        Ok(Latency { eager_us, graph_us })
+        crate::latency::rank_latency(&self.stream, bar, &launch, &|| self.wait(timeout))
     }
 }
 
@@ -837,7 +800,7 @@ mod tests {
     fn two_ranks_on_one_gpu_are_refused_before_nccl() {
         let e = check_placement(&[0, 1, 0]).unwrap_err();
         match e {
-            CudaError::Nccl { why, detail } => {
+            BenchError::Nccl { why, detail } => {
                 assert_eq!(why, NcclWhy::SharedGpu);
                 assert!(detail.contains("ranks 0 and 2 both on GPU 0"), "{detail}");
             }
@@ -845,12 +808,12 @@ mod tests {
         }
         assert!(matches!(
             check_placement(&[0, 0]),
-            Err(CudaError::Nccl {
+            Err(BenchError::Nccl {
                 why: NcclWhy::SharedGpu,
                 ..
             })
         ));
-        assert!(matches!(check_placement(&[]), Err(CudaError::Invalid(_))));
+        assert!(matches!(check_placement(&[]), Err(BenchError::Invalid(_))));
         assert!(check_placement(&[3, 1, 0, 2]).is_ok());
         assert!(check_placement(&[0]).is_ok());
     }
@@ -863,7 +826,7 @@ mod tests {
             assert!(
                 matches!(
                     nvls_check(Some(OsStr::new(v))),
-                    Err(CudaError::Nccl {
+                    Err(BenchError::Nccl {
                         why: NcclWhy::Nvls,
                         ..
                     })
@@ -883,7 +846,7 @@ mod tests {
         // The process-wide library: present (GPU machine) or Absent.
         match Api::get() {
             Ok(_)
-            | Err(CudaError::Nccl {
+            | Err(BenchError::Nccl {
                 why: NcclWhy::Absent,
                 ..
             }) => {}
@@ -898,15 +861,15 @@ mod tests {
         // a shared GPU is refused first wherever it runs.
         match Nccl::new(&[0], Duration::from_secs(5)) {
             Ok(n) => assert_eq!(n.nranks(), 1),
-            Err(CudaError::Nccl { why, .. }) => {
+            Err(BenchError::Nccl { why, .. }) => {
                 assert!(matches!(why, NcclWhy::Absent | NcclWhy::Nvls), "{why:?}")
             }
-            Err(CudaError::NoDriver(_) | CudaError::Invalid(_)) => {}
+            Err(BenchError::Cuda(CudaError::NoDriver(_)) | BenchError::Invalid(_)) => {}
             Err(other) => panic!("unexpected error {other:?}"),
         }
         assert!(matches!(
             Nccl::new(&[0, 0], Duration::from_secs(5)),
-            Err(CudaError::Nccl {
+            Err(BenchError::Nccl {
                 why: NcclWhy::SharedGpu,
                 ..
             })

@@ -1,9 +1,11 @@
 #!/bin/bash
-# Rebuilds, here, every binary final.sh runs on the GPU machine (release,
-# stripped) and copies them into .gpu/. Run from the repository root:
-#   benches/gpu/build.sh && du -ch .gpu/* | tail -1      # must stay under 64 MiB
+# Builds, on this machine, every binary validation-run.sh (and any device
+# experiment) runs on the GPU machine, which has no Rust: release, stripped,
+# copied into the git-ignored .gpu/, which travels with `carry: [".gpu"]`.
+# Run from anywhere:
+#   device/build-binaries.sh && du -ch .gpu/* | tail -1   # must stay under 64 MiB
 set -euo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/.."
 mkdir -p .gpu
 G=.gpu
 T=${CARGO_TARGET_DIR:-target}
@@ -16,7 +18,8 @@ for l in sys.stdin:
     if m.get("reason")=="compiler-artifact" and m.get("executable") and m["profile"]["test"]: print(m["executable"])' | tail -1
 }
 cargo build --release -p xtask
-cargo build --release -p oxccl-cuda --example latency --example compile_kernels --example nccl_latency --example sync_floor
+cargo build --release -p oxccl-cuda --example compile_kernels
+cargo build --release -p oxccl-bench --example latency --example nccl_latency --example sync_floor --example call_latency
 cp $T/release/xtask $G/xtask
 cp $T/release/examples/latency $G/latency
 cp $T/release/examples/compile_kernels $G/compile_kernels
@@ -24,7 +27,6 @@ cp $T/release/examples/nccl_latency $G/nccl_latency
 cp $T/release/examples/sync_floor $G/sync_floor
 cp "$(exe -p oxccl-cuda --test gpu)" $G/gpu-test
 cp "$(exe -p oxccl --test collectives)" $G/collectives
-cargo build --release -p oxccl --example call_latency
 cp $T/release/examples/call_latency $G/call_latency
 strip $G/call_latency $G/xtask $G/latency $G/compile_kernels $G/nccl_latency $G/sync_floor $G/gpu-test $G/collectives
 ls -la $G

@@ -13,6 +13,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::Instant;
 
+use oxccl_bench::median;
+
 use oxccl::backend::{Backend, Launch, PlanHandle, RawBuf, Timer};
 use oxccl::core::Plan;
 use oxccl::{BackendKind, Config, Error, Proto, RedOp};
@@ -82,11 +84,6 @@ impl Backend for Null {
     fn copy_bandwidth(&self, _: usize) -> Result<f64, Error> {
         Err(Error::Backend("no copies on the null backend".into()))
     }
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 fn main() -> oxccl::Result<()> {

@@ -14,34 +14,25 @@
 //! peer; no data): what one barrier costs, and what the first costs more
 //! (the ranks' kernels arriving at different times).
 
-use std::sync::{Arc, Barrier};
+use std::sync::Barrier;
 use std::time::Duration;
 
+use oxccl_bench::latency::{rank_latency, slowest, Latency, RUNS};
 use oxccl_core::gen::{generate, PlanRequest};
 use oxccl_core::plan::{BufDecl, BufRole, Channel, Plan, RankPlan, Step};
 use oxccl_core::{Algo, CollKind, Collective, DataType, Proto, RedOp};
-use oxccl_cuda::driver::Graph;
 use oxccl_cuda::{World, WorldConfig};
 
-const CALLS_PER_RUN: u32 = 200;
-const CALLS_PER_GRAPH: u32 = 100;
-const GRAPH_LAUNCHES: u32 = 4;
-const RUNS: usize = 15;
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
-/// (eager, graph) µs per call: the median over runs, of the slowest rank.
+/// (eager, graph) µs per call of the slowest rank, each rank on its own
+/// thread through the shared harness.
 fn measure(w: &World, plan: &Plan, proto: Proto) -> (f64, f64) {
     let n = w.nranks();
     let op = RedOp::Sum.lower(DataType::F32, n);
-    let bar = Arc::new(Barrier::new(n as usize));
-    let res: Vec<(f64, f64)> = std::thread::scope(|s| {
+    let bar = Barrier::new(n as usize);
+    let res: Vec<Latency> = std::thread::scope(|s| {
         let hs: Vec<_> = (0..n)
             .map(|r| {
-                let (op, bar) = (&op, bar.clone());
+                let (op, bar) = (&op, &bar);
                 s.spawn(move || {
                     let rp = &plan.ranks[r as usize];
                     let a = w.alloc(r, 8).unwrap();
@@ -53,63 +44,22 @@ fn measure(w: &World, plan: &Plan, proto: Proto) -> (f64, f64) {
                         .map(|(i, _)| [a, b, 0].get(i).copied().unwrap_or(0))
                         .collect();
                     let p = w.prepare_proto(rp, 4, proto).unwrap();
-                    let stream = w.stream(r).unwrap();
-                    let (e0, e1) = (w.event(r).unwrap(), w.event(r).unwrap());
                     let launch = || {
                         // SAFETY: live allocations of 8 bytes = the plan's 2 floats.
-                        unsafe { w.launch(&p, r, &addrs, DataType::F32, op) }
+                        Ok(unsafe { w.launch(&p, r, &addrs, DataType::F32, op) }?)
                     };
-                    for _ in 0..50 {
-                        launch().unwrap();
-                    }
-                    w.synchronize(r).unwrap();
-                    let mut eager = Vec::new();
-                    for _ in 0..RUNS {
-                        bar.wait();
-                        e0.record(stream).unwrap();
-                        for _ in 0..CALLS_PER_RUN {
-                            launch().unwrap();
-                        }
-                        e1.record(stream).unwrap();
-                        eager.push(
-                            f64::from(e1.elapsed_since(&e0).unwrap()) * 1e3
-                                / f64::from(CALLS_PER_RUN),
-                        );
-                    }
-                    let g = Graph::capture(stream, || {
-                        for _ in 0..CALLS_PER_GRAPH {
-                            launch()?;
-                        }
-                        Ok(())
-                    })
-                    .unwrap();
-                    g.launch(stream).unwrap();
-                    w.synchronize(r).unwrap();
-                    let mut graph = Vec::new();
-                    for _ in 0..RUNS {
-                        bar.wait();
-                        e0.record(stream).unwrap();
-                        for _ in 0..GRAPH_LAUNCHES {
-                            g.launch(stream).unwrap();
-                        }
-                        e1.record(stream).unwrap();
-                        graph.push(
-                            f64::from(e1.elapsed_since(&e0).unwrap()) * 1e3
-                                / f64::from(GRAPH_LAUNCHES * CALLS_PER_GRAPH),
-                        );
-                    }
-                    w.synchronize(r).unwrap();
+                    let settle = || Ok(w.synchronize(r)?);
+                    let l = rank_latency(w.stream(r).unwrap(), bar, &launch, &settle).unwrap();
                     w.free(r, a).unwrap();
                     w.free(r, b).unwrap();
-                    (median(eager), median(graph))
+                    l
                 })
             })
             .collect();
         hs.into_iter().map(|h| h.join().unwrap()).collect()
     });
-    let eager = res.iter().map(|r| r.0).fold(0.0, f64::max);
-    let graph = res.iter().map(|r| r.1).fold(0.0, f64::max);
-    (eager, graph)
+    let l = slowest(&res);
+    (l.eager_us, l.graph_us)
 }
 
 fn plan(count: usize, n: u32, algo: Algo, registered: bool) -> Plan {

@@ -1,6 +1,6 @@
 #!/bin/bash
-# The GPU validation run: build here first with benches/gpu/build.sh, then
-# on the device machine with carry [".gpu"]:  bash benches/gpu/final.sh
+# The GPU validation run: build here first with device/build-binaries.sh,
+# then on the device machine with carry [".gpu"]:  bash device/validation-run.sh
 # Every step has its own timeout; logs go to $OUT/*.log, plots/JSON to $OUT.
 set -o pipefail
 G=$PWD/.gpu
