@@ -17,7 +17,7 @@ use oxccl_core::{Element, LoweredOp};
 
 use crate::compile::{ODst, OSrc, Op, Program, XOp};
 use crate::error::HostError;
-use crate::fabric::HostFabric;
+use crate::fabric::{Calls, HostFabric};
 use crate::kernel::{transfer, In, TypedOp};
 
 /// What a call did.
@@ -43,7 +43,7 @@ struct Blocked {
 struct Runner<'a, T> {
     fab: &'a HostFabric,
     me: Rank,
-    call: u64,
+    calls: Calls,
     prog: &'a Program,
     op: TypedOp<T>,
     srcs: Vec<In<T>>,
@@ -55,11 +55,11 @@ struct Runner<'a, T> {
     stats: ExecStats,
 }
 
-/// Runs `prog` for rank `me` (its call number `call`) to completion.
+/// Runs `prog` for rank `me` (its call numbers `calls`) to completion.
 pub(crate) fn run<T: Element>(
     fab: &HostFabric,
     me: Rank,
-    call: u64,
+    calls: Calls,
     prog: &Program,
     op: &LoweredOp,
     parker: &Parker,
@@ -67,7 +67,7 @@ pub(crate) fn run<T: Element>(
     let mut r = Runner {
         fab,
         me,
-        call,
+        calls,
         prog,
         op: TypedOp::<T>::new(op),
         srcs: Vec::new(),
@@ -133,7 +133,7 @@ pub(crate) fn run<T: Element>(
                 step: pc[c],
                 waiting_for: b.what,
                 elapsed,
-                absent: fab.absent(call),
+                absent: fab.absent(calls.call),
             };
             tracing::error!(%err, "host fabric deadline");
             fab.fail(err.to_string());
@@ -289,7 +289,7 @@ impl<T: Element> Runner<'_, T> {
         len: usize,
     ) -> Result<usize, HostError> {
         self.fab
-            .remote(peer, self.call, buf, off, len, size_of::<T>())
+            .remote(peer, self.calls.synced, buf, off, len, size_of::<T>())
             .map_err(|d| self.mismatch(peer, c, s, d))
     }
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam::sync::{Parker, Unparker};
-use oxccl_core::plan::{Rank, RankPlan};
+use oxccl_core::plan::{Rank, RankPlan, Step};
 use oxccl_core::{with_dtype, DataType, LoweredOp};
 use parking_lot::{Mutex, RwLock};
 
@@ -41,6 +41,11 @@ struct RankSlot {
     unparker: Unparker,
     /// Calls this rank has started (its current call's number).
     joined: AtomicU64,
+    /// Calls with semaphore steps this rank has started: what remote
+    /// accesses are matched by. Only those calls publish buffers and only
+    /// they may be touched by peers; Send/Recv between some of the ranks
+    /// (no semaphores) do not count, so ranks left out of them stay in step.
+    synced: AtomicU64,
     published: Mutex<Publication>,
 }
 
@@ -48,6 +53,25 @@ struct RankSlot {
 struct RankState {
     parker: Parker,
     scratch: Scratch,
+}
+
+/// A rank's call numbers: every call (`call`, for diagnoses), and calls
+/// with semaphore steps (`synced`, 0 for a call without), which remote
+/// steps are matched by.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Calls {
+    pub call: u64,
+    pub synced: u64,
+}
+
+/// Whether a rank plan orders itself with peers through semaphores. Every
+/// plan that reads or writes a peer's memory does, on every rank (the
+/// checker's rules), so a plan without them is never accessed remotely.
+fn synchronizes(plan: &RankPlan) -> bool {
+    plan.channels
+        .iter()
+        .flat_map(|c| &c.steps)
+        .any(|s| matches!(s, Step::Signal { .. } | Step::Wait { .. }))
 }
 
 /// A rank's buffers for one call, for peers' remote steps.
@@ -79,6 +103,7 @@ impl HostFabric {
                         scratch: Scratch::new(),
                     }),
                     joined: AtomicU64::new(0),
+                    synced: AtomicU64::new(0),
                     published: Mutex::new(Publication::default()),
                 }
             })
@@ -149,11 +174,18 @@ impl HostFabric {
         let state = &mut *state;
         let prog = compile(self, plan, bufs, dtype.size(), &mut state.scratch)?;
         let call = slot.joined.fetch_add(1, Ordering::AcqRel) + 1;
-        *slot.published.lock() = Publication {
-            call,
-            bufs: prog.bufs.clone(),
+        let synced = if synchronizes(plan) {
+            let synced = slot.synced.fetch_add(1, Ordering::AcqRel) + 1;
+            *slot.published.lock() = Publication {
+                call: synced,
+                bufs: prog.bufs.clone(),
+            };
+            synced
+        } else {
+            0
         };
-        let res = with_dtype!(dtype, T => run::<T>(self, me, call, &prog, op, &state.parker));
+        let calls = Calls { call, synced };
+        let res = with_dtype!(dtype, T => run::<T>(self, me, calls, &prog, op, &state.parker));
         if res.is_err() {
             drop(active);
             self.quiesce();

@@ -9,6 +9,7 @@ use oxccl_topo::consts::is_direct;
 
 use crate::backend::{self, Backend, BackendKind, BackendOptions, Launch, RawBuf};
 use crate::buffer::{Buffer, In, Out};
+use crate::check::{Board, Call, CallSeq};
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::plans::{PlanCache, PlanEntry, PlanKey};
@@ -25,6 +26,8 @@ pub(crate) struct Clique {
     pub config: Config,
     pub chooser: Chooser,
     pub plans: PlanCache,
+    /// Every rank's call fingerprints (see [`crate::check`]).
+    pub board: Board,
 }
 
 static NEXT_CLIQUE: AtomicU64 = AtomicU64::new(1);
@@ -39,6 +42,9 @@ pub struct Communicator {
     /// This rank's recent call shapes and its last choice (for reports);
     /// only this rank's thread takes the lock while calling.
     recent: parking_lot::Mutex<Recent>,
+    /// This rank's collective sequence, locked for the whole of a call:
+    /// calls from several threads on one communicator run one at a time.
+    call: parking_lot::Mutex<CallSeq>,
 }
 
 /// Creates `n` communicators, ranks `0..n` of one clique in this process,
@@ -81,6 +87,7 @@ pub fn init_all_on(n: u32, backend: Arc<dyn Backend>, config: Config) -> Result<
     }
     crate::debug::init(config.debug);
     tracing::info!(nranks = n, backend = %backend.describe(), "oxccl: communicators created");
+    check_algorithms(&config)?;
     let chooser = Chooser::new(&config, backend.as_ref(), n)?;
     let plans = PlanCache::new(chooser.rings());
     let clique = Arc::new(Clique {
@@ -90,6 +97,7 @@ pub fn init_all_on(n: u32, backend: Arc<dyn Backend>, config: Config) -> Result<
         config,
         chooser,
         plans,
+        board: Board::new(n),
     });
     Ok((0..n)
         .map(|rank| Communicator {
@@ -97,8 +105,29 @@ pub fn init_all_on(n: u32, backend: Arc<dyn Backend>, config: Config) -> Result<
             clique: clique.clone(),
             destroyed: AtomicBool::new(false),
             recent: parking_lot::Mutex::default(),
+            call: parking_lot::Mutex::default(),
         })
         .collect())
+}
+
+/// Refuses, at init, a per-collective algorithm rule (`allgather:tree`)
+/// that leaves its collective without any algorithm that has a generator
+/// (as a protocol filter that leaves none is refused), rather than at
+/// that collective's first call. A plain list (`NCCL_ALGO=chain`) is
+/// meant for the collectives it serves: the others report
+/// [`Error::NoAlgorithm`] when called (on every rank alike).
+fn check_algorithms(config: &Config) -> Result<()> {
+    for (kind, rule) in &config.algo.per_coll {
+        if *kind != CollKind::SendRecv && select::allowed_algos(config, *kind).is_empty() {
+            let names: Vec<&str> = rule.names.iter().map(|a| a.name()).collect();
+            let not = if rule.exclude { "all but " } else { "" };
+            return Err(Error::NoAlgorithm {
+                coll: *kind,
+                allowed: format!("{not}{}", names.join(",")),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Bytes per FIFO message: the configured chunk, never above the backend's
@@ -210,6 +239,11 @@ impl Communicator {
         &self.clique
     }
 
+    /// This rank's call sequence, locked for the length of a call.
+    pub(crate) fn call_lock(&self) -> parking_lot::MutexGuard<'_, CallSeq> {
+        self.call.lock()
+    }
+
     pub(crate) fn owner(&self) -> Owner {
         Owner {
             clique: self.clique.id,
@@ -257,6 +291,7 @@ impl Communicator {
     /// fail promptly ([`Error::Aborted`], then [`Error::Failed`]).
     pub fn abort(&self) {
         self.clique.backend.abort();
+        self.clique.board.wake_all();
     }
 
     /// The clique's failure, if it failed (NCCL's `ncclCommGetAsyncError`).
@@ -319,9 +354,16 @@ impl Communicator {
         root: u32,
     ) -> Result<()> {
         let _span = tracing::debug_span!("oxccl.collective", rank = self.rank, %kind).entered();
-        let (checked, op) = self.check_collective(kind, send.into(), recv.into(), op, root)?;
+        let (mut checked, op) = self.check_collective(kind, send.into(), recv.into(), op, root)?;
         if checked.coll.count == 0 {
             return Ok(());
+        }
+        let mut seq = self.call.lock();
+        if self.checking() {
+            let c = &checked.coll;
+            let call = Call::coll(c.kind, T::DTYPE, c.count, op, c.root);
+            let agreed = self.agree(&mut seq, call, checked.backend_memory)?;
+            checked.backend_memory = agreed.registered;
         }
         let r = self.resolve(&checked, T::DTYPE.size())?;
         self.log(&checked, T::DTYPE, &r.choice);
@@ -540,9 +582,10 @@ impl Communicator {
 
     /// Aborts the clique after `what` failed on this rank, and passes the
     /// error on.
-    fn fail(&self, what: &str, e: Error) -> Error {
+    pub(crate) fn fail(&self, what: &str, e: Error) -> Error {
         tracing::warn!(rank = self.rank, error = %e, "oxccl: {what} failed; aborting the communicator");
         self.clique.backend.abort();
+        self.clique.board.wake_all();
         e
     }
 

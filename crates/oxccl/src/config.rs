@@ -18,7 +18,8 @@
 //! Other variables: `OXCCL_CHANNELS` (else `NCCL_MAX_NCHANNELS`) caps the
 //! channel count; `OXCCL_DEADLINE_MS` sets the wait deadline;
 //! `OXCCL_BACKEND` = `host` | `cuda` | `auto`; `OXCCL_CHUNK_BYTES` (`64K`,
-//! `1M`, ...) sets the piece size plans pipeline in; `OXCCL_DEBUG` (else
+//! `1M`, ...) sets the piece size plans pipeline in; `OXCCL_CHECK_CALLS=0`
+//! turns off the comparison of calls between ranks; `OXCCL_DEBUG` (else
 //! `NCCL_DEBUG`) = `VERSION` | `WARN` | `INFO` | `TRACE` turns on logging.
 
 use std::str::FromStr;
@@ -224,6 +225,9 @@ pub struct Config {
     pub chunk_bytes: Option<usize>,
     /// Logging requested through the environment.
     pub debug: Option<DebugLevel>,
+    /// Compare every call's fingerprint with the peers' before any data
+    /// moves (`OXCCL_CHECK_CALLS`, default on; see [`crate::Error::Mismatch`]).
+    pub check_calls: bool,
 }
 
 impl Default for Config {
@@ -236,11 +240,17 @@ impl Default for Config {
             deadline: Duration::from_secs(300),
             chunk_bytes: None,
             debug: None,
+            check_calls: true,
         }
     }
 }
 
 impl Config {
+    /// The wait deadline as the waits take it.
+    pub(crate) fn deadline_opt(&self) -> Option<Duration> {
+        Some(self.deadline)
+    }
+
     /// Defaults overridden by the process environment.
     pub fn from_env() -> Result<Config> {
         Config::from_vars(|k| std::env::var(k).ok())
@@ -277,6 +287,9 @@ impl Config {
                 value: v.clone(),
                 reason: "expected host, cuda or auto".into(),
             })?;
+        }
+        if let Some((var, v)) = pick("OXCCL_CHECK_CALLS", None) {
+            c.check_calls = parse_bool(var, &v)?;
         }
         if let Some((var, v)) = pick("OXCCL_DEBUG", Some("NCCL_DEBUG")) {
             c.debug = Some(DebugLevel::parse(var, &v)?);
@@ -331,6 +344,19 @@ fn parse_positive(var: &str, v: &str) -> Result<u32> {
             var: var.into(),
             value: v.into(),
             reason: "expected a positive integer".into(),
+        }),
+    }
+}
+
+/// `1`/`0`, `true`/`false`, `on`/`off`, `yes`/`no` (any case).
+fn parse_bool(var: &str, v: &str) -> Result<bool> {
+    match v.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "on" | "yes" => Ok(true),
+        "0" | "false" | "off" | "no" => Ok(false),
+        _ => Err(Error::Config {
+            var: var.into(),
+            value: v.into(),
+            reason: "expected 1 or 0 (true/false, on/off, yes/no)".into(),
         }),
     }
 }

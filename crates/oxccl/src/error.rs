@@ -67,6 +67,11 @@ pub enum Error {
         "rank {rank}: the communicator failed earlier ({cause}); destroy it and create a new one"
     )]
     Failed { rank: u32, cause: String },
+    /// Ranks made calls that do not match (another collective, count,
+    /// type, op or root; a Send/Recv whose other side differs or never
+    /// came). Every rank involved gets it, before any data moved.
+    #[error("rank {rank}: calls do not match across ranks: {detail}. Every rank must make the same collective calls (same count, type, op, root) in the same order, and each send needs a recv of the same count and type")]
+    Mismatch { rank: u32, detail: String },
     /// A wait ran past its deadline (names rank, peer, channel and step).
     #[error("timeout: {0}")]
     Timeout(String),
@@ -116,9 +121,10 @@ impl Error {
             | Error::ForeignBuffer { .. }
             | Error::Config { .. }
             | Error::NoAlgorithm { .. } => INVALID_ARGUMENT,
-            Error::Destroyed { .. } | Error::InvalidUsage(_) | Error::BackendUnavailable(_) => {
-                INVALID_USAGE
-            }
+            Error::Destroyed { .. }
+            | Error::InvalidUsage(_)
+            | Error::BackendUnavailable(_)
+            | Error::Mismatch { .. } => INVALID_USAGE,
             Error::Failed { .. } | Error::Aborted(_) => REMOTE_ERROR,
             Error::Timeout(_) | Error::Backend(_) => SYSTEM_ERROR,
             Error::Cuda(_) => UNHANDLED_CUDA_ERROR,

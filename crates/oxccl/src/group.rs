@@ -26,9 +26,11 @@ use crate::error::{Error, Result};
 use crate::select::Choice;
 use crate::validate;
 
+mod check;
+
 /// A collective or a Send/Recv waiting for the group's end.
 #[derive(Debug)]
-enum Pending {
+pub(crate) enum Pending {
     Coll {
         checked: validate::Checked,
         op: RedOp,
@@ -40,10 +42,10 @@ enum Pending {
 }
 
 #[derive(Debug)]
-struct Entry<'a> {
-    comm: &'a Communicator,
-    dtype: DataType,
-    pending: Pending,
+pub(crate) struct Entry<'a> {
+    pub comm: &'a Communicator,
+    pub dtype: DataType,
+    pub pending: Pending,
 }
 
 /// A group being built. Buffers stay borrowed until it ends.
@@ -167,9 +169,23 @@ impl<'a> Group<'a> {
                 None => comms.push((e.comm, vec![e])),
             }
         }
+        // Each communicator's call state stays locked until the group has
+        // run (calls from other threads wait); locked in address order so
+        // two threads' groups over the same communicators cannot deadlock.
+        let mut order: Vec<usize> = (0..comms.len()).collect();
+        order.sort_by_key(|&i| std::ptr::from_ref(comms[i].0) as usize);
+        let mut locks: Vec<Option<_>> = comms.iter().map(|_| None).collect();
+        for i in order {
+            locks[i] = Some(comms[i].0.call_lock());
+        }
+        let mut seqs: Vec<_> = locks.into_iter().flatten().collect();
+        let agreed = check::group(&comms, &mut seqs)?;
         let jobs = comms
             .iter()
-            .map(|(comm, entries)| Ok((*comm, build_jobs(comm, entries)?)))
+            .zip(agreed)
+            .map(|((comm, entries), registered)| {
+                Ok((*comm, build_jobs(comm, entries, registered)?))
+            })
             .collect::<Result<Vec<_>>>()?;
         let blocking = jobs
             .first()
@@ -218,7 +234,8 @@ fn op_key(op: RedOp) -> String {
 
 /// Builds one communicator's launches, in a deterministic order every rank
 /// reproduces.
-fn build_jobs(comm: &Communicator, entries: &[&Entry<'_>]) -> Result<Vec<Job>> {
+/// `registered`: whether every rank agreed its buffers are backend memory.
+fn build_jobs(comm: &Communicator, entries: &[&Entry<'_>], registered: bool) -> Result<Vec<Job>> {
     comm.check_usable()?;
     let mut by_key: Launches<'_, '_> = BTreeMap::new();
     for e in entries {
@@ -245,13 +262,18 @@ fn build_jobs(comm: &Communicator, entries: &[&Entry<'_>]) -> Result<Vec<Job>> {
     }
     by_key
         .into_values()
-        .map(|(list, op)| build_job(comm, &list, op.unwrap_or(RedOp::Sum)))
+        .map(|(list, op)| build_job(comm, &list, op.unwrap_or(RedOp::Sum), registered))
         .filter_map(Result::transpose)
         .collect()
 }
 
 /// Merges one launch's operations into a single rank plan.
-fn build_job(comm: &Communicator, list: &[&Entry<'_>], op: RedOp) -> Result<Option<Job>> {
+fn build_job(
+    comm: &Communicator,
+    list: &[&Entry<'_>],
+    op: RedOp,
+    registered: bool,
+) -> Result<Option<Job>> {
     let dtype = list[0].dtype;
     let es = dtype.size();
     let mut parts: Vec<Prepared> = Vec::new();
@@ -262,7 +284,9 @@ fn build_job(comm: &Communicator, list: &[&Entry<'_>], op: RedOp) -> Result<Opti
         match &e.pending {
             Pending::Coll { checked, .. } if checked.coll.count == 0 => {}
             Pending::Coll { checked, .. } => {
-                let (prep, choice): (Prepared, Choice) = comm.prepare(checked, es)?;
+                let mut checked = *checked;
+                checked.backend_memory &= registered;
+                let (prep, choice): (Prepared, Choice) = comm.prepare(&checked, es)?;
                 proto.get_or_insert(choice.proto);
                 parts.push(prep);
             }

@@ -50,6 +50,27 @@
 //! integers sums then divides with truncation, as NCCL); PreMulSum needs a
 //! finite scalar, integral and in range on integer types.
 //!
+//! # Mismatched calls
+//!
+//! Every call is compared with the peers' before any data moves (see
+//! [`Error::Mismatch`]): a rank calling Broadcast while the others call
+//! AllReduce, or counts, types, ops or roots that differ, or a send whose
+//! receive has another count (or never comes while the peer enters a
+//! collective), is an error on every rank involved, naming the ranks and
+//! what each called; nothing is written and the communicator stays
+//! usable. The check costs one small record per call, read by every rank;
+//! [`Config::check_calls`] (`OXCCL_CHECK_CALLS=0`) turns it off.
+//! Zero-count calls are no-ops and take no part in it.
+//!
+//! # Threads
+//!
+//! [`Communicator`] is `Send` and `Sync`. Calls from several threads on one
+//! communicator are ordered: each holds the communicator for its whole
+//! length (on CUDA, until it is enqueued), so they never run into each
+//! other. Which runs first is up to the threads, so every rank must see
+//! the same order: concurrent different calls usually come out as a
+//! mismatch on some ranks, never as corruption or an internal error.
+//!
 //! # Groups
 //!
 //! [`group()`] (or [`Group`]) issues several operations together: grouped
@@ -71,6 +92,7 @@
 
 pub mod backend;
 mod buffer;
+mod check;
 mod comm;
 pub mod config;
 mod debug;

@@ -1,0 +1,330 @@
+//! The in-process exchange of call fingerprints: one row of slots per rank
+//! for collectives, one log per ordered pair for Send/Recv, and a way to
+//! wait for peers that spins briefly, then sleeps until a peer publishes.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use crossbeam::utils::{Backoff, CachePadded};
+use oxccl_core::DataType;
+use parking_lot::{Condvar, Mutex};
+
+use super::fingerprint::describe_ranks;
+use crate::error::{Error, Result};
+
+/// Slots per rank. A rank publishes call `s + 1` only after it read every
+/// rank's record of call `s`, so no rank is more than one call ahead of
+/// another and two slots would do; four leave room.
+const DEPTH: usize = 4;
+
+/// How long a sleeping waiter sleeps before it looks again (abort, a
+/// peer's failure, its deadline) even if no one wakes it.
+const NAP: Duration = Duration::from_millis(20);
+
+/// One published collective record: `seq` is stored last (Release), so a
+/// reader that sees its call's `seq` sees the words.
+#[derive(Debug, Default)]
+struct Slot {
+    seq: AtomicU64,
+    words: [AtomicU64; 3],
+}
+
+/// One side of a Send/Recv as its peer checks it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct P2pRecord {
+    /// The other rank.
+    pub peer: u32,
+    /// A send (else a receive).
+    pub send: bool,
+    pub count: usize,
+    pub dtype: DataType,
+}
+
+impl P2pRecord {
+    /// The pair log it belongs to: (sender, receiver).
+    fn pair(&self, rank: u32) -> (u32, u32) {
+        if self.send {
+            (rank, self.peer)
+        } else {
+            (self.peer, rank)
+        }
+    }
+}
+
+/// Both sides of the k-th message of one ordered pair.
+#[derive(Debug, Default)]
+struct Match {
+    /// Index 0: the sender's record, 1: the receiver's.
+    sides: [Option<(usize, DataType)>; 2],
+    /// Sides that have compared it (the second removes it).
+    seen: u8,
+}
+
+/// Send/Recv records between one sender and one receiver.
+#[derive(Debug, Default)]
+struct PairLog {
+    /// How many records each side has posted.
+    posted: [u64; 2],
+    open: HashMap<u64, Match>,
+}
+
+/// What waiting for the other side of a Send/Recv found.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum P2pOutcome {
+    /// Same count and type.
+    Matched,
+    /// The other side's count and type.
+    Differs { count: usize, dtype: DataType },
+    /// The peer entered collective `seq`, which this rank has not reached,
+    /// without posting the other side.
+    PeerMovedOn { seq: u64 },
+}
+
+/// Who is waiting, for how long, and what ends the wait early.
+pub(crate) struct WaitCtx<'a> {
+    pub rank: u32,
+    /// `None`: no deadline.
+    pub deadline: Option<Duration>,
+    /// The clique's failure, if any (abort, a peer's deadline).
+    pub failure: &'a dyn Fn() -> Option<Error>,
+}
+
+/// The fingerprints of one clique's ranks.
+#[derive(Debug)]
+pub(crate) struct Board {
+    nranks: u32,
+    rows: Box<[CachePadded<[Slot; DEPTH]>]>,
+    pairs: Mutex<HashMap<(u32, u32), PairLog>>,
+    sleepers: AtomicUsize,
+    lock: Mutex<()>,
+    wake: Condvar,
+}
+
+impl Board {
+    pub fn new(nranks: u32) -> Board {
+        Board {
+            nranks,
+            rows: (0..nranks).map(|_| CachePadded::default()).collect(),
+            pairs: Mutex::default(),
+            sleepers: AtomicUsize::new(0),
+            lock: Mutex::new(()),
+            wake: Condvar::new(),
+        }
+    }
+
+    fn slot(&self, rank: u32, seq: u64) -> &Slot {
+        &self.rows[rank as usize][(seq % DEPTH as u64) as usize]
+    }
+
+    /// The latest collective sequence number `rank` published.
+    fn latest(&self, rank: u32) -> u64 {
+        self.rows[rank as usize]
+            .iter()
+            .map(|s| s.seq.load(Ordering::Acquire))
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Wakes every sleeping waiter (after a publish, or an abort).
+    pub fn wake_all(&self) {
+        if self.sleepers.load(Ordering::SeqCst) > 0 {
+            let _g = self.lock.lock();
+            self.wake.notify_all();
+        }
+    }
+
+    /// Publishes `rank`'s record of collective call `seq` (from 1).
+    pub fn publish(&self, rank: u32, seq: u64, words: [u64; 3]) {
+        let slot = self.slot(rank, seq);
+        for (w, v) in slot.words.iter().zip(words) {
+            w.store(v, Ordering::Relaxed);
+        }
+        slot.seq.store(seq, Ordering::SeqCst);
+        self.wake_all();
+    }
+
+    /// Waits until every rank published call `seq`, then returns every
+    /// rank's words, in rank order.
+    pub fn gather(
+        &self,
+        ctx: &WaitCtx<'_>,
+        seq: u64,
+        what: &dyn Fn() -> String,
+    ) -> Result<Vec<[u64; 3]>> {
+        let ready = |r: u32| self.slot(r, seq).seq.load(Ordering::Acquire) >= seq;
+        self.wait(
+            ctx,
+            || (0..self.nranks).all(ready).then_some(Ok(())),
+            || {
+                let missing: Vec<u32> = (0..self.nranks).filter(|&r| !ready(r)).collect();
+                format!(
+                    "{}: ranks {} have not reached it",
+                    what(),
+                    describe_ranks(&missing)
+                )
+            },
+        )?;
+        let mut out = Vec::with_capacity(self.nranks as usize);
+        for r in 0..self.nranks {
+            let slot = self.slot(r, seq);
+            let w = [0, 1, 2].map(|i| slot.words[i].load(Ordering::Relaxed));
+            if slot.seq.load(Ordering::Acquire) != seq {
+                return Err(Error::Internal(format!(
+                    "rank {r} overwrote its record of call #{seq} before rank {} read it",
+                    ctx.rank
+                )));
+            }
+            out.push(w);
+        }
+        Ok(out)
+    }
+
+    /// Posts one side of a Send/Recv of `rank`; returns its index on the
+    /// pair (the k-th send matches the k-th receive).
+    pub fn post(&self, rank: u32, rec: P2pRecord) -> u64 {
+        let side = usize::from(!rec.send);
+        let k = {
+            let mut pairs = self.pairs.lock();
+            let log = pairs.entry(rec.pair(rank)).or_default();
+            let k = log.posted[side];
+            log.posted[side] += 1;
+            log.open.entry(k).or_default().sides[side] = Some((rec.count, rec.dtype));
+            k
+        };
+        self.wake_all();
+        k
+    }
+
+    /// Waits for the other side of `rank`'s posted record `k` and compares.
+    /// `coll_seq` is the last collective call this rank published: a peer
+    /// that published a later one is waiting for this rank there and will
+    /// never post the other side first.
+    pub fn await_p2p(
+        &self,
+        ctx: &WaitCtx<'_>,
+        rec: P2pRecord,
+        k: u64,
+        coll_seq: u64,
+    ) -> Result<P2pOutcome> {
+        let pair = rec.pair(ctx.rank);
+        let side = usize::from(!rec.send);
+        let other = 1 - side;
+        let (verb, dir) = if rec.send {
+            ("send", "to")
+        } else {
+            ("recv", "from")
+        };
+        self.wait(
+            ctx,
+            || {
+                let mut pairs = self.pairs.lock();
+                let log = pairs.get_mut(&pair)?;
+                let m = log.open.get_mut(&k)?;
+                if let Some((count, dtype)) = m.sides[other] {
+                    m.seen += 1;
+                    if m.seen == 2 {
+                        log.open.remove(&k);
+                    }
+                    let same = count == rec.count && dtype == rec.dtype;
+                    return Some(Ok(if same {
+                        P2pOutcome::Matched
+                    } else {
+                        P2pOutcome::Differs { count, dtype }
+                    }));
+                }
+                let seq = self.latest(rec.peer);
+                if seq > coll_seq {
+                    // The caller withdraws its records before it poisons
+                    // that collective, so the peer, which cannot post
+                    // before that collective ends, never matches them.
+                    return Some(Ok(P2pOutcome::PeerMovedOn { seq }));
+                }
+                None
+            },
+            || {
+                format!(
+                    "{verb} #{k} of {} x {} {dir} rank {}: rank {} has not posted the matching {}",
+                    rec.count,
+                    rec.dtype,
+                    rec.peer,
+                    rec.peer,
+                    if rec.send { "recv" } else { "send" }
+                )
+            },
+        )
+    }
+
+    /// Withdraws `rank`'s unmatched record `k` (its group failed before
+    /// its data moved), when it is still the last one it posted on the pair.
+    pub fn withdraw(&self, rank: u32, rec: P2pRecord, k: u64) {
+        let side = usize::from(!rec.send);
+        let mut pairs = self.pairs.lock();
+        if let Some(log) = pairs.get_mut(&rec.pair(rank)) {
+            let unmatched = log
+                .open
+                .get(&k)
+                .is_some_and(|m| m.sides[1 - side].is_none());
+            if unmatched && log.posted[side] == k + 1 {
+                log.posted[side] = k;
+                log.open.remove(&k);
+            }
+        }
+    }
+
+    /// Polls `ready` until it answers, spinning briefly, then sleeping
+    /// until a publish wakes the board. Bounded by the deadline; ends
+    /// early on the clique's failure; warns once at a tenth of the deadline.
+    fn wait<T>(
+        &self,
+        ctx: &WaitCtx<'_>,
+        mut ready: impl FnMut() -> Option<Result<T>>,
+        pending: impl Fn() -> String,
+    ) -> Result<T> {
+        let backoff = Backoff::new();
+        while !backoff.is_completed() {
+            if let Some(r) = ready() {
+                return r;
+            }
+            backoff.snooze();
+        }
+        let start = Instant::now();
+        let mut warned = false;
+        loop {
+            self.sleepers.fetch_add(1, Ordering::SeqCst);
+            let found = {
+                let mut g = self.lock.lock();
+                let found = ready();
+                if found.is_none() {
+                    self.wake.wait_for(&mut g, NAP);
+                }
+                found
+            };
+            self.sleepers.fetch_sub(1, Ordering::SeqCst);
+            if let Some(r) = found.or_else(&mut ready) {
+                return r;
+            }
+            if let Some(e) = (ctx.failure)() {
+                return Err(e);
+            }
+            let waited = start.elapsed();
+            if let Some(deadline) = ctx.deadline {
+                if waited >= deadline {
+                    return Err(Error::Timeout(format!(
+                        "rank {} waited {deadline:?} (the deadline) before any data moved: {}",
+                        ctx.rank,
+                        pending()
+                    )));
+                }
+                if !warned && waited >= deadline / 10 {
+                    warned = true;
+                    tracing::warn!(
+                        rank = ctx.rank,
+                        "oxccl: still waiting after {waited:?} (deadline {deadline:?}): {}",
+                        pending()
+                    );
+                }
+            }
+        }
+    }
+}

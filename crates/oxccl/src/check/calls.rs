@@ -1,0 +1,209 @@
+//! A communicator's side of the check: publish its call, read its peers',
+//! and turn what differs into one error every rank agrees on.
+
+use oxccl_core::DataType;
+
+use super::board::{P2pOutcome, P2pRecord, WaitCtx};
+use super::fingerprint::{describe_ranks, Call};
+use crate::comm::Communicator;
+use crate::error::{Error, Result};
+
+/// The collective calls a communicator has published (its next call is
+/// `seq + 1`). Held locked for the whole of a call, which is what orders
+/// concurrent calls on one communicator.
+#[derive(Debug, Default)]
+pub(crate) struct CallSeq {
+    pub seq: u64,
+}
+
+/// What every rank agreed on for a collective call.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Agreed {
+    /// Every rank's buffers are backend memory, so registered plans may be
+    /// used (ranks passing a mix would otherwise run different plans).
+    pub registered: bool,
+}
+
+/// A Send/Recv this rank posted in a group, waiting to be compared.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Posted {
+    pub rec: P2pRecord,
+    pub k: u64,
+}
+
+impl Communicator {
+    /// Whether calls are compared at all (one rank has no peer).
+    pub(crate) fn checking(&self) -> bool {
+        self.nranks() > 1 && self.config().check_calls
+    }
+
+    fn wait_ctx<'a>(&self, failure: &'a dyn Fn() -> Option<Error>) -> WaitCtx<'a> {
+        WaitCtx {
+            rank: self.rank(),
+            deadline: self.config().deadline_opt(),
+            failure,
+        }
+    }
+
+    /// The clique's failure as this rank reports it.
+    fn failure(&self) -> Option<Error> {
+        self.clique().backend.failure().map(|e| Error::Failed {
+            rank: self.rank(),
+            cause: e.to_string(),
+        })
+    }
+
+    /// Publishes this rank's next collective call (without waiting).
+    pub(crate) fn publish_call(&self, seq: &mut CallSeq, call: Call, registered: bool) {
+        seq.seq += 1;
+        self.clique()
+            .board
+            .publish(self.rank(), seq.seq, call.encode(registered));
+    }
+
+    /// Waits for every rank's record of the call just published and
+    /// compares them: the same call everywhere, or [`Error::Mismatch`]
+    /// (the same on every rank). A wait past the deadline fails the clique.
+    pub(crate) fn compare_call(&self, seq: &CallSeq, mine: Call) -> Result<Agreed> {
+        let failure = || self.failure();
+        let ctx = self.wait_ctx(&failure);
+        let what = || format!("call #{} ({mine})", seq.seq);
+        let words = self
+            .clique()
+            .board
+            .gather(&ctx, seq.seq, &what)
+            .map_err(|e| self.fail_on_wait(e))?;
+        let mut registered = true;
+        let mut groups: Vec<(Call, Vec<u32>)> = Vec::new();
+        for (r, w) in words.into_iter().enumerate() {
+            let (call, reg) = Call::decode(w).ok_or_else(|| {
+                Error::Internal(format!(
+                    "rank {r}'s record of call #{} is unreadable",
+                    seq.seq
+                ))
+            })?;
+            registered &= reg;
+            match groups.iter_mut().find(|(c, _)| *c == call) {
+                Some((_, ranks)) => ranks.push(r as u32),
+                None => groups.push((call, vec![r as u32])),
+            }
+        }
+        if groups.len() == 1 {
+            return Ok(Agreed { registered });
+        }
+        let detail = groups
+            .iter()
+            .map(|(c, ranks)| {
+                let who = if ranks.len() == 1 { "rank" } else { "ranks" };
+                format!("{who} {}: {c}", describe_ranks(ranks))
+            })
+            .collect::<Vec<_>>()
+            .join("; ");
+        Err(Error::Mismatch {
+            rank: self.rank(),
+            detail: format!("call #{}: {detail}", seq.seq),
+        })
+    }
+
+    /// Publishes and compares a single collective (or barrier) call.
+    pub(crate) fn agree(&self, seq: &mut CallSeq, call: Call, registered: bool) -> Result<Agreed> {
+        self.publish_call(seq, call, registered);
+        self.compare_call(seq, call)
+    }
+
+    /// Posts one Send/Recv of a group (before any of them is compared, so
+    /// ranks exchanging both ways never wait on each other's posting).
+    pub(crate) fn post_p2p(&self, peer: u32, send: bool, count: usize, dtype: DataType) -> Posted {
+        let rec = P2pRecord {
+            peer,
+            send,
+            count,
+            dtype,
+        };
+        let k = self.clique().board.post(self.rank(), rec);
+        Posted { rec, k }
+    }
+
+    /// Compares every posted Send/Recv with its other side. On any
+    /// difference this rank's unmatched records are withdrawn and the
+    /// group fails; a peer that entered a collective instead of posting
+    /// the other side gets that collective poisoned, so it fails too.
+    pub(crate) fn compare_p2p(&self, seq: &mut CallSeq, posted: &[Posted]) -> Result<()> {
+        let failure = || self.failure();
+        let ctx = self.wait_ctx(&failure);
+        let board = &self.clique().board;
+        let mut problem: Option<(Error, Option<Call>)> = None;
+        for p in posted {
+            let r = p.rec;
+            let outcome = board
+                .await_p2p(&ctx, r, p.k, seq.seq)
+                .map_err(|e| self.fail_on_wait(e))?;
+            let (verb, dir, other) = if r.send {
+                ("sends", "to", "receives")
+            } else {
+                ("receives", "from", "sends")
+            };
+            let me = self.rank();
+            match outcome {
+                P2pOutcome::Matched => {}
+                P2pOutcome::Differs { count, dtype } => {
+                    problem.get_or_insert((
+                        Error::Mismatch {
+                            rank: me,
+                            detail: format!(
+                                "rank {me} {verb} {} x {} {dir} rank {} (its message #{} on that pair) but rank {} {other} {count} x {dtype}; nothing was sent",
+                                r.count, r.dtype, r.peer, p.k, r.peer
+                            ),
+                        },
+                        None,
+                    ));
+                }
+                P2pOutcome::PeerMovedOn { seq: at } => {
+                    let blocked = Call::Blocked {
+                        peer: r.peer,
+                        send: r.send,
+                        count: r.count as u64,
+                        dtype: r.dtype,
+                    };
+                    problem = Some((
+                        Error::Mismatch {
+                            rank: me,
+                            detail: format!(
+                                "rank {me} {verb} {} x {} {dir} rank {}, but rank {} entered collective call #{at} without the matching {}; nothing was sent",
+                                r.count, r.dtype, r.peer, r.peer,
+                                if r.send { "recv" } else { "send" }
+                            ),
+                        },
+                        Some(blocked),
+                    ));
+                    break;
+                }
+            }
+        }
+        let Some((err, poison)) = problem else {
+            return Ok(());
+        };
+        self.withdraw_p2p(posted);
+        if let Some(call) = poison {
+            self.publish_call(seq, call, false);
+        }
+        Err(err)
+    }
+
+    /// Withdraws this rank's records that no peer matched yet (its group
+    /// failed before any data moved), last first.
+    pub(crate) fn withdraw_p2p(&self, posted: &[Posted]) {
+        for p in posted.iter().rev() {
+            self.clique().board.withdraw(self.rank(), p.rec, p.k);
+        }
+    }
+
+    /// A wait that ended without an answer: past its deadline the clique
+    /// fails (peers may be mid-call); the clique's own failure passes on.
+    fn fail_on_wait(&self, e: Error) -> Error {
+        match e {
+            e @ Error::Timeout(_) => self.fail("waiting for peers' calls", e),
+            e => e,
+        }
+    }
+}

@@ -1,0 +1,109 @@
+//! The call check of a group (see [`crate::check`]): its collectives are
+//! one call in the collective sequence (a lone collective is compared as
+//! that collective, so it matches the same call made outside a group), its
+//! Send/Recv are matched pair by pair.
+
+use oxccl_core::gen::p2p::P2pOp;
+use parking_lot::MutexGuard;
+
+use super::{Entry, Pending};
+use crate::check::{Call, CallSeq, Posted};
+use crate::comm::Communicator;
+use crate::error::Result;
+
+/// One communicator's operations, as the group holds them.
+type CommOps<'e, 'a> = (&'a Communicator, Vec<&'e Entry<'a>>);
+
+/// What one communicator published.
+struct Published {
+    call: Option<Call>,
+    posted: Vec<Posted>,
+    registered: bool,
+}
+
+/// Publishes every communicator's calls first (one thread may drive
+/// ranks that wait for each other), then compares them. Returns, per
+/// communicator, whether every rank's buffers were backend memory.
+pub(super) fn group(
+    comms: &[CommOps<'_, '_>],
+    seqs: &mut [MutexGuard<'_, CallSeq>],
+) -> Result<Vec<bool>> {
+    let published: Vec<Published> = comms
+        .iter()
+        .zip(seqs.iter_mut())
+        .map(|((comm, entries), seq)| publish(comm, entries, seq))
+        .collect();
+    let mut first_err = None;
+    let mut agreed = Vec::with_capacity(comms.len());
+    for (((comm, _), seq), p) in comms.iter().zip(seqs.iter_mut()).zip(&published) {
+        let r = compare(comm, seq, p);
+        agreed.push(*r.as_ref().unwrap_or(&false));
+        if let Err(e) = r {
+            first_err.get_or_insert(e);
+        }
+    }
+    match first_err {
+        Some(e) => Err(e),
+        None => Ok(agreed),
+    }
+}
+
+fn publish(comm: &Communicator, entries: &[&Entry<'_>], seq: &mut CallSeq) -> Published {
+    let mut colls = Vec::new();
+    let mut posted = Vec::new();
+    let mut registered = true;
+    if !comm.checking() {
+        return Published {
+            call: None,
+            posted,
+            registered,
+        };
+    }
+    for e in entries {
+        match &e.pending {
+            Pending::Coll { checked, op } if checked.coll.count > 0 => {
+                let c = &checked.coll;
+                colls.push(Call::coll(c.kind, e.dtype, c.count, *op, c.root));
+                registered &= checked.backend_memory;
+            }
+            Pending::Coll { .. } => {}
+            Pending::P2p { op, .. } => {
+                let (peer, count, send) = match *op {
+                    P2pOp::Send { peer, count } => (peer, count, true),
+                    P2pOp::Recv { peer, count } => (peer, count, false),
+                };
+                if count > 0 {
+                    posted.push(comm.post_p2p(peer, send, count, e.dtype));
+                }
+            }
+        }
+    }
+    let call = match colls.len() {
+        0 => None,
+        1 => Some(colls[0]),
+        _ => Some(Call::group(&colls)),
+    };
+    if let Some(c) = call {
+        comm.publish_call(seq, c, registered);
+    }
+    Published {
+        call,
+        posted,
+        registered,
+    }
+}
+
+fn compare(comm: &Communicator, seq: &mut CallSeq, p: &Published) -> Result<bool> {
+    let registered = match p.call {
+        Some(c) => match comm.compare_call(seq, c) {
+            Ok(a) => a.registered,
+            Err(e) => {
+                comm.withdraw_p2p(&p.posted);
+                return Err(e);
+            }
+        },
+        None => p.registered,
+    };
+    comm.compare_p2p(seq, &p.posted)?;
+    Ok(registered)
+}
