@@ -19,6 +19,12 @@
 //! takes `NCCL_ALGO` syntax and replaces `OXCCL_ALGO`/`NCCL_ALGO` from the
 //! environment (which apply otherwise). Prints `skipped: no CUDA device`
 //! without one.
+//!
+//! The cost of the call check (fingerprints compared between ranks before
+//! each launch, on by default): run it twice, the second time with
+//! `OXCCL_CHECK_CALLS=0`; the line says which (`check on`/`check off`).
+//! A captured graph replays without the check (it runs on the host, at
+//! capture), so its cost is the eager difference only.
 
 use std::sync::Barrier;
 use std::time::Instant;
@@ -146,7 +152,8 @@ fn main() -> oxccl::Result<()> {
          {device:.2} us/call (device events; mean of the runs {mean:.2}, slowest run {slowest:.2}; enqueue {host:.2} us/call on the host; \
          sweep-style {SWEEP_ITERS} calls after a barrier {sweep:.2} us/call, \
          behind a lead-in call {lead_in:.2} us/call; \
-         median over {RUNS} runs of {CALLS_PER_RUN}, slowest rank; {})",
+         median over {RUNS} runs of {CALLS_PER_RUN}, slowest rank; check {}; {})",
+        if comms[0].config().check_calls { "on" } else { "off" },
         comms[0].describe_backend()
     );
     Ok(())

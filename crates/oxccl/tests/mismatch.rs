@@ -282,12 +282,9 @@ fn host_mismatched_calls_are_errors_on_every_rank() {
 
 #[test]
 fn cuda_mismatched_calls_are_errors_on_every_rank() {
-    if !oxccl::backend::cuda::available() {
-        assert!(
-            std::env::var("OXCCL_REQUIRE_GPU").as_deref() != Ok("1"),
-            "OXCCL_REQUIRE_GPU=1 but no CUDA device"
-        );
-        println!("skipped: no CUDA device");
+    if oxccl::backend::cuda::device_or_skip("cuda_mismatched_calls_are_errors_on_every_rank")
+        .is_none()
+    {
         return;
     }
     every_case(BackendKind::Cuda);
