@@ -15,6 +15,7 @@ use crate::error::{Error, Result};
 use crate::plans::{PlanCache, PlanEntry, PlanKey};
 use crate::recent::{CallShape, Recent, Resolved};
 use crate::select::{self, Choice, Chooser};
+use crate::sink::Sinks;
 use crate::validate::{self, Checked, Owner};
 
 /// What the communicators of one `init_all` share.
@@ -45,6 +46,9 @@ pub struct Communicator {
     /// This rank's collective sequence, locked for the whole of a call:
     /// calls from several threads on one communicator run one at a time.
     call: parking_lot::Mutex<CallSeq>,
+    /// Memory bound where this rank ignores a buffer the caller passed
+    /// unusable (see `sink.rs`).
+    sinks: parking_lot::Mutex<Sinks>,
 }
 
 /// Creates `n` communicators, ranks `0..n` of one clique in this process,
@@ -106,6 +110,7 @@ pub fn init_all_on(n: u32, backend: Arc<dyn Backend>, config: Config) -> Result<
             destroyed: AtomicBool::new(false),
             recent: parking_lot::Mutex::default(),
             call: parking_lot::Mutex::default(),
+            sinks: parking_lot::Mutex::new(Sinks::new(clique.backend.clone(), rank)),
         })
         .collect())
 }
@@ -261,7 +266,7 @@ impl Communicator {
         if let Some(e) = self.clique.backend.failure() {
             return Err(Error::Failed {
                 rank: self.rank,
-                cause: e.to_string(),
+                cause: e.root_cause(),
             });
         }
         Ok(())
@@ -436,7 +441,15 @@ impl Communicator {
         self.check_usable()?;
         let op = if kind.is_reduction() { op } else { RedOp::Sum };
         let owner = self.owner();
-        let checked = validate::collective(kind, &send.arg, &recv.arg, root, op, T::DTYPE, &owner)?;
+        let mut checked =
+            validate::collective(kind, &send.arg, &recv.arg, root, op, T::DTYPE, &owner)?;
+        if let Some((role, len)) = checked.sink {
+            let raw = self.sinks.lock().get(len * T::DTYPE.size())?;
+            match role {
+                BufRole::Input => checked.send = raw,
+                _ => checked.recv = raw,
+            }
+        }
         Ok((checked, op))
     }
 
@@ -619,7 +632,8 @@ impl Communicator {
         self.collective(CollKind::AllReduce, out.as_in(), out, op, 0)
     }
 
-    /// Copies the root's `send` into every rank's `recv`.
+    /// Copies the root's `send` into every rank's `recv`. Other ranks'
+    /// `send` is ignored, as in NCCL: pass anything (an empty slice).
     pub fn broadcast<'a, T: Element>(
         &self,
         send: impl Into<In<'a, T>>,
@@ -639,8 +653,8 @@ impl Communicator {
         self.collective(CollKind::Broadcast, out.as_in(), out, RedOp::Sum, root)
     }
 
-    /// Reduces every rank's `send` into the root's `recv` (other ranks'
-    /// `recv` is not written but must have the same length).
+    /// Reduces every rank's `send` into the root's `recv`. Other ranks'
+    /// `recv` is ignored, as in NCCL: pass anything (an empty slice).
     pub fn reduce<'a, T: Element>(
         &self,
         send: impl Into<In<'a, T>>,
@@ -702,7 +716,8 @@ impl Communicator {
         self.collective(CollKind::AllToAll, send, recv, RedOp::Sum, 0)
     }
 
-    /// The root's `recv` (n × count) = every rank's `send` (count).
+    /// The root's `recv` (n × count) = every rank's `send` (count). Other
+    /// ranks' `recv` is ignored, as in NCCL: pass anything.
     pub fn gather<'a, T: Element>(
         &self,
         send: impl Into<In<'a, T>>,
@@ -713,6 +728,7 @@ impl Communicator {
     }
 
     /// Every rank's `recv` (count) = block `rank` of the root's `send`.
+    /// Other ranks' `send` is ignored, as in NCCL: pass anything.
     pub fn scatter<'a, T: Element>(
         &self,
         send: impl Into<In<'a, T>>,

@@ -133,6 +133,27 @@ impl Error {
     }
 }
 
+impl Error {
+    /// The first failure in its own words, without the wrappers it gathers
+    /// as it is passed on (`aborted: communicator failed earlier: ...`), so
+    /// [`Error::Failed`] names it once.
+    pub(crate) fn root_cause(&self) -> String {
+        let s = match self {
+            Error::Aborted(m) | Error::Timeout(m) | Error::Backend(m) | Error::Cuda(m) => m.clone(),
+            Error::Failed { cause, .. } => cause.clone(),
+            e => e.to_string(),
+        };
+        let mut rest = s.as_str();
+        while let Some(r) = ["communicator failed earlier: ", "aborted: "]
+            .iter()
+            .find_map(|p| rest.strip_prefix(p))
+        {
+            rest = r;
+        }
+        rest.to_string()
+    }
+}
+
 impl From<CoreError> for Error {
     fn from(e: CoreError) -> Self {
         match e {

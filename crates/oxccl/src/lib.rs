@@ -101,6 +101,7 @@ pub mod group;
 mod plans;
 mod recent;
 mod select;
+mod sink;
 mod validate;
 
 pub use backend::BackendKind;

@@ -2,6 +2,7 @@
 //! peer, reduction op, buffer ownership and NCCL's in-place rules. Nothing
 //! is executed (so nothing is written) unless all of it passes.
 
+use oxccl_core::plan::BufRole;
 use oxccl_core::{CollKind, Collective, DataType, RedOp};
 
 use crate::backend::{BackendKind, RawBuf};
@@ -27,6 +28,25 @@ pub(crate) struct Checked {
     /// Whether both buffers are backend memory (so registered, where the
     /// backend registers its allocations).
     pub backend_memory: bool,
+    /// A buffer this rank's part ignores (as NCCL ignores it) that the
+    /// caller passed too short or not as this rank's memory: the plan's
+    /// role and length in elements, to be bound to the communicator's own
+    /// sink instead (`comm.rs`), so nothing of the caller's is touched.
+    pub sink: Option<(BufRole, usize)>,
+}
+
+/// Which buffer a non-root rank's part ignores: Broadcast and Scatter
+/// read only the root's send buffer, Reduce and Gather write only the
+/// root's receive buffer.
+fn ignored(kind: CollKind, root: u32, rank: u32) -> Option<BufRole> {
+    if rank == root {
+        return None;
+    }
+    match kind {
+        CollKind::Broadcast | CollKind::Scatter => Some(BufRole::Input),
+        CollKind::Reduce | CollKind::Gather => Some(BufRole::Output),
+        _ => None,
+    }
 }
 
 /// Checks that `arg` may be used by `owner`.
@@ -87,11 +107,17 @@ pub(crate) fn collective(
     if kind.is_reduction() {
         check_op(op, dtype)?;
     }
-    check_space("send buffer", send, owner)?;
-    check_space("receive buffer", recv, owner)?;
+    let skip = ignored(kind, root, owner.rank);
+    if skip != Some(BufRole::Input) {
+        check_space("send buffer", send, owner)?;
+    }
+    if skip != Some(BufRole::Output) {
+        check_space("receive buffer", recv, owner)?;
+    }
     let nu = n as usize;
+    // The count comes from a buffer this rank uses.
     let count = match kind {
-        CollKind::ReduceScatter | CollKind::Scatter => recv.len,
+        CollKind::ReduceScatter | CollKind::Scatter | CollKind::Broadcast => recv.len,
         CollKind::AllToAll => {
             if !send.len.is_multiple_of(nu) {
                 return Err(Error::NotMultiple {
@@ -106,28 +132,38 @@ pub(crate) fn collective(
     };
     let coll = Collective::new(kind, count, if kind.has_root() { root } else { 0 });
     let (want_in, want_out) = (coll.input_len(n), coll.output_len(n));
-    if send.len != want_in {
+    let usable = |a: &Arg, want: usize| a.len == want && check_space("", a, owner).is_ok();
+    let sink = match skip {
+        Some(BufRole::Input) if !usable(send, want_in) => Some((BufRole::Input, want_in)),
+        Some(BufRole::Output) if !usable(recv, want_out) => Some((BufRole::Output, want_out)),
+        _ => None,
+    };
+    if send.len != want_in && skip != Some(BufRole::Input) {
         return Err(Error::LengthMismatch {
             what: "send buffer",
             expected: want_in,
             got: send.len,
         });
     }
-    if recv.len != want_out {
+    if recv.len != want_out && skip != Some(BufRole::Output) {
         return Err(Error::LengthMismatch {
             what: "receive buffer",
             expected: want_out,
             got: recv.len,
         });
     }
-    let in_place = in_place(&coll, send, recv, dtype.size(), owner.rank)?;
+    let in_place = sink.is_none() && in_place(&coll, send, recv, dtype.size(), owner.rank)?;
+    // A sunk buffer is the backend's own memory.
+    let backend = |a: &Arg, role| {
+        matches!(a.space, Space::Backend { .. }) || sink.is_some_and(|(r, _)| r == role)
+    };
     Ok(Checked {
         coll,
         in_place,
         send: send.raw,
         recv: recv.raw,
-        backend_memory: matches!(send.space, Space::Backend { .. })
-            && matches!(recv.space, Space::Backend { .. }),
+        backend_memory: backend(send, BufRole::Input) && backend(recv, BufRole::Output),
+        sink,
     })
 }
 
@@ -169,9 +205,13 @@ fn in_place(coll: &Collective, send: &Arg, recv: &Arg, es: usize, rank: u32) -> 
         return Ok(true);
     }
     let rel = i128::from(s.addr) - i128::from(r.addr);
+    let expected = i128::from(want_send) - i128::from(want_recv);
     Err(Error::InvalidInPlace {
         coll: coll.kind,
-        detail: format!("send starts {rel} bytes from receive; {want}"),
+        detail: format!(
+            "send starts {rel} bytes from receive; {want}, i.e. start {expected} bytes from it (rank {rank}, {} elements per block)",
+            coll.count
+        ),
     })
 }
 

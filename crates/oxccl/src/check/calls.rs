@@ -49,7 +49,7 @@ impl Communicator {
     fn failure(&self) -> Option<Error> {
         self.clique().backend.failure().map(|e| Error::Failed {
             rank: self.rank(),
-            cause: e.to_string(),
+            cause: e.root_cause(),
         })
     }
 
