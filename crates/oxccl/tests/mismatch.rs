@@ -5,21 +5,10 @@
 
 use std::time::Duration;
 
-use oxccl::{BackendKind, Communicator, Config, Error, RedOp};
+mod common;
+use common::on_ranks;
 
-/// Runs `f` on every rank's thread; results in rank order.
-fn on_ranks<R: Send>(comms: &[Communicator], f: impl Fn(&Communicator) -> R + Sync) -> Vec<R> {
-    std::thread::scope(|s| {
-        let hs: Vec<_> = comms
-            .iter()
-            .map(|c| {
-                let f = &f;
-                s.spawn(move || f(c))
-            })
-            .collect();
-        hs.into_iter().map(|h| h.join().unwrap()).collect()
-    })
-}
+use oxccl::{BackendKind, Communicator, Config, Error, RedOp};
 
 fn comms(backend: BackendKind, n: u32) -> Vec<Communicator> {
     oxccl::init_all_with(

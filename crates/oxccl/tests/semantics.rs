@@ -2,31 +2,10 @@
 //! anything (empty, short); they are never touched. Errors name the buffer
 //! that is wrong, the in-place offset expected, and a failure once.
 
-use oxccl::{BackendKind, Communicator, Config, Error, RedOp};
+mod common;
+use common::{host, on_ranks};
 
-fn host(n: u32) -> Vec<Communicator> {
-    oxccl::init_all_with(
-        n,
-        Config {
-            backend: BackendKind::Host,
-            ..Config::default()
-        },
-    )
-    .unwrap()
-}
-
-fn on_ranks<R: Send>(comms: &[Communicator], f: impl Fn(&Communicator) -> R + Sync) -> Vec<R> {
-    std::thread::scope(|s| {
-        let hs: Vec<_> = comms
-            .iter()
-            .map(|c| {
-                let f = &f;
-                s.spawn(move || f(c))
-            })
-            .collect();
-        hs.into_iter().map(|h| h.join().unwrap()).collect()
-    })
-}
+use oxccl::{Error, RedOp};
 
 const N: usize = 4;
 const COUNT: usize = 300;

@@ -4,18 +4,10 @@
 //! racing in different orders on different ranks are reported as a
 //! mismatch, never as an internal error.
 
-use oxccl::{BackendKind, Communicator, Config, Error, RedOp};
+mod common;
+use common::host;
 
-fn host(n: u32) -> Vec<Communicator> {
-    oxccl::init_all_with(
-        n,
-        Config {
-            backend: BackendKind::Host,
-            ..Config::default()
-        },
-    )
-    .unwrap()
-}
+use oxccl::{Communicator, Error, RedOp};
 
 fn assert_sync<T: Sync + Send>() {}
 
