@@ -65,7 +65,7 @@ pub fn human(b: usize) -> String {
 pub fn run(a: TopoArgs) -> anyhow::Result<()> {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("OXCCL_LOG")
+            tracing_subscriber::EnvFilter::try_from_env("OXCCL_DEBUG")
                 .unwrap_or_else(|_| "error".into()),
         )
         .with_writer(std::io::stderr)
@@ -93,7 +93,7 @@ pub fn run(a: TopoArgs) -> anyhow::Result<()> {
         println!("\nwrote {path}");
     }
     if t.gpus().is_empty() {
-        println!("\n0 GPUs: no rings or trees to choose (set OXCCL_LOG=warn to see what detection missed)");
+        println!("\n0 GPUs: no rings or trees to choose (set OXCCL_DEBUG=WARN to see what detection missed)");
         return Ok(());
     }
     let ranks = placement(&t, a.ranks_per_gpu);

@@ -8,7 +8,7 @@
 //! Every producer wakes the consumer it unblocks, so parking loses nothing,
 //! and more ranks than cores still make progress.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crossbeam::sync::Parker;
 use crossbeam::utils::Backoff;
@@ -55,6 +55,9 @@ struct Runner<'a, T> {
     stats: ExecStats,
 }
 
+/// The longest a blocked rank parks before it looks again by itself.
+const MAX_PARK: Duration = Duration::from_secs(1);
+
 /// Runs `prog` for rank `me` (its call numbers `calls`) to completion.
 pub(crate) fn run<T: Element>(
     fab: &HostFabric,
@@ -83,6 +86,7 @@ pub(crate) fn run<T: Element>(
     let backoff = Backoff::new();
     let mut idle = 0u32;
     let deadline = fab.config().deadline;
+    let mut warned = false;
     loop {
         if fab.is_broken() {
             return Err(fab.stop_error(me).expect("broken fabric has a reason"));
@@ -139,12 +143,29 @@ pub(crate) fn run<T: Element>(
             fab.fail(err.to_string());
             return Err(err);
         }
+        if !warned && elapsed >= deadline / 10 {
+            // Progress of a hang, not silence: once per call, naming what
+            // the longest-blocked channel waits for.
+            warned = true;
+            tracing::warn!(
+                rank = me,
+                peer = b.peer,
+                channel = c,
+                step = pc[c],
+                "oxccl-host: waiting {elapsed:?} for a {} from peer {} (a tenth of the {deadline:?} deadline); ranks not yet in this call: {:?}",
+                b.what,
+                b.peer,
+                fab.absent(calls.call)
+            );
+        }
         if idle < fab.config().spin {
             idle += 1;
             backoff.snooze();
         } else {
             r.stats.parks += 1;
-            parker.park_timeout(deadline - elapsed);
+            // In slices: without a deadline (`Duration::MAX`) the rest
+            // would not be a time the parker can add to now.
+            parker.park_timeout((deadline - elapsed).min(MAX_PARK));
         }
     }
 }

@@ -371,7 +371,7 @@ impl Communicator {
             checked.backend_memory = agreed.registered;
         }
         let r = self.resolve(&checked, T::DTYPE.size())?;
-        self.log(&checked, T::DTYPE, &r.choice);
+        self.log(&checked, T::DTYPE, op, &r.choice);
         let rp = r.rank_plan(self.rank);
         // Collective plans have at most input, output and scratch: bind
         // them on the stack; only an unusual plan allocates.
@@ -602,13 +602,23 @@ impl Communicator {
         e
     }
 
-    fn log(&self, c: &Checked, dtype: oxccl_core::DataType, ch: &Choice) {
+    /// The INFO line of a call: what it is (op and root only where the
+    /// collective has them) and the choice; on the host backend the
+    /// prediction is marked as the host model's estimate, not GPU time.
+    fn log(&self, c: &Checked, dtype: DataType, op: RedOp, ch: &Choice) {
+        if !tracing::enabled!(tracing::Level::INFO) {
+            return;
+        }
+        let call = Call::coll(c.coll.kind, dtype, c.coll.count, op, c.coll.root);
+        let host = if self.backend() == BackendKind::Host {
+            " (host-model estimate, not GPU time)"
+        } else {
+            ""
+        };
         tracing::info!(
             rank = self.rank,
-            root = c.coll.root,
             in_place = c.in_place,
-            "oxccl: {}",
-            select::log_line(c.coll.kind, c.coll.count, dtype, ch)
+            "oxccl: {call}: {ch}{host}"
         );
     }
 

@@ -12,15 +12,28 @@
 //!
 //! Names are case-insensitive. Algorithms: `ring`, `tree` (double binary
 //! tree), `chain`, `btree`, `oneshot`, `twoshot`, `allpairs`. Protocols:
-//! `simple`, `ll`, `ll128`. NCCL names oxccl does not implement (`nvls`,
-//! `collnet`, `pat`, ...) and misspellings are errors, never ignored.
+//! `simple`, `ll`, `ll128`. NCCL algorithms oxccl does not implement
+//! (`nvls`, `nvlstree`, `collnet`, `collnetdirect`, `collnetchain`, `pat`)
+//! are ignored with a warning, so values written for NCCL work unchanged
+//! (`^nvls` allows everything oxccl has); misspellings are errors. Every
+//! value is checked when the configuration is read, before any
+//! communicator exists.
 //!
 //! Other variables: `OXCCL_CHANNELS` (else `NCCL_MAX_NCHANNELS`) caps the
-//! channel count; `OXCCL_DEADLINE_MS` sets the wait deadline;
+//! channel count; `OXCCL_DEADLINE_MS` sets the wait deadline (`0` or `off`:
+//! none; default 300 s; a warning is logged when a wait passes a tenth of
+//! it);
 //! `OXCCL_BACKEND` = `host` | `cuda` | `auto`; `OXCCL_CHUNK_BYTES` (`64K`,
 //! `1M`, ...) sets the piece size plans pipeline in; `OXCCL_CHECK_CALLS=0`
-//! turns off the comparison of calls between ranks; `OXCCL_DEBUG` (else
-//! `NCCL_DEBUG`) = `VERSION` | `WARN` | `INFO` | `TRACE` turns on logging.
+//! turns off the comparison of calls between ranks.
+//!
+//! Logging has one variable: `OXCCL_DEBUG` (else `NCCL_DEBUG`) = `NONE` |
+//! `VERSION` | `WARN` | `ABORT` | `INFO` | `TRACE` (NCCL's levels), written
+//! to stderr through `tracing`; `RUST_LOG` refines it when set. An
+//! application with its own `tracing` subscriber gets the same events.
+//!
+//! In code, [`Config::builder`] sets the same things with types:
+//! `Config::builder().backend(BackendKind::Host).algorithms(&[Algo::Ring]).build()`.
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -29,6 +42,9 @@ use oxccl_core::{Algo, CollKind, Proto};
 
 use crate::backend::BackendKind;
 use crate::error::{Error, Result};
+
+mod builder;
+pub use builder::ConfigBuilder;
 
 /// Which names a filter lets through, for one collective.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -98,24 +114,26 @@ const NCCL_ONLY_ALGOS: [&str; 6] = [
     "pat",
 ];
 
-/// Parses one algorithm name, in NCCL's or oxccl's spelling.
-fn parse_algo(var: &str, value: &str, name: &str) -> Result<Algo> {
+/// Parses one algorithm name, in NCCL's or oxccl's spelling. NCCL
+/// algorithms oxccl does not implement are ignored with a warning (so
+/// `NCCL_ALGO=^nvls`, common on clusters, means "every algorithm"):
+/// `None`. Misspellings are errors.
+fn parse_algo(var: &str, value: &str, name: &str) -> Result<Option<Algo>> {
     if NCCL_ONLY_ALGOS.contains(&name.to_ascii_lowercase().as_str()) {
-        return Err(Error::Config {
-            var: var.into(),
-            value: value.into(),
-            reason: format!("algorithm {name:?} is an NCCL algorithm oxccl does not implement; use ring, tree, chain, btree, oneshot, twoshot or allpairs"),
-        });
+        tracing::warn!(
+            "oxccl: {var}={value:?}: {name:?} is an NCCL algorithm oxccl does not implement; ignored"
+        );
+        return Ok(None);
     }
-    Algo::from_str(name).map_err(|e| Error::Config {
+    Algo::from_str(name).map(Some).map_err(|e| Error::Config {
         var: var.into(),
         value: value.into(),
         reason: e.to_string(),
     })
 }
 
-fn parse_proto(var: &str, value: &str, name: &str) -> Result<Proto> {
-    Proto::from_str(name).map_err(|e| Error::Config {
+fn parse_proto(var: &str, value: &str, name: &str) -> Result<Option<Proto>> {
+    Proto::from_str(name).map(Some).map_err(|e| Error::Config {
         var: var.into(),
         value: value.into(),
         reason: e.to_string(),
@@ -127,7 +145,7 @@ fn parse_proto(var: &str, value: &str, name: &str) -> Result<Proto> {
 fn parse_filter<T>(
     var: &str,
     value: &str,
-    item: impl Fn(&str, &str, &str) -> Result<T>,
+    item: impl Fn(&str, &str, &str) -> Result<Option<T>>,
 ) -> Result<Filter<T>> {
     let bad = |reason: String| Error::Config {
         var: var.into(),
@@ -147,14 +165,23 @@ fn parse_filter<T>(
             Some(rest) => (true, rest),
             None => (false, list),
         };
-        let names = list
+        let listed: Vec<&str> = list
             .split(',')
             .map(str::trim)
             .filter(|n| !n.is_empty())
-            .map(|n| item(var, value, n))
+            .collect();
+        if listed.is_empty() {
+            return Err(bad(format!("entry {entry:?} names nothing")));
+        }
+        let names = listed
+            .into_iter()
+            .filter_map(|n| item(var, value, n).transpose())
             .collect::<Result<Vec<T>>>()?;
         if names.is_empty() {
-            return Err(bad(format!("entry {entry:?} names nothing")));
+            // Only names that are ignored: the entry says nothing oxccl
+            // can follow (`^nvls` excludes nothing, `nvls` allows nothing
+            // that exists), so it does not restrict the choice.
+            continue;
         }
         let rule = Rule { exclude, names };
         match coll {
@@ -178,11 +205,17 @@ pub fn parse_proto_filter(var: &str, value: &str) -> Result<Filter<Proto>> {
     parse_filter(var, value, parse_proto)
 }
 
-/// Logging level from `NCCL_DEBUG`/`OXCCL_DEBUG`.
+/// Logging level from `NCCL_DEBUG`/`OXCCL_DEBUG`: NCCL's levels, in its
+/// order. `NONE` logs nothing; `VERSION` prints the version once; `WARN`
+/// and `ABORT` (NCCL: warnings, plus a message when it aborts) log
+/// warnings and failures; `INFO` adds each call's choice; `TRACE` adds the
+/// per-call detail (plan lookups, the call check).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum DebugLevel {
+    None,
     Version,
     Warn,
+    Abort,
     Info,
     Trace,
 }
@@ -190,20 +223,26 @@ pub enum DebugLevel {
 impl DebugLevel {
     fn parse(var: &str, value: &str) -> Result<DebugLevel> {
         Ok(match value.trim().to_ascii_uppercase().as_str() {
+            "NONE" | "" => DebugLevel::None,
             "VERSION" => DebugLevel::Version,
             "WARN" => DebugLevel::Warn,
+            "ABORT" => DebugLevel::Abort,
             "INFO" => DebugLevel::Info,
             "TRACE" => DebugLevel::Trace,
             _ => {
                 return Err(Error::Config {
                     var: var.into(),
                     value: value.into(),
-                    reason: "expected VERSION, WARN, INFO or TRACE".into(),
+                    reason: "expected NONE, VERSION, WARN, ABORT, INFO or TRACE".into(),
                 })
             }
         })
     }
 }
+
+/// The deadline that is no deadline: waits never give up (a hang stays a
+/// hang; the warning at a tenth of a deadline is not printed either).
+pub const NO_DEADLINE: Duration = Duration::MAX;
 
 /// How a clique is set up and how it chooses plans.
 #[derive(Clone, Debug)]
@@ -216,7 +255,8 @@ pub struct Config {
     /// Channel count: `None` lets the selector decide; the backend's
     /// maximum caps it either way.
     pub channels: Option<u32>,
-    /// Every wait gives up after this long.
+    /// Every wait gives up after this long; [`NO_DEADLINE`] (from
+    /// `OXCCL_DEADLINE_MS=0` or `off`) waits for ever.
     pub deadline: Duration,
     /// Piece size override in bytes (`OXCCL_CHUNK_BYTES`): FIFO messages
     /// (capped at the backend's slot) and registered direct plans' pieces.
@@ -246,9 +286,15 @@ impl Default for Config {
 }
 
 impl Config {
-    /// The wait deadline as the waits take it.
+    /// The wait deadline as the waits take it (`None`: off).
     pub(crate) fn deadline_opt(&self) -> Option<Duration> {
-        Some(self.deadline)
+        (self.deadline != NO_DEADLINE).then_some(self.deadline)
+    }
+
+    /// A typed builder starting from the defaults (the environment is not
+    /// read): `Config::builder().backend(BackendKind::Host).build()?`.
+    pub fn builder() -> ConfigBuilder {
+        ConfigBuilder(Config::default())
     }
 
     /// Defaults overridden by the process environment.
@@ -276,7 +322,10 @@ impl Config {
             c.channels = Some(parse_positive(var, &v)?);
         }
         if let Some((var, v)) = pick("OXCCL_DEADLINE_MS", None) {
-            c.deadline = Duration::from_millis(parse_positive(var, &v)?.into());
+            c.deadline = match v.trim().to_ascii_lowercase().as_str() {
+                "0" | "off" | "none" => NO_DEADLINE,
+                _ => Duration::from_millis(parse_positive(var, &v)?.into()),
+            };
         }
         if let Some((var, v)) = pick("OXCCL_CHUNK_BYTES", None) {
             c.chunk_bytes = Some(parse_bytes(var, &v)?);

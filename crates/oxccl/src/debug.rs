@@ -1,4 +1,4 @@
-//! Logging: `NCCL_DEBUG` / `OXCCL_DEBUG` install a `tracing` subscriber
+//! Logging: `OXCCL_DEBUG` (else `NCCL_DEBUG`) installs a `tracing` subscriber
 //! (once per process, and only if the application has not set its own).
 //! At `INFO` every collective logs its algorithm, protocol and channels.
 
@@ -14,7 +14,10 @@ pub(crate) fn init(level: Option<DebugLevel>) {
     let Some(level) = level else { return };
     INIT.call_once(|| {
         let directive = match level {
-            DebugLevel::Version | DebugLevel::Warn => "oxccl=warn",
+            DebugLevel::None => "off",
+            DebugLevel::Version | DebugLevel::Warn | DebugLevel::Abort => {
+                "oxccl=warn,oxccl_host=warn,oxccl_cuda=warn"
+            }
             DebugLevel::Info => "oxccl=info,oxccl_host=info,oxccl_cuda=info",
             DebugLevel::Trace => "oxccl=trace,oxccl_host=trace,oxccl_cuda=trace",
         };

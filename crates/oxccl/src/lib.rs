@@ -80,15 +80,30 @@
 //!
 //! # Configuration and logging
 //!
-//! [`Config`] overrides algorithm, protocol, channels and deadline; see
-//! [`config`] for `NCCL_ALGO`/`NCCL_PROTO` syntax and the `OXCCL_` twins.
+//! [`Config`] overrides algorithm, protocol, channels and deadline; build
+//! one with types through [`Config::builder`], or read NCCL's and oxccl's
+//! variables with [`Config::from_env`] (what [`init_all`] does; see
+//! [`config`] for `NCCL_ALGO`/`NCCL_PROTO` syntax and the `OXCCL_` twins).
+//! Values written for NCCL work unchanged: NCCL algorithms oxccl lacks
+//! (`nvls`, `collnet`, `pat`) are ignored with a warning, and every value
+//! is checked before a communicator exists. The deadline can be switched
+//! off ([`config::NO_DEADLINE`], `OXCCL_DEADLINE_MS=0`); a wait that passes
+//! a tenth of it logs a warning naming what it waits for.
 //! Each collective's algorithm, protocol and channel count come from the
 //! topology cost model (`oxccl_topo::Selector`, with a built-in calibration
 //! where one exists: today ranks sharing one H200), among what the
 //! configuration and the backend allow (protocols: Simple on the host
-//! backend, Simple and LL on CUDA). `NCCL_DEBUG=INFO` (or
-//! `OXCCL_DEBUG=INFO`) logs, through `tracing`, each choice with its
-//! predicted time, marked `(override)` when the configuration restricted it.
+//! backend, Simple and LL on CUDA).
+//!
+//! Logging has one variable, `OXCCL_DEBUG` (else `NCCL_DEBUG`), with NCCL's
+//! levels `NONE`, `VERSION`, `WARN`, `ABORT`, `INFO`, `TRACE`; output goes
+//! to stderr through `tracing` (an application's own subscriber gets the
+//! same events). At `INFO` each call logs what it is and its choice:
+//! `oxccl: reduce(sum, root 2) of 1024 x float: algo ring proto simple
+//! channels 1 predicted 3.1 us`, marked `(override)` when the
+//! configuration restricted it and, on the host backend, `(host-model
+//! estimate, not GPU time)`. `TRACE` adds each call's agreement between
+//! ranks.
 
 pub mod backend;
 mod buffer;
@@ -107,7 +122,7 @@ mod validate;
 pub use backend::BackendKind;
 pub use buffer::{Buffer, In, Out, Slice};
 pub use comm::{init_all, init_all_on, init_all_with, Communicator};
-pub use config::Config;
+pub use config::{Config, ConfigBuilder};
 pub use error::{Error, Result};
 pub use group::{group, Group};
 pub use select::Choice;

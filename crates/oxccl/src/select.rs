@@ -21,7 +21,7 @@
 
 use std::collections::HashMap;
 
-use oxccl_core::{gen, Algo, CollKind, DataType, Proto};
+use oxccl_core::{gen, Algo, CollKind, Proto};
 use oxccl_topo::consts::{is_direct, Constants};
 use oxccl_topo::{Selector, Topology};
 use parking_lot::RwLock;
@@ -457,13 +457,6 @@ fn fifo_variants(algos: &[Algo], protos: &[Proto]) -> Vec<(Algo, Proto)> {
         .collect()
 }
 
-/// The `NCCL_DEBUG=INFO` line of one call: collective, count, data type,
-/// then the choice (algorithm, protocol, channels, predicted time, and
-/// whether an override forced it).
-pub(crate) fn log_line(kind: CollKind, count: usize, dtype: DataType, c: &Choice) -> String {
-    format!("{kind} count {count} {dtype}: {c}")
-}
-
 /// The topology the model sees and each rank's GPU index in it.
 fn placement(kind: BackendKind, nranks: u32) -> (Topology, Vec<usize>) {
     match kind {
@@ -861,8 +854,8 @@ mod tests {
         c.forced = true;
         c.predicted_us = None;
         assert_eq!(
-            log_line(CollKind::AllReduce, 16, DataType::F32, &c),
-            "allreduce count 16 float: algo ring proto simple channels 2 predicted n/a (override)"
+            c.to_string(),
+            "algo ring proto simple channels 2 predicted n/a (override)"
         );
         // A direct algorithm's FIFO variant is marked; its direct plan not.
         let mut c = Choice {

@@ -3,8 +3,10 @@
 
 use std::collections::HashMap;
 
-use oxccl::config::{parse_algo_filter, parse_proto_filter, DebugLevel};
-use oxccl::{Algo, CollKind, Config, Error, Proto};
+use std::time::Duration;
+
+use oxccl::config::{parse_algo_filter, parse_proto_filter, DebugLevel, NO_DEADLINE};
+use oxccl::{Algo, BackendKind, CollKind, Config, Error, Proto, RedOp};
 
 fn vars(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
     let m: HashMap<String, String> = pairs
@@ -49,7 +51,7 @@ fn per_collective_forms() {
 fn unknown_names_are_errors_naming_the_variable() {
     for bad in [
         "rign",
-        "nvls",
+        "nvls,rign",
         "allreduce:bogus",
         "notacoll:ring",
         "^",
@@ -130,4 +132,125 @@ fn empty_environment_gives_defaults() {
     assert!(c.algo.is_empty() && c.proto.is_empty());
     assert_eq!(c.channels, None);
     assert_eq!(c.chunk_bytes, None);
+}
+
+#[test]
+fn nccl_algorithms_oxccl_lacks_are_ignored() {
+    // `^nvls`, common on clusters, excludes nothing oxccl has.
+    for v in [
+        "^nvls",
+        "^nvls,collnet",
+        "nvls",
+        "^PAT",
+        "allreduce:nvlstree",
+    ] {
+        let f = parse_algo_filter("NCCL_ALGO", v).unwrap();
+        assert!(f.is_empty(), "{v}: {f:?}");
+    }
+    let f = parse_algo_filter("NCCL_ALGO", "nvls,ring;allreduce:^collnetdirect,tree").unwrap();
+    assert_eq!(f.allowed(CollKind::AllGather, &Algo::ALL), vec![Algo::Ring]);
+    assert!(!f.allows(CollKind::AllReduce, Algo::DoubleBinaryTree));
+    assert!(f.allows(CollKind::AllReduce, Algo::Ring));
+    // And a clique made under `^nvls` runs.
+    let c = Config::from_vars(vars(&[("NCCL_ALGO", "^nvls"), ("OXCCL_BACKEND", "host")])).unwrap();
+    let comms = oxccl::init_all_with(1, c).unwrap();
+    let mut v = vec![1.0f32; 4];
+    comms[0].all_reduce_in_place(&mut v, RedOp::Sum).unwrap();
+}
+
+#[test]
+fn every_nccl_debug_level_is_accepted() {
+    for (v, want) in [
+        ("NONE", DebugLevel::None),
+        ("VERSION", DebugLevel::Version),
+        ("WARN", DebugLevel::Warn),
+        ("abort", DebugLevel::Abort),
+        ("INFO", DebugLevel::Info),
+        ("TRACE", DebugLevel::Trace),
+    ] {
+        let c = Config::from_vars(vars(&[("NCCL_DEBUG", v)])).unwrap();
+        assert_eq!(c.debug, Some(want), "{v}");
+    }
+    assert!(DebugLevel::Trace > DebugLevel::Info && DebugLevel::Abort > DebugLevel::Warn);
+}
+
+#[test]
+fn the_deadline_can_be_switched_off() {
+    for v in ["0", "off", "OFF"] {
+        let c = Config::from_vars(vars(&[("OXCCL_DEADLINE_MS", v)])).unwrap();
+        assert_eq!(c.deadline, NO_DEADLINE, "{v}");
+    }
+    let c = Config::builder()
+        .backend(BackendKind::Host)
+        .no_deadline()
+        .build()
+        .unwrap();
+    let comms = oxccl::init_all_with(2, c).unwrap();
+    std::thread::scope(|s| {
+        for c in &comms {
+            s.spawn(move || {
+                let mut v = vec![c.rank() as f32; 1000];
+                c.all_reduce_in_place(&mut v, RedOp::Sum).unwrap();
+                assert_eq!(v, vec![1.0; 1000]);
+            });
+        }
+    });
+}
+
+#[test]
+fn the_builder_sets_typed_values_and_refuses_what_cannot_work() {
+    let c = Config::builder()
+        .backend(BackendKind::Host)
+        .algorithms(&[Algo::Ring, Algo::Chain])
+        .algorithms_for(CollKind::AllReduce, &[Algo::OneShot])
+        .protocols(&[Proto::Simple])
+        .channels(2)
+        .deadline(Duration::from_secs(9))
+        .chunk_bytes(64 << 10)
+        .check_calls(false)
+        .debug(DebugLevel::Warn)
+        .build()
+        .unwrap();
+    assert_eq!(
+        c.algo.allowed(CollKind::AllGather, &Algo::ALL),
+        vec![Algo::Ring, Algo::Chain]
+    );
+    assert_eq!(
+        c.algo.allowed(CollKind::AllReduce, &Algo::ALL),
+        vec![Algo::OneShot]
+    );
+    assert_eq!(
+        c.proto.allowed(CollKind::Reduce, &Proto::ALL),
+        vec![Proto::Simple]
+    );
+    assert_eq!(
+        (
+            c.channels,
+            c.deadline,
+            c.chunk_bytes,
+            c.check_calls,
+            c.debug
+        ),
+        (
+            Some(2),
+            Duration::from_secs(9),
+            Some(64 << 10),
+            false,
+            Some(DebugLevel::Warn)
+        )
+    );
+    let ex = Config::builder()
+        .excluding_algorithms(&[Algo::Ring])
+        .build()
+        .unwrap();
+    assert!(!ex.algo.allows(CollKind::AllReduce, Algo::Ring));
+    for bad in [
+        Config::builder().channels(0),
+        Config::builder().chunk_bytes(0),
+        Config::builder().deadline(Duration::ZERO),
+        Config::builder().algorithms(&[]),
+        Config::builder().protocols_for(CollKind::AllReduce, &[]),
+    ] {
+        assert!(matches!(bad.build(), Err(Error::Config { .. })));
+    }
 }

@@ -4,8 +4,8 @@
 //! process-wide, so a scoped subscriber racing other tests' calls on other
 //! threads could miss the event.
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
+mod common;
+use common::Capture;
 
 use oxccl::{BackendKind, Config, RedOp};
 
@@ -16,38 +16,18 @@ fn host_config() -> Config {
     }
 }
 
-/// A `tracing` writer that appends to a shared buffer.
-#[derive(Clone, Default)]
-struct Capture(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Capture {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 #[test]
 fn info_line_names_the_choice_and_predicted_time() {
-    let cap = Capture::default();
-    let writer = cap.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::INFO)
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .finish();
+    let (cap, subscriber) = Capture::subscriber(tracing::Level::INFO);
     let comms = oxccl::init_all_with(1, host_config()).unwrap();
     tracing::subscriber::with_default(subscriber, || {
         let mut v = vec![2.0f32; 256];
         comms[0].all_reduce_in_place(&mut v, RedOp::Sum).unwrap();
     });
-    let log = String::from_utf8(cap.0.lock().unwrap().clone()).unwrap();
+    let log = cap.text();
     let line = log
         .lines()
-        .find(|l| l.contains("allreduce count 256 float"))
+        .find(|l| l.contains("allreduce(sum) of 256 x float: "))
         .unwrap_or_else(|| panic!("no collective line in {log:?}"));
     let choice = comms[0].last_choice().unwrap();
     assert!(line.contains(&choice.to_string()), "{line}");
@@ -56,4 +36,9 @@ fn info_line_names_the_choice_and_predicted_time() {
         "{line}"
     );
     assert!(line.contains(" INFO "), "{line}");
+    assert!(
+        !line.contains("root"),
+        "a rootless call logs no root: {line}"
+    );
+    assert!(line.contains("(host-model estimate"), "{line}");
 }

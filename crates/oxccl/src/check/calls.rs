@@ -89,6 +89,11 @@ impl Communicator {
             }
         }
         if groups.len() == 1 {
+            tracing::trace!(
+                rank = self.rank(),
+                "oxccl: call #{} agreed on every rank: {mine}",
+                seq.seq
+            );
             return Ok(Agreed { registered });
         }
         let detail = groups

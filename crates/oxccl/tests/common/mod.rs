@@ -29,3 +29,39 @@ pub fn on_ranks<R: Send>(comms: &[Communicator], f: impl Fn(&Communicator) -> R 
         hs.into_iter().map(|h| h.join().unwrap()).collect()
     })
 }
+
+/// A `tracing` writer that appends to a shared buffer, for tests that
+/// read the log.
+#[derive(Clone, Default)]
+#[allow(dead_code)] // only the log tests use it
+pub struct Capture(pub std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+#[allow(dead_code)]
+impl Capture {
+    /// A subscriber at `level` writing into a new capture, and the capture.
+    pub fn subscriber(level: tracing::Level) -> (Capture, impl tracing::Subscriber) {
+        let cap = Capture::default();
+        let writer = cap.clone();
+        let sub = tracing_subscriber::fmt()
+            .with_max_level(level)
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        (cap, sub)
+    }
+
+    /// What was logged so far.
+    pub fn text(&self) -> String {
+        String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
+    }
+}
+
+impl std::io::Write for Capture {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
