@@ -8,6 +8,7 @@ pub struct HostConfig {
     /// Longest any single wait (for a message, a free slot or a signal) may
     /// last before the collective fails with [`crate::HostError::Deadline`].
     /// Default 300 s: generous, because a slow peer is not a hung one.
+    /// [`crate::HostFabric::set_deadline`] changes it on a live fabric.
     pub deadline: Duration,
     /// Message slots per connection. At least
     /// [`oxccl_core::interp::MIN_FIFO_DEPTH`] (the depth plans are checked

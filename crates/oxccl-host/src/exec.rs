@@ -85,7 +85,6 @@ pub(crate) fn run<T: Element>(
     let mut since: Vec<Option<(Instant, Blocked)>> = vec![None; nch];
     let backoff = Backoff::new();
     let mut idle = 0u32;
-    let deadline = fab.config().deadline;
     let mut warned = false;
     loop {
         if fab.is_broken() {
@@ -129,6 +128,8 @@ pub(crate) fn run<T: Element>(
             .min_by_key(|(_, (t0, _))| *t0)
             .expect("an unfinished channel is blocked");
         let elapsed = t0.elapsed();
+        // Read every idle round: `set_deadline` may change it mid-call.
+        let deadline = fab.deadline();
         if elapsed >= deadline {
             let err = HostError::Deadline {
                 rank: me,

@@ -32,6 +32,8 @@ pub struct HostFabric {
     reason: Mutex<Option<String>>,
     /// Ranks currently inside `execute`.
     active: AtomicU32,
+    /// The wait deadline in force, in nanoseconds ([`HostFabric::set_deadline`]).
+    deadline_ns: AtomicU64,
 }
 
 #[derive(Debug)]
@@ -108,9 +110,11 @@ impl HostFabric {
                 }
             })
             .collect();
+        let deadline_ns = AtomicU64::new(nanos(cfg.deadline));
         Arc::new(HostFabric {
             nranks,
             cfg: cfg.sanitized(),
+            deadline_ns,
             links: RwLock::new(HashMap::new()),
             ranks,
             broken: AtomicBool::new(false),
@@ -120,8 +124,9 @@ impl HostFabric {
         })
     }
 
-    /// The configuration in force (after clamping `slots` to at least
-    /// `MIN_FIFO_DEPTH`).
+    /// The configuration the fabric was made with (after clamping `slots`
+    /// to at least `MIN_FIFO_DEPTH`); the deadline in force is
+    /// [`HostFabric::deadline`].
     pub fn config(&self) -> &HostConfig {
         &self.cfg
     }
@@ -225,6 +230,31 @@ impl HostFabric {
             .clone()
     }
 
+    /// The longest any wait may last from now on.
+    pub fn deadline(&self) -> Duration {
+        Duration::from_nanos(self.deadline_ns.load(Ordering::Acquire))
+    }
+
+    /// Changes the deadline of every pending and future wait (measured, as
+    /// always, from when the wait began) and wakes every rank so a shorter
+    /// one takes effect at once. Lets a caller that has seen every rank it
+    /// expects arrive ([`HostFabric::calls_started`]) end the wait for the
+    /// others without guessing how long arriving takes.
+    pub fn set_deadline(&self, deadline: Duration) {
+        self.deadline_ns.store(nanos(deadline), Ordering::Release);
+        for r in self.ranks.iter() {
+            r.unparker.unpark();
+        }
+    }
+
+    /// How many calls `rank` has started on this fabric (`None` for a rank
+    /// out of range): for tests and diagnostics, which rank has arrived.
+    pub fn calls_started(&self, rank: Rank) -> Option<u64> {
+        self.ranks
+            .get(rank as usize)
+            .map(|r| r.joined.load(Ordering::Acquire))
+    }
+
     /// Counters `[tail, head, posted, consumed]` of a connection, if it
     /// exists: for tests and diagnostics.
     pub fn link_counters(&self, channel: usize, from: Rank, to: Rank) -> Option<[u64; 4]> {
@@ -301,8 +331,13 @@ impl HostFabric {
     /// short.
     fn quiesce(&self) {
         let start = Instant::now();
-        while self.active.load(Ordering::Acquire) > 0 && start.elapsed() < self.cfg.deadline {
+        while self.active.load(Ordering::Acquire) > 0 && start.elapsed() < self.deadline() {
             std::thread::sleep(Duration::from_micros(200));
         }
     }
+}
+
+/// A duration in nanoseconds, saturating (a deadline of centuries is "never").
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
