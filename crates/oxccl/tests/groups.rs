@@ -29,10 +29,8 @@ fn ring_exchange() {
         })
         .unwrap();
         let from = (r + n - 1) % n;
-        assert!(recv
-            .iter()
-            .enumerate()
-            .all(|(i, &v)| v == i as u32 * 10 + from));
+        let want: Vec<u32> = (0..300_000).map(|i| i * 10 + from).collect();
+        assert_eq!(recv, want, "rank {r} from {from}");
     });
 }
 
@@ -60,8 +58,12 @@ fn all_to_all_by_send_recv() {
             Ok(())
         })
         .unwrap();
+        // Every element of every block: what peer p sent to this rank.
         for (p, d) in recv.iter().enumerate() {
-            assert_eq!(d[7], (p * 1_000_000 + r * 1000 + 7) as i64, "from {p}");
+            let want: Vec<i64> = (0..count)
+                .map(|i| (p * 1_000_000 + r * 1000 + i) as i64)
+                .collect();
+            assert_eq!(d, &want, "rank {r} from {p}");
         }
     });
 }
@@ -70,10 +72,15 @@ fn all_to_all_by_send_recv() {
 fn one_thread_drives_every_communicator() {
     let comms = host(4);
     let n = comms.len();
-    let sends: Vec<Vec<f32>> = (0..n).map(|r| vec![r as f32 + 1.0; 4096]).collect();
+    // Values vary by element and rank, so a swapped or shifted block shows.
+    let sends: Vec<Vec<f32>> = (0..n)
+        .map(|r| (0..4096).map(|i| ((r + 1) * (i % 5 + 1)) as f32).collect())
+        .collect();
     let mut recvs: Vec<Vec<f32>> = vec![vec![0.0; 4096]; n];
     let mut ring: Vec<Vec<u8>> = vec![vec![0; 100]; n];
-    let ring_src: Vec<Vec<u8>> = (0..n).map(|r| vec![r as u8; 100]).collect();
+    let ring_src: Vec<Vec<u8>> = (0..n)
+        .map(|r| (0..100).map(|i| (r * 100 + i) as u8).collect())
+        .collect();
     oxccl::group(|g| {
         for ((c, s), d) in comms.iter().zip(&sends).zip(recvs.iter_mut()) {
             g.all_reduce(c, s, d, RedOp::Sum)?;
@@ -86,11 +93,13 @@ fn one_thread_drives_every_communicator() {
         Ok(())
     })
     .unwrap();
+    // Sum over ranks of (r + 1)(i % 5 + 1) = 10 (i % 5 + 1), exact in f32.
+    let want: Vec<f32> = (0..4096).map(|i| (10 * (i % 5 + 1)) as f32).collect();
     for (r, d) in recvs.iter().enumerate() {
-        assert!(d.iter().all(|&v| v == 10.0), "rank {r}");
+        assert_eq!(d, &want, "rank {r}");
     }
     for (r, d) in ring.iter().enumerate() {
-        assert!(d.iter().all(|&v| v as usize == (r + n - 1) % n), "rank {r}");
+        assert_eq!(d, &ring_src[(r + n - 1) % n], "rank {r}");
     }
 }
 
@@ -107,10 +116,10 @@ fn collectives_grouped_on_each_rank() {
             g.collective(c, oxccl::CollKind::AllGather, &a, &g_out, RedOp::Sum, 0)
         })
         .unwrap();
-        assert!(b.to_vec().unwrap().iter().all(|&v| v == 2.0));
-        let got = g_out.to_vec().unwrap();
-        assert_eq!(got[64], 1.0);
-        assert_eq!(got[128], 2.0);
+        assert_eq!(b.to_vec().unwrap(), vec![2.0; 64]);
+        // Block q of the gather holds rank q's 64 values, every element.
+        let want: Vec<f64> = (0..3).flat_map(|q| vec![q as f64; 64]).collect();
+        assert_eq!(g_out.to_vec().unwrap(), want, "rank {}", c.rank());
     });
 }
 
