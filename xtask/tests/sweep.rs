@@ -7,23 +7,18 @@ use std::process::{Command, Output};
 
 use oxccl_core::CollKind;
 
-/// Runs `xtask sweep` on the host backend with `args`, the environment's
-/// algorithm/protocol/channel overrides removed.
+/// Runs `xtask sweep` on the host backend with `args`, every `OXCCL_*`
+/// and `NCCL_*` variable of this process removed from the child's
+/// environment (this process's own is never changed), so the result does
+/// not depend on what the caller's shell set.
 fn sweep(args: &[&str]) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_xtask"));
     cmd.args(["sweep", "--backend", "host"]).args(args);
-    for var in [
-        "NCCL_ALGO",
-        "OXCCL_ALGO",
-        "NCCL_PROTO",
-        "OXCCL_PROTO",
-        "OXCCL_CHANNELS",
-        "NCCL_MAX_NCHANNELS",
-        "OXCCL_BACKEND",
-        "NCCL_DEBUG",
-        "OXCCL_DEBUG",
-    ] {
-        cmd.env_remove(var);
+    for (var, _) in std::env::vars_os() {
+        let name = var.to_string_lossy();
+        if name.starts_with("OXCCL_") || name.starts_with("NCCL_") {
+            cmd.env_remove(&var);
+        }
     }
     cmd.output().expect("running the xtask binary")
 }

@@ -103,9 +103,17 @@ fn sys_pci(root: &FsPath, busid: &str) -> Option<SysPci> {
         ("link_speed", "max_link_speed"),
         ("link_width", "max_link_width"),
     ] {
-        if let Some(v) = read_trim(dir.join(f)) {
-            attrs.set(k, v);
+        let Some(v) = read_trim(dir.join(f)) else {
+            continue;
+        };
+        // The XML reader requires these to be numbers; a value sysfs got
+        // wrong is left out (as if absent) so the graph writes and reads back.
+        let numeric = matches!(k, "vendor" | "device" | "link_width");
+        if numeric && !v.is_empty() && crate::graph::parse_int(&v).is_none() {
+            tracing::warn!("{busid}: {f}={v:?} is not a number; ignored");
+            continue;
         }
+        attrs.set(k, v);
     }
     let numa = read_trim(dir.join("numa_node"))
         .and_then(|s| s.parse::<i64>().ok())
@@ -387,8 +395,14 @@ impl Topology {
     /// `OXCCL_TOPO_FILE`, else `NCCL_TOPO_FILE`, else [`Topology::detect`].
     /// A file that cannot be read is logged and detection is used instead.
     pub fn from_env() -> Topology {
+        Topology::from_vars(|k| std::env::var(k).ok())
+    }
+
+    /// [`Topology::from_env`] on the variables `get` returns, so callers
+    /// and tests need not change the process environment to name a file.
+    pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Topology {
         for var in ["OXCCL_TOPO_FILE", "NCCL_TOPO_FILE"] {
-            if let Ok(path) = std::env::var(var) {
+            if let Some(path) = get(var) {
                 if path.is_empty() {
                     continue;
                 }

@@ -165,7 +165,9 @@ fn several_ranks_on_one_gpu() {
     );
     assert_eq!(c.algo, Algo::Ring);
     // A CPU-only topology (no GPU) still gives a selector.
-    let s = Selector::new(&Topology::detect(), &[0, 1]);
+    let cpu_only = oxccl_topo::detect::detect_with(std::path::Path::new("/nonexistent"), false);
+    assert!(cpu_only.gpus().is_empty());
+    let s = Selector::new(&cpu_only, &[0, 1]);
     let c = s.choose(CollKind::AllGather, 1024, 2, &Algo::ALL, &PROTOS);
     assert!(c.predicted_us.is_finite());
 }

@@ -268,6 +268,11 @@ pub struct Config {
     /// Compare every call's fingerprint with the peers' before any data
     /// moves (`OXCCL_CHECK_CALLS`, default on; see [`crate::Error::Mismatch`]).
     pub check_calls: bool,
+    /// The machine a GPU backend's selector models, given instead of
+    /// detected (what `OXCCL_TOPO_FILE` does, without the process
+    /// environment or the live driver). `None`: detect it. The host
+    /// backend models no GPU and ignores it.
+    pub topology: Option<oxccl_topo::Topology>,
 }
 
 impl Default for Config {
@@ -281,6 +286,7 @@ impl Default for Config {
             chunk_bytes: None,
             debug: None,
             check_calls: true,
+            topology: None,
         }
     }
 }

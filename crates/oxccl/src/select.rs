@@ -12,9 +12,10 @@
 //!   nominal units, not calibrated for CPUs: they rank the candidates
 //!   (direct algorithms for small calls, rings for large) rather than
 //!   forecast host wall time.
-//! - **CUDA**: [`crate::detect_topology`] (`OXCCL_TOPO_FILE`/`NCCL_TOPO_FILE`,
-//!   else sysfs, NVML and the CUDA driver); rank `r` runs on GPU `r % ngpus` (the backend's round-robin
-//!   placement over the visible devices).
+//! - **CUDA**: `Config::topology` where given, else
+//!   [`crate::detect_topology`] (`OXCCL_TOPO_FILE`/`NCCL_TOPO_FILE`, else
+//!   sysfs, NVML and the CUDA driver); rank `r` runs on GPU `r % ngpus`
+//!   (the backend's round-robin placement over the visible devices).
 //!
 //! Every rank of a set decides from the same inputs with the same selector,
 //! so all ranks pick alike and run parts of one plan.
@@ -247,7 +248,7 @@ impl Chooser {
                 });
             }
         }
-        let (topo, gpus) = placement(backend.kind(), nranks);
+        let (topo, gpus) = placement(config, backend.kind(), nranks);
         let max_channels = backend.max_channels().clamp(1, MAX_CHANNELS);
         let selector = Selector::new(&topo, &gpus).with_max_channels(max_channels);
         let (registered, fifo) = match backend.kind() {
@@ -458,10 +459,13 @@ fn fifo_variants(algos: &[Algo], protos: &[Proto]) -> Vec<(Algo, Proto)> {
 }
 
 /// The topology the model sees and each rank's GPU index in it.
-fn placement(kind: BackendKind, nranks: u32) -> (Topology, Vec<usize>) {
+fn placement(config: &Config, kind: BackendKind, nranks: u32) -> (Topology, Vec<usize>) {
     match kind {
         BackendKind::Cuda => {
-            let topo = crate::detect_topology();
+            let topo = config
+                .topology
+                .clone()
+                .unwrap_or_else(crate::detect_topology);
             let ngpus = topo.gpus().len().max(1);
             let gpus = (0..nranks as usize).map(|r| r % ngpus).collect();
             (topo, gpus)

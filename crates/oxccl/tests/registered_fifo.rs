@@ -5,10 +5,10 @@
 //!
 //! No GPU here: the host backend runs the plans, wrapped so the facade
 //! sees what the CUDA backend reports (kind, Simple and LL, 16 channels),
-//! with `OXCCL_TOPO_FILE` naming one H200 so the calibration applies. The
-//! host executor runs an LL plan's FIFOs as Simple ones, which changes
-//! timing only. In a test binary of its own: it sets an environment
-//! variable before any communicator reads it.
+//! with the topology of one H200 given in the configuration so the
+//! calibration applies whatever machine runs the test (nothing reads the
+//! live driver, sysfs or the environment). The host executor runs an LL
+//! plan's FIFOs as Simple ones, which changes timing only.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -117,7 +117,13 @@ fn all_reduce(comms: &[oxccl::Communicator], count: usize, in_place: bool) -> ox
     comms[0].last_choice().expect("a collective ran")
 }
 
+/// Eight communicators on the wrapped host backend, modelled as ranks
+/// sharing one H200 (`config.topology` replaces detection).
 fn communicators(config: Config) -> Vec<oxccl::Communicator> {
+    let config = Config {
+        topology: Some(oxccl_topo::Topology::preset("single-gpu", 1).unwrap()),
+        ..config
+    };
     let host = backend::host::create(&BackendOptions {
         nranks: 8,
         deadline: Duration::from_secs(60),
@@ -128,15 +134,6 @@ fn communicators(config: Config) -> Vec<oxccl::Communicator> {
 
 #[test]
 fn registered_all_reduce_is_exact_on_the_fifo_and_the_direct_plan() {
-    let dir = std::env::temp_dir().join(format!("oxccl-registered-fifo-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let topo = dir.join("h200.xml");
-    oxccl_topo::Topology::preset("single-gpu", 1)
-        .unwrap()
-        .to_xml_file(&topo)
-        .unwrap();
-    std::env::set_var("OXCCL_TOPO_FILE", &topo);
-
     let comms = communicators(Config::default());
     // 2 f32: 8 B, the FIFO one-shot under LL on registered buffers.
     for in_place in [false, true] {
@@ -178,5 +175,4 @@ fn registered_all_reduce_is_exact_on_the_fifo_and_the_direct_plan() {
         (Algo::OneShot, Proto::Simple, true),
         "{c}"
     );
-    std::fs::remove_dir_all(&dir).ok();
 }
