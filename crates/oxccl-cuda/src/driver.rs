@@ -403,6 +403,25 @@ impl Event {
             .map_err(|e| CudaError::driver("cuEventRecord", e))
     }
 
+    /// Whether the work before the record has completed (`cuEventQuery`).
+    pub fn query(&self) -> Result<bool> {
+        self.ctx.bind()?;
+        // SAFETY: valid event.
+        match unsafe { result::event::query(self.raw) } {
+            Ok(()) => Ok(true),
+            Err(e) if e.0 == sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+            Err(e) => Err(CudaError::driver("cuEventQuery", e)),
+        }
+    }
+
+    /// Waits for the work before the record (`cuEventSynchronize`).
+    pub fn synchronize(&self) -> Result<()> {
+        self.ctx.bind()?;
+        // SAFETY: valid event.
+        unsafe { result::event::synchronize(self.raw) }
+            .map_err(|e| CudaError::driver("cuEventSynchronize", e))
+    }
+
     /// Milliseconds from `start` to `self`, waiting for `self`.
     pub fn elapsed_since(&self, start: &Event) -> Result<f32> {
         self.ctx.bind()?;

@@ -337,7 +337,54 @@ impl<'a, T: Element, const N: usize> From<&'a mut [T; N]> for Out<'a, T> {
     }
 }
 
+impl<'a, T> In<'a, T> {
+    /// Elements in the argument.
+    pub(crate) fn len(&self) -> usize {
+        self.arg.len
+    }
+
+    /// `len` elements from element `off` (the caller checked the range).
+    pub(crate) fn part(&self, off: usize, len: usize, es: usize) -> In<'a, T> {
+        In {
+            arg: part_of(&self.arg, off, len, es),
+            _marker: PhantomData,
+        }
+    }
+
+    /// Whether the two arguments share memory.
+    pub(crate) fn overlaps(&self, o: &Out<'_, T>) -> bool {
+        let (a, b) = (self.arg.raw, o.arg.raw);
+        self.arg.space == o.arg.space
+            && a.bytes > 0
+            && b.bytes > 0
+            && a.addr < b.end()
+            && b.addr < a.end()
+    }
+}
+
+/// `len` elements of `arg` from element `off`.
+fn part_of(arg: &Arg, off: usize, len: usize, es: usize) -> Arg {
+    Arg {
+        space: arg.space,
+        raw: arg.raw.sub(off * es, len * es),
+        len,
+    }
+}
+
 impl<'a, T> Out<'a, T> {
+    /// Elements in the argument.
+    pub(crate) fn len(&self) -> usize {
+        self.arg.len
+    }
+
+    /// `len` elements from element `off` (the caller checked the range).
+    pub(crate) fn part(&self, off: usize, len: usize, es: usize) -> Out<'a, T> {
+        Out {
+            arg: part_of(&self.arg, off, len, es),
+            _marker: PhantomData,
+        }
+    }
+
     /// Block `i` of `n` equal blocks (in-place AllGather's send buffer).
     pub(crate) fn block(&self, i: usize, n: usize, es: usize) -> Result<In<'a, T>> {
         Ok(In {

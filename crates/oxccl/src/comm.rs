@@ -115,6 +115,14 @@ pub fn init_all_on(n: u32, backend: Arc<dyn Backend>, config: Config) -> Result<
         .collect())
 }
 
+/// A PreMulSum op's scalar as the call check carries it (0 otherwise).
+pub(crate) fn scalar_bits(op: RedOp) -> u64 {
+    match op {
+        RedOp::PreMulSum(s) => s.to_bits(),
+        _ => 0,
+    }
+}
+
 /// Refuses, at init, a per-collective algorithm rule (`allgather:tree`)
 /// that leaves its collective without any algorithm that has a generator
 /// (as a protocol filter that leaves none is refused), rather than at
@@ -367,8 +375,12 @@ impl Communicator {
         if self.checking() {
             let c = &checked.coll;
             let call = Call::coll(c.kind, T::DTYPE, c.count, op, c.root);
-            let agreed = self.agree(&mut seq, call, checked.backend_memory)?;
+            let agreed = self.agree(&mut seq, call, checked.backend_memory, scalar_bits(op))?;
             checked.backend_memory = agreed.registered;
+        } else if matches!(op, RedOp::PreMulSum(_)) {
+            // Unchecked, the ranks' scalars are unknown: FIFO plans scale
+            // each input by its owner's (see `check::calls`).
+            checked.backend_memory = false;
         }
         let r = self.resolve(&checked, T::DTYPE.size())?;
         self.log(&checked, T::DTYPE, op, &r.choice);

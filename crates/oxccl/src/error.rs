@@ -35,6 +35,10 @@ pub enum Error {
         len: usize,
         nranks: u32,
     },
+    /// Counts, displacements or blocks that do not fit their buffer
+    /// (`all_to_all_v`).
+    #[error("{what} layout: {detail}")]
+    InvalidLayout { what: &'static str, detail: String },
     /// A root rank outside `0..nranks`.
     #[error("root {root} is out of range: the communicator has ranks 0..{nranks}")]
     RootOutOfRange { root: u32, nranks: u32 },
@@ -116,6 +120,7 @@ impl Error {
             | Error::RootOutOfRange { .. }
             | Error::PeerOutOfRange { .. }
             | Error::InvalidInPlace { .. }
+            | Error::InvalidLayout { .. }
             | Error::OpNotDefined { .. }
             | Error::BadPointer { .. }
             | Error::ForeignBuffer { .. }

@@ -150,6 +150,82 @@ impl<'a> Group<'a> {
         self.collective(comm, CollKind::AllReduce, send, recv, op, 0)
     }
 
+    /// Adds a Broadcast from `root` (see [`Communicator::broadcast`]).
+    pub fn broadcast<T: Element>(
+        &mut self,
+        comm: &'a Communicator,
+        send: impl Into<In<'a, T>>,
+        recv: impl Into<Out<'a, T>>,
+        root: u32,
+    ) -> Result<()> {
+        self.collective(comm, CollKind::Broadcast, send, recv, RedOp::Sum, root)
+    }
+
+    /// Adds a Reduce to `root` (see [`Communicator::reduce`]).
+    pub fn reduce<T: Element>(
+        &mut self,
+        comm: &'a Communicator,
+        send: impl Into<In<'a, T>>,
+        recv: impl Into<Out<'a, T>>,
+        op: RedOp,
+        root: u32,
+    ) -> Result<()> {
+        self.collective(comm, CollKind::Reduce, send, recv, op, root)
+    }
+
+    /// Adds an AllGather (see [`Communicator::all_gather`]).
+    pub fn all_gather<T: Element>(
+        &mut self,
+        comm: &'a Communicator,
+        send: impl Into<In<'a, T>>,
+        recv: impl Into<Out<'a, T>>,
+    ) -> Result<()> {
+        self.collective(comm, CollKind::AllGather, send, recv, RedOp::Sum, 0)
+    }
+
+    /// Adds a ReduceScatter (see [`Communicator::reduce_scatter`]).
+    pub fn reduce_scatter<T: Element>(
+        &mut self,
+        comm: &'a Communicator,
+        send: impl Into<In<'a, T>>,
+        recv: impl Into<Out<'a, T>>,
+        op: RedOp,
+    ) -> Result<()> {
+        self.collective(comm, CollKind::ReduceScatter, send, recv, op, 0)
+    }
+
+    /// Adds an AllToAll (see [`Communicator::all_to_all`]).
+    pub fn all_to_all<T: Element>(
+        &mut self,
+        comm: &'a Communicator,
+        send: impl Into<In<'a, T>>,
+        recv: impl Into<Out<'a, T>>,
+    ) -> Result<()> {
+        self.collective(comm, CollKind::AllToAll, send, recv, RedOp::Sum, 0)
+    }
+
+    /// Adds a Gather to `root` (see [`Communicator::gather`]).
+    pub fn gather<T: Element>(
+        &mut self,
+        comm: &'a Communicator,
+        send: impl Into<In<'a, T>>,
+        recv: impl Into<Out<'a, T>>,
+        root: u32,
+    ) -> Result<()> {
+        self.collective(comm, CollKind::Gather, send, recv, RedOp::Sum, root)
+    }
+
+    /// Adds a Scatter from `root` (see [`Communicator::scatter`]).
+    pub fn scatter<T: Element>(
+        &mut self,
+        comm: &'a Communicator,
+        send: impl Into<In<'a, T>>,
+        recv: impl Into<Out<'a, T>>,
+        root: u32,
+    ) -> Result<()> {
+        self.collective(comm, CollKind::Scatter, send, recv, RedOp::Sum, root)
+    }
+
     fn push(&mut self, comm: &'a Communicator, dtype: DataType, pending: Pending) {
         self.entries.push(Entry {
             comm,

@@ -42,6 +42,24 @@
 //!   the `*_in_place` methods do it for plain slices. Any other overlap is
 //!   [`Error::InvalidInPlace`].
 //!
+//! # Element types
+//!
+//! Buffers hold any [`Element`]: `i8`, `u8`, `i32`, `u32`, `i64`, `u64`,
+//! `f32`, `f64`, and, re-exported here, [`f16`] and [`bf16`] (16-bit
+//! floats) and [`F8E4M3`] and [`F8E5M2`] (8-bit floats), as NCCL's twelve
+//! `ncclDataType_t`s. 16- and 8-bit values are combined in f32 and
+//! rounded back after each operation, bit for bit alike on every backend.
+//!
+//! # More than the collectives
+//!
+//! [`Communicator::barrier`]; per-call [`Completion`] handles
+//! ([`Communicator::completion`]: a CUDA event on the rank's stream,
+//! `wait`/`is_done`, beside `synchronize`); variable-size all-to-all
+//! ([`Communicator::all_to_all_v`], over grouped Send/Recv); PreMulSum with
+//! a scalar in memory ([`Communicator::premul_sum_op`]). Runnable
+//! programs: `cargo run -p oxccl --example data_parallel` and
+//! `--example zero` (host backend without a GPU).
+//!
 //! # Validation
 //!
 //! Every argument is checked here, once, before anything runs; each rule
@@ -105,14 +123,17 @@
 //! estimate, not GPU time)`. `TRACE` adds each call's agreement between
 //! ranks.
 
+mod alltoallv;
 pub mod backend;
 mod buffer;
 mod check;
 mod comm;
+mod completion;
 pub mod config;
 mod debug;
 pub mod error;
 pub mod group;
+mod ops;
 mod plans;
 mod recent;
 mod select;
@@ -122,6 +143,7 @@ mod validate;
 pub use backend::BackendKind;
 pub use buffer::{Buffer, In, Out, Slice};
 pub use comm::{init_all, init_all_on, init_all_with, Communicator};
+pub use completion::Completion;
 pub use config::{Config, ConfigBuilder};
 pub use error::{Error, Result};
 pub use group::{group, Group};
@@ -130,6 +152,14 @@ pub use select::Choice;
 /// The pure core (plan IR, generators, test support), for tools and tests.
 pub use oxccl_core as core;
 pub use oxccl_core::{Algo, CollKind, DataType, Element, Proto, RedOp};
+
+/// The element types beside Rust's own (`i8`, `u8`, `i32`, `u32`, `i64`,
+/// `u64`, `f32`, `f64`): 16-bit floats from the `half` crate and 8-bit
+/// floats from the `float8` crate, NCCL's `ncclFloat16`, `ncclBfloat16`,
+/// `ncclFloat8e4m3` and `ncclFloat8e5m2`. Every [`Element`] type is one of
+/// these twelve.
+pub use oxccl_core::float8::{F8E4M3, F8E5M2};
+pub use oxccl_core::half::{bf16, f16};
 
 /// This machine's topology: `OXCCL_TOPO_FILE`/`NCCL_TOPO_FILE`, else sysfs
 /// and NVML, with the CUDA driver's ordinals and peer access merged in

@@ -12,7 +12,7 @@ use oxccl_cuda::driver::Event;
 use oxccl_cuda::layout::MAX_BUFS;
 use oxccl_cuda::{CudaError, Prepared, World, WorldConfig};
 
-use super::{Backend, BackendKind, BackendOptions, Launch, PlanHandle, RawBuf, Timer};
+use super::{Backend, BackendKind, BackendOptions, Completion, Launch, PlanHandle, RawBuf, Timer};
 use crate::error::Error;
 
 /// Whether a CUDA device can be used in this process (never panics).
@@ -186,6 +186,13 @@ impl Backend for CudaBackend {
         self.world.failure().map(map_error)
     }
 
+    fn completion(&self, rank: u32) -> Result<Box<dyn Completion>, Error> {
+        let ev = self.world.event(rank).map_err(map_error)?;
+        let s = self.world.stream(rank).map_err(map_error)?;
+        ev.record(s).map_err(map_error)?;
+        Ok(Box::new(CudaCompletion(ev)))
+    }
+
     fn timer(&self, rank: u32) -> Result<Box<dyn Timer>, Error> {
         let start = self.world.event(rank).map_err(map_error)?;
         let stop = self.world.event(rank).map_err(map_error)?;
@@ -211,6 +218,19 @@ impl Backend for CudaBackend {
             .time_copy(0, bytes.max(1), 10)
             .map_err(map_error)?;
         Ok(bytes as f64 / secs.max(1e-12) / 1e9)
+    }
+}
+
+/// An event recorded on one rank's stream.
+#[derive(Debug)]
+struct CudaCompletion(Event);
+
+impl Completion for CudaCompletion {
+    fn is_done(&mut self) -> Result<bool, Error> {
+        self.0.query().map_err(map_error)
+    }
+    fn wait(&mut self) -> Result<(), Error> {
+        self.0.synchronize().map_err(map_error)
     }
 }
 

@@ -141,6 +141,28 @@ pub trait Timer: Send + Debug {
     fn stop(&mut self) -> Result<Duration, Error>;
 }
 
+/// Completion of the work one rank had issued when it was made (the
+/// facade's per-call [`crate::Completion`] handles).
+pub trait Completion: Send + Debug {
+    /// Whether that work has completed (never waits).
+    fn is_done(&mut self) -> Result<bool, Error>;
+    /// Waits until that work has completed.
+    fn wait(&mut self) -> Result<(), Error>;
+}
+
+/// The completion of a blocking backend: its work is done on return.
+#[derive(Debug)]
+pub struct Done;
+
+impl Completion for Done {
+    fn is_done(&mut self) -> Result<bool, Error> {
+        Ok(true)
+    }
+    fn wait(&mut self) -> Result<(), Error> {
+        Ok(())
+    }
+}
+
 /// A device family. One object per clique, shared by its ranks' threads.
 ///
 /// Contract for [`Backend::execute`]: `launch.bufs` has one entry per
@@ -235,6 +257,21 @@ pub trait Backend: Send + Sync + Debug {
 
     /// Waits until everything issued on `rank` has completed.
     fn synchronize(&self, rank: u32) -> Result<(), Error>;
+
+    /// A completion for everything issued on `rank` so far. The default
+    /// serves blocking backends (everything is done already); a
+    /// backend that enqueues must record something it can query.
+    fn completion(&self, rank: u32) -> Result<Box<dyn Completion>, Error> {
+        let _ = rank;
+        if self.blocking() {
+            Ok(Box::new(Done))
+        } else {
+            Err(Error::Backend(format!(
+                "{} has no per-call completion handles; use synchronize()",
+                self.describe()
+            )))
+        }
+    }
 
     /// Makes every rank's pending and future waits fail promptly.
     fn abort(&self);

@@ -27,7 +27,7 @@ const NAP: Duration = Duration::from_millis(20);
 #[derive(Debug, Default)]
 struct Slot {
     seq: AtomicU64,
-    words: [AtomicU64; 3],
+    words: [AtomicU64; 4],
 }
 
 /// One side of a Send/Recv as its peer checks it.
@@ -135,7 +135,7 @@ impl Board {
     }
 
     /// Publishes `rank`'s record of collective call `seq` (from 1).
-    pub fn publish(&self, rank: u32, seq: u64, words: [u64; 3]) {
+    pub fn publish(&self, rank: u32, seq: u64, words: [u64; 4]) {
         let slot = self.slot(rank, seq);
         for (w, v) in slot.words.iter().zip(words) {
             w.store(v, Ordering::Relaxed);
@@ -151,7 +151,7 @@ impl Board {
         ctx: &WaitCtx<'_>,
         seq: u64,
         what: &dyn Fn() -> String,
-    ) -> Result<Vec<[u64; 3]>> {
+    ) -> Result<Vec<[u64; 4]>> {
         let ready = |r: u32| self.slot(r, seq).seq.load(Ordering::Acquire) >= seq;
         self.wait(
             ctx,
@@ -168,7 +168,7 @@ impl Board {
         let mut out = Vec::with_capacity(self.nranks as usize);
         for r in 0..self.nranks {
             let slot = self.slot(r, seq);
-            let w = [0, 1, 2].map(|i| slot.words[i].load(Ordering::Relaxed));
+            let w = [0, 1, 2, 3].map(|i| slot.words[i].load(Ordering::Relaxed));
             if slot.seq.load(Ordering::Acquire) != seq {
                 return Err(Error::Internal(format!(
                     "rank {r} overwrote its record of call #{seq} before rank {} read it",

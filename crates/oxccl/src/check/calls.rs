@@ -53,12 +53,21 @@ impl Communicator {
         })
     }
 
-    /// Publishes this rank's next collective call (without waiting).
-    pub(crate) fn publish_call(&self, seq: &mut CallSeq, call: Call, registered: bool) {
+    /// Publishes this rank's next collective call (without waiting), with
+    /// whether its buffers are backend memory and its PreMulSum scalar
+    /// (bits, or a digest of a group's; 0 without).
+    pub(crate) fn publish_call(
+        &self,
+        seq: &mut CallSeq,
+        call: Call,
+        registered: bool,
+        scalar: u64,
+    ) {
         seq.seq += 1;
+        let [a, b, c] = call.encode(registered);
         self.clique()
             .board
-            .publish(self.rank(), seq.seq, call.encode(registered));
+            .publish(self.rank(), seq.seq, [a, b, c, scalar]);
     }
 
     /// Waits for every rank's record of the call just published and
@@ -74,9 +83,15 @@ impl Communicator {
             .gather(&ctx, seq.seq, &what)
             .map_err(|e| self.fail_on_wait(e))?;
         let mut registered = true;
+        let scalar = words[0][3];
         let mut groups: Vec<(Call, Vec<u32>)> = Vec::new();
         for (r, w) in words.into_iter().enumerate() {
-            let (call, reg) = Call::decode(w).ok_or_else(|| {
+            // Registered direct plans scale a peer's input with the
+            // reading rank's scalar: ranks with different PreMulSum
+            // scalars (NCCL allows it) take FIFO plans, where each input
+            // is scaled by its owner.
+            registered &= w[3] == scalar;
+            let (call, reg) = Call::decode([w[0], w[1], w[2]]).ok_or_else(|| {
                 Error::Internal(format!(
                     "rank {r}'s record of call #{} is unreadable",
                     seq.seq
@@ -111,8 +126,14 @@ impl Communicator {
     }
 
     /// Publishes and compares a single collective (or barrier) call.
-    pub(crate) fn agree(&self, seq: &mut CallSeq, call: Call, registered: bool) -> Result<Agreed> {
-        self.publish_call(seq, call, registered);
+    pub(crate) fn agree(
+        &self,
+        seq: &mut CallSeq,
+        call: Call,
+        registered: bool,
+        scalar: u64,
+    ) -> Result<Agreed> {
+        self.publish_call(seq, call, registered, scalar);
         self.compare_call(seq, call)
     }
 
@@ -190,7 +211,7 @@ impl Communicator {
         };
         self.withdraw_p2p(posted);
         if let Some(call) = poison {
-            self.publish_call(seq, call, false);
+            self.publish_call(seq, call, false, 0);
         }
         Err(err)
     }

@@ -4,11 +4,12 @@
 //! Send/Recv are matched pair by pair.
 
 use oxccl_core::gen::p2p::P2pOp;
+use oxccl_core::RedOp;
 use parking_lot::MutexGuard;
 
 use super::{Entry, Pending};
 use crate::check::{Call, CallSeq, Posted};
-use crate::comm::Communicator;
+use crate::comm::{scalar_bits, Communicator};
 use crate::error::Result;
 
 /// One communicator's operations, as the group holds them.
@@ -52,11 +53,24 @@ fn publish(comm: &Communicator, entries: &[&Entry<'_>], seq: &mut CallSeq) -> Pu
     let mut colls = Vec::new();
     let mut posted = Vec::new();
     let mut registered = true;
+    // A digest of the group's PreMulSum scalars (0 without any).
+    let mut scalars = 0u64;
+    let premul = |p: &Pending| {
+        matches!(
+            p,
+            Pending::Coll {
+                op: RedOp::PreMulSum(_),
+                ..
+            }
+        )
+    };
     if !comm.checking() {
+        // Unchecked, peers' scalars are unknown: FIFO plans (see
+        // `check::calls`).
         return Published {
             call: None,
             posted,
-            registered,
+            registered: !entries.iter().any(|e| premul(&e.pending)),
         };
     }
     for e in entries {
@@ -65,6 +79,10 @@ fn publish(comm: &Communicator, entries: &[&Entry<'_>], seq: &mut CallSeq) -> Pu
                 let c = &checked.coll;
                 colls.push(Call::coll(c.kind, e.dtype, c.count, *op, c.root));
                 registered &= checked.backend_memory;
+                let bits = scalar_bits(*op);
+                if bits != 0 {
+                    scalars = scalars.rotate_left(17) ^ bits;
+                }
             }
             Pending::Coll { .. } => {}
             Pending::P2p { op, .. } => {
@@ -84,7 +102,7 @@ fn publish(comm: &Communicator, entries: &[&Entry<'_>], seq: &mut CallSeq) -> Pu
         _ => Some(Call::group(&colls)),
     };
     if let Some(c) = call {
-        comm.publish_call(seq, c, registered);
+        comm.publish_call(seq, c, registered, scalars);
     }
     Published {
         call,

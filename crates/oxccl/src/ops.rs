@@ -1,0 +1,47 @@
+//! Operations next to the collectives: a barrier, and the PreMulSum op
+//! whose scalar lives in backend memory.
+
+use oxccl_core::{Element, RedOp};
+
+use crate::buffer::Buffer;
+use crate::check::Call;
+use crate::comm::Communicator;
+use crate::error::{Error, Result};
+
+impl Communicator {
+    /// Returns once every rank has reached its `barrier` and the work each
+    /// rank issued before it has completed (each rank waits for its own
+    /// stream, then for the others' arrival; on the host backend only the
+    /// arrival). Every rank must call it, in the same place among its
+    /// calls (a rank calling a collective instead is a mismatch on both).
+    /// Bounded by the deadline like every wait.
+    pub fn barrier(&self) -> Result<()> {
+        self.synchronize()?;
+        if self.nranks() == 1 {
+            return Ok(());
+        }
+        let mut seq = self.call_lock();
+        self.agree(&mut seq, Call::Barrier, true, 0).map(drop)
+    }
+
+    /// NCCL's `ncclRedOpCreatePreMulSum` with the scalar in memory
+    /// (`ncclScalarDevice`): the op multiplying this rank's input by the
+    /// first element of `scalar` before the sum. The value is read when
+    /// this is called, in stream order (after the work already issued on
+    /// this rank, so a scalar computed by earlier work is seen), which on
+    /// CUDA waits for that work; read it once per value, not per call.
+    pub fn premul_sum_op<T: Element>(&self, scalar: &Buffer<T>) -> Result<RedOp> {
+        self.check_usable()?;
+        if scalar.is_empty() {
+            return Err(Error::LengthMismatch {
+                what: "PreMulSum scalar buffer",
+                expected: 1,
+                got: 0,
+            });
+        }
+        let v = scalar.slice(0..1).to_vec()?[0].to_f64();
+        let op = RedOp::PreMulSum(v);
+        crate::validate::check_op(op, T::DTYPE)?;
+        Ok(op)
+    }
+}
