@@ -1,0 +1,50 @@
+//! Shared test support: inputs whose results are exact (or boundedly
+//! rounded), comparison against [`crate::reference`], and an independent
+//! model of the arithmetic for golden tables. Used by every backend's test
+//! suite, so one test body serves them all.
+//!
+//! `tests/testkit_selftest.rs` shows that [`compare`] with these inputs
+//! reports a dropped rank, a doubled or zeroed result, a swapped block and
+//! an off-by-one offset as wrong for every data type, op and rank count the
+//! suites use; `tests/golden.rs` checks the reference against [`model`].
+
+mod bound;
+mod compare;
+mod input;
+pub mod model;
+
+pub use bound::{rounding_bound, tolerance, ulp, Tolerance};
+pub use compare::compare;
+pub use input::input;
+
+use crate::coll::CollKind;
+use crate::redop::RedOp;
+
+/// Whether `op` is defined for collective `kind` (reductions only take ops).
+pub fn op_applies(kind: CollKind, op: RedOp) -> bool {
+    kind.is_reduction() || op == RedOp::Sum
+}
+
+/// Every collective the shared suites run (Send/Recv has its own tests).
+pub const COLLECTIVES: [CollKind; 8] = [
+    CollKind::AllReduce,
+    CollKind::Broadcast,
+    CollKind::Reduce,
+    CollKind::AllGather,
+    CollKind::ReduceScatter,
+    CollKind::AllToAll,
+    CollKind::Gather,
+    CollKind::Scatter,
+];
+
+/// Every reduction op the shared suites try (where it applies): the five
+/// built-ins, an exact PreMulSum and an inexact one.
+pub const OPS: [RedOp; 7] = [
+    RedOp::Sum,
+    RedOp::Prod,
+    RedOp::Max,
+    RedOp::Min,
+    RedOp::Avg,
+    RedOp::PreMulSum(2.0),
+    RedOp::PreMulSum(0.5),
+];
