@@ -100,7 +100,7 @@ pub fn run(a: SimulateArgs) -> anyhow::Result<()> {
                 .iter()
                 .map(|(_, algo)| match algo {
                     Some(algo) => best(&sel, kind, *algo, &protos, b, n),
-                    None => Some(pick.predicted_us),
+                    None => pick.predicted_us,
                 })
                 .collect();
             if i == 0 {
@@ -108,7 +108,7 @@ pub fn run(a: SimulateArgs) -> anyhow::Result<()> {
             }
             curve.push((
                 b as f64,
-                b as f64 / (pick.predicted_us * 1000.0) * kind.busbw_factor(n),
+                b as f64 / (pick.us() * 1000.0) * kind.busbw_factor(n),
             ));
             // Print every other size to keep the table readable.
             if i % 2 == 0 || i == sizes.len() - 1 {

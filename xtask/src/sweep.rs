@@ -48,6 +48,7 @@ use oxccl::core::{with_dtype, Collective};
 use oxccl::{BackendKind, Buffer, CollKind, Communicator, Config, DataType, Element, RedOp};
 use serde::Serialize;
 
+mod pick;
 pub(crate) mod plot;
 
 /// Flags follow nccl-tests' letters.
@@ -110,6 +111,11 @@ pub struct SweepArgs {
     svg: Option<PathBuf>,
     #[command(flatten)]
     nccl: crate::nccl_cols::NcclArgs,
+    /// Instead of the table: the selector's pick against every algorithm
+    /// forced, same run, per collective and size (out of place, first
+    /// data type), with the worst ratio last.
+    #[arg(long)]
+    pick: bool,
 }
 
 /// One measured configuration, as the JSON report holds it.
@@ -186,14 +192,23 @@ pub fn run(a: SweepArgs) -> anyhow::Result<()> {
     if a.channels.is_some() {
         config.channels = a.channels;
     }
+    let sizes: Vec<usize> = std::iter::successors(Some(a.min_bytes), |&s| s.checked_mul(a.factor))
+        .take_while(|&s| s <= a.max_bytes)
+        .collect();
+    if a.ranks == 0 || a.root >= a.ranks {
+        bail!("root {} out of range for {} ranks", a.root, a.ranks);
+    }
+    if a.pick {
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "# oxccl sweep --pick: machine {}", machine())?;
+        pick::run(&a, &colls, dtypes[0], &sizes, &config, &mut out)?;
+        return Ok(());
+    }
     let comms = oxccl::init_all_with(a.ranks, config).context("creating communicators")?;
     let n = a.ranks;
     if n == 0 || a.root >= n {
         bail!("root {} out of range for {n} ranks", a.root);
     }
-    let sizes: Vec<usize> = std::iter::successors(Some(a.min_bytes), |&s| s.checked_mul(a.factor))
-        .take_while(|&s| s <= a.max_bytes)
-        .collect();
     let backend = comms[0].describe_backend();
     let machine = machine();
     let mut out = std::io::stdout().lock();

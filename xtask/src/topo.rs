@@ -184,7 +184,7 @@ fn explain(sel: &Selector, kind: CollKind, nranks: u32) {
             };
             print!(" {:>14.1}{mark}", best);
         }
-        let busbw = b as f64 / (pick.predicted_us * 1000.0) * kind.busbw_factor(nranks);
+        let busbw = b as f64 / (pick.us() * 1000.0) * kind.busbw_factor(nranks);
         println!(
             "  {:>22} {:>10.1}",
             format!("{}/{}/{}ch", pick.algo, pick.proto, pick.channels),

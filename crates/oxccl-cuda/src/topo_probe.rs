@@ -69,6 +69,9 @@ fn describe(ordinal: u32, dev: sys::CUdevice) -> Result<DriverGpu> {
         sm: (major.max(0) as u32, minor.max(0) as u32),
         name,
         memory_bytes: memory as u64,
+        mem_bus_bits: attr(A::CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH)?.max(0) as u32,
+        mem_clock_khz: attr(A::CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE)?.max(0) as u32,
+        sm_count: attr(A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?.max(0) as u32,
     })
 }
 

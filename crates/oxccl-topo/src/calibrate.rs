@@ -342,36 +342,57 @@ fn fit_group<'a>(
     (lat_add, median(ratios))
 }
 
-/// The sweep of the built-in calibration: 8 ranks sharing one H200,
+/// The preset of the machine the built-in sweep ran on (one H200), whose
+/// model [`fit`] and [`fit_fifo`] must compare the sweep with before
+/// [`carry`] moves the corrections to another GPU's model.
+pub const SHARED_GPU_MACHINE: &str = "single-gpu";
+
+/// `target` with the corrections of `fitted` (a fit made against the model
+/// of the machine a sweep ran on): the latencies added, the bandwidth
+/// ratios, the avoid list and whether direct plans are FIFO-free. The rest
+/// (channel caps, bandwidths) stays `target`'s, so a ratio fitted on one
+/// GPU applies to another's own per-byte cost.
+pub fn carry(fitted: &Constants, target: &Constants) -> Constants {
+    Constants {
+        fitted: fitted.fitted.clone(),
+        fitted_coll: fitted.fitted_coll.clone(),
+        avoid: fitted.avoid.clone(),
+        direct_fifo_free: fitted.direct_fifo_free,
+        ..target.clone()
+    }
+}
+
+/// The sweep of the built-in shared-GPU calibration, measured with 8 ranks sharing one H200,
 /// measured 2026-12-02: large sizes on registered buffers (`comm.alloc`),
 /// and 8 B AllReduce as a registered direct one-shot and as the FIFO
 /// one-shot under LL and Simple, with the run's launch floor; each point
 /// names its source. See the file's `provenance`.
-pub const H200_SHARED_GPU: &str = include_str!("../calib/h200-1gpu-8ranks.json");
+pub const SHARED_GPU: &str = include_str!("../calib/h200-1gpu-8ranks.json");
 
-/// The built-in calibration sweep that fits the placement `ranks_to_gpus`
-/// on `topo`, if any: today one, for two or more ranks sharing one H200
-/// (PCI device 0x2335), the only machine measured. Several GPUs, or other
-/// models, keep the uncalibrated model.
+/// The built-in calibration sweep for the placement `ranks_to_gpus` on
+/// `topo`, if any: the shared-GPU one, for two or more ranks sharing one
+/// GPU, whatever its model. It was measured on an H200, but what it fits
+/// is the model's error, not the GPU: its bandwidth corrections are
+/// ratios to the model's per-byte cost, which scales with the GPU's own
+/// memory bandwidth ([`Topology::local_bw`]: the driver's bus width and
+/// memory clock), and its latencies are launch and synchronisation costs
+/// of one GPU's SMs, alike across a generation. So an H100 gets the
+/// H200's ranking of algorithms at its own speed, where the plain model
+/// (NVLink-era constants) picked the ring for 256 MiB AllReduce at 2.66×
+/// the best. Ranks on several GPUs keep the uncalibrated model.
 pub fn builtin_for(topo: &Topology, ranks_to_gpus: &[usize]) -> Option<Sweep> {
-    let gpus = topo.gpus();
     let first = *ranks_to_gpus.first()?;
     let shared = ranks_to_gpus.len() >= 2 && ranks_to_gpus.iter().all(|&g| g == first);
-    let h200 = gpus
-        .get(first)
-        .and_then(|&g| topo.nodes[g].attrs.int("device"))
-        == Some(H200_DEVICE_ID);
-    if !(shared && h200 && gpus.len() == 1) {
+    if !shared || topo.gpus().get(first).is_none() && !topo.gpus().is_empty() {
         return None;
     }
-    match parse_sweep(H200_SHARED_GPU) {
+    match parse_sweep(SHARED_GPU) {
         Ok(s) => Some(s),
         Err(e) => {
-            tracing::warn!("built-in H200 calibration unreadable ({e}); using the plain model");
+            tracing::warn!(
+                "built-in shared-GPU calibration unreadable ({e}); using the plain model"
+            );
             None
         }
     }
 }
-
-/// PCI device id of the H200 (see [`crate::consts::GPUS`]).
-const H200_DEVICE_ID: i64 = 0x2335;

@@ -465,14 +465,14 @@ mod tests {
             (Algo::OneShot, Proto::LL),
             "{small}"
         );
-        assert!(small.predicted_us.is_finite() && small.predicted_us > 0.0);
+        assert!(small.us().is_finite() && small.us() > 0.0);
         let large = s.choose(CollKind::AllReduce, 1 << 30, 4, &Algo::ALL, &protos);
         assert_eq!(
             (large.algo, large.proto),
             (Algo::Ring, Proto::Simple),
             "{large}"
         );
-        assert!(large.predicted_us > small.predicted_us);
+        assert!(large.us() > small.us());
         // Every ring holds the four ranks.
         for r in s.rings() {
             let mut v = r.clone();
@@ -493,6 +493,9 @@ mod tests {
                 sm: (9, 0),
                 name: "NVIDIA H200".into(),
                 memory_bytes: 150_000_000_000,
+                mem_bus_bits: 6144,
+                mem_clock_khz: 3_201_000,
+                sm_count: 132,
             }],
             p2p: vec![vec![P2pFacts {
                 access_supported: false,
@@ -502,6 +505,10 @@ mod tests {
         };
         t.merge_driver_facts(&facts);
         assert_eq!(t.gpus().len(), 1);
+        // The memory bandwidth comes from the bus width and clock: the
+        // H200's measured copy rate (2015-2105 GB/s).
+        let bw = t.local_bw(t.gpus()[0]);
+        assert!((2050.0..2150.0).contains(&bw), "{bw}");
         let s = Selector::new(&t, &[0, 0]);
         assert_eq!(s.class_between(0, 1), Some(PathClass::X));
     }

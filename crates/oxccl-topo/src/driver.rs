@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 
 use crate::detect::preorder;
 use crate::graph::{
-    norm_busid, Attrs, GpuInfo, Node, NodeId, NodeKind, Topology, P2P_BLOCKED_ATTR,
+    norm_busid, Attrs, GpuInfo, Node, NodeId, NodeKind, Topology, MEM_PEAK_ATTR, P2P_BLOCKED_ATTR,
 };
 
 /// One device as the driver reports it.
@@ -31,6 +31,22 @@ pub struct DriverGpu {
     pub name: String,
     /// `cuDeviceTotalMem`.
     pub memory_bytes: u64,
+    /// `CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH`, bits (0: unknown).
+    pub mem_bus_bits: u32,
+    /// `CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE`, kHz (0: unknown).
+    pub mem_clock_khz: u32,
+    /// `CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT` (0: unknown).
+    pub sm_count: u32,
+}
+
+impl DriverGpu {
+    /// Peak memory bandwidth from the bus width and memory clock, GB/s
+    /// (read and write together; HBM and GDDR transfer twice per clock),
+    /// or `None` where the driver gave neither.
+    pub fn peak_mem_gbps(&self) -> Option<f64> {
+        (self.mem_bus_bits > 0 && self.mem_clock_khz > 0)
+            .then(|| f64::from(self.mem_bus_bits) / 8.0 * f64::from(self.mem_clock_khz) * 2.0 / 1e6)
+    }
 }
 
 /// Peer-to-peer capability from one device to another
@@ -135,6 +151,15 @@ impl Topology {
             let sm = d.sm.0 * 10 + d.sm.1;
             if sm > 0 && info.attrs.int("sm").is_none_or(|s| s <= 0) {
                 info.attrs.set("sm", sm.to_string());
+            }
+            // The memory's peak bandwidth and the SM count, from the
+            // device's own attributes: the model's local bandwidth of a
+            // GPU no table names (see `Topology::local_bw`).
+            if let Some(peak) = d.peak_mem_gbps() {
+                info.attrs.set(MEM_PEAK_ATTR, format!("{peak:.0}"));
+            }
+            if d.sm_count > 0 {
+                info.attrs.set("sm_count", d.sm_count.to_string());
             }
             node_of.push(id);
         }

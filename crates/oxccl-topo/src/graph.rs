@@ -235,6 +235,10 @@ pub struct Topology {
 /// attribute; NCCL keeps unknown attributes, so files stay loadable there.
 pub const P2P_BLOCKED_ATTR: &str = "nop2p";
 
+/// GPU attribute: the memory's peak bandwidth in GB/s, from the driver's
+/// bus width and memory clock ([`crate::DriverGpu::peak_mem_gbps`]).
+pub const MEM_PEAK_ATTR: &str = "mem_peak_gbps";
+
 impl Topology {
     /// Builds the graph from a node tree: drops any NVSwitch nodes given,
     /// adds one NVSwitch per host that has NVLinks to class 0x068000, and
@@ -519,9 +523,21 @@ impl Topology {
     }
 
     /// Copy bandwidth of a GPU's own memory (GB/s of data moved), which
-    /// bounds traffic between ranks that share the GPU.
+    /// bounds traffic between ranks that share the GPU: from the device's
+    /// memory bus width and clock where the driver gave them (a copy moves
+    /// each byte twice, at [`consts::COPY_EFFICIENCY`] of the peak), else
+    /// the table of known GPUs, else a guess from the compute capability.
     pub fn local_bw(&self, g: NodeId) -> f64 {
         let node = &self.nodes[g];
+        let peak = node
+            .gpu
+            .as_ref()
+            .and_then(|i| i.attrs.get(MEM_PEAK_ATTR))
+            .and_then(|v| v.parse::<f64>().ok())
+            .filter(|p| *p > 0.0);
+        if let Some(peak) = peak {
+            return peak * consts::COPY_EFFICIENCY / 2.0;
+        }
         node.attrs
             .int("device")
             .and_then(|d| consts::gpu_by_device_id(d as u32))

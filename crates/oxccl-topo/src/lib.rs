@@ -16,7 +16,7 @@
 //!   hops.
 //! - [`select::Selector`]: `Selector::new(&topo, ranks_to_gpus)`, then
 //!   `choose(kind, bytes, nranks, allowed_algos, allowed_protos) -> Choice
-//!   { algo, proto, channels, predicted_us }` and `rings() -> Vec<Vec<u32>>`
+//!   { algo, proto, channels, transport, predicted_us, forced }` and `rings() -> Vec<Vec<u32>>`
 //!   (one rank order per channel). `bytes` is nccl-tests' size of the call
 //!   (`Collective::bytes`). The allowed lists already reflect
 //!   NCCL_ALGO/NCCL_PROTO; the selector never returns anything outside them
@@ -40,6 +40,7 @@ pub mod error;
 pub mod graph;
 pub mod model;
 pub mod paths;
+pub mod policy;
 pub mod presets;
 pub mod report;
 pub mod search;
@@ -50,4 +51,5 @@ pub use driver::{DriverFacts, DriverGpu, P2pFacts};
 pub use error::{Result, TopoError};
 pub use graph::{Attrs, LinkKind, Node, NodeId, NodeKind, NvLinkGen, Topology};
 pub use paths::{Path, PathClass};
-pub use select::{Choice, Selector};
+pub use policy::Policy;
+pub use select::{Choice, Selector, Transport};

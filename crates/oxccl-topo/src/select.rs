@@ -20,24 +20,68 @@ use crate::model::{predict, Shape};
 use crate::paths::PathClass;
 use crate::search::{search_rings, RingSet};
 
-/// What the selector picked for one call.
+/// How a plan moves data between ranks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Transport {
+    /// Through FIFO connections: every algorithm has this form, and it
+    /// is the only one on plain (unregistered) buffers.
+    Fifo,
+    /// Reading and writing peers' registered buffers in place, with no
+    /// FIFO (and so no protocol at work): the plans of one-shot, two-shot
+    /// and all-pairs on registered buffers (`comm.alloc`).
+    Direct,
+}
+
+/// What was chosen for one call: by the selector, the policy
+/// ([`crate::policy`]) or, with the configuration's overrides, the facade.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Choice {
     pub algo: Algo,
     pub proto: Proto,
     pub channels: u32,
-    /// The model's predicted time, µs.
-    pub predicted_us: f64,
+    /// The plan's data path. A direct algorithm (one-shot, two-shot,
+    /// all-pairs) on registered buffers may still run its FIFO plan,
+    /// under LL, where the model predicts it faster.
+    pub transport: Transport,
+    /// The cost model's prediction in µs (`None` where the model does not
+    /// time the combination an override forced).
+    pub predicted_us: Option<f64>,
+    /// Whether the configuration (environment) restricted the choice.
+    pub forced: bool,
+}
+
+impl Choice {
+    /// The predicted time, infinite where there is none (for comparisons).
+    pub fn us(&self) -> f64 {
+        self.predicted_us.unwrap_or(f64::INFINITY)
+    }
+
+    /// Whether the plan reads and writes peers' buffers directly.
+    pub fn is_direct(&self) -> bool {
+        self.transport == Transport::Direct
+    }
 }
 
 impl std::fmt::Display for Choice {
-    /// The line the communicator logs under `NCCL_DEBUG=INFO`.
+    /// The line the communicator logs under `NCCL_DEBUG=INFO`:
+    /// `algo ring proto simple channels 2 predicted 12.3 us`, then
+    /// ` (override)` when the configuration restricted the choice. A
+    /// one-shot, two-shot or all-pairs running its FIFO plan is marked
+    /// after its protocol: `algo oneshot proto ll (fifo) channels 1 ...`.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "algo {} proto {} channels {} predicted {:.1} us",
-            self.algo, self.proto, self.channels, self.predicted_us
-        )
+        write!(f, "algo {} proto {}", self.algo, self.proto)?;
+        if crate::consts::is_direct(self.algo) && self.transport == Transport::Fifo {
+            f.write_str(" (fifo)")?;
+        }
+        write!(f, " channels {} predicted ", self.channels)?;
+        match self.predicted_us {
+            Some(us) => write!(f, "{us:.1} us")?,
+            None => f.write_str("n/a")?,
+        }
+        if self.forced {
+            f.write_str(" (override)")?;
+        }
+        Ok(())
     }
 }
 
@@ -346,7 +390,9 @@ impl Selector {
                         algo: Algo::Ring,
                         proto,
                         channels: 1,
-                        predicted_us: f64::NAN,
+                        transport: Transport::Fifo,
+                        predicted_us: None,
+                        forced: false,
                     })
             })
     }
@@ -366,7 +412,7 @@ impl Selector {
         let mut best: Option<Choice> = None;
         for &(algo, proto) in candidates {
             if let Some(c) = self.best_channels(kind, algo, proto, bytes, nranks) {
-                if best.is_none_or(|b| c.predicted_us < b.predicted_us) {
+                if best.is_none_or(|b| c.us() < b.us()) {
                     best = Some(c);
                 }
             }
@@ -397,7 +443,9 @@ impl Selector {
             algo,
             proto,
             channels,
-            predicted_us,
+            transport: Transport::Fifo,
+            predicted_us: Some(predicted_us).filter(|t| t.is_finite()),
+            forced: false,
         })
     }
 }

@@ -14,7 +14,7 @@ use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::plans::{PlanCache, PlanEntry, PlanKey};
 use crate::recent::{CallShape, Recent, Resolved};
-use crate::select::{self, Choice, Chooser};
+use crate::select::{self, Choice, Chooser, Transport};
 use crate::sink::Sinks;
 use crate::validate::{self, Checked, Owner};
 
@@ -474,7 +474,7 @@ impl Communicator {
 
     /// Chooses and fetches (generating on first use) the shared plan for
     /// a checked call: the registered direct plan where the choice says
-    /// [`Choice::direct`], else the FIFO one (on registered buffers too,
+    /// [`Transport::Direct`], else the FIFO one (on registered buffers too,
     /// where the FIFO variant under LL was predicted faster).
     fn plan_for(&self, c: &Checked, elem_size: usize) -> Result<(Arc<PlanEntry>, Choice)> {
         let cl = &self.clique;
@@ -494,7 +494,7 @@ impl Communicator {
             // The pick runs the variant it names; a fallback, the direct
             // plan where the buffers allow one.
             let direct = if algo == choice.algo {
-                choice.direct
+                choice.is_direct()
             } else {
                 registered && is_direct(algo)
             };
@@ -512,7 +512,11 @@ impl Communicator {
                 Ok(entry) => {
                     if algo != choice.algo {
                         choice.algo = algo;
-                        choice.direct = direct;
+                        choice.transport = if direct {
+                            Transport::Direct
+                        } else {
+                            Transport::Fifo
+                        };
                         choice.predicted_us = None;
                     }
                     return Ok((entry, choice));

@@ -108,8 +108,8 @@
 //! off ([`config::NO_DEADLINE`], `OXCCL_DEADLINE_MS=0`); a wait that passes
 //! a tenth of it logs a warning naming what it waits for.
 //! Each collective's algorithm, protocol and channel count come from the
-//! topology cost model (`oxccl_topo::Selector`, with a built-in calibration
-//! where one exists: today ranks sharing one H200), among what the
+//! selection policy (`oxccl_topo::Policy`: the cost model, with the
+//! built-in shared-GPU calibration where ranks share one GPU), among what the
 //! configuration and the backend allow (protocols: Simple on the host
 //! backend, Simple and LL on CUDA).
 //!
@@ -147,7 +147,7 @@ pub use completion::Completion;
 pub use config::{Config, ConfigBuilder};
 pub use error::{Error, Result};
 pub use group::{group, Group};
-pub use select::Choice;
+pub use select::{Choice, Transport};
 
 /// The pure core (plan IR, generators, test support), for tools and tests.
 pub use oxccl_core as core;

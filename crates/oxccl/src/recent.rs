@@ -106,7 +106,7 @@ mod tests {
                 algo: Algo::Ring,
                 proto: Proto::Simple,
                 channels: 1,
-                direct: false,
+                transport: crate::select::Transport::Fifo,
                 predicted_us: None,
                 forced: false,
             },

@@ -139,7 +139,7 @@ fn registered_all_reduce_is_exact_on_the_fifo_and_the_direct_plan() {
     for in_place in [false, true] {
         let c = all_reduce(&comms, 2, in_place);
         assert_eq!(
-            (c.algo, c.proto, c.direct),
+            (c.algo, c.proto, c.is_direct()),
             (Algo::OneShot, Proto::LL, false),
             "{c}"
         );
@@ -154,7 +154,7 @@ fn registered_all_reduce_is_exact_on_the_fifo_and_the_direct_plan() {
     for in_place in [false, true] {
         let c = all_reduce(&comms, 1 << 18, in_place);
         assert_eq!(
-            (c.algo, c.proto, c.direct),
+            (c.algo, c.proto, c.is_direct()),
             (Algo::TwoShot, Proto::Simple, true),
             "{c}"
         );
@@ -171,7 +171,7 @@ fn registered_all_reduce_is_exact_on_the_fifo_and_the_direct_plan() {
     let comms = communicators(config);
     let c = all_reduce(&comms, 2, false);
     assert_eq!(
-        (c.algo, c.proto, c.direct),
+        (c.algo, c.proto, c.is_direct()),
         (Algo::OneShot, Proto::Simple, true),
         "{c}"
     );

@@ -1,0 +1,461 @@
+//! The selection policy: how the cost model is set up for a backend and a
+//! placement, and which plans a call may take. The facade adds only the
+//! configuration's filters (`NCCL_ALGO`, `NCCL_PROTO`, channels) and a memo.
+//!
+//! Two selectors per communicator set: one times the plans of calls on
+//! registered buffers (the direct plans of one-shot, two-shot and
+//! all-pairs, with the FIFO algorithms), the other FIFO plans (every plan
+//! on plain buffers, and the FIFO variants of the direct algorithms that a
+//! call on registered buffers may take under LL).
+//!
+//! - **Host** (ranks are threads of one CPU process): a topology with no
+//!   GPU, which [`Selector`] treats as one device shared by every rank;
+//!   constants in memory passes ([`host_constants`]). Its predictions rank
+//!   the candidates rather than forecast host wall time.
+//! - **GPU**: channels are thread blocks, so a channel carries at most its
+//!   share of the rank's bandwidth ([`gpu_constants`]). Ranks sharing one
+//!   GPU take the built-in shared-GPU calibration, fitted against the
+//!   model of the machine it was measured on and carried to this GPU's own
+//!   model, whose memory bandwidth comes from the device's attributes (see
+//!   [`crate::calibrate::builtin_for`]).
+//!
+//! Every rank of a set decides from the same inputs, so all ranks pick
+//! alike and run parts of one plan.
+
+use oxccl_core::{Algo, CollKind, Proto};
+
+use crate::calibrate::{builtin_for, carry, fit, fit_fifo, SHARED_GPU_MACHINE};
+use crate::consts::{copy_bw_for_sm, is_direct, Constants};
+use crate::graph::Topology;
+use crate::select::{Choice, Selector, Transport};
+
+/// Bandwidth of one memory pass (reading or writing each byte once) the
+/// host model assumes, GB/s: twice a single-thread memcpy, which measured 8
+/// to 20 GB/s on the 2-core development VM (docs/PERFORMANCE.md). It turns
+/// the model's nominal device bandwidth into host terms, so predictions are
+/// of the right order; `calibrate` can fit better ones from a sweep.
+const HOST_PASS_GBPS: f64 = 20.0;
+
+/// The model's constants for the host backend of `nranks` ranks, where
+/// every rank shares one memory system and time goes in memory passes.
+///
+/// - One thread runs all of a rank's channels, so channels add no
+///   bandwidth (the fewest within 1% win).
+/// - A FIFO message costs about three passes per byte (read the source,
+///   write the slot, read the slot while writing the destination).
+/// - Registered one-shot (each rank reads all n inputs and writes its
+///   output: n + 1 passes per byte) and two-shot (reduce its 1/n block from
+///   n inputs, then read the other n − 1 blocks from peers: (3n − 1)/n)
+///   read peers' buffers in place. Their multipliers turn the model's data
+///   factor (n − 1 and 2(n − 1)/n) into those pass counts. Registered
+///   all-pairs pulls its blocks from peers: two passes per byte moved.
+///
+/// Without registered buffers every algorithm goes through FIFOs.
+pub fn host_constants(nranks: u32, registered: bool) -> Constants {
+    let pass = HOST_PASS_GBPS / copy_bw_for_sm(0);
+    let n = f64::from(nranks.max(2));
+    let fitted = Algo::ALL
+        .iter()
+        .flat_map(|&a| Proto::ALL.map(|p| (a, p)))
+        .map(|(a, p)| {
+            let mult = match a {
+                Algo::OneShot if registered => (n - 1.0) / (n + 1.0),
+                Algo::TwoShot if registered => 2.0 * (n - 1.0) / (3.0 * n - 1.0),
+                // Pulls from peers: a read there and a write here per byte.
+                Algo::AllPairs if registered => 1.0 / 2.0,
+                _ => 1.0 / 3.0,
+            };
+            (a, p, 0.0, pass * mult)
+        })
+        .collect();
+    Constants {
+        chan_cap: [1e9; 3],
+        direct_bw: 1.0,
+        direct_fifo_free: registered,
+        fitted,
+        ..Constants::default()
+    }
+}
+
+/// The model's constants for a GPU backend whose channels are thread
+/// blocks: a rank's bus bandwidth (`shape.intra_bw`, its share of the GPU)
+/// needs `max_channels` blocks (its share of the SMs), so one channel
+/// carries at most `intra_bw / max_channels`. The defaults' per-channel
+/// caps are NVLink figures (24 GB/s, Simple); with several ranks on one
+/// GPU a block's share is smaller, and the model must ask for more blocks
+/// to reach the HBM floor (on the H200, 16 channels per rank for 8 ranks
+/// ran 2.4× faster than 4). Caps only go down, protocols keep their ratio.
+pub fn gpu_constants(selector: &Selector, max_channels: u32) -> Constants {
+    let base = selector.constants().clone();
+    let per_block = selector.shape().intra_bw / f64::from(max_channels.max(1));
+    let simple = base.channel_cap(Proto::Simple);
+    let scale = (per_block / simple).min(1.0);
+    Constants {
+        chan_cap: base.chan_cap.map(|c| c * scale),
+        ..base
+    }
+}
+
+/// The uncalibrated (registered, FIFO) selectors of a GPU backend.
+fn plain_gpu_selectors(selector: Selector, max_channels: u32) -> (Selector, Selector) {
+    let fifo = gpu_constants(&selector, max_channels);
+    let registered = Constants {
+        direct_fifo_free: true,
+        ..fifo.clone()
+    };
+    let reg = selector.clone().with_constants(registered);
+    (reg, selector.with_constants(fifo))
+}
+
+/// The (registered, FIFO) selectors of a GPU backend. Where a built-in
+/// calibration fits the placement (ranks sharing one GPU, of any model),
+/// each is fitted to the points that time its plans ([`fit`] the
+/// registered direct ones, [`fit_fifo`] the FIFO variants; ring and trees
+/// count in both) against the model of the machine the sweep ran on, then
+/// carried over to this GPU's model ([`carry`]). On one GPU the HBM copy
+/// rate is the floor, and what counts is how many bytes an algorithm
+/// moves: registered two-shot AllReduce moves about 2·S per rank and ran
+/// 1115 µs at 256 MiB on 8 ranks of an H200, the FIFO ring about 5.5·S and
+/// 3101 µs, which the uncalibrated NVLink-era constants got the wrong way
+/// round.
+pub fn gpu_selectors(topo: &Topology, gpus: &[usize], max_channels: u32) -> (Selector, Selector) {
+    let selector = Selector::new(topo, gpus).with_max_channels(max_channels);
+    let (reg, fifo) = plain_gpu_selectors(selector, max_channels);
+    let Some(sweep) = builtin_for(topo, gpus) else {
+        return (reg, fifo);
+    };
+    let reference = Topology::preset(SHARED_GPU_MACHINE, 1).unwrap_or_else(|_| topo.clone());
+    let on_reference =
+        Selector::new(&reference, &vec![0; gpus.len()]).with_max_channels(max_channels);
+    let (reg_ref, fifo_ref) = plain_gpu_selectors(on_reference, max_channels);
+    let registered = carry(&fit(&reg_ref, &sweep), reg.constants());
+    let fifo_fitted = carry(&fit_fifo(&fifo_ref, &sweep), fifo.constants());
+    (
+        reg.with_constants(registered),
+        fifo.with_constants(fifo_fitted),
+    )
+}
+
+/// The (algorithm, protocol) pairs the selector of a call's buffers
+/// compares. On registered buffers one-shot, two-shot and all-pairs run
+/// their direct plans here, which read and write peers' buffers with no
+/// FIFO connection; a protocol only shapes FIFO traffic (the CUDA
+/// executor's LL flag changes nothing else), so those plans run alike
+/// under any protocol and are timed and reported under Simple only.
+/// Timing them under LL would credit them a FIFO protocol's latency they
+/// do not get; their FIFO variants under LL are candidates of their own
+/// ([`fifo_variants`]), timed as FIFO plans. Where the configuration
+/// allows no Simple, the direct plans keep the allowed protocols (the
+/// override is honoured, and changes nothing in how they run). FIFO
+/// algorithms keep every allowed protocol.
+pub fn candidates(algos: &[Algo], protos: &[Proto], registered: bool) -> Vec<(Algo, Proto)> {
+    let simple_only = registered && protos.contains(&Proto::Simple);
+    algos
+        .iter()
+        .flat_map(|&a| {
+            let ps: &[Proto] = if simple_only && is_direct(a) {
+                &[Proto::Simple]
+            } else {
+                protos
+            };
+            ps.iter().map(move |&p| (a, p))
+        })
+        .collect()
+}
+
+/// The FIFO variants a call on registered buffers may take besides the
+/// direct plans: one-shot, two-shot and all-pairs under each allowed
+/// protocol other than Simple (under Simple the direct plan is kept: on
+/// the H200 it ran faster than the FIFO variant). Tiny calls are where
+/// they pay: 8 B AllReduce on 8 ranks sharing one H200 ran 14.02 µs per
+/// eager call as the FIFO one-shot under LL against 17.02 µs as the
+/// registered direct one-shot and 17.71 µs as the FIFO one-shot under
+/// Simple (6.60, 7.47 and 8.63 µs in a CUDA graph). The calibrated model
+/// decides; `NCCL_PROTO=simple` leaves none.
+pub fn fifo_variants(algos: &[Algo], protos: &[Proto]) -> Vec<(Algo, Proto)> {
+    algos
+        .iter()
+        .filter(|&&a| is_direct(a))
+        .flat_map(|&a| {
+            protos
+                .iter()
+                .filter(|&&p| p != Proto::Simple)
+                .map(move |&p| (a, p))
+        })
+        .collect()
+}
+
+/// The policy of one communicator set: its two selectors.
+#[derive(Clone, Debug)]
+pub struct Policy {
+    registered: Selector,
+    fifo: Selector,
+    nranks: u32,
+}
+
+impl Policy {
+    /// The host backend's policy for `nranks` threads of one process.
+    pub fn host(nranks: u32, max_channels: u32) -> Policy {
+        let topo = Topology::empty();
+        let selector =
+            Selector::new(&topo, &vec![0; nranks as usize]).with_max_channels(max_channels);
+        Policy {
+            registered: selector
+                .clone()
+                .with_constants(host_constants(nranks, true)),
+            fifo: selector.with_constants(host_constants(nranks, false)),
+            nranks,
+        }
+    }
+
+    /// A GPU backend's policy: rank `r` on GPU `gpus[r]` of `topo`.
+    pub fn gpu(topo: &Topology, gpus: &[usize], max_channels: u32) -> Policy {
+        let (registered, fifo) = gpu_selectors(topo, gpus, max_channels);
+        Policy {
+            registered,
+            fifo,
+            nranks: gpus.len().max(1) as u32,
+        }
+    }
+
+    /// A policy from two selectors made elsewhere (tests, calibration).
+    pub fn from_selectors(registered: Selector, fifo: Selector, nranks: u32) -> Policy {
+        Policy {
+            registered,
+            fifo,
+            nranks,
+        }
+    }
+
+    /// One rank order per channel, as the topology search found them.
+    pub fn rings(&self) -> Vec<Vec<u32>> {
+        self.registered.rings()
+    }
+
+    /// The selector that times a plan of `transport` for a call on
+    /// `registered` buffers or not: the registered one, except for FIFO
+    /// plans of direct algorithms and calls on plain buffers.
+    pub fn selector(&self, registered: bool, algo: Algo, transport: Transport) -> &Selector {
+        let fifo_variant = is_direct(algo) && transport == Transport::Fifo;
+        if registered && !fifo_variant {
+            &self.registered
+        } else {
+            &self.fifo
+        }
+    }
+
+    /// Replaces a selector (tests: constants a calibration would give).
+    pub fn with_registered(mut self, s: Selector) -> Policy {
+        self.registered = s;
+        self
+    }
+
+    /// The model's best plan for the call among `algos` × `protos`, with
+    /// its transport: on registered buffers the registered selector's best
+    /// (direct plans, FIFO algorithms) meets the FIFO selector's best FIFO
+    /// variant of a direct algorithm under a FIFO protocol
+    /// ([`fifo_variants`]), a tie keeping the direct plan; else, where the
+    /// model times no candidate, the FIFO ring's fallback
+    /// ([`Selector::choose`]).
+    pub fn best(
+        &self,
+        kind: CollKind,
+        bytes: usize,
+        registered: bool,
+        algos: &[Algo],
+        protos: &[Proto],
+    ) -> Choice {
+        let n = self.nranks;
+        let own = self
+            .selector(registered, Algo::Ring, Transport::Direct)
+            .choose_among(kind, bytes, n, &candidates(algos, protos, registered))
+            .map(|c| Choice {
+                transport: if registered && is_direct(c.algo) {
+                    Transport::Direct
+                } else {
+                    Transport::Fifo
+                },
+                ..c
+            });
+        let fifo = if registered {
+            self.fifo
+                .choose_among(kind, bytes, n, &fifo_variants(algos, protos))
+        } else {
+            None
+        };
+        match (own, fifo) {
+            (Some(a), Some(b)) if b.us() < a.us() => b,
+            (Some(a), _) => a,
+            (None, Some(b)) => b,
+            (None, None) => self
+                .selector(registered, Algo::Ring, Transport::Fifo)
+                .choose(kind, bytes, n, algos, protos),
+        }
+    }
+
+    /// The model's time for a plan, µs (`None` where it times none).
+    #[allow(clippy::too_many_arguments)] // reason: one call's whole description
+    pub fn predict(
+        &self,
+        kind: CollKind,
+        algo: Algo,
+        proto: Proto,
+        channels: u32,
+        bytes: usize,
+        registered: bool,
+        transport: Transport,
+    ) -> Option<f64> {
+        self.selector(registered, algo, transport).predict(
+            kind,
+            algo,
+            proto,
+            channels,
+            bytes,
+            self.nranks,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gpu_channels_reach_the_backend_limit_for_large_messages() {
+        // 8 ranks on one GPU, 16 blocks each (132 SMs / 8): the default
+        // NVLink caps are met with fewer channels on a GPU whose share per
+        // rank is small; the SM-share caps ask for every block.
+        for topo in [
+            Topology::preset("single-gpu", 1).unwrap(),
+            Topology::empty(),
+        ] {
+            for max in [16, 32] {
+                let sel = Selector::new(&topo, &[0; 8]).with_max_channels(max);
+                let gpu = sel.clone().with_constants(gpu_constants(&sel, max));
+                for kind in [
+                    CollKind::AllReduce,
+                    CollKind::Broadcast,
+                    CollKind::AllGather,
+                ] {
+                    let c = gpu.choose(kind, 256 << 20, 8, &Algo::ALL, &[Proto::Simple]);
+                    assert_eq!(c.channels, max, "{kind} {c}");
+                    let small = gpu.choose(kind, 8, 8, &Algo::ALL, &[Proto::Simple]);
+                    assert_eq!(small.channels, 1, "{kind} {small}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn candidates_time_registered_direct_plans_under_simple_only() {
+        let both = [Proto::Simple, Proto::LL];
+        let algos = [Algo::Ring, Algo::OneShot];
+        assert_eq!(
+            candidates(&algos, &both, true),
+            vec![
+                (Algo::Ring, Proto::Simple),
+                (Algo::Ring, Proto::LL),
+                (Algo::OneShot, Proto::Simple)
+            ]
+        );
+        assert_eq!(candidates(&algos, &both, false).len(), 4);
+        // NCCL_PROTO=LL on registered buffers: honoured, nothing dropped.
+        assert_eq!(
+            candidates(&[Algo::OneShot], &[Proto::LL], true),
+            vec![(Algo::OneShot, Proto::LL)]
+        );
+        // FIFO variants on registered buffers: direct algorithms under a
+        // FIFO protocol only.
+        let algos = [Algo::Ring, Algo::OneShot, Algo::AllPairs];
+        assert_eq!(
+            fifo_variants(&algos, &both),
+            vec![(Algo::OneShot, Proto::LL), (Algo::AllPairs, Proto::LL)]
+        );
+        assert!(fifo_variants(&algos, &[Proto::Simple]).is_empty());
+        assert!(fifo_variants(&[Algo::Ring], &both).is_empty());
+    }
+
+    #[test]
+    fn other_placements_keep_the_uncalibrated_model() {
+        // Eight H100s, one rank each: no built-in calibration applies.
+        let topo = Topology::preset("hgx-h100", 1).unwrap();
+        let gpus: Vec<usize> = (0..8).collect();
+        let sel = Selector::new(&topo, &gpus).with_max_channels(16);
+        let (reg, fifo) = gpu_selectors(&topo, &gpus, 16);
+        assert!(reg.constants().fitted.is_empty());
+        assert_eq!(fifo.constants(), &gpu_constants(&sel, 16));
+        // Registered calls differ only in timing direct plans FIFO-free.
+        let want = Constants {
+            direct_fifo_free: true,
+            ..gpu_constants(&sel, 16)
+        };
+        assert_eq!(reg.constants(), &want);
+    }
+
+    #[test]
+    fn host_registered_calls_keep_direct_plans() {
+        // The host backend runs Simple only: no FIFO protocol, so no FIFO
+        // variant competes on registered buffers.
+        let p = Policy::host(4, 32);
+        for bytes in [8, 4 << 10, 1 << 20, 256 << 20] {
+            let c = p.best(
+                CollKind::AllReduce,
+                bytes,
+                true,
+                &Algo::ALL,
+                &[Proto::Simple],
+            );
+            assert_eq!(c.proto, Proto::Simple, "{bytes} B: {c}");
+            assert_eq!(c.is_direct(), is_direct(c.algo), "{bytes} B: {c}");
+            let f = p.best(
+                CollKind::AllReduce,
+                bytes,
+                false,
+                &Algo::ALL,
+                &[Proto::Simple],
+            );
+            assert!(!f.is_direct(), "{bytes} B: {f}");
+        }
+    }
+
+    #[test]
+    fn choice_line_carries_prediction_and_override() {
+        let mut c = Choice {
+            algo: Algo::Ring,
+            proto: Proto::Simple,
+            channels: 2,
+            transport: Transport::Fifo,
+            predicted_us: Some(12.345),
+            forced: false,
+        };
+        assert_eq!(
+            c.to_string(),
+            "algo ring proto simple channels 2 predicted 12.3 us"
+        );
+        c.forced = true;
+        c.predicted_us = None;
+        assert_eq!(
+            c.to_string(),
+            "algo ring proto simple channels 2 predicted n/a (override)"
+        );
+        // A direct algorithm's FIFO variant is marked; its direct plan not.
+        let mut c = Choice {
+            algo: Algo::OneShot,
+            proto: Proto::LL,
+            channels: 1,
+            transport: Transport::Fifo,
+            predicted_us: Some(14.02),
+            forced: false,
+        };
+        assert_eq!(
+            c.to_string(),
+            "algo oneshot proto ll (fifo) channels 1 predicted 14.0 us"
+        );
+        c.transport = Transport::Direct;
+        c.proto = Proto::Simple;
+        assert_eq!(
+            c.to_string(),
+            "algo oneshot proto simple channels 1 predicted 14.0 us"
+        );
+    }
+}
