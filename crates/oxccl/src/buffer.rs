@@ -1,10 +1,12 @@
 //! Buffers: memory a communicator's backend owns, and the argument types
 //! collectives accept.
 //!
-//! A [`Buffer<T>`] is opaque memory of one rank (host memory on the host
-//! backend, `cuMemAlloc` device memory on CUDA), reached only through
-//! copies ([`Buffer::copy_from_slice`], [`Buffer::to_vec`]). Because Rust
-//! code never holds a reference into it, two views of one buffer may be
+//! A [`Buffer<T>`] is memory of one rank (host memory on the host
+//! backend, `cuMemAlloc` device memory on CUDA), reached through copies
+//! ([`Buffer::copy_from_slice`], [`Buffer::to_vec`]) and, on the host
+//! backend, zero-copy views borrowed mutably ([`Buffer::as_slice`],
+//! [`Buffer::as_mut_slice`]). Because no shared reference into it outlives
+//! a borrow of the buffer, two views of one buffer may be
 //! passed to one call: that is how in-place calls are written
 //! (`comm.all_reduce(&buf, &buf, op)`), and overlapping views that are not
 //! the in-place layout are detected and refused. A buffer is `Send` but not
@@ -98,6 +100,66 @@ impl<T: Element> Buffer<T> {
     pub fn to_vec(&self) -> Result<Vec<T>> {
         self.full().to_vec()
     }
+
+    /// The buffer as a slice, without a copy, on backends whose memory the
+    /// host addresses (the host backend); on CUDA an error (use
+    /// [`Buffer::to_vec`]). Borrowing the buffer mutably keeps every call
+    /// that could write it away while the view lives, and host calls are
+    /// complete when they return, so the view never sees a write:
+    ///
+    /// ```
+    /// # let comms = oxccl::init_all_with(1, oxccl::Config::builder()
+    /// #     .backend(oxccl::BackendKind::Host).build().unwrap()).unwrap();
+    /// # let c = &comms[0];
+    /// let mut b = c.alloc::<f32>(4).unwrap();
+    /// b.as_mut_slice().unwrap().fill(2.0);
+    /// c.all_reduce_in_place(&b, oxccl::RedOp::Sum).unwrap();
+    /// assert_eq!(b.as_slice().unwrap(), &[2.0; 4]);
+    /// ```
+    ///
+    /// and a call while a view lives does not compile:
+    ///
+    /// ```compile_fail
+    /// # let comms = oxccl::init_all(1).unwrap();
+    /// # let c = &comms[0];
+    /// let mut b = c.alloc::<f32>(4).unwrap();
+    /// let view = b.as_slice().unwrap();
+    /// c.all_reduce_in_place(&b, oxccl::RedOp::Sum).unwrap();
+    /// println!("{}", view[0]);
+    /// ```
+    pub fn as_slice(&mut self) -> Result<&[T]> {
+        let p = self.host_ptr()?;
+        // SAFETY: `host_ptr` vouches that `raw` is host memory of this
+        // process holding `len` initialised, aligned elements (zeroed at
+        // allocation; any bit pattern is a valid `Element`); `&mut self`
+        // excludes every other view and call on this buffer meanwhile.
+        Ok(unsafe { std::slice::from_raw_parts(p, self.len) })
+    }
+
+    /// The buffer as a mutable slice, without a copy (as [`Buffer::as_slice`]).
+    pub fn as_mut_slice(&mut self) -> Result<&mut [T]> {
+        let p = self.host_ptr()?;
+        // SAFETY: as in `as_slice`; the `&mut self` borrow makes this the
+        // only access to the memory while the slice lives.
+        Ok(unsafe { std::slice::from_raw_parts_mut(p, self.len) })
+    }
+
+    /// The start of the memory, where the host may address it.
+    fn host_ptr(&self) -> Result<*mut T> {
+        if !self.backend.host_addressable() {
+            return Err(Error::ForeignBuffer {
+                what: "Buffer::as_slice",
+                detail: format!(
+                    "this buffer is {} memory, which the host cannot address; copy it with to_vec()/copy_from_slice()",
+                    self.backend.kind()
+                ),
+            });
+        }
+        if self.len == 0 {
+            return Ok(std::ptr::NonNull::dangling().as_ptr());
+        }
+        Ok(self.raw.addr as usize as *mut T)
+    }
 }
 
 impl<T: Element> Drop for Buffer<T> {
@@ -180,9 +242,9 @@ impl<'a, T: Element> Slice<'a, T> {
     /// Overwrites the view's start with `src`.
     pub fn copy_from_slice(&self, src: &[T]) -> Result<()> {
         if src.len() > self.len {
-            return Err(Error::LengthMismatch {
+            return Err(Error::TooLong {
                 what: "source slice",
-                expected: self.len,
+                max: self.len,
                 got: src.len(),
             });
         }

@@ -26,6 +26,15 @@ pub enum Error {
         expected: usize,
         got: usize,
     },
+    /// A source longer than the memory it is copied into (shorter is fine).
+    #[error(
+        "{what} has {got} elements but the destination holds at most {max}; pass at most {max}"
+    )]
+    TooLong {
+        what: &'static str,
+        max: usize,
+        got: usize,
+    },
     /// A buffer whose length must be a multiple of the rank count.
     #[error(
         "{what} has {len} elements, which is not a multiple of the {nranks} ranks; pass a multiple"
@@ -116,6 +125,7 @@ impl Error {
         use nccl_code::*;
         match self {
             Error::LengthMismatch { .. }
+            | Error::TooLong { .. }
             | Error::NotMultiple { .. }
             | Error::RootOutOfRange { .. }
             | Error::PeerOutOfRange { .. }

@@ -78,6 +78,11 @@ impl Backend for HostBackend {
         true
     }
 
+    fn host_addressable(&self) -> bool {
+        // `alloc` is `alloc_zeroed` in this process.
+        true
+    }
+
     fn chunk_bytes(&self) -> usize {
         self.fabric.config().slot_bytes
     }

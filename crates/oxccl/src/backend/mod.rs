@@ -189,6 +189,13 @@ pub trait Backend: Send + Sync + Debug {
     /// (remote get/put) steps may be used on it.
     fn registered_alloc(&self) -> bool;
 
+    /// Whether memory from [`Backend::alloc`] is host memory of this
+    /// process that Rust code may read and write directly (zero-copy
+    /// views of a `Buffer`). Only a backend that knows it says yes.
+    fn host_addressable(&self) -> bool {
+        false
+    }
+
     /// Largest FIFO message in bytes: generators pipeline in pieces of at
     /// most `chunk_bytes / elem_size` elements.
     fn chunk_bytes(&self) -> usize;
