@@ -88,6 +88,11 @@ pub(crate) fn run(
                     format!("{} {}{fifo} {}ch", c.algo, c.proto, c.channels)
                 });
                 let us = m.time.as_secs_f64() * 1e6;
+                // As it goes, so a run cut short still leaves its points.
+                eprintln!(
+                    "# {} {kind} {size} B: {us:.2} us ({choice})",
+                    algo.map_or("pick".into(), |x| format!("forced {x}"))
+                );
                 got.insert((ki, size, *algo), Timed { us, choice });
             }
         }
