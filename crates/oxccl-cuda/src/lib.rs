@@ -15,6 +15,7 @@
 //! other). [`topo_probe`] gives the driver's view of the topology. The
 //! NCCL baseline and the latency experiments live in `oxccl-bench`.
 //! See docs/ARCHITECTURE.md, section oxccl-cuda.
+#![doc = include_str!("BACKEND.md")]
 
 pub mod device;
 pub mod driver;

@@ -8,6 +8,7 @@
 //! Simple protocol is built (the facade offers nothing else here). See
 //! `docs/ARCHITECTURE.md` (section `oxccl-host`) for the FIFO layout, the
 //! waiting policy and the invariants.
+#![doc = include_str!("BACKEND.md")]
 
 mod compile;
 mod config;

@@ -31,6 +31,7 @@
 //!   H200, `calib/h200-1gpu-8ranks.json`).
 //! - [`search`]: ring search and the double binary tree.
 #![forbid(unsafe_code)]
+#![doc = include_str!("MODEL.md")]
 
 pub mod calibrate;
 pub mod consts;

@@ -122,6 +122,7 @@
 //! configuration restricted it and, on the host backend, `(host-model
 //! estimate, not GPU time)`. `TRACE` adds each call's agreement between
 //! ranks.
+#![doc = include_str!("FACADE.md")]
 
 mod alltoallv;
 pub mod backend;

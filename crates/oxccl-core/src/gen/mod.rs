@@ -4,6 +4,7 @@
 //! [`generate`] dispatches on the requested [`Algo`] and says clearly when
 //! an algorithm does not serve a collective. [`supports`] is the table the
 //! selector and `docs/ARCHITECTURE.md` use.
+#![doc = include_str!("ALGORITHMS.md")]
 
 mod allpairs;
 mod direct;
