@@ -82,7 +82,7 @@ fn check(fabs: &mut Fabrics, req: &PlanRequest, dt: DataType, op: RedOp, seed: u
 #[test]
 fn every_dtype_op_and_placement() {
     let mut fabs = Fabrics::new(64);
-    let (mut ran, mut remote) = (0, 0);
+    let (mut ran, mut remote, mut unsupported) = (0, 0, 0);
     for (algo, kind) in supported() {
         for dt in DataType::ALL {
             for op in OPS
@@ -98,22 +98,43 @@ fn every_dtype_op_and_placement() {
                         ran += 1;
                         let plan = oxccl_core::generate(&req).expect("generated above");
                         remote += usize::from(plan.ranks.iter().any(|r| r.needs_registration()));
+                    } else {
+                        unsupported += 1;
                     }
                 }
             }
         }
     }
     println!(
-        "ran {ran} (algo, collective, dtype, op, placement) cases, {remote} with remote steps"
+        "ran {ran} (algo, collective, dtype, op, placement) cases, {remote} with remote steps, \
+         {unsupported} unsupported"
     );
-    assert!(ran > 0, "at least the ring AllReduce must run");
+    assert_eq!(
+        (ran, remote, unsupported),
+        EVERY_DTYPE_OP_AND_PLACEMENT,
+        "(ran, with remote steps, unsupported)"
+    );
 }
+
+/// Cases `every_dtype_op_and_placement` runs: (ran, of which with remote
+/// steps, unsupported requests). Every supported (algorithm, collective)
+/// × 12 types × its ops × 4 placements runs and none is refused; a
+/// generator or op added or dropped moves these and must update them.
+const EVERY_DTYPE_OP_AND_PLACEMENT: (usize, usize, usize) = (4608, 792, 0);
+
+/// Cases `shapes` runs: (ran, unsupported); pinned as above.
+const SHAPES: (usize, usize) = (3600, 0);
 
 /// Rank counts (including 1 and non-powers of two), counts from empty to
 /// several rounds, channel counts and roots.
 #[test]
 fn shapes() {
     let mut fabs = Fabrics::new(256);
+    let (mut ran, mut unsupported) = (0, 0);
+    let mut tally = |c: Checked| match c {
+        Checked::Ran => ran += 1,
+        Checked::Unsupported => unsupported += 1,
+    };
     for (algo, kind) in supported() {
         for n in [1u32, 2, 4, 5, 8] {
             for count in [0usize, 1, 7, 100, 1001] {
@@ -123,15 +144,23 @@ fn shapes() {
                         let req = request(
                             algo, kind, n, count, root, channels, 16, in_place, registered,
                         );
-                        check(&mut fabs, &req, DataType::F32, RedOp::Sum, count as u64);
+                        tally(check(
+                            &mut fabs,
+                            &req,
+                            DataType::F32,
+                            RedOp::Sum,
+                            count as u64,
+                        ));
                         if kind.is_reduction() {
-                            check(&mut fabs, &req, DataType::I8, RedOp::Max, 3);
+                            tally(check(&mut fabs, &req, DataType::I8, RedOp::Max, 3));
                         }
                     }
                 }
             }
         }
     }
+    println!("shapes: ran {ran}, {unsupported} unsupported");
+    assert_eq!((ran, unsupported), SHAPES, "(ran, unsupported)");
 }
 
 fn arb_case() -> impl Strategy<Value = (PlanRequest, DataType, RedOp, u64)> {
