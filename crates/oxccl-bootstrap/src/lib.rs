@@ -39,5 +39,13 @@ pub use fdpass::{FdMailbox, MAX_FDS};
 pub use id::{IdInfo, UniqueId, COMM_ID_MAGIC};
 pub use ring::{Bootstrap, MAX_RECORD};
 
+/// The longest wait the bootstrap takes: a caller's "no deadline"
+/// (`Duration::MAX`) becomes a year, which instants can represent.
+pub const MAX_LIMIT: std::time::Duration = std::time::Duration::from_secs(365 * 86_400);
+
+pub(crate) fn clamp(limit: std::time::Duration) -> std::time::Duration {
+    limit.min(MAX_LIMIT)
+}
+
 /// Rank numbers, as in the plan IR.
 pub type Rank = oxccl_core::plan::Rank;

@@ -60,6 +60,7 @@ impl Bootstrap {
                 "rank {rank} is out of range for {nranks} ranks"
             )));
         }
+        let limit = crate::clamp(limit);
         let deadline = Instant::now() + limit;
         let mut desc = RankDesc {
             rank,

@@ -32,6 +32,7 @@ pub(crate) fn spawn(
     magic: u64,
     limit: Duration,
 ) -> JoinHandle<Result<(), BootstrapError>> {
+    let limit = crate::clamp(limit);
     std::thread::Builder::new()
         .name("oxccl-bootstrap-root".into())
         .spawn(move || {

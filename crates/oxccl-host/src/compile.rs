@@ -81,9 +81,40 @@ pub(crate) struct Program {
     pub bufs: Vec<(usize, usize)>,
 }
 
-/// Scratch memory reused between calls: 8-byte words, so every element
-/// type is aligned.
-pub(crate) type Scratch = Vec<u64>;
+/// A rank's scratch memory, reused between calls: 8-byte words of this
+/// process's heap (ranks as threads), or a block of the rank's shared heap
+/// (ranks as processes: peers' remote steps may address it).
+#[derive(Debug, Default)]
+pub(crate) struct Scratch {
+    heap: Vec<u64>,
+    shared: Option<(usize, usize)>,
+}
+
+impl Scratch {
+    pub(crate) fn new() -> Scratch {
+        Scratch::default()
+    }
+
+    /// The address of at least `bytes` bytes of scratch, 64-byte aligned.
+    fn base(&mut self, fab: &HostFabric, bytes: usize) -> Result<usize, HostError> {
+        if fab.process_rank().is_none() {
+            let words = bytes.div_ceil(8);
+            if self.heap.len() < words {
+                self.heap.resize(words, 0);
+            }
+            return Ok(self.heap.as_mut_ptr() as usize);
+        }
+        match self.shared {
+            Some((addr, have)) if have >= bytes => return Ok(addr),
+            Some((addr, _)) => fab.free_shared(addr as *mut u8),
+            None => {}
+        }
+        self.shared = None;
+        let addr = fab.alloc_shared(bytes.max(64))? as usize;
+        self.shared = Some((addr, bytes.max(64)));
+        Ok(addr)
+    }
+}
 
 /// Builds the program for `plan` over `bufs` with elements of `elem`
 /// bytes, carving scratch buffers out of `scratch`.
@@ -125,11 +156,14 @@ pub(crate) fn compile(
             .ok_or_else(|| HostError::InvalidPlan(format!("rank {me}: scratch size overflows")))?;
         total = total.saturating_add(bytes.next_multiple_of(64));
     }
-    let words = total.div_ceil(8);
-    if scratch.len() < words {
-        scratch.resize(words, 0);
+    if plan.channels.len() > fab.max_channels() {
+        return bad(format!(
+            "{} channels, this fabric runs at most {}",
+            plan.channels.len(),
+            fab.max_channels()
+        ));
     }
-    let scratch_base = scratch.as_mut_ptr() as usize;
+    let scratch_base = scratch.base(fab, total)?;
     let mut user = bufs.iter();
     let mut scratch_regions = scratch_offs.into_iter();
     let mut addrs = Vec::with_capacity(plan.bufs.len());

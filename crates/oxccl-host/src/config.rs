@@ -20,6 +20,10 @@ pub struct HostConfig {
     /// Idle rounds spent spinning (crossbeam `Backoff::snooze`, which spins
     /// then yields) before a rank parks until a peer wakes it.
     pub spin: u32,
+    /// Ranks in several processes: bytes of each rank's shared heap
+    /// (registered buffers and scratch). Reserved, not committed: pages
+    /// cost memory only once touched. Default 16 GiB.
+    pub shm_heap_bytes: usize,
 }
 
 impl Default for HostConfig {
@@ -29,17 +33,20 @@ impl Default for HostConfig {
             slots: 8,
             slot_bytes: 512 << 10,
             spin: 64,
+            shm_heap_bytes: 16 << 30,
         }
     }
 }
 
 impl HostConfig {
     /// `self` with every field forced into its legal range: at least
-    /// `MIN_FIFO_DEPTH` slots and at least 8 bytes per slot (one element of
+    /// `MIN_FIFO_DEPTH` slots (and at most `shm::MAX_SLOTS`) and at least 8 bytes per slot (one element of
     /// the widest type), so a config can never make a fabric that deadlocks
     /// a checked plan.
     pub(crate) fn sanitized(mut self) -> Self {
-        self.slots = self.slots.max(oxccl_core::interp::MIN_FIFO_DEPTH);
+        self.slots = self
+            .slots
+            .clamp(oxccl_core::interp::MIN_FIFO_DEPTH, crate::shm::MAX_SLOTS);
         self.slot_bytes = self.slot_bytes.max(8);
         self
     }

@@ -36,6 +36,16 @@ pub enum HostError {
     /// The plan or the buffers do not fit this fabric; nothing was run.
     #[error("invalid plan: {0}")]
     InvalidPlan(String),
+    /// A peer's process exited or was killed (ranks in several processes):
+    /// the fabric is failed from then on.
+    #[error("rank {rank}: peer rank {peer} (pid {pid}) exited or was killed; the communicator is unusable: rebuild it")]
+    PeerLost { rank: Rank, peer: Rank, pid: u32 },
+    /// Setting up or using shared memory between processes failed.
+    #[error("shared memory: {0}")]
+    Shm(String),
+    /// The bootstrap failed while the fabric was being set up.
+    #[error(transparent)]
+    Bootstrap(#[from] oxccl_bootstrap::BootstrapError),
     /// Ranks disagree at run time (a message of the wrong length, a remote
     /// access to a peer that is in another call): the calls or plans of the
     /// ranks do not match. The fabric is failed from then on.

@@ -87,6 +87,7 @@ pub(crate) fn run<T: Element>(
     let mut idle = 0u32;
     let mut warned = false;
     loop {
+        let seen = fab.arm();
         if fab.is_broken() {
             return Err(fab.stop_error(me).expect("broken fabric has a reason"));
         }
@@ -130,6 +131,13 @@ pub(crate) fn run<T: Element>(
         let elapsed = t0.elapsed();
         // Read every idle round: `set_deadline` may change it mid-call.
         let deadline = fab.deadline();
+        // Ranks as processes: a blocked channel's peer that has exited
+        // will never answer.
+        for (_, blk) in since.iter().flatten() {
+            if let Some(err) = fab.dead_peer_error(me, blk.peer) {
+                return Err(err);
+            }
+        }
         if elapsed >= deadline {
             let err = HostError::Deadline {
                 rank: me,
@@ -166,7 +174,7 @@ pub(crate) fn run<T: Element>(
             r.stats.parks += 1;
             // In slices: without a deadline (`Duration::MAX`) the rest
             // would not be a time the parker can add to now.
-            parker.park_timeout((deadline - elapsed).min(MAX_PARK));
+            fab.park(parker, seen, (deadline - elapsed).min(MAX_PARK));
         }
     }
 }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam::sync::{Parker, Unparker};
+use oxccl_bootstrap::Bootstrap;
 use oxccl_core::plan::{Rank, RankPlan, Step};
 use oxccl_core::{with_dtype, DataType, LoweredOp};
 use parking_lot::{Mutex, RwLock};
@@ -15,6 +16,8 @@ use crate::config::HostConfig;
 use crate::error::HostError;
 use crate::exec::{run, ExecStats};
 use crate::fifo::Link;
+use crate::procs::Procs;
+use crate::shm::RankCtl;
 use crate::HostBuf;
 
 /// The shared state of one communicator's ranks on the host backend:
@@ -34,6 +37,9 @@ pub struct HostFabric {
     active: AtomicU32,
     /// The wait deadline in force, in nanoseconds ([`HostFabric::set_deadline`]).
     deadline_ns: AtomicU64,
+    /// Ranks in several processes: the shared part (this process holds
+    /// one rank, `procs.me`).
+    procs: Option<Procs>,
 }
 
 #[derive(Debug)]
@@ -83,6 +89,22 @@ struct Publication {
     bufs: Vec<(usize, usize)>,
 }
 
+/// Marks a rank in a call in its shared control words, until dropped.
+struct SharedActive<'a>(&'a RankCtl);
+
+impl<'a> SharedActive<'a> {
+    fn enter(ctl: &'a RankCtl) -> Self {
+        ctl.active.store(1, Ordering::Release);
+        SharedActive(ctl)
+    }
+}
+
+impl Drop for SharedActive<'_> {
+    fn drop(&mut self) {
+        self.0.active.store(0, Ordering::Release);
+    }
+}
+
 /// Leaves the active count when a call ends, however it ends.
 struct Active<'a>(&'a AtomicU32);
 
@@ -121,7 +143,103 @@ impl HostFabric {
             aborted: AtomicBool::new(false),
             reason: Mutex::new(None),
             active: AtomicU32::new(0),
+            procs: None,
         })
+    }
+
+    /// The fabric of one rank of a communicator whose ranks are processes
+    /// of this host, met through `boot`: every rank's FIFOs, control words
+    /// and heap live in shared segments (see `shm`), and a watcher thread
+    /// fails the fabric, naming the peer, when a peer's process dies.
+    /// Every rank must call it, with equal `cfg`.
+    pub fn across_processes(
+        boot: &Bootstrap,
+        cfg: HostConfig,
+    ) -> Result<Arc<HostFabric>, HostError> {
+        let cfg = cfg.sanitized();
+        let procs = Procs::new(boot, &cfg)?;
+        let mut fab = HostFabric::new(boot.nranks(), cfg);
+        Arc::get_mut(&mut fab)
+            .expect("a new fabric is not shared")
+            .procs = Some(procs);
+        let p = fab.procs.as_ref().expect("just set");
+        p.watch(Arc::downgrade(&fab))?;
+        Ok(fab)
+    }
+
+    /// The rank this process holds, when ranks are processes.
+    pub fn process_rank(&self) -> Option<Rank> {
+        self.procs.as_ref().map(|p| p.me)
+    }
+
+    /// `bytes` of memory peers can address (ranks as processes: from this
+    /// rank's shared heap; as threads: any memory is, so this is the
+    /// caller's job and the call fails).
+    pub fn alloc_shared(&self, bytes: usize) -> Result<*mut u8, HostError> {
+        match &self.procs {
+            Some(p) => p.alloc(bytes).map(|a| a as *mut u8),
+            None => Err(HostError::Shm(
+                "ranks are threads: allocate ordinary memory".into(),
+            )),
+        }
+    }
+
+    /// Frees memory from [`HostFabric::alloc_shared`].
+    pub fn free_shared(&self, ptr: *mut u8) {
+        if let Some(p) = &self.procs {
+            p.free(ptr as usize);
+        }
+    }
+
+    /// Most channels a plan may have on this fabric.
+    pub(crate) fn max_channels(&self) -> usize {
+        if self.procs.is_some() {
+            crate::shm::MAX_CHANNELS
+        } else {
+            usize::MAX
+        }
+    }
+
+    /// A peer's process is gone (the watcher saw its pidfd). Not a failure
+    /// by itself (a peer that finished its last call exits normally, and
+    /// what it sent is still in our FIFOs): this rank fails once it waits
+    /// on that peer ([`HostFabric::dead_peer_error`]).
+    pub(crate) fn peer_lost(&self, peer: Rank, pid: u32) {
+        if let Some(p) = &self.procs {
+            p.mark_dead(peer);
+            tracing::debug!(peer, pid, "oxccl host: a peer process exited");
+            p.wake(p.me);
+        }
+    }
+
+    /// The error for rank `me`, blocked on `peer`, if `peer`'s process is
+    /// gone: the fabric fails, naming it.
+    pub(crate) fn dead_peer_error(&self, me: Rank, peer: Rank) -> Option<HostError> {
+        let p = self.procs.as_ref()?;
+        if !p.is_dead(peer) {
+            return None;
+        }
+        let err = HostError::PeerLost {
+            rank: me,
+            peer,
+            pid: p.pid(peer),
+        };
+        tracing::error!(%err, "oxccl host: waiting on a dead peer");
+        self.fail(err.to_string());
+        Some(err)
+    }
+
+    /// Before looking for work: what [`HostFabric::park`] compares against.
+    pub(crate) fn arm(&self) -> u32 {
+        self.procs.as_ref().map_or(0, Procs::arm)
+    }
+
+    /// Sleeps until a peer may have unblocked this rank, or `timeout`.
+    pub(crate) fn park(&self, parker: &Parker, seen: u32, timeout: Duration) {
+        match &self.procs {
+            Some(p) => p.park(seen, timeout),
+            None => parker.park_timeout(timeout),
+        }
     }
 
     /// The configuration the fabric was made with (after clamping `slots`
@@ -173,6 +291,13 @@ impl HostFabric {
         if let Some(e) = self.stop_error(me) {
             return Err(e);
         }
+        if self.procs.as_ref().is_some_and(|p| p.me != me) {
+            return Err(HostError::InvalidPlan(format!(
+                "rank {me} is not this process's rank {}",
+                self.procs.as_ref().map_or(0, |p| p.me)
+            )));
+        }
+        let _shared_active = self.procs.as_ref().map(|p| SharedActive::enter(p.rank(me)));
         let mut state = slot.state.try_lock().ok_or_else(|| {
             HostError::InvalidPlan(format!("rank {me} is already executing on this fabric"))
         })?;
@@ -181,18 +306,26 @@ impl HostFabric {
         let call = slot.joined.fetch_add(1, Ordering::AcqRel) + 1;
         let synced = if synchronizes(plan) {
             let synced = slot.synced.fetch_add(1, Ordering::AcqRel) + 1;
-            *slot.published.lock() = Publication {
-                call: synced,
-                bufs: prog.bufs.clone(),
-            };
+            if let Some(p) = &self.procs {
+                p.publish(synced, &prog.bufs, dtype.size());
+            } else {
+                *slot.published.lock() = Publication {
+                    call: synced,
+                    bufs: prog.bufs.clone(),
+                };
+            }
             synced
         } else {
             0
         };
+        if let Some(p) = &self.procs {
+            p.rank(me).joined.store(call, Ordering::Release);
+        }
         let calls = Calls { call, synced };
         let res = with_dtype!(dtype, T => run::<T>(self, me, calls, &prog, op, &state.parker));
         if res.is_err() {
             drop(active);
+            drop(_shared_active);
             self.quiesce();
         }
         res
@@ -202,16 +335,25 @@ impl HostFabric {
     /// [`HostError::Aborted`]. The fabric stays unusable.
     pub fn abort(&self) {
         self.aborted.store(true, Ordering::Release);
-        self.fail("the communicator was aborted; rebuild it".into());
+        match &self.procs {
+            Some(p) => self.fail(format!(
+                "rank {} aborted the communicator; rebuild it",
+                p.me
+            )),
+            None => self.fail("the communicator was aborted; rebuild it".into()),
+        }
     }
 
     /// Why the fabric is unusable, once it is: a [`HostError::Failed`]
     /// naming the first failure and saying to rebuild the communicator.
     pub fn failure(&self) -> Option<HostError> {
-        if !self.broken.load(Ordering::Acquire) {
+        if !self.is_broken() {
             return None;
         }
-        let reason = self.reason.lock().clone().unwrap_or_default();
+        let reason = match &self.procs {
+            Some(p) => p.reason(),
+            None => self.reason.lock().clone().unwrap_or_default(),
+        };
         Some(HostError::Failed(format!(
             "communicator failed earlier: {reason}"
         )))
@@ -226,7 +368,14 @@ impl HostFabric {
         self.links
             .write()
             .entry(key)
-            .or_insert_with(|| Arc::new(Link::new(self.cfg.slots, self.cfg.slot_bytes)))
+            .or_insert_with(|| {
+                Arc::new(match &self.procs {
+                    Some(p) => p
+                        .link(channel, from, to)
+                        .expect("compile checked the channel count"),
+                    None => Link::new(self.cfg.slots, self.cfg.slot_bytes),
+                })
+            })
             .clone()
     }
 
@@ -266,11 +415,17 @@ impl HostFabric {
 
     /// Wakes `rank` if it is parked (or makes its next park return).
     pub(crate) fn wake(&self, rank: Rank) {
-        self.ranks[rank as usize].unparker.unpark();
+        match &self.procs {
+            Some(p) => p.wake(rank),
+            None => self.ranks[rank as usize].unparker.unpark(),
+        }
     }
 
     /// Marks the fabric failed (first reason wins) and wakes everyone.
     pub(crate) fn fail(&self, reason: String) {
+        if let Some(p) = &self.procs {
+            p.fail(&reason);
+        }
         self.reason.lock().get_or_insert(reason);
         self.broken.store(true, Ordering::Release);
         for r in self.ranks.iter() {
@@ -281,21 +436,23 @@ impl HostFabric {
     /// The error rank `me` returns if the fabric is failed.
     pub(crate) fn stop_error(&self, me: Rank) -> Option<HostError> {
         if self.aborted.load(Ordering::Acquire) {
-            Some(HostError::Aborted { rank: me })
-        } else {
-            self.failure()
+            return Some(HostError::Aborted { rank: me });
         }
+        self.failure()
     }
 
     /// Whether the fabric is failed (one Acquire load: checked every round).
     pub(crate) fn is_broken(&self) -> bool {
-        self.broken.load(Ordering::Acquire)
+        self.broken.load(Ordering::Acquire) || self.procs.as_ref().is_some_and(Procs::is_broken)
     }
 
     /// Ranks that have not started call number `call`.
     pub(crate) fn absent(&self, call: u64) -> Vec<Rank> {
         (0..self.nranks)
-            .filter(|&r| self.ranks[r as usize].joined.load(Ordering::Acquire) < call)
+            .filter(|&r| match &self.procs {
+                Some(p) => p.rank(r).joined.load(Ordering::Acquire) < call,
+                None => self.ranks[r as usize].joined.load(Ordering::Acquire) < call,
+            })
             .collect()
     }
 
@@ -310,6 +467,9 @@ impl HostFabric {
         len: usize,
         elem: usize,
     ) -> Result<usize, String> {
+        if let Some(procs) = &self.procs {
+            return procs.remote(peer, call, buf, off, len, elem);
+        }
         let p = self.ranks[peer as usize].published.lock();
         if p.call != call {
             return Err(format!(
@@ -331,7 +491,13 @@ impl HostFabric {
     /// short.
     fn quiesce(&self) {
         let start = Instant::now();
-        while self.active.load(Ordering::Acquire) > 0 && start.elapsed() < self.deadline() {
+        let busy = || match &self.procs {
+            // Peers known dead never leave their call.
+            Some(p) => (0..self.nranks)
+                .any(|r| !p.is_dead(r) && p.rank(r).active.load(Ordering::Acquire) != 0),
+            None => self.active.load(Ordering::Acquire) > 0,
+        };
+        while busy() && start.elapsed() < self.deadline() {
             std::thread::sleep(Duration::from_micros(200));
         }
     }

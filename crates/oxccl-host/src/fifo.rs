@@ -21,10 +21,10 @@
 //! receiver touches.
 
 use std::alloc::{self, Layout};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 
-use crossbeam::utils::CachePadded;
+use crate::shm::{LinkCtr, Segment};
 
 /// Slot memory: `slots × stride` bytes, 64-byte aligned, zero-initialised.
 #[derive(Debug)]
@@ -60,94 +60,159 @@ impl Drop for SlotMem {
     }
 }
 
-/// A one-way connection `(channel, from, to)`.
+/// Where a link's slots live.
+#[derive(Debug)]
+enum Slots {
+    /// This process's heap, allocated on first message, so signal-only
+    /// links cost nothing.
+    Lazy(OnceLock<SlotMem>),
+    /// A shared segment (ranks in several processes).
+    Fixed(*mut u8),
+}
+
+/// The memory a thread-mode link owns.
+#[derive(Debug)]
+struct Owned {
+    ctr: LinkCtr,
+    lens: Box<[AtomicU64]>,
+}
+
+/// A one-way connection `(channel, from, to)`: counters, slot lengths and
+/// slots, owned here (ranks as threads) or in a segment that the
+/// receiver's process shares with the sender's.
 #[derive(Debug)]
 pub(crate) struct Link {
-    /// Messages published by the sender.
-    tail: CachePadded<AtomicU64>,
-    /// Messages drained by the receiver.
-    head: CachePadded<AtomicU64>,
-    /// Signals posted by `from`.
-    posted: CachePadded<AtomicU64>,
-    /// Signals consumed by `to`'s waits (only `to` touches it).
-    consumed: AtomicU64,
-    /// Length in elements of the message in each slot.
-    lens: Box<[AtomicUsize]>,
-    /// Allocated on first message, so signal-only links cost nothing.
-    mem: OnceLock<SlotMem>,
+    ctr: *const LinkCtr,
+    /// Length in elements of the message in each slot (`nslots` of them).
+    lens: *const AtomicU64,
+    nslots: usize,
+    slots: Slots,
     stride: usize,
+    _own: Option<Box<Owned>>,
+    _seg: Option<Arc<Segment>>,
 }
+
+// SAFETY: the pointers lead into memory the link owns (`_own`, the slot
+// allocation) or keeps mapped (`_seg`); concurrent access goes through
+// atomics, and slot bytes are ordered by the head/tail protocol.
+unsafe impl Send for Link {}
+// SAFETY: as above.
+unsafe impl Sync for Link {}
 
 impl Link {
     pub(crate) fn new(slots: usize, slot_bytes: usize) -> Link {
+        let own = Box::new(Owned {
+            ctr: LinkCtr::default(),
+            lens: (0..slots).map(|_| AtomicU64::new(0)).collect(),
+        });
         Link {
-            tail: CachePadded::new(AtomicU64::new(0)),
-            head: CachePadded::new(AtomicU64::new(0)),
-            posted: CachePadded::new(AtomicU64::new(0)),
-            consumed: AtomicU64::new(0),
-            lens: (0..slots).map(|_| AtomicUsize::new(0)).collect(),
-            mem: OnceLock::new(),
+            ctr: &own.ctr,
+            lens: own.lens.as_ptr(),
+            nslots: slots,
+            slots: Slots::Lazy(OnceLock::new()),
             // Keep every slot 64-byte aligned (a cache line; any element type).
             stride: slot_bytes.next_multiple_of(64),
+            _own: Some(own),
+            _seg: None,
         }
     }
 
+    /// A link whose counters, lengths and slots live in `seg`.
+    ///
+    /// # Safety
+    /// `ctr`, `lens` (`nslots` entries) and `slots` (`nslots × stride`
+    /// bytes, 64-byte aligned) lie inside `seg`'s mapping, are used for this
+    /// link only, and every process agrees on where.
+    pub(crate) unsafe fn mapped(
+        seg: Arc<Segment>,
+        ctr: *const LinkCtr,
+        lens: *const AtomicU64,
+        slots: *mut u8,
+        nslots: usize,
+        stride: usize,
+    ) -> Link {
+        Link {
+            ctr,
+            lens,
+            nslots,
+            slots: Slots::Fixed(slots),
+            stride,
+            _own: None,
+            _seg: Some(seg),
+        }
+    }
+
+    fn ctr(&self) -> &LinkCtr {
+        // SAFETY: `ctr` points into memory this link keeps alive.
+        unsafe { &*self.ctr }
+    }
+
+    fn len_of(&self, seq: u64) -> &AtomicU64 {
+        let i = (seq % self.slots()) as usize;
+        // SAFETY: `i < nslots`, and `lens` has `nslots` entries kept alive.
+        unsafe { &*self.lens.add(i) }
+    }
+
     fn slots(&self) -> u64 {
-        self.lens.len() as u64
+        self.nslots as u64
     }
 
     fn slot_ptr(&self, seq: u64) -> *mut u8 {
-        let mem = self
-            .mem
-            .get_or_init(|| SlotMem::new(self.stride * self.lens.len()));
+        let base = match &self.slots {
+            Slots::Lazy(mem) => {
+                mem.get_or_init(|| SlotMem::new(self.stride * self.nslots))
+                    .base
+            }
+            Slots::Fixed(p) => *p,
+        };
         let i = (seq % self.slots()) as usize;
-        // SAFETY: `i < slots`, so the offset stays inside the allocation of
-        // `stride × slots` bytes.
-        unsafe { mem.base.add(i * self.stride) }
+        // SAFETY: `i < slots`, so the offset stays inside the
+        // `stride × slots` bytes of slot memory.
+        unsafe { base.add(i * self.stride) }
     }
 
     /// Sender side: the slot to fill next, if the receiver has freed one.
     pub(crate) fn try_reserve(&self) -> Option<(u64, *mut u8)> {
-        let t = self.tail.load(Ordering::Relaxed);
+        let t = self.ctr().tail.load(Ordering::Relaxed);
         // Acquire: the receiver's reads of the slot we are about to reuse
         // happen before our writes into it.
-        let h = self.head.load(Ordering::Acquire);
+        let h = self.ctr().head.load(Ordering::Acquire);
         (t - h < self.slots()).then(|| (t, self.slot_ptr(t)))
     }
 
     /// Sender side: publishes slot `seq` (from `try_reserve`) holding `len`
     /// elements.
     pub(crate) fn publish(&self, seq: u64, len: usize) {
-        self.lens[(seq % self.slots()) as usize].store(len, Ordering::Relaxed);
-        self.tail.store(seq + 1, Ordering::Release);
+        self.len_of(seq).store(len as u64, Ordering::Relaxed);
+        self.ctr().tail.store(seq + 1, Ordering::Release);
     }
 
     /// Receiver side: the next message (sequence, slot, length in
     /// elements), if one has arrived.
     pub(crate) fn try_peek(&self) -> Option<(u64, *const u8, usize)> {
-        let h = self.head.load(Ordering::Relaxed);
-        let t = self.tail.load(Ordering::Acquire);
+        let h = self.ctr().head.load(Ordering::Relaxed);
+        let t = self.ctr().tail.load(Ordering::Acquire);
         (t > h).then(|| {
-            let len = self.lens[(h % self.slots()) as usize].load(Ordering::Relaxed);
+            let len = self.len_of(h).load(Ordering::Relaxed) as usize;
             (h, self.slot_ptr(h).cast_const(), len)
         })
     }
 
     /// Receiver side: hands slot `seq` (from `try_peek`) back to the sender.
     pub(crate) fn release(&self, seq: u64) {
-        self.head.store(seq + 1, Ordering::Release);
+        self.ctr().head.store(seq + 1, Ordering::Release);
     }
 
     /// `Signal`: releases this thread's earlier writes to the waiter.
     pub(crate) fn signal(&self) {
-        self.posted.fetch_add(1, Ordering::Release);
+        self.ctr().posted.fetch_add(1, Ordering::Release);
     }
 
     /// `Wait`: consumes one signal if one is pending.
     pub(crate) fn try_wait(&self) -> bool {
-        let consumed = self.consumed.load(Ordering::Relaxed);
-        if self.posted.load(Ordering::Acquire) > consumed {
-            self.consumed.store(consumed + 1, Ordering::Relaxed);
+        let consumed = self.ctr().consumed.load(Ordering::Relaxed);
+        if self.ctr().posted.load(Ordering::Acquire) > consumed {
+            self.ctr().consumed.store(consumed + 1, Ordering::Relaxed);
             true
         } else {
             false
@@ -157,10 +222,10 @@ impl Link {
     /// Counters `(tail, head, posted, consumed)`, for tests and diagnostics.
     pub(crate) fn counters(&self) -> [u64; 4] {
         [
-            self.tail.load(Ordering::Acquire),
-            self.head.load(Ordering::Acquire),
-            self.posted.load(Ordering::Acquire),
-            self.consumed.load(Ordering::Acquire),
+            self.ctr().tail.load(Ordering::Acquire),
+            self.ctr().head.load(Ordering::Acquire),
+            self.ctr().posted.load(Ordering::Acquire),
+            self.ctr().consumed.load(Ordering::Acquire),
         ]
     }
 }

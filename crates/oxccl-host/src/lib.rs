@@ -5,7 +5,14 @@
 //! thread calls [`HostFabric::execute`] with its part of a plan from
 //! `oxccl_core::gen`; the fabric runs the same plans as the reference
 //! interpreter (`oxccl_core::interp`), with real concurrency. Only the
-//! Simple protocol is built (the facade offers nothing else here). See
+//! Simple protocol is built (the facade offers nothing else here).
+//!
+//! Ranks may also be processes of one host
+//! ([`HostFabric::across_processes`], met through an
+//! `oxccl_bootstrap::Bootstrap`): the same plans and executor, with the
+//! FIFOs, control words and registered buffers in `memfd` segments every
+//! rank maps, futex doorbells instead of thread parking, and a pidfd
+//! watcher that fails the fabric naming a peer whose process died. See
 //! `docs/ARCHITECTURE.md` (section `oxccl-host`) for the FIFO layout, the
 //! waiting policy and the invariants.
 #![doc = include_str!("BACKEND.md")]
@@ -17,6 +24,8 @@ mod exec;
 mod fabric;
 mod fifo;
 mod kernel;
+mod procs;
+mod shm;
 
 pub use config::HostConfig;
 pub use error::HostError;

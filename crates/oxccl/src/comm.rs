@@ -29,6 +29,8 @@ pub(crate) struct Clique {
     pub plans: PlanCache,
     /// Every rank's call fingerprints (see [`crate::check`]).
     pub board: Board,
+    /// Ranks in several processes: how they reach each other (`split`).
+    pub boot: Option<Arc<oxccl_bootstrap::Bootstrap>>,
 }
 
 static NEXT_CLIQUE: AtomicU64 = AtomicU64::new(1);
@@ -89,29 +91,9 @@ pub fn init_all_on(n: u32, backend: Arc<dyn Backend>, config: Config) -> Result<
             "init_all needs at least one rank".into(),
         ));
     }
-    crate::debug::init(config.debug);
-    tracing::info!(nranks = n, backend = %backend.describe(), "oxccl: communicators created");
-    check_algorithms(&config)?;
-    let chooser = Chooser::new(&config, backend.as_ref(), n)?;
-    let plans = PlanCache::new(chooser.rings());
-    let clique = Arc::new(Clique {
-        id: NEXT_CLIQUE.fetch_add(1, Ordering::Relaxed),
-        nranks: n,
-        backend,
-        config,
-        chooser,
-        plans,
-        board: Board::new(n),
-    });
+    let clique = Clique::new(n, backend, config, None)?;
     Ok((0..n)
-        .map(|rank| Communicator {
-            rank,
-            clique: clique.clone(),
-            destroyed: AtomicBool::new(false),
-            recent: parking_lot::Mutex::default(),
-            call: parking_lot::Mutex::default(),
-            sinks: parking_lot::Mutex::new(Sinks::new(clique.backend.clone(), rank)),
-        })
+        .map(|rank| Communicator::in_clique(rank, clique.clone()))
         .collect())
 }
 
@@ -120,6 +102,32 @@ pub(crate) fn scalar_bits(op: RedOp) -> u64 {
     match op {
         RedOp::PreMulSum(s) => s.to_bits(),
         _ => 0,
+    }
+}
+
+impl Clique {
+    /// A clique of `n` ranks on `backend` (`boot`: when ranks are processes).
+    pub(crate) fn new(
+        n: u32,
+        backend: Arc<dyn Backend>,
+        config: Config,
+        boot: Option<Arc<oxccl_bootstrap::Bootstrap>>,
+    ) -> Result<Arc<Clique>> {
+        crate::debug::init(config.debug);
+        tracing::info!(nranks = n, backend = %backend.describe(), "oxccl: communicators created");
+        check_algorithms(&config)?;
+        let chooser = Chooser::new(&config, backend.as_ref(), n)?;
+        let plans = PlanCache::new(chooser.rings());
+        Ok(Arc::new(Clique {
+            id: NEXT_CLIQUE.fetch_add(1, Ordering::Relaxed),
+            nranks: n,
+            backend,
+            config,
+            chooser,
+            plans,
+            board: Board::new(n),
+            boot,
+        }))
     }
 }
 
@@ -226,6 +234,18 @@ impl PlanRef {
 }
 
 impl Communicator {
+    /// Rank `rank`'s handle on `clique`.
+    pub(crate) fn in_clique(rank: u32, clique: Arc<Clique>) -> Communicator {
+        Communicator {
+            rank,
+            sinks: parking_lot::Mutex::new(Sinks::new(clique.backend.clone(), rank)),
+            clique,
+            destroyed: AtomicBool::new(false),
+            recent: parking_lot::Mutex::default(),
+            call: parking_lot::Mutex::default(),
+        }
+    }
+
     pub fn rank(&self) -> u32 {
         self.rank
     }

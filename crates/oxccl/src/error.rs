@@ -114,6 +114,10 @@ pub enum Error {
     /// A device driver error (CUDA).
     #[error("CUDA error: {0}")]
     Cuda(String),
+    /// Ranks in several processes could not meet or set up (rendezvous,
+    /// sockets, shared memory).
+    #[error("bootstrap: {0}")]
+    Bootstrap(String),
     /// A bug in oxccl (a plan the generators should not have produced).
     #[error("internal error: {0}")]
     Internal(String),
@@ -141,7 +145,7 @@ impl Error {
             | Error::BackendUnavailable(_)
             | Error::Mismatch { .. } => INVALID_USAGE,
             Error::Failed { .. } | Error::Aborted(_) => REMOTE_ERROR,
-            Error::Timeout(_) | Error::Backend(_) => SYSTEM_ERROR,
+            Error::Timeout(_) | Error::Backend(_) | Error::Bootstrap(_) => SYSTEM_ERROR,
             Error::Cuda(_) => UNHANDLED_CUDA_ERROR,
             Error::Internal(_) => INTERNAL_ERROR,
         }

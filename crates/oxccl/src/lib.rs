@@ -134,6 +134,7 @@ pub mod config;
 mod debug;
 pub mod error;
 pub mod group;
+mod init;
 mod ops;
 mod plans;
 mod recent;
@@ -148,6 +149,7 @@ pub use completion::Completion;
 pub use config::{Config, ConfigBuilder};
 pub use error::{Error, Result};
 pub use group::{group, Group};
+pub use init::{init_from_env, LaunchEnv, UniqueId};
 pub use select::{Choice, Transport};
 
 /// The pure core (plan IR, generators, test support), for tools and tests.

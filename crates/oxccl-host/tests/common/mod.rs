@@ -18,6 +18,7 @@ pub fn small_config(slot_bytes: usize) -> HostConfig {
         slots: 2,
         slot_bytes,
         spin: 16,
+        ..HostConfig::default()
     }
 }
 

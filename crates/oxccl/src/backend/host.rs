@@ -1,5 +1,7 @@
-//! The host backend: ranks are threads of this process, buffers are host
-//! memory, and plans run on `oxccl_host::HostFabric` (shared-memory FIFOs).
+//! The host backend: ranks are threads of this process (or, through
+//! [`create_procs`], processes of this host: one rank each, buffers from
+//! the rank's shared heap), buffers are host memory, and plans run on
+//! `oxccl_host::HostFabric` (shared-memory FIFOs).
 //! Calls block until done, so "streams" are trivial: `synchronize` has
 //! nothing to wait for and the timer is an `Instant`.
 
@@ -22,6 +24,8 @@ const ALIGN: usize = 64;
 pub struct HostBackend {
     fabric: Arc<HostFabric>,
     nranks: u32,
+    /// Ranks as processes: this process's rank.
+    proc_rank: Option<u32>,
 }
 
 /// Creates the host backend for `opts.nranks` ranks.
@@ -33,6 +37,25 @@ pub fn create(opts: &BackendOptions) -> Result<Arc<dyn Backend>, Error> {
     Ok(Arc::new(HostBackend {
         fabric: HostFabric::new(opts.nranks, cfg),
         nranks: opts.nranks,
+        proc_rank: None,
+    }))
+}
+
+/// Creates the host backend of this process's rank of a communicator
+/// whose ranks are processes of this host, met through `boot`.
+pub fn create_procs(
+    boot: &oxccl_bootstrap::Bootstrap,
+    opts: &BackendOptions,
+) -> Result<Arc<dyn Backend>, Error> {
+    let cfg = HostConfig {
+        deadline: opts.deadline,
+        ..HostConfig::default()
+    };
+    let fabric = HostFabric::across_processes(boot, cfg).map_err(map_error)?;
+    Ok(Arc::new(HostBackend {
+        fabric,
+        nranks: opts.nranks,
+        proc_rank: Some(boot.rank()),
     }))
 }
 
@@ -43,6 +66,9 @@ pub(crate) fn map_error(e: HostError) -> Error {
         e @ HostError::Aborted { .. } => Error::Aborted(e.to_string()),
         HostError::Failed(m) => Error::Aborted(m),
         e @ HostError::Mismatch { .. } => Error::Backend(e.to_string()),
+        e @ HostError::PeerLost { .. } => Error::Aborted(e.to_string()),
+        HostError::Shm(m) => Error::Bootstrap(m),
+        HostError::Bootstrap(e) => Error::Bootstrap(e.to_string()),
         HostError::InvalidPlan(m) => Error::Internal(m),
     }
 }
@@ -65,7 +91,10 @@ impl Backend for HostBackend {
     }
 
     fn describe(&self) -> String {
-        format!("host, {} rank threads", self.nranks)
+        match self.proc_rank {
+            Some(r) => format!("host, rank {r} of {} processes", self.nranks),
+            None => format!("host, {} rank threads", self.nranks),
+        }
     }
 
     fn blocking(&self) -> bool {
@@ -73,8 +102,9 @@ impl Backend for HostBackend {
     }
 
     fn registered_alloc(&self) -> bool {
-        // Every rank is a thread of one process: any buffer is addressable
-        // by every peer through the fabric's published buffer table.
+        // Ranks as threads: any buffer is addressable by every peer through
+        // the fabric's published buffer table. As processes: `alloc`
+        // memory is in the rank's shared heap, which every peer maps.
         true
     }
 
@@ -120,6 +150,15 @@ impl Backend for HostBackend {
     }
 
     fn alloc(&self, _rank: u32, bytes: usize) -> Result<RawBuf, Error> {
+        if self.proc_rank.is_some() {
+            // Peers' direct steps address it: the rank's shared heap
+            // (zeroed: fresh or punched-out pages).
+            let ptr = self.fabric.alloc_shared(bytes).map_err(map_error)?;
+            return Ok(RawBuf {
+                addr: ptr as usize as u64,
+                bytes,
+            });
+        }
         let layout = layout(bytes.max(1))?;
         // SAFETY: the layout has a non-zero size.
         let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
@@ -135,6 +174,10 @@ impl Backend for HostBackend {
     }
 
     unsafe fn free(&self, _rank: u32, buf: RawBuf) {
+        if self.proc_rank.is_some() {
+            self.fabric.free_shared(buf.addr as usize as *mut u8);
+            return;
+        }
         if let Ok(layout) = layout(buf.bytes.max(1)) {
             // SAFETY: `buf` came from `alloc` with this very layout
             // (caller's contract), and is not used afterwards.

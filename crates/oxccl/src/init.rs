@@ -1,0 +1,409 @@
+//! Communicators whose ranks are processes: a [`UniqueId`] made by one
+//! process and handed to the others, [`Communicator::init_rank`] in each,
+//! [`init_from_env`] for launchers (torchrun, Open MPI, Slurm), and
+//! [`Communicator::split`].
+//!
+//! The ranks meet through `oxccl-bootstrap` (TCP rendezvous, then a ring
+//! for small all-gathers) and run on the host backend across processes
+//! (FIFOs and `alloc` buffers in shared memory, see `oxccl-host`). A
+//! 1-rank communicator contacts no root and never reads its id. CUDA
+//! across processes is not built yet: `Config::backend = Cuda` with more
+//! than one rank is refused, and `Auto` takes the host backend.
+
+use std::sync::Arc;
+
+use oxccl_bootstrap::{Bootstrap, BootstrapError, DeviceInfo};
+
+use crate::backend::{self, BackendKind, BackendOptions};
+use crate::comm::{Clique, Communicator};
+use crate::config::Config;
+use crate::error::{Error, Result};
+
+/// A communicator's unique id: 128 bytes (NCCL's `ncclUniqueId`) that one
+/// process makes with [`UniqueId::new`] and sends to the others (with
+/// [`UniqueId::to_bytes`]) by any means: a file, MPI, a key-value store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct UniqueId(oxccl_bootstrap::UniqueId);
+
+impl UniqueId {
+    pub const BYTES: usize = oxccl_bootstrap::UniqueId::BYTES;
+
+    /// A new id. Starts the rendezvous root in this process (it serves one
+    /// communicator's init, then exits; it gives up after the configured
+    /// deadline, `OXCCL_DEADLINE_MS`). With `NCCL_COMM_ID=host:port` set,
+    /// the id of that address instead: rank 0 runs the root there.
+    pub fn new() -> Result<UniqueId> {
+        let cfg = Config::from_env()?;
+        oxccl_bootstrap::UniqueId::new(cfg.deadline)
+            .map(UniqueId)
+            .map_err(map_bootstrap)
+    }
+
+    pub fn to_bytes(&self) -> [u8; UniqueId::BYTES] {
+        self.0.to_bytes()
+    }
+
+    /// An id from [`UniqueId::to_bytes`]'s bytes; anything else (wrong
+    /// length, bytes no `UniqueId::new` made) is refused.
+    pub fn from_bytes(b: &[u8]) -> Result<UniqueId> {
+        oxccl_bootstrap::UniqueId::from_bytes(b)
+            .map(UniqueId)
+            .map_err(map_bootstrap)
+    }
+
+    /// Any 128 bytes, unchecked until a communicator of two or more ranks
+    /// uses them (the C ABI: frameworks make 1-rank communicators from ids
+    /// nobody generated).
+    pub fn from_raw(b: [u8; UniqueId::BYTES]) -> UniqueId {
+        UniqueId(oxccl_bootstrap::UniqueId::from_raw(b))
+    }
+}
+
+/// The facade's error for a bootstrap failure.
+pub(crate) fn map_bootstrap(e: BootstrapError) -> Error {
+    match e {
+        BootstrapError::InvalidArgument(m) | BootstrapError::InvalidId(m) => Error::InvalidUsage(m),
+        BootstrapError::Config { var, value, reason } => Error::Config {
+            var: var.into(),
+            value,
+            reason,
+        },
+        e @ BootstrapError::Timeout { .. } => Error::Timeout(e.to_string()),
+        e => Error::Bootstrap(e.to_string()),
+    }
+}
+
+impl Communicator {
+    /// Rank `rank` of an `nranks`-rank communicator whose other ranks call
+    /// this in other processes with the same `id` (NCCL's
+    /// `ncclCommInitRankConfig`). Blocks until every rank has joined, at
+    /// most `config.deadline`.
+    pub fn init_rank(
+        id: &UniqueId,
+        nranks: u32,
+        rank: u32,
+        config: Config,
+    ) -> Result<Communicator> {
+        let boot = Bootstrap::init(&id.0, nranks, rank, &DeviceInfo::default(), config.deadline)
+            .map_err(map_bootstrap)?;
+        Communicator::on_bootstrap(Arc::new(boot), config)
+    }
+
+    /// This process's rank of the communicator met through `boot`.
+    fn on_bootstrap(boot: Arc<Bootstrap>, config: Config) -> Result<Communicator> {
+        let (rank, n) = (boot.rank(), boot.nranks());
+        let opts = BackendOptions {
+            nranks: n,
+            deadline: config.deadline,
+        };
+        let backend = match (config.backend, n) {
+            (BackendKind::Cuda, 1) => backend::cuda::create(&opts)?,
+            (BackendKind::Cuda, _) => return Err(Error::BackendUnavailable(
+                "CUDA across processes is not built yet (issue 11, item 4): use the host backend"
+                    .into(),
+            )),
+            (BackendKind::Auto, 1) if backend::cuda::available() => backend::cuda::create(&opts)?,
+            (_, 1) => backend::host::create(&opts)?,
+            (_, _) => backend::host::create_procs(&boot, &opts)?,
+        };
+        // The call check's board is this process's memory; across
+        // processes its records would have to travel over the bootstrap,
+        // which is not built yet, so process cliques run without it.
+        let config = Config {
+            check_calls: config.check_calls && n == 1,
+            ..config
+        };
+        let clique = Clique::new(n, backend, config, Some(boot))?;
+        Ok(Communicator::in_clique(rank, clique))
+    }
+
+    /// A new communicator of the ranks that pass the same `color` (NCCL's
+    /// `ncclCommSplit`): ranked by `key`, ties by rank here; ranks passing
+    /// `None` get `Ok(None)`. Every rank of this communicator must call
+    /// it. No new id is needed: the ranks agree through this
+    /// communicator's bootstrap, and the new rank 0 runs the new root.
+    /// Needs a communicator made by [`Communicator::init_rank`] or
+    /// [`init_from_env`] (ranks as threads cannot split yet).
+    pub fn split(&self, color: Option<u32>, key: i32) -> Result<Option<Communicator>> {
+        self.check_usable()?;
+        let cl = self.clique();
+        let boot = cl.boot.as_ref().ok_or_else(|| {
+            Error::InvalidUsage(
+                "split needs a communicator made by init_rank or init_from_env (init_all's threads cannot split yet)".into(),
+            )
+        })?;
+        let mut mine = Vec::with_capacity(12);
+        mine.extend_from_slice(&color.map_or(-1i64, i64::from).to_le_bytes());
+        mine.extend_from_slice(&key.to_le_bytes());
+        let all = boot.all_gather(&mine).map_err(map_bootstrap)?;
+        let mut entries = Vec::with_capacity(all.len());
+        for (r, b) in all.iter().enumerate() {
+            let (c, k) = b
+                .split_at_checked(8)
+                .filter(|(_, k)| k.len() == 4)
+                .ok_or_else(|| {
+                    Error::Bootstrap(format!("rank {r} sent a split record of {} bytes", b.len()))
+                })?;
+            let c = i64::from_le_bytes(c.try_into().expect("8 bytes"));
+            let k = i32::from_le_bytes(k.try_into().expect("4 bytes"));
+            entries.push((c, k, r as u32));
+        }
+        let members = split_members(&entries, color);
+        let new_rank = members.iter().position(|&r| r == self.rank());
+        // The new rank 0 of each color makes the new id; everyone learns
+        // the ids in one more all-gather.
+        let id = match new_rank {
+            Some(0) => Some(UniqueId(
+                oxccl_bootstrap::UniqueId::new(cl.config.deadline).map_err(map_bootstrap)?,
+            )),
+            _ => None,
+        };
+        let ids = boot
+            .all_gather(&id.map(|i| i.to_bytes().to_vec()).unwrap_or_default())
+            .map_err(map_bootstrap)?;
+        let (Some(new_rank), Some(&leader)) = (new_rank, members.first()) else {
+            return Ok(None);
+        };
+        let id = UniqueId::from_bytes(&ids[leader as usize])?;
+        let n = members.len() as u32;
+        let child = Bootstrap::init(
+            &id.0,
+            n,
+            new_rank as u32,
+            &DeviceInfo::default(),
+            cl.config.deadline,
+        )
+        .map_err(map_bootstrap)?;
+        Communicator::on_bootstrap(Arc::new(child), cl.config.clone()).map(Some)
+    }
+}
+
+/// The parent ranks of `color`'s new communicator, in new-rank order:
+/// by key, then by parent rank. `entries` are `(color or -1, key, rank)`.
+pub(crate) fn split_members(entries: &[(i64, i32, u32)], color: Option<u32>) -> Vec<u32> {
+    let Some(color) = color else {
+        return Vec::new();
+    };
+    let mut m: Vec<(i32, u32)> = entries
+        .iter()
+        .filter(|e| e.0 == i64::from(color))
+        .map(|e| (e.1, e.2))
+        .collect();
+    m.sort();
+    m.into_iter().map(|(_, r)| r).collect()
+}
+
+/// Where a launcher put this process: rank, rank count, rank on this host,
+/// and the root's address every rank computes alike.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LaunchEnv {
+    /// `torchrun`, `openmpi` or `slurm`.
+    pub launcher: &'static str,
+    pub rank: u32,
+    pub nranks: u32,
+    pub local_rank: u32,
+    /// `host:port` of the root (rank 0 runs it).
+    pub root: String,
+}
+
+impl LaunchEnv {
+    /// Reads a launcher's variables through `get`. The first convention
+    /// present wins: torchrun (`RANK`, `WORLD_SIZE`, `LOCAL_RANK`), Open MPI
+    /// (`OMPI_COMM_WORLD_RANK`, `_SIZE`, `_LOCAL_RANK`), Slurm
+    /// (`SLURM_PROCID`, `SLURM_NTASKS`, `SLURM_LOCALID`). The root is
+    /// `NCCL_COMM_ID` if set, else `MASTER_ADDR` and `MASTER_PORT` + 1
+    /// (under torchrun `MASTER_PORT` itself is torch's own store).
+    pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<LaunchEnv> {
+        const CONVENTIONS: [(&str, [&str; 3]); 3] = [
+            ("torchrun", ["RANK", "WORLD_SIZE", "LOCAL_RANK"]),
+            (
+                "openmpi",
+                [
+                    "OMPI_COMM_WORLD_RANK",
+                    "OMPI_COMM_WORLD_SIZE",
+                    "OMPI_COMM_WORLD_LOCAL_RANK",
+                ],
+            ),
+            ("slurm", ["SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"]),
+        ];
+        let num = |var: &str, v: String| {
+            v.trim().parse::<u32>().map_err(|_| Error::Config {
+                var: var.into(),
+                value: v,
+                reason: "expected a non-negative integer".into(),
+            })
+        };
+        let (launcher, [rv, nv, lv]) = CONVENTIONS
+            .into_iter()
+            .find(|(_, [r, n, _])| get(r).is_some() && get(n).is_some())
+            .ok_or_else(|| Error::Config {
+                var: "RANK/WORLD_SIZE".into(),
+                value: String::new(),
+                reason: "no launcher's variables are set (torchrun's RANK and WORLD_SIZE, Open MPI's OMPI_COMM_WORLD_RANK and _SIZE, or Slurm's SLURM_PROCID and SLURM_NTASKS)".into(),
+            })?;
+        let rank = num(rv, get(rv).unwrap_or_default())?;
+        let nranks = num(nv, get(nv).unwrap_or_default())?;
+        let local_rank = get(lv).map(|v| num(lv, v)).transpose()?.unwrap_or(0);
+        if nranks == 0 || rank >= nranks {
+            return Err(Error::Config {
+                var: rv.into(),
+                value: rank.to_string(),
+                reason: format!("rank {rank} is out of range for {nv}={nranks}"),
+            });
+        }
+        let root = match get("NCCL_COMM_ID").filter(|v| !v.is_empty()) {
+            Some(id) => id,
+            None => {
+                let addr = get("MASTER_ADDR").filter(|v| !v.is_empty());
+                let port = get("MASTER_PORT").filter(|v| !v.is_empty());
+                match (addr, port) {
+                    (Some(a), Some(p)) => {
+                        let p: u16 = p.trim().parse().ok().filter(|&p| p < u16::MAX).ok_or_else(|| Error::Config {
+                            var: "MASTER_PORT".into(),
+                            value: p.clone(),
+                            reason: "expected a port below 65535".into(),
+                        })?;
+                        if a.contains(':') {
+                            format!("[{a}]:{}", p + 1)
+                        } else {
+                            format!("{a}:{}", p + 1)
+                        }
+                    }
+                    _ if nranks == 1 => String::new(),
+                    _ => {
+                        return Err(Error::Config {
+                            var: "MASTER_ADDR/MASTER_PORT".into(),
+                            value: String::new(),
+                            reason: format!(
+                                "{launcher} set the ranks but nothing says where rank 0 listens: set MASTER_ADDR and MASTER_PORT, or NCCL_COMM_ID=host:port"
+                            ),
+                        })
+                    }
+                }
+            }
+        };
+        Ok(LaunchEnv {
+            launcher,
+            rank,
+            nranks,
+            local_rank,
+            root,
+        })
+    }
+}
+
+/// This process's rank of a communicator described by a launcher's
+/// environment variables (see [`LaunchEnv::from_vars`]), configured from
+/// the environment ([`Config::from_env`]).
+pub fn init_from_env() -> Result<Communicator> {
+    let env = LaunchEnv::from_vars(|k| std::env::var(k).ok())?;
+    let config = Config::from_env()?;
+    tracing::info!(launcher = env.launcher, rank = env.rank, nranks = env.nranks, local_rank = env.local_rank, root = %env.root, "oxccl: init from the launcher's environment");
+    let id = if env.nranks == 1 {
+        UniqueId::from_raw([0; UniqueId::BYTES])
+    } else {
+        UniqueId(oxccl_bootstrap::UniqueId::from_comm_id(&env.root).map_err(map_bootstrap)?)
+    };
+    Communicator::init_rank(&id, env.nranks, env.rank, config)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn vars(kv: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let m: HashMap<String, String> = kv
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |k| m.get(k).cloned()
+    }
+
+    #[test]
+    fn each_launcher_convention_is_read() {
+        let t = LaunchEnv::from_vars(vars(&[
+            ("RANK", "3"),
+            ("WORLD_SIZE", "8"),
+            ("LOCAL_RANK", "1"),
+            ("MASTER_ADDR", "10.0.0.1"),
+            ("MASTER_PORT", "29500"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            (t.launcher, t.rank, t.nranks, t.local_rank, t.root.as_str()),
+            ("torchrun", 3, 8, 1, "10.0.0.1:29501")
+        );
+        let o = LaunchEnv::from_vars(vars(&[
+            ("OMPI_COMM_WORLD_RANK", "1"),
+            ("OMPI_COMM_WORLD_SIZE", "2"),
+            ("OMPI_COMM_WORLD_LOCAL_RANK", "1"),
+            ("NCCL_COMM_ID", "host:1234"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            (o.launcher, o.rank, o.nranks, o.local_rank, o.root.as_str()),
+            ("openmpi", 1, 2, 1, "host:1234")
+        );
+        let s = LaunchEnv::from_vars(vars(&[
+            ("SLURM_PROCID", "0"),
+            ("SLURM_NTASKS", "4"),
+            ("SLURM_LOCALID", "0"),
+            ("MASTER_ADDR", "::1"),
+            ("MASTER_PORT", "7000"),
+        ]))
+        .unwrap();
+        assert_eq!((s.launcher, s.root.as_str()), ("slurm", "[::1]:7001"));
+    }
+
+    #[test]
+    fn bad_launcher_variables_are_config_errors() {
+        for kv in [
+            vec![],
+            vec![
+                ("RANK", "x"),
+                ("WORLD_SIZE", "2"),
+                ("MASTER_ADDR", "a"),
+                ("MASTER_PORT", "1"),
+            ],
+            vec![
+                ("RANK", "2"),
+                ("WORLD_SIZE", "2"),
+                ("MASTER_ADDR", "a"),
+                ("MASTER_PORT", "1"),
+            ],
+            vec![("RANK", "0"), ("WORLD_SIZE", "2")],
+            vec![
+                ("RANK", "0"),
+                ("WORLD_SIZE", "2"),
+                ("MASTER_ADDR", "a"),
+                ("MASTER_PORT", "65535"),
+            ],
+        ] {
+            assert!(
+                matches!(LaunchEnv::from_vars(vars(&kv)), Err(Error::Config { .. })),
+                "{kv:?}"
+            );
+        }
+        // One rank needs no root address.
+        assert!(
+            LaunchEnv::from_vars(vars(&[("SLURM_PROCID", "0"), ("SLURM_NTASKS", "1")])).is_ok()
+        );
+    }
+
+    #[test]
+    fn split_orders_by_key_then_rank_and_drops_no_color() {
+        let e = [
+            (1, 5, 0),
+            (0, 0, 1),
+            (1, -2, 2),
+            (-1, 0, 3),
+            (1, 5, 4),
+            (0, 9, 5),
+        ];
+        assert_eq!(split_members(&e, Some(1)), [2, 0, 4]);
+        assert_eq!(split_members(&e, Some(0)), [1, 5]);
+        assert!(split_members(&e, None).is_empty());
+        assert!(split_members(&e, Some(7)).is_empty());
+    }
+}

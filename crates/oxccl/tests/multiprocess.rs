@@ -1,0 +1,519 @@
+//! Ranks as processes of this host: every collective across 2 and 4
+//! processes, launchers' environments, `split`, and a process killed
+//! mid-loop. The test binary re-executes itself: the ignored test `child`
+//! is the processes' entry point, told its role by `OXCCL_MP_ROLE`.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use oxccl::core::testkit;
+use oxccl::core::{with_dtype, Collective};
+use oxccl::{BackendKind, CollKind, Communicator, Config, DataType, Element, RedOp, UniqueId};
+
+const ROLE: &str = "OXCCL_MP_ROLE";
+/// Bound on every wait of the parent: a hang guard, never a measurement.
+const GUARD: Duration = Duration::from_secs(120);
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn unhex(s: &str) -> Vec<u8> {
+    (0..s.len() / 2)
+        .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).unwrap())
+        .collect()
+}
+
+fn config(deadline: Duration) -> Config {
+    Config {
+        backend: BackendKind::Host,
+        deadline,
+        ..Config::default()
+    }
+}
+
+/// A child running `role` with `vars`; its stdout lines arrive on `tx`.
+fn spawn(
+    role: &str,
+    vars: &[(&str, String)],
+    tx: &mpsc::Sender<(usize, String)>,
+    who: usize,
+) -> Child {
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args([
+        "--exact",
+        "child",
+        "--ignored",
+        "--nocapture",
+        "--test-threads=1",
+    ])
+    .env(ROLE, role)
+    .stdout(Stdio::piped())
+    .stderr(Stdio::inherit());
+    for v in [
+        "RANK",
+        "WORLD_SIZE",
+        "LOCAL_RANK",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "OMPI_COMM_WORLD_RANK",
+        "OMPI_COMM_WORLD_SIZE",
+        "OMPI_COMM_WORLD_LOCAL_RANK",
+        "SLURM_PROCID",
+        "SLURM_NTASKS",
+        "SLURM_LOCALID",
+        "NCCL_COMM_ID",
+    ] {
+        cmd.env_remove(v);
+    }
+    for (k, v) in vars {
+        cmd.env(k, v);
+    }
+    let mut c = cmd.spawn().unwrap();
+    let out = c.stdout.take().unwrap();
+    let tx = tx.clone();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            let _ = tx.send((who, line));
+        }
+    });
+    c
+}
+
+/// Waits (bounded) for every child; returns exit codes and their lines.
+fn finish(
+    mut kids: Vec<Child>,
+    rx: &mpsc::Receiver<(usize, String)>,
+) -> (Vec<Option<i32>>, Vec<Vec<String>>) {
+    let t = Instant::now();
+    let mut codes = vec![None; kids.len()];
+    let mut lines = vec![Vec::new(); kids.len()];
+    let mut done = 0;
+    while done < kids.len() {
+        for (i, k) in kids.iter_mut().enumerate() {
+            if codes[i].is_none() {
+                if let Some(st) = k.try_wait().unwrap() {
+                    codes[i] = Some(st.code().unwrap_or(-1));
+                    done += 1;
+                }
+            }
+        }
+        while let Ok((who, l)) = rx.try_recv() {
+            lines[who].push(l);
+        }
+        if t.elapsed() > GUARD {
+            for k in &mut kids {
+                let _ = k.kill();
+            }
+            panic!("children still running after {GUARD:?}: {codes:?}\n{lines:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Late lines (pipes drain after exit).
+    let t = Instant::now();
+    while let Ok((who, l)) = rx.recv_timeout(Duration::from_millis(200).saturating_sub(t.elapsed()))
+    {
+        lines[who].push(l);
+    }
+    (codes, lines)
+}
+
+fn id_vars(id: &UniqueId, n: u32, r: u32) -> Vec<(&'static str, String)> {
+    vec![
+        ("OXCCL_MP_ID", hex(&id.to_bytes())),
+        ("OXCCL_MP_N", n.to_string()),
+        ("OXCCL_MP_RANK", r.to_string()),
+    ]
+}
+
+fn run_ranks(role: &str, n: u32) -> Vec<Vec<String>> {
+    let id = UniqueId::new().unwrap();
+    let (tx, rx) = mpsc::channel();
+    let kids: Vec<Child> = (0..n)
+        .map(|r| spawn(role, &id_vars(&id, n, r), &tx, r as usize))
+        .collect();
+    let (codes, lines) = finish(kids, &rx);
+    assert!(
+        codes.iter().all(|c| *c == Some(0)),
+        "exit codes {codes:?}\n{lines:#?}"
+    );
+    lines
+}
+
+/// The children's own lines starting with `tag` (libtest may print
+/// `test child ... ` before them on the same line).
+fn tagged(lines: &[String], tag: &str) -> Vec<String> {
+    lines
+        .iter()
+        .filter_map(|l| l.find(tag).map(|i| l[i..].to_string()))
+        .collect()
+}
+
+fn ok_lines(lines: &[Vec<String>]) -> Vec<String> {
+    lines.iter().flat_map(|l| tagged(l, "OK ")).collect()
+}
+
+#[test]
+fn every_collective_across_two_and_four_processes() {
+    for n in [2u32, 4] {
+        let lines = run_ranks("all", n);
+        let oks = ok_lines(&lines);
+        assert_eq!(oks.len(), n as usize, "{lines:#?}");
+        for l in oks {
+            // "OK rank R: C cases, 0 wrong"
+            let cases: usize = l.split_whitespace().nth(3).unwrap().parse().unwrap();
+            assert!(cases >= 100, "{l}");
+        }
+    }
+}
+
+#[test]
+fn split_groups_by_color_and_orders_by_key() {
+    let lines = run_ranks("split", 4);
+    let mut oks = ok_lines(&lines);
+    oks.sort();
+    assert_eq!(
+        oks,
+        [
+            "OK split parent 0 -> child rank 1 of 2 sum 2",
+            "OK split parent 1 -> child rank 0 of 1 sum 1",
+            "OK split parent 2 -> child rank 0 of 2 sum 2",
+            "OK split parent 3 -> none",
+        ]
+    );
+}
+
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+#[test]
+fn init_from_env_under_each_launcher_convention() {
+    let n = 3u32;
+    type Vars = fn(u32, u32, u16) -> Vec<(&'static str, String)>;
+    let conventions: [(&str, Vars); 3] = [
+        ("torchrun", |r, n, p| {
+            vec![
+                ("RANK", r.to_string()),
+                ("WORLD_SIZE", n.to_string()),
+                ("LOCAL_RANK", r.to_string()),
+                ("MASTER_ADDR", "127.0.0.1".into()),
+                ("MASTER_PORT", (p - 1).to_string()),
+            ]
+        }),
+        ("openmpi", |r, n, p| {
+            vec![
+                ("OMPI_COMM_WORLD_RANK", r.to_string()),
+                ("OMPI_COMM_WORLD_SIZE", n.to_string()),
+                ("OMPI_COMM_WORLD_LOCAL_RANK", r.to_string()),
+                ("NCCL_COMM_ID", format!("127.0.0.1:{p}")),
+            ]
+        }),
+        ("slurm", |r, n, p| {
+            vec![
+                ("SLURM_PROCID", r.to_string()),
+                ("SLURM_NTASKS", n.to_string()),
+                ("SLURM_LOCALID", r.to_string()),
+                ("MASTER_ADDR", "127.0.0.1".into()),
+                ("MASTER_PORT", (p - 1).to_string()),
+            ]
+        }),
+    ];
+    for (name, vars) in conventions {
+        let port = free_port();
+        let (tx, rx) = mpsc::channel();
+        let kids: Vec<Child> = (0..n)
+            .map(|r| spawn("env", &vars(r, n, port), &tx, r as usize))
+            .collect();
+        let (codes, lines) = finish(kids, &rx);
+        assert!(
+            codes.iter().all(|c| *c == Some(0)),
+            "{name}: {codes:?}\n{lines:#?}"
+        );
+        let mut oks = ok_lines(&lines);
+        oks.sort();
+        let want: Vec<String> = (0..n)
+            .map(|r| format!("OK env {name} rank {r} of {n} sum 6"))
+            .collect();
+        assert_eq!(oks, want, "{lines:#?}");
+    }
+}
+
+fn oxccl_shm_entries() -> Vec<String> {
+    std::fs::read_dir("/dev/shm")
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.contains("oxccl"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_killed_process_fails_the_others_naming_it() {
+    let n = 4u32;
+    let id = UniqueId::new().unwrap();
+    let (tx, rx) = mpsc::channel();
+    let mut kids: Vec<Child> = (0..n)
+        .map(|r| spawn("loop", &id_vars(&id, n, r), &tx, r as usize))
+        .collect();
+    let t = Instant::now();
+    let mut looping = [false; 4];
+    let mut early = vec![Vec::new(); 4];
+    while !looping.iter().all(|&x| x) {
+        let (who, l) = rx
+            .recv_timeout(GUARD.saturating_sub(t.elapsed()))
+            .expect("children never started looping");
+        if l.contains("LOOPING") {
+            looping[who] = true;
+        }
+        early[who].push(l);
+    }
+    kids[2].kill().unwrap();
+    let (codes, mut lines) = finish(kids, &rx);
+    for (i, l) in early.into_iter().enumerate() {
+        lines[i].splice(0..0, l);
+    }
+    for r in [0usize, 1, 3] {
+        assert_eq!(codes[r], Some(3), "rank {r} should fail: {lines:#?}");
+        let errs = tagged(&lines[r], "ERR ");
+        let err = errs.first().unwrap_or_else(|| panic!("{lines:#?}"));
+        assert!(
+            err.contains("rank 2"),
+            "rank {r}'s error does not name rank 2: {err}"
+        );
+    }
+    // Segments are unnamed memfds: nothing is left in /dev/shm.
+    assert!(oxccl_shm_entries().is_empty(), "{:?}", oxccl_shm_entries());
+}
+
+#[test]
+fn one_rank_needs_no_root_and_ignores_its_id() {
+    let c = Communicator::init_rank(
+        &UniqueId::from_raw([0x5a; 128]),
+        1,
+        0,
+        config(Duration::from_secs(10)),
+    )
+    .unwrap();
+    let b = c.alloc::<f32>(8).unwrap();
+    b.copy_from_slice(&[2.0; 8]).unwrap();
+    c.all_reduce_in_place(&b, RedOp::Sum).unwrap();
+    assert_eq!(b.to_vec().unwrap(), vec![2.0; 8]);
+    assert!(UniqueId::from_bytes(&[0x5a; 128]).is_err());
+    assert!(UniqueId::from_bytes(&[0; 12]).is_err());
+    let id = UniqueId::new().unwrap();
+    assert_eq!(UniqueId::from_bytes(&id.to_bytes()).unwrap(), id);
+    // Rank out of range: refused before any connection.
+    assert!(Communicator::init_rank(&id, 2, 2, config(Duration::from_secs(5))).is_err());
+    // Thread cliques cannot split (yet): a clear error.
+    let comms = oxccl::init_all_with(1, config(Duration::from_secs(5))).unwrap();
+    assert!(matches!(
+        comms[0].split(Some(0), 0),
+        Err(oxccl::Error::InvalidUsage(_))
+    ));
+}
+
+// ---- the children ----
+
+fn env_u32(k: &str) -> u32 {
+    std::env::var(k).unwrap().parse().unwrap()
+}
+
+fn child_comm(deadline: Duration) -> Communicator {
+    let id = UniqueId::from_bytes(&unhex(&std::env::var("OXCCL_MP_ID").unwrap())).unwrap();
+    Communicator::init_rank(
+        &id,
+        env_u32("OXCCL_MP_N"),
+        env_u32("OXCCL_MP_RANK"),
+        config(deadline),
+    )
+    .unwrap()
+}
+
+/// One collective on this rank; the number of wrong elements of its output.
+fn check_one<T: Element>(
+    c: &Communicator,
+    kind: CollKind,
+    count: usize,
+    op: RedOp,
+    in_place: bool,
+    registered: bool,
+) -> (u64, Option<String>) {
+    let n = c.nranks();
+    let me = c.rank();
+    let root = if kind.has_root() { n - 1 } else { 0 };
+    let coll = Collective::new(kind, count, root);
+    let inputs: Vec<Vec<T>> = (0..n)
+        .map(|r| testkit::input::<T>(&coll, n, r, op, 11))
+        .collect();
+    let (ilen, olen) = (coll.input_len(n), coll.output_len(n));
+    let out: Vec<T> = if registered {
+        let (in_off, out_off) = if in_place {
+            coll.in_place_offsets(me)
+        } else {
+            (0, 0)
+        };
+        let buf = c
+            .alloc::<T>(if in_place { ilen.max(olen) } else { ilen })
+            .unwrap();
+        buf.slice(in_off..in_off + ilen)
+            .copy_from_slice(&inputs[me as usize])
+            .unwrap();
+        let other = c.alloc::<T>(olen).unwrap();
+        let recv = if in_place {
+            buf.slice(out_off..out_off + olen)
+        } else {
+            other.slice(..)
+        };
+        c.collective(kind, buf.slice(in_off..in_off + ilen), recv, op, root)
+            .unwrap();
+        recv.to_vec().unwrap()
+    } else {
+        let mut out = vec![T::default(); olen];
+        c.collective(kind, &inputs[me as usize][..], &mut out[..], op, root)
+            .unwrap();
+        out
+    };
+    // Other ranks' outputs are taken as right: each process checks its own.
+    let exp = oxccl::core::reference::expected(&coll, &inputs, &op.lower(T::DTYPE, n));
+    let outputs: Vec<Vec<T>> = (0..n as usize)
+        .map(|r| {
+            if r == me as usize {
+                out.clone()
+            } else {
+                exp[r].clone().unwrap_or_default()
+            }
+        })
+        .collect();
+    testkit::compare(&coll, &inputs, &outputs, op)
+}
+
+fn child_all() {
+    let c = child_comm(Duration::from_secs(60));
+    let (mut cases, mut wrong, mut first) = (0usize, 0u64, None);
+    for kind in testkit::COLLECTIVES {
+        let ops: &[RedOp] = if kind.is_reduction() {
+            &[RedOp::Sum, RedOp::Max, RedOp::Avg]
+        } else {
+            &[RedOp::Sum]
+        };
+        for dt in [DataType::F32, DataType::I32, DataType::Bf16] {
+            for &op in ops.iter().filter(|o| o.undefined_reason(dt).is_none()) {
+                for (count, in_place, registered) in [
+                    (1000, false, true),
+                    (1000, true, true),
+                    (1000, false, false),
+                    (3, false, true),
+                    (150_000, false, true),
+                    (150_000, true, false),
+                ] {
+                    let (w, f) = with_dtype!(dt, T => check_one::<T>(&c, kind, count, op, in_place, registered));
+                    cases += 1;
+                    wrong += w;
+                    if w > 0 && first.is_none() {
+                        first = Some(format!("{kind} {dt} {op} count {count} in_place={in_place} registered={registered}: {}", f.unwrap_or_default()));
+                    }
+                }
+            }
+        }
+    }
+    // Send/Recv: even ranks send to the next odd one.
+    let me = c.rank();
+    let data: Vec<f64> = (0..5000)
+        .map(|i| f64::from(me) * 1e4 + f64::from(i))
+        .collect();
+    if me.is_multiple_of(2) && me + 1 < c.nranks() {
+        c.send(&data[..], me + 1).unwrap();
+    } else if me % 2 == 1 {
+        let mut got = vec![0.0f64; 5000];
+        c.recv(&mut got[..], me - 1).unwrap();
+        let want: Vec<f64> = (0..5000)
+            .map(|i| f64::from(me - 1) * 1e4 + f64::from(i))
+            .collect();
+        if got != want {
+            wrong += 1;
+            first.get_or_insert_with(|| "send/recv delivered the wrong data".into());
+        }
+    }
+    cases += 1;
+    if wrong > 0 {
+        println!(
+            "WRONG rank {me}: {wrong} wrong, first: {}",
+            first.unwrap_or_default()
+        );
+        std::process::exit(2);
+    }
+    println!("OK rank {me}: {cases} cases, 0 wrong");
+}
+
+fn child_split() {
+    let c = child_comm(Duration::from_secs(60));
+    let me = c.rank();
+    let color = (me != 3).then_some(me % 2);
+    match c.split(color, -(me as i32)).unwrap() {
+        None => println!("OK split parent {me} -> none"),
+        Some(s) => {
+            let mut v = [me as f32];
+            s.all_reduce_in_place(&mut v[..], RedOp::Sum).unwrap();
+            println!(
+                "OK split parent {me} -> child rank {} of {} sum {}",
+                s.rank(),
+                s.nranks(),
+                v[0]
+            );
+        }
+    }
+}
+
+fn child_env() {
+    let c = oxccl::init_from_env().unwrap();
+    let launcher = oxccl::LaunchEnv::from_vars(|k| std::env::var(k).ok())
+        .unwrap()
+        .launcher;
+    let mut v = [c.rank() as f64 + 1.0];
+    c.all_reduce_in_place(&mut v[..], RedOp::Sum).unwrap();
+    println!(
+        "OK env {launcher} rank {} of {} sum {}",
+        c.rank(),
+        c.nranks(),
+        v[0]
+    );
+}
+
+fn child_loop() {
+    // A deadline far above the parent's guard: only the watcher can
+    // report the killed peer in time.
+    let c = child_comm(Duration::from_secs(600));
+    let b = c.alloc::<f32>(1 << 16).unwrap();
+    let t = Instant::now();
+    for i in 0.. {
+        if let Err(e) = c.all_reduce_in_place(&b, RedOp::Sum) {
+            println!("ERR {e}");
+            std::process::exit(3);
+        }
+        if i == 0 {
+            println!("LOOPING");
+        }
+        if t.elapsed() > GUARD {
+            println!("never failed");
+            std::process::exit(4);
+        }
+    }
+}
+
+#[test]
+#[ignore = "entry point of the processes the other tests spawn"]
+fn child() {
+    match std::env::var(ROLE).as_deref() {
+        Ok("all") => child_all(),
+        Ok("split") => child_split(),
+        Ok("env") => child_env(),
+        Ok("loop") => child_loop(),
+        other => panic!("{ROLE}={other:?}: run by the other tests only"),
+    }
+}
