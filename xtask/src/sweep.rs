@@ -154,14 +154,9 @@ struct Report<'a> {
     results: &'a [Row],
 }
 
-const ALL_OPS: [RedOp; 6] = [
-    RedOp::Sum,
-    RedOp::Prod,
-    RedOp::Max,
-    RedOp::Min,
-    RedOp::Avg,
-    RedOp::PreMulSum(2.0),
-];
+/// `-o all`: the five built-ins and one (exact) PreMulSum, the testkit's
+/// first six.
+const ALL_OPS: &[RedOp] = testkit::OPS.split_at(6).0;
 
 fn list<T: Copy>(
     spec: &str,
@@ -180,7 +175,7 @@ pub fn run(a: SweepArgs) -> anyhow::Result<()> {
     }
     let colls = list(&a.coll, &CollKind::ALL, |s| Ok(s.parse::<CollKind>()?))?;
     let dtypes = list(&a.dtype, &DataType::ALL, |s| Ok(s.parse::<DataType>()?))?;
-    let ops = list(&a.op, &ALL_OPS, |s| Ok(s.parse::<RedOp>()?))?;
+    let ops = list(&a.op, ALL_OPS, |s| Ok(s.parse::<RedOp>()?))?;
     let mut config = Config::from_env()?;
     config.backend = a.backend.parse::<BackendKind>()?;
     if let Some(v) = &a.algo {

@@ -388,23 +388,22 @@ mod tests {
         assert_eq!(total, e.steps.len());
     }
 
+    /// An input of `input` and an output of `output` elements.
+    fn in_out(input: usize, output: usize) -> Vec<BufDecl> {
+        let decl = |role, len| BufDecl {
+            role,
+            len,
+            must_write: role == BufRole::Output,
+        };
+        vec![decl(BufRole::Input, input), decl(BufRole::Output, output)]
+    }
+
     #[test]
     fn blob_places_records_little_endian() {
         let rp = RankPlan {
             rank: 0,
             nranks: 2,
-            bufs: vec![
-                BufDecl {
-                    role: BufRole::Input,
-                    len: 10,
-                    must_write: false,
-                },
-                BufDecl {
-                    role: BufRole::Output,
-                    len: 10,
-                    must_write: true,
-                },
-            ],
+            bufs: in_out(10, 10),
             channels: vec![Channel {
                 steps: vec![
                     Step::Signal { peer: 1 },
@@ -517,18 +516,7 @@ mod tests {
         let rp = RankPlan {
             rank: 0,
             nranks: 2,
-            bufs: vec![
-                BufDecl {
-                    role: BufRole::Input,
-                    len: big + len,
-                    must_write: false,
-                },
-                BufDecl {
-                    role: BufRole::Output,
-                    len: 2 * big + len,
-                    must_write: true,
-                },
-            ],
+            bufs: in_out(big + len, 2 * big + len),
             channels: vec![Channel {
                 steps: vec![Step::Xfer(Xfer::new(
                     vec![Src::Remote {

@@ -293,19 +293,18 @@ impl Policy {
         }
     }
 
-    /// The model's time for a plan, µs (`None` where it times none).
-    #[allow(clippy::too_many_arguments)] // reason: one call's whole description
+    /// The model's time, µs, for `plan` (its algorithm, protocol, channels
+    /// and transport) running a call of `kind` on `bytes` of `registered`
+    /// buffers or not (`None` where the model times none).
     pub fn predict(
         &self,
         kind: CollKind,
-        algo: Algo,
-        proto: Proto,
-        channels: u32,
         bytes: usize,
         registered: bool,
-        transport: Transport,
+        plan: &Choice,
     ) -> Option<f64> {
-        self.selector(registered, algo, transport).predict(
+        let (algo, proto, channels) = (plan.algo, plan.proto, plan.channels);
+        self.selector(registered, algo, plan.transport).predict(
             kind,
             algo,
             proto,

@@ -136,68 +136,10 @@ impl PlanCache {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-
     use oxccl_core::CollKind;
 
     use super::*;
-    use crate::backend::{BackendKind, Launch, RawBuf, Timer};
-    use crate::error::Error;
-
-    /// Counts `prepare_plan` calls; nothing else is used by the cache.
-    #[derive(Debug, Default)]
-    struct Counting(AtomicUsize);
-
-    impl Backend for Counting {
-        fn kind(&self) -> BackendKind {
-            BackendKind::Cuda
-        }
-        fn describe(&self) -> String {
-            "counting".into()
-        }
-        fn blocking(&self) -> bool {
-            false
-        }
-        fn registered_alloc(&self) -> bool {
-            true
-        }
-        fn chunk_bytes(&self) -> usize {
-            1 << 10
-        }
-        fn max_channels(&self) -> u32 {
-            4
-        }
-        fn prepare_plan(&self, _: &Plan, _: usize, _: Proto) -> Result<Option<PlanHandle>, Error> {
-            self.0.fetch_add(1, Ordering::Relaxed);
-            Ok(Some(Arc::new(())))
-        }
-        unsafe fn execute(&self, _: &Launch<'_>) -> Result<(), Error> {
-            Ok(())
-        }
-        fn alloc(&self, _: u32, _: usize) -> Result<RawBuf, Error> {
-            Err(Error::Backend("no memory here".into()))
-        }
-        unsafe fn free(&self, _: u32, _: RawBuf) {}
-        unsafe fn write(&self, _: u32, _: RawBuf, _: &[u8]) -> Result<(), Error> {
-            Ok(())
-        }
-        unsafe fn read(&self, _: u32, _: RawBuf, _: &mut [u8]) -> Result<(), Error> {
-            Ok(())
-        }
-        fn synchronize(&self, _: u32) -> Result<(), Error> {
-            Ok(())
-        }
-        fn abort(&self) {}
-        fn failure(&self) -> Option<Error> {
-            None
-        }
-        fn timer(&self, _: u32) -> Result<Box<dyn Timer>, Error> {
-            Err(Error::Backend("no timer".into()))
-        }
-        fn copy_bandwidth(&self, _: usize) -> Result<f64, Error> {
-            Ok(1.0)
-        }
-    }
+    use crate::backend::null::NullBackend;
 
     fn key(count: usize) -> PlanKey {
         PlanKey {
@@ -214,7 +156,7 @@ mod tests {
 
     #[test]
     fn a_plan_is_generated_and_prepared_once_per_protocol() {
-        let backend = Counting::default();
+        let backend = NullBackend::new(4, 1 << 10);
         let cache = PlanCache::new(vec![vec![0, 1, 2, 3]; 2]);
         for _ in 0..100 {
             for rank in 0..4 {
@@ -224,13 +166,13 @@ mod tests {
             }
         }
         assert_eq!(cache.len(), 1);
-        assert_eq!(backend.0.load(Ordering::Relaxed), 1);
+        assert_eq!(backend.prepared(), 1);
         cache
             .get(4, key(1000))
             .unwrap()
             .handle(&backend, Proto::LL)
             .unwrap();
-        assert_eq!(backend.0.load(Ordering::Relaxed), 2);
+        assert_eq!(backend.prepared(), 2);
     }
 
     #[test]

@@ -19,6 +19,7 @@
 
 pub mod cuda;
 pub mod host;
+pub mod null;
 
 use std::fmt::Debug;
 use std::time::Duration;
