@@ -4,8 +4,11 @@
 //! `-f` each step) it runs `-w` warm-up and `-n` timed iterations on every
 //! rank, out of place then in place, and prints nccl-tests' table. Inputs
 //! are small integers (`testkit::input`) so results are exact; with `-c 1`
-//! every result is checked against the sequential reference and the sweep
-//! exits non-zero if any element is wrong. Reported time: the slowest
+//! one more call per row is checked: its output and a guard past it are
+//! poisoned first, the output is compared with the sequential reference,
+//! and the send buffer (out of place), the input outside the output (in
+//! place) and the guard must be unchanged (`check`); `#wrong` counts both
+//! kinds of fault and the sweep exits non-zero if any element is wrong. Reported time: the slowest
 //! rank's time for the `-n` iterations divided by `-n` (a mean per call),
 //! from backend timers (CUDA events on the rank's stream) started behind
 //! one untimed lead-in call, so the skew with which the host barrier
@@ -48,6 +51,7 @@ use oxccl::core::{with_dtype, Collective};
 use oxccl::{BackendKind, Buffer, CollKind, Communicator, Config, DataType, Element, RedOp};
 use serde::Serialize;
 
+mod check;
 mod pick;
 pub(crate) mod plot;
 
@@ -389,7 +393,7 @@ fn largest_elems(colls: &[CollKind], sizes: &[usize], es: usize, n: u32) -> usiz
 }
 
 /// Per data type, every rank's two buffers (main and out-of-place output),
-/// allocated once at the sweep's largest size.
+/// allocated once at the sweep's largest size plus the check's guard.
 #[derive(Default)]
 struct Pools(std::collections::HashMap<DataType, Box<dyn std::any::Any>>);
 
@@ -407,7 +411,11 @@ impl Pools {
             self.0.clear();
             let pool: Pool<T> = comms
                 .iter()
-                .map(|c| Ok(Some((c.alloc::<T>(elems)?, c.alloc::<T>(elems)?))))
+                .map(|c| {
+                    // Room for the check's guard past the largest output.
+                    let len = elems + check::GUARD;
+                    Ok(Some((c.alloc::<T>(len)?, c.alloc::<T>(len)?)))
+                })
                 .collect::<oxccl::Result<_>>()?;
             self.0.insert(T::DTYPE, Box::new(pool));
         }
@@ -554,7 +562,8 @@ struct Measured {
 
 /// Runs warm-up, timed iterations and (with `-c`) a checked call on every
 /// rank, on views of `pool`; returns the slowest rank's mean time per call
-/// and the check.
+/// and the check: wrong output elements plus elements changed outside the
+/// outputs (see `check`).
 fn measure<T: Element>(
     comms: &[Communicator],
     pool: &mut Pool<T>,
@@ -564,14 +573,26 @@ fn measure<T: Element>(
     a: &SweepArgs,
     nccl: &crate::nccl_cols::Baseline,
 ) -> anyhow::Result<Measured> {
+    let run = check::run_collective::<T>;
+    measure_with(comms, pool, coll, op, in_place, a, nccl, &run)
+}
+
+/// [`measure`] with every call made by `run` (tests pass faulty ones).
+#[allow(clippy::too_many_arguments)] // reason: measure's arguments plus the call seam; a struct would only rename them
+fn measure_with<T: Element>(
+    comms: &[Communicator],
+    pool: &mut Pool<T>,
+    coll: &Collective,
+    op: RedOp,
+    in_place: bool,
+    a: &SweepArgs,
+    nccl: &crate::nccl_cols::Baseline,
+    run: &check::Runner<T>,
+) -> anyhow::Result<Measured> {
     let n = comms.len() as u32;
     let barrier = Barrier::new(comms.len());
     let nrow = nccl.row::<T>(coll, op, n, a.warmup, a.iters, a.check != 0);
-    type RankOut<T> = (
-        anyhow::Result<(Duration, Vec<T>)>,
-        Vec<T>,
-        (Buffer<T>, Buffer<T>),
-    );
+    type RankOut<T> = (anyhow::Result<RankDone<T>>, Vec<T>, (Buffer<T>, Buffer<T>));
     let results: Vec<anyhow::Result<RankOut<T>>> = std::thread::scope(|s| {
         let hs: Vec<_> = comms
             .iter()
@@ -583,7 +604,7 @@ fn measure<T: Element>(
                     let bufs = bufs.context("sweep buffers missing")?;
                     // Inputs are made on the rank threads, in parallel.
                     let input = testkit::input::<T>(coll, n, c.rank(), op, 1);
-                    let r = rank_run(c, &bufs, coll, &input, op, in_place, a, barrier, nrow);
+                    let r = rank_run(c, &bufs, coll, &input, op, in_place, a, barrier, nrow, run);
                     Ok((r, input, bufs))
                 })
             })
@@ -598,6 +619,7 @@ fn measure<T: Element>(
     let mut time = Duration::ZERO;
     let mut inputs = Vec::new();
     let mut outputs = Vec::new();
+    let mut outside = (0, None);
     let mut errs: Vec<anyhow::Error> = Vec::new();
     for (slot, r) in pool.iter_mut().zip(results) {
         match r {
@@ -605,9 +627,11 @@ fn measure<T: Element>(
                 *slot = Some(bufs);
                 inputs.push(input);
                 match res {
-                    Ok((t, o)) => {
-                        time = time.max(t);
-                        outputs.push(o);
+                    Ok(done) => {
+                        time = time.max(done.time);
+                        outputs.push(done.out);
+                        outside.0 += done.outside.0;
+                        outside.1 = outside.1.or(done.outside.1);
                     }
                     Err(e) => errs.push(e),
                 }
@@ -625,6 +649,7 @@ fn measure<T: Element>(
     } else {
         compare_parallel(coll, &inputs, &outputs, op)
     };
+    let (wrong, first_wrong) = (wrong + outside.0, first_wrong.or(outside.1));
     Ok(Measured {
         time: time / a.iters,
         wrong,
@@ -699,20 +724,24 @@ pub(crate) fn check_sendrecv<T: Element>(
     outputs: &[Vec<T>],
 ) -> (u64, Option<String>) {
     let n = inputs.len();
-    let mut wrong = 0;
-    let mut first = None;
+    let mut found = (0, None);
     for (r, got) in outputs.iter().enumerate() {
         let exp = &inputs[(r + n - 1) % n];
-        for (i, (e, g)) in exp.iter().zip(got).enumerate() {
-            if !e.bits_eq(*g) {
-                wrong += 1;
-                first.get_or_insert_with(|| {
-                    format!("rank {r} element {i}: expected {e:?}, got {g:?}")
-                });
-            }
-        }
+        check::bit_diffs(exp, got, &mut found, |i, e, g| {
+            format!("rank {r} element {i}: expected {e:?}, got {g:?}")
+        });
     }
-    (wrong, first)
+    found
+}
+
+/// What one rank's share of a row gave.
+struct RankDone<T> {
+    /// Time of the `-n` timed calls.
+    time: Duration,
+    /// The checked call's output (empty without `-c`).
+    out: Vec<T>,
+    /// Elements the checked call changed outside the output, and the first.
+    outside: (u64, Option<String>),
 }
 
 /// One rank's share of [`measure`]. Every rank reaches every barrier,
@@ -729,7 +758,8 @@ fn rank_run<T: Element>(
     a: &SweepArgs,
     barrier: &Barrier,
     nccl: &crate::nccl_cols::RowRun<'_, T>,
-) -> anyhow::Result<(Duration, Vec<T>)> {
+    run: &check::Runner<T>,
+) -> anyhow::Result<RankDone<T>> {
     let n = c.nranks();
     let (ilen, olen) = (coll.input_len(n), coll.output_len(n));
     let (in_off, out_off) = if in_place {
@@ -737,24 +767,18 @@ fn rank_run<T: Element>(
     } else {
         (0, 0)
     };
-    let send = main.slice(in_off..in_off + ilen);
-    let recv = if in_place {
-        main.slice(out_off..out_off + olen)
-    } else {
-        other.slice(..olen)
-    };
-    let peer_next = (c.rank() + 1) % n;
-    let peer_prev = (c.rank() + n - 1) % n;
-    let call = || -> oxccl::Result<()> {
-        if coll.kind == CollKind::SendRecv {
-            oxccl::group(|g| {
-                g.send(c, send, peer_next)?;
-                g.recv(c, recv, peer_prev)
-            })
+    let view = check::RankView {
+        send: main.slice(in_off..in_off + ilen),
+        recv: if in_place {
+            main.slice(out_off..out_off + olen)
         } else {
-            c.collective(coll.kind, send, recv, op, coll.root)
-        }
+            other.slice(..olen)
+        },
+        out_buf: if in_place { main } else { other },
+        out_at: out_off,
     };
+    let (send, recv) = (view.send, view.recv);
+    let call = || run(c, coll, &view, op);
     // Runs one phase unless an earlier one failed; a failure aborts the
     // clique so no peer waits for this rank until its deadline.
     let phase = |ok: &mut anyhow::Result<()>, f: &mut dyn FnMut() -> oxccl::Result<()>| {
@@ -810,18 +834,29 @@ fn rank_run<T: Element>(
     });
     nccl.rank(c, send, recv, input, barrier, ok.is_ok());
     let mut out = Vec::new();
+    let mut outside = (0, None);
     if a.check != 0 {
-        // In-place iterations overwrote the input: restore it, run once more.
-        phase(&mut ok, &mut || send.copy_from_slice(input));
+        // Poison the output and the guard past it, restore the input (the
+        // in-place iterations overwrote it), note everything outside the
+        // output, then run once more.
+        let watched = check::watched(&view, in_place);
+        let before = check::prepared(&view, input, in_place);
+        phase(&mut ok, &mut || check::prepare(&view, input, in_place));
         barrier.wait();
         phase(&mut ok, &mut || {
             call()?;
             c.synchronize()?;
             out = recv.to_vec()?;
+            let after = check::snapshot(&watched)?;
+            outside = check::changed(c.rank(), &watched, &before, &after);
             Ok(())
         });
     }
-    ok.map(|()| (t, out))
+    ok.map(|()| RankDone {
+        time: t,
+        out,
+        outside,
+    })
 }
 
 /// `hostname, N cores, CPU model`.
@@ -841,7 +876,110 @@ fn machine() -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::check::{run_collective, RankView, Runner};
     use super::*;
+
+    /// One row of `kind` (1000 elements of f32, Sum, root 1) on 3 host
+    /// ranks, every call made by `run`, checked: (wrong, first). The real
+    /// collective runs the same row on the same buffers first (and must
+    /// pass), so a faulty call finds the right result already there, as it
+    /// does in a sweep that repeats rows.
+    fn row(kind: CollKind, in_place: bool, run: &Runner<f32>) -> (u64, Option<String>) {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            a: SweepArgs,
+        }
+        let a = <Cli as clap::Parser>::parse_from(["sweep", "-n", "1", "-w", "1"]).a;
+        let config = Config {
+            backend: BackendKind::Host,
+            ..Config::default()
+        };
+        let comms = oxccl::init_all_with(3, config).unwrap();
+        let nccl = crate::nccl_cols::Baseline::open(&a.nccl, &comms, &mut Vec::new()).unwrap();
+        let coll = Collective::new(kind, 1000, 1);
+        let mut pools = Pools::default();
+        let pool = pools.get::<f32>(&comms, 3000).unwrap();
+        let mut go = |run: &Runner<f32>| {
+            measure_with::<f32>(&comms, pool, &coll, RedOp::Sum, in_place, &a, &nccl, run).unwrap()
+        };
+        let real = go(&run_collective::<f32>);
+        assert_eq!(real.wrong, 0, "{kind}: {:?}", real.first_wrong);
+        let m = go(run);
+        (m.wrong, m.first_wrong)
+    }
+
+    /// Every collective, Send/Recv included.
+    const KINDS: [CollKind; 9] = CollKind::ALL;
+
+    fn in_place_forms(kind: CollKind) -> &'static [bool] {
+        if kind == CollKind::SendRecv {
+            &[false]
+        } else {
+            &[false, true]
+        }
+    }
+
+    /// The real collective passes the check, so what follows tests faults,
+    /// not the check's own noise.
+    #[test]
+    fn the_real_collectives_pass_the_check() {
+        for kind in KINDS {
+            for &in_place in in_place_forms(kind) {
+                let (wrong, first) = row(kind, in_place, &run_collective::<f32>);
+                assert_eq!(wrong, 0, "{kind} in_place={in_place}: {first:?}");
+            }
+        }
+    }
+
+    /// A collective that does nothing leaves poisoned (or, in place,
+    /// unreduced) outputs: reported wrong, in place or not.
+    #[test]
+    fn a_collective_that_does_nothing_is_reported_wrong() {
+        for kind in KINDS {
+            for &in_place in in_place_forms(kind) {
+                let (wrong, first) = row(kind, in_place, &|_, _, _, _| Ok(()));
+                assert!(wrong > 0, "{kind} in_place={in_place}: a no-op passed");
+                assert!(first.is_some());
+            }
+        }
+    }
+
+    /// Right outputs, then one element written just past the output on
+    /// every rank: reported, naming the guard.
+    #[test]
+    fn a_collective_that_writes_past_its_output_is_reported_wrong() {
+        let past = |c: &Communicator, coll: &Collective, v: &RankView<'_, f32>, op| {
+            run_collective(c, coll, v, op)?;
+            let end = v.out_at + v.recv.len();
+            v.out_buf.slice(end..end + 1).copy_from_slice(&[7.0])
+        };
+        for kind in KINDS {
+            for &in_place in in_place_forms(kind) {
+                let (wrong, first) = row(kind, in_place, &past);
+                assert_eq!(wrong, 3, "{kind} in_place={in_place}: one per rank");
+                let first = first.unwrap();
+                assert!(first.contains("past the output"), "{first}");
+                assert!(first.contains("element 0"), "{first}");
+            }
+        }
+    }
+
+    /// Right outputs, then the send buffer of an out-of-place call zeroed:
+    /// reported, naming the send buffer.
+    #[test]
+    fn a_collective_that_clobbers_its_send_buffer_is_reported_wrong() {
+        let clobber = |c: &Communicator, coll: &Collective, v: &RankView<'_, f32>, op| {
+            run_collective(c, coll, v, op)?;
+            v.send.copy_from_slice(&vec![0.0; v.send.len()])
+        };
+        for kind in KINDS {
+            let (wrong, first) = row(kind, false, &clobber);
+            assert!(wrong > 0, "{kind}: a clobbered send buffer passed");
+            let first = first.unwrap();
+            assert!(first.contains("send buffer"), "{kind}: {first}");
+        }
+    }
 
     #[test]
     fn a_failed_row_reports_the_rank_that_failed_not_the_aborts() {

@@ -1,0 +1,184 @@
+//! The sweep's checked call, beyond comparing the output with the
+//! reference: before it, the output and a guard region past it are
+//! poisoned (so a call that writes nothing, or too little, leaves visible
+//! poison), and every element of the rank's buffers outside the output is
+//! snapshotted; after it, those must be unchanged: the send buffer of an
+//! out-of-place call, the input outside the output of an in-place one, and
+//! [`GUARD`] elements past every output.
+//!
+//! The collective itself is a [`Runner`]: the sweep passes
+//! [`run_collective`]; tests pass faulty ones (one that does nothing, one
+//! that writes past its output, one that clobbers its send buffer) and see
+//! each reported wrong.
+
+use oxccl::core::Collective;
+use oxccl::{Buffer, CollKind, Communicator, Element, RedOp, Slice};
+
+/// Elements past every output that a call must leave untouched.
+pub(crate) const GUARD: usize = 256;
+
+/// One rank's buffers for a call.
+#[derive(Debug)]
+pub(crate) struct RankView<'a, T: Element> {
+    pub send: Slice<'a, T>,
+    pub recv: Slice<'a, T>,
+    /// The allocation the output lies in, and the output's offset in it.
+    pub out_buf: &'a Buffer<T>,
+    pub out_at: usize,
+}
+
+/// How a rank runs one call of the row: [`run_collective`] in the sweep.
+pub(crate) type Runner<T> =
+    dyn Fn(&Communicator, &Collective, &RankView<'_, T>, RedOp) -> oxccl::Result<()> + Sync;
+
+/// The call a row measures: the collective, or for Send/Recv a group
+/// sending to the next rank and receiving from the previous one.
+pub(crate) fn run_collective<T: Element>(
+    c: &Communicator,
+    coll: &Collective,
+    v: &RankView<'_, T>,
+    op: RedOp,
+) -> oxccl::Result<()> {
+    if coll.kind == CollKind::SendRecv {
+        let n = c.nranks();
+        oxccl::group(|g| {
+            g.send(c, v.send, (c.rank() + 1) % n)?;
+            g.recv(c, v.recv, (c.rank() + n - 1) % n)
+        })
+    } else {
+        c.collective(coll.kind, v.send, v.recv, op, coll.root)
+    }
+}
+
+/// The value written over outputs and guards: NaN for floating types (never
+/// equal to a finite expected value), the 0xA5 byte pattern's value for
+/// integers (far from the small values the inputs hold).
+pub(crate) fn poison<T: Element>() -> T {
+    let dt = T::DTYPE;
+    if dt.is_float() {
+        return T::from_f64(f64::NAN);
+    }
+    let unsigned = dt.name().starts_with('u');
+    T::from_f64(match (dt.size(), unsigned) {
+        (1, false) => -91.0,
+        (1, true) => 165.0,
+        (4, false) => -1_515_870_811.0,
+        (4, true) => 2_779_096_485.0,
+        (_, false) => -6.5e18,
+        (_, true) => 1.19e19,
+    })
+}
+
+/// The regions of a rank's buffers outside its output that a call must
+/// not change, by name.
+pub(crate) fn watched<'a, T: Element>(
+    v: &RankView<'a, T>,
+    in_place: bool,
+) -> Vec<(&'static str, Slice<'a, T>)> {
+    let end = v.out_at + v.recv.len();
+    let mut w = Vec::new();
+    if in_place {
+        // The larger of input and output starts the buffer and holds the
+        // other (`Collective::in_place_offsets`): the input may extend on
+        // either side of the output (ReduceScatter), then the guard.
+        w.push(("input before the output", v.out_buf.slice(..v.out_at)));
+        w.push((
+            "input or guard past the output",
+            v.out_buf.slice(end..guard_at(v, true) + GUARD),
+        ));
+    } else {
+        w.push(("send buffer", v.send));
+        w.push(("guard past the output", v.out_buf.slice(end..end + GUARD)));
+    }
+    w
+}
+
+/// Where the guard starts in `out_buf`: past the output, or in place past
+/// whichever of input and output ends later.
+fn guard_at<T: Element>(v: &RankView<'_, T>, in_place: bool) -> usize {
+    let end = v.out_at + v.recv.len();
+    if in_place {
+        end.max(v.send.len())
+    } else {
+        end
+    }
+}
+
+/// Poisons the output and the guard past it, then writes the input (in
+/// place it may lie inside the output, which then starts out holding it).
+pub(crate) fn prepare<T: Element>(
+    v: &RankView<'_, T>,
+    input: &[T],
+    in_place: bool,
+) -> oxccl::Result<()> {
+    let g = guard_at(v, in_place);
+    v.recv.copy_from_slice(&vec![poison::<T>(); v.recv.len()])?;
+    v.out_buf
+        .slice(g..g + GUARD)
+        .copy_from_slice(&[poison::<T>(); GUARD])?;
+    v.send.copy_from_slice(input)
+}
+
+/// What [`prepare`] left in the regions [`watched`] names, known without
+/// reading the device: the input and the guard's poison. (Reading them
+/// back would cost a transfer of the send buffer per rank and row.)
+pub(crate) fn prepared<T: Element>(
+    v: &RankView<'_, T>,
+    input: &[T],
+    in_place: bool,
+) -> Vec<Vec<T>> {
+    let guard = vec![poison::<T>(); GUARD];
+    if !in_place {
+        return vec![input.to_vec(), guard];
+    }
+    let end = v.out_at + v.recv.len();
+    if input.len() > v.recv.len() {
+        // The input starts the buffer and holds the output.
+        let mut past = input[end..].to_vec();
+        past.extend(guard);
+        vec![input[..v.out_at].to_vec(), past]
+    } else {
+        // The output starts the buffer (out_at is 0) and holds the input.
+        vec![Vec::new(), guard]
+    }
+}
+
+/// Every watched region's contents.
+pub(crate) fn snapshot<T: Element>(
+    regions: &[(&'static str, Slice<'_, T>)],
+) -> oxccl::Result<Vec<Vec<T>>> {
+    regions.iter().map(|(_, s)| s.to_vec()).collect()
+}
+
+/// Elements of the watched regions that differ between `before` and
+/// `after` (bit for bit), and the first of them.
+pub(crate) fn changed<T: Element>(
+    rank: u32,
+    regions: &[(&'static str, Slice<'_, T>)],
+    before: &[Vec<T>],
+    after: &[Vec<T>],
+) -> (u64, Option<String>) {
+    let mut found = (0, None);
+    for (((name, _), b), a) in regions.iter().zip(before).zip(after) {
+        bit_diffs(b, a, &mut found, |i, x, y| {
+            format!("rank {rank}: {name}, element {i}, changed from {x:?} to {y:?}")
+        });
+    }
+    found
+}
+
+/// Adds to `found` the elements where `want` and `got` differ bit for bit,
+/// describing the first difference overall with `describe(index, want, got)`.
+pub(crate) fn bit_diffs<T: Element>(
+    want: &[T],
+    got: &[T],
+    found: &mut (u64, Option<String>),
+    describe: impl Fn(usize, T, T) -> String,
+) {
+    for (i, (w, g)) in want.iter().zip(got).enumerate() {
+        if !w.bits_eq(*g) {
+            found.0 += 1;
+            found.1.get_or_insert_with(|| describe(i, *w, *g));
+        }
+    }
+}
