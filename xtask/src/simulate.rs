@@ -36,10 +36,12 @@ pub struct SimulateArgs {
     pub svg: Option<String>,
 }
 
+/// Columns named as `NCCL_ALGO` names them (`Algo::name`): `btree` is the
+/// binary tree, `tree` NCCL's double binary tree.
 const COLUMNS: [(&str, Option<Algo>); 4] = [
-    ("ring", Some(Algo::Ring)),
-    ("tree", Some(Algo::BinaryTree)),
-    ("dbtree", Some(Algo::DoubleBinaryTree)),
+    (Algo::Ring.name(), Some(Algo::Ring)),
+    (Algo::BinaryTree.name(), Some(Algo::BinaryTree)),
+    (Algo::DoubleBinaryTree.name(), Some(Algo::DoubleBinaryTree)),
     ("pick", None),
 ];
 
@@ -124,7 +126,7 @@ pub fn run(a: SimulateArgs) -> anyhow::Result<()> {
     println!("\n8-byte {kind} time (µs) by ranks: ring grows linearly, trees logarithmically");
     println!(
         "{:>7} {:>10} {:>10} {:>10} {:>10}",
-        "ranks", "ring", "tree", "dbtree", "pick"
+        "ranks", COLUMNS[0].0, COLUMNS[1].0, COLUMNS[2].0, COLUMNS[3].0
     );
     let f = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v:.1}"));
     for (n, t) in &small {

@@ -13,7 +13,10 @@ use half::{bf16, f16};
 use crate::dtype::DataType;
 
 /// A type collectives can carry. Implemented for the Rust type of each of
-/// the twelve [`DataType`]s.
+/// the twelve [`DataType`]s. The impls' methods are `#[inline]`: without
+/// it a method that is not a tiny leaf (`Ord::max` calls `max_by`) stays
+/// a call per element in other crates' loops, which kept the host
+/// backend's integer Max/Min about 20 times slower than Sum.
 pub trait Element: Copy + Send + Sync + PartialEq + Debug + Default + 'static {
     /// The matching NCCL data type.
     const DTYPE: DataType;
@@ -36,30 +39,38 @@ macro_rules! int_element {
     ($t:ty, $dt:expr) => {
         impl Element for $t {
             const DTYPE: DataType = $dt;
+            #[inline]
             fn from_f64(v: f64) -> Self {
                 // Through i128 so negative values wrap into unsigned types.
                 (v as i128) as $t
             }
+            #[inline]
             fn to_f64(self) -> f64 {
                 self as f64
             }
+            #[inline]
             fn add(self, o: Self) -> Self {
                 self.wrapping_add(o)
             }
+            #[inline]
             fn mul(self, o: Self) -> Self {
                 self.wrapping_mul(o)
             }
+            #[inline]
             fn maximum(self, o: Self) -> Self {
                 Ord::max(self, o)
             }
+            #[inline]
             fn minimum(self, o: Self) -> Self {
                 Ord::min(self, o)
             }
+            #[inline]
             fn div_count(self, n: u32) -> Self {
                 // Wrapping division only differs from `/` for MIN / -1,
                 // which cannot occur with a positive n.
                 self.wrapping_div(n as $t)
             }
+            #[inline]
             fn bits_eq(self, o: Self) -> bool {
                 self == o
             }
@@ -78,28 +89,36 @@ macro_rules! native_float_element {
     ($t:ty, $dt:expr) => {
         impl Element for $t {
             const DTYPE: DataType = $dt;
+            #[inline]
             fn from_f64(v: f64) -> Self {
                 v as $t
             }
+            #[inline]
             fn to_f64(self) -> f64 {
                 self as f64
             }
+            #[inline]
             fn add(self, o: Self) -> Self {
                 self + o
             }
+            #[inline]
             fn mul(self, o: Self) -> Self {
                 self * o
             }
+            #[inline]
             fn maximum(self, o: Self) -> Self {
                 // fmax semantics (a NaN operand loses), as CUDA's fmaxf.
                 <$t>::max(self, o)
             }
+            #[inline]
             fn minimum(self, o: Self) -> Self {
                 <$t>::min(self, o)
             }
+            #[inline]
             fn div_count(self, n: u32) -> Self {
                 self / (n as $t)
             }
+            #[inline]
             fn bits_eq(self, o: Self) -> bool {
                 self.to_bits() == o.to_bits()
             }
@@ -115,27 +134,35 @@ macro_rules! widened_float_element {
     ($t:ty, $dt:expr, $from32:expr, $to32:expr, $from64:expr) => {
         impl Element for $t {
             const DTYPE: DataType = $dt;
+            #[inline]
             fn from_f64(v: f64) -> Self {
                 $from64(v)
             }
+            #[inline]
             fn to_f64(self) -> f64 {
                 $to32(self) as f64
             }
+            #[inline]
             fn add(self, o: Self) -> Self {
                 $from32($to32(self) + $to32(o))
             }
+            #[inline]
             fn mul(self, o: Self) -> Self {
                 $from32($to32(self) * $to32(o))
             }
+            #[inline]
             fn maximum(self, o: Self) -> Self {
                 $from32(f32::max($to32(self), $to32(o)))
             }
+            #[inline]
             fn minimum(self, o: Self) -> Self {
                 $from32(f32::min($to32(self), $to32(o)))
             }
+            #[inline]
             fn div_count(self, n: u32) -> Self {
                 $from32($to32(self) / n as f32)
             }
+            #[inline]
             fn bits_eq(self, o: Self) -> bool {
                 self.to_bits() == o.to_bits()
             }

@@ -177,6 +177,9 @@ fn fold_with<T: Element>(acc: &mut [T], src: &[T], f: impl Fn(T, T) -> T) {
 
 /// `acc[i] = acc[i] (op) scale(src[i])`, with the op chosen outside the loop.
 fn fold<T: Element>(acc: &mut [T], src: &[T], base: BaseOp, scale: Option<T>) {
+    if scale.is_none() && crate::widened::fold(acc, src, base) {
+        return;
+    }
     match (base, scale) {
         (BaseOp::Sum, None) => fold_with(acc, src, |a, b| a.add(b)),
         (BaseOp::Prod, None) => fold_with(acc, src, |a, b| a.mul(b)),

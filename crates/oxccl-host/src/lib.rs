@@ -26,6 +26,7 @@ mod fifo;
 mod kernel;
 mod procs;
 mod shm;
+mod widened;
 
 pub use config::HostConfig;
 pub use error::HostError;

@@ -1,6 +1,7 @@
-//! `--svg`: bus bandwidth against size, one line per collective (out of
-//! place); with `--nccl`, NCCL's busbw on the same buffers as a dashed line
-//! of the same colour.
+//! `--svg`: bus bandwidth against size, one labelled line per
+//! (collective, type, op) (out of place); with `--nccl`, NCCL's busbw on
+//! the same buffers as a dashed line of the same colour. Sizes read as
+//! `64 KiB`, bandwidths without trailing zeros.
 
 use std::path::Path;
 
@@ -30,25 +31,49 @@ pub fn plot(path: &Path, rows: &[Row], nranks: u32) -> anyhow::Result<()> {
         .configure_mesh()
         .x_desc("size (bytes)")
         .y_desc("busbw (GB/s)")
+        .x_label_formatter(&|v| crate::topo::human(v.round() as usize))
+        .y_label_formatter(&|v| {
+            format!("{v:.3}")
+                .trim_end_matches('0')
+                .trim_end_matches('.')
+                .to_string()
+        })
         .draw()
         .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let mut names: Vec<&str> = rows.iter().map(|r| r.coll.as_str()).collect();
-    names.dedup();
-    for (i, name) in names.iter().enumerate() {
+    // One series per (collective, type, op): rows of several types or ops
+    // drawn as one line would zig-zag between them.
+    let mut series: Vec<(&str, &str, &str)> = Vec::new();
+    for r in rows {
+        let key = (r.coll.as_str(), r.dtype.as_str(), r.op.as_str());
+        if !series.contains(&key) {
+            series.push(key);
+        }
+    }
+    let label = |(c, d, o): (&str, &str, &str)| {
+        if series.len() == 1 || series.iter().all(|s| s.1 == d && s.2 == o) {
+            c.to_string()
+        } else {
+            format!("{c} {d} {o}")
+        }
+    };
+    for (i, &key) in series.iter().enumerate() {
         let color = Palette99::pick(i).to_rgba();
+        let mine =
+            |r: &&Row| (r.coll.as_str(), r.dtype.as_str(), r.op.as_str()) == key && !r.in_place;
         let pts: Vec<(f64, f64)> = rows
             .iter()
-            .filter(|r| r.coll == *name && !r.in_place)
+            .filter(mine)
             .map(|r| (r.bytes as f64, r.busbw_gbps))
             .collect();
+        let name = label(key);
         chart
             .draw_series(LineSeries::new(pts, color))
             .map_err(|e| anyhow::anyhow!("{e}"))?
-            .label(*name)
+            .label(name.clone())
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color));
         let nccl: Vec<(f64, f64)> = rows
             .iter()
-            .filter(|r| r.coll == *name && !r.in_place)
+            .filter(mine)
             .filter_map(|r| Some((r.bytes as f64, r.nccl.nccl_busbw_gbps?)))
             .collect();
         if !nccl.is_empty() {
