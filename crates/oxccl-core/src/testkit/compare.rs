@@ -6,10 +6,10 @@ use crate::element::Element;
 use crate::redop::{LoweredOp, RedOp};
 
 /// Compares outputs with the reference ([`crate::reference::expected`]).
-/// Returns the number of wrong elements (missing ones included) and a
-/// description of the first. Exact cases ([`tolerance`]) must match bit
-/// for bit (NaN matching NaN); rounded ones must lie within
-/// [`rounding_bound`] of the exact pre-scaled sum of their inputs.
+/// Returns the number of wrong elements (missing ones, of missing ranks
+/// too, included) and a description of the first. Exact cases
+/// ([`tolerance`]) must match bit for bit (NaN matching NaN); rounded ones
+/// must lie within [`rounding_bound`] of the sum of their rounded terms.
 pub fn compare<T: Element>(
     coll: &Collective,
     inputs: &[Vec<T>],

@@ -58,6 +58,12 @@ fn mix(x: u64) -> u64 {
     z ^ (z >> 31)
 }
 
+/// `h` mapped onto `0..m` by its high bits (Lemire's multiply-shift: no
+/// division, which dominated generating large buffers).
+fn below(h: u64, m: u64) -> u64 {
+    ((u128::from(h) * u128::from(m)) >> 64) as u64
+}
+
 enum Scheme {
     /// Rank `r` at element `i` holds `values[(base(i) + rot(r, i) * stride) % len]`.
     Palette {
@@ -171,9 +177,10 @@ impl Scheme {
                 seed,
             } => {
                 let len = values.len() as u64;
-                let base = mix(seed ^ i.wrapping_mul(0xA24B_AED4_963E_E407)) % bases;
+                let base = below(mix(seed ^ i.wrapping_mul(0xA24B_AED4_963E_E407)), *bases);
                 let rot = if *rotate { (r + i + seed) % n } else { r };
-                values[((base + rot * stride) % len) as usize]
+                let k = base + rot * stride;
+                values[(if k < len { k } else { k % len }) as usize]
             }
             Scheme::Prod {
                 factors,
@@ -183,7 +190,7 @@ impl Scheme {
             } => {
                 let h = mix(seed ^ i.wrapping_mul(0x9FB2_1C65_1E98_DF25));
                 if (i + seed) % n == r {
-                    factors[(h % factors.len() as u64) as usize]
+                    factors[below(h, factors.len() as u64) as usize]
                 } else if *signed && (mix(h ^ r) & 1 == 1) {
                     -1.0
                 } else {
@@ -192,7 +199,7 @@ impl Scheme {
             }
             Scheme::Dense { bound, seed } => {
                 let h = mix(seed ^ mix(r.wrapping_add(1)) ^ i.wrapping_mul(0xD6E8_FEB8_6659_FD93));
-                (1 + h % bound) as f64
+                (1 + below(h, *bound)) as f64
             }
             Scheme::Sparse {
                 n,
@@ -202,7 +209,7 @@ impl Scheme {
                 seed,
             } => {
                 let h = mix(seed ^ i.wrapping_mul(0xC2B2_AE3D_27D4_EB4F));
-                let active = 1 + h % width;
+                let active = 1 + below(h, *width);
                 let slot = (r + n - (i + seed) % n) % n;
                 // The leader's share: 1..=room, or its upper half.
                 let room = budget - active + 1;
@@ -210,7 +217,7 @@ impl Scheme {
                 if slot >= active {
                     0.0
                 } else if slot == 0 {
-                    (lo + (h >> 32) % (room - lo + 1)) as f64
+                    (lo + below(h.rotate_left(32), room - lo + 1)) as f64
                 } else {
                     1.0
                 }
