@@ -12,16 +12,13 @@
 //! cost; with more than one rank the check waits for the slowest thread,
 //! so the figure then includes the ranks' skew.
 
-use std::sync::{Arc, Barrier};
-use std::time::Instant;
-
-use oxccl_bench::median;
+use std::sync::Arc;
 
 use oxccl::backend::null::NullBackend;
-use oxccl::{Config, RedOp};
+use oxccl::Config;
+use oxccl_bench::latency::wall_ns_per_call;
 
 const RUNS: usize = 15;
-const WARMUP: u32 = 50;
 
 fn main() -> oxccl::Result<()> {
     let mut args = std::env::args().skip(1);
@@ -29,38 +26,7 @@ fn main() -> oxccl::Result<()> {
     let calls: u32 = args.next().and_then(|a| a.parse().ok()).unwrap_or(200_000);
     let backend = Arc::new(NullBackend::new(16, 1 << 17));
     let comms = oxccl::init_all_on(n, backend, Config::from_env()?)?;
-    let bar = Barrier::new(n as usize);
-    let per_rank: Vec<oxccl::Result<f64>> = std::thread::scope(|s| {
-        let hs: Vec<_> = comms
-            .iter()
-            .map(|c| {
-                let bar = &bar;
-                s.spawn(move || -> oxccl::Result<f64> {
-                    let (a, b) = (c.alloc::<f32>(2)?, c.alloc::<f32>(2)?);
-                    for _ in 0..WARMUP {
-                        c.all_reduce(&a, &b, RedOp::Sum)?;
-                    }
-                    let mut runs = Vec::with_capacity(RUNS);
-                    for _ in 0..RUNS {
-                        bar.wait();
-                        let t = Instant::now();
-                        for _ in 0..calls {
-                            c.all_reduce(&a, &b, RedOp::Sum)?;
-                        }
-                        runs.push(t.elapsed().as_secs_f64() * 1e9 / f64::from(calls));
-                    }
-                    Ok(median(runs))
-                })
-            })
-            .collect();
-        hs.into_iter()
-            .map(|h| h.join().expect("rank thread panicked"))
-            .collect()
-    });
-    let mut worst = 0.0f64;
-    for r in per_rank {
-        worst = worst.max(r?);
-    }
+    let worst = wall_ns_per_call(&comms, RUNS, calls)?;
     let choice = comms[0]
         .last_choice()
         .map_or("none".into(), |c| c.to_string());

@@ -8,11 +8,8 @@
 //! `host_call_cost [RANKS] [CALLS_PER_RUN]`, default `2 20000`. Release
 //! mode.
 
-use std::sync::Barrier;
-use std::time::Instant;
-
-use oxccl::{BackendKind, Config, RedOp};
-use oxccl_bench::median;
+use oxccl::{BackendKind, Config};
+use oxccl_bench::latency::wall_ns_per_call;
 
 const RUNS: usize = 9;
 
@@ -22,35 +19,7 @@ fn ns_per_call(n: u32, calls: u32, check: bool) -> oxccl::Result<f64> {
         .check_calls(check)
         .build()?;
     let comms = oxccl::init_all_with(n, config)?;
-    let bar = Barrier::new(n as usize);
-    let per_rank: Vec<oxccl::Result<f64>> = std::thread::scope(|s| {
-        let hs: Vec<_> = comms
-            .iter()
-            .map(|c| {
-                let bar = &bar;
-                s.spawn(move || -> oxccl::Result<f64> {
-                    let (a, b) = (c.alloc::<f32>(2)?, c.alloc::<f32>(2)?);
-                    for _ in 0..50 {
-                        c.all_reduce(&a, &b, RedOp::Sum)?;
-                    }
-                    let mut runs = Vec::with_capacity(RUNS);
-                    for _ in 0..RUNS {
-                        bar.wait();
-                        let t = Instant::now();
-                        for _ in 0..calls {
-                            c.all_reduce(&a, &b, RedOp::Sum)?;
-                        }
-                        runs.push(t.elapsed().as_secs_f64() * 1e9 / f64::from(calls));
-                    }
-                    Ok(median(runs))
-                })
-            })
-            .collect();
-        hs.into_iter()
-            .map(|h| h.join().expect("rank thread panicked"))
-            .collect()
-    });
-    per_rank.into_iter().try_fold(0.0f64, |w, r| Ok(w.max(r?)))
+    wall_ns_per_call(&comms, RUNS, calls)
 }
 
 fn main() -> oxccl::Result<()> {

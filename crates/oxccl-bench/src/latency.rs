@@ -86,6 +86,49 @@ pub fn rank_latency(
     Ok(Latency { eager_us, graph_us })
 }
 
+/// Host wall time per call, ns, of an 8-byte f32 AllReduce through the
+/// facade on buffers from `comm.alloc`: every rank on its own thread,
+/// [`WARMUP`] calls, then `runs` runs of `calls` calls behind a barrier of
+/// ranks; the median run per rank, the slowest rank. For what the host
+/// pays per call (the facade on a null backend, the host backend), where
+/// device events have nothing to time.
+pub fn wall_ns_per_call(
+    comms: &[oxccl::Communicator],
+    runs: usize,
+    calls: u32,
+) -> oxccl::Result<f64> {
+    let bar = Barrier::new(comms.len());
+    let op = oxccl::RedOp::Sum;
+    let per_rank: Vec<oxccl::Result<f64>> = std::thread::scope(|s| {
+        let hs: Vec<_> = comms
+            .iter()
+            .map(|c| {
+                let bar = &bar;
+                s.spawn(move || -> oxccl::Result<f64> {
+                    let (a, b) = (c.alloc::<f32>(2)?, c.alloc::<f32>(2)?);
+                    for _ in 0..WARMUP {
+                        c.all_reduce(&a, &b, op)?;
+                    }
+                    let mut times = Vec::with_capacity(runs);
+                    for _ in 0..runs {
+                        bar.wait();
+                        let t = std::time::Instant::now();
+                        for _ in 0..calls {
+                            c.all_reduce(&a, &b, op)?;
+                        }
+                        times.push(t.elapsed().as_secs_f64() * 1e9 / f64::from(calls.max(1)));
+                    }
+                    Ok(median(times))
+                })
+            })
+            .collect();
+        hs.into_iter()
+            .map(|h| h.join().expect("rank thread panicked"))
+            .collect()
+    });
+    per_rank.into_iter().try_fold(0.0f64, |w, r| Ok(w.max(r?)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
