@@ -182,17 +182,24 @@ pub struct DevMem {
 }
 
 impl DevMem {
-    /// Allocates `bytes` (at least 1) and zeroes them.
-    pub fn zeroed(ctx: &Arc<Ctx>, bytes: usize) -> Result<DevMem> {
+    /// Allocates `bytes` (at least 1), contents undefined. `cuMemAlloc`
+    /// returns while other streams' kernels run (`sync_probe`, oxccl-bench).
+    pub fn uninit(ctx: &Arc<Ctx>, bytes: usize) -> Result<DevMem> {
         ctx.bind()?;
         // SAFETY: plain allocation in the current context.
         let ptr = unsafe { result::malloc_sync(bytes.max(1)) }
             .map_err(|e| CudaError::driver("cuMemAlloc", e))?;
-        let m = DevMem {
+        Ok(DevMem {
             ptr,
             bytes,
             ctx: ctx.clone(),
-        };
+        })
+    }
+
+    /// Allocates `bytes` (at least 1) and zeroes them before returning.
+    pub fn zeroed(ctx: &Arc<Ctx>, bytes: usize) -> Result<DevMem> {
+        let m = DevMem::uninit(ctx, bytes)?;
+        let ptr = m.ptr;
         // SAFETY: `ptr` holds at least `bytes.max(1)` bytes. The memset runs
         // on the legacy stream, which the ranks' non-blocking streams never
         // wait for, and syncing it waits for nothing of theirs.
@@ -341,6 +348,40 @@ impl Stream {
         }
     }
 
+    /// Whether work enqueued now would be captured into a graph rather
+    /// than run.
+    pub fn capturing(&self) -> Result<bool> {
+        self.ctx.bind()?;
+        let mut st = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+        // SAFETY: valid stream and out-pointer.
+        unsafe {
+            check(
+                "cuStreamIsCapturing",
+                sys::cuStreamIsCapturing(self.raw, &mut st),
+            )?
+        };
+        Ok(st != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
+    }
+
+    /// Enqueues zeroing `bytes` bytes at `dst` (returns at once).
+    ///
+    /// # Safety
+    /// `dst` must be valid device memory of `bytes` bytes until the stream
+    /// reaches the memset.
+    pub unsafe fn zero_async(&self, dst: u64, bytes: usize) -> Result<()> {
+        if bytes == 0 {
+            return Ok(());
+        }
+        self.ctx.bind()?;
+        // SAFETY: caller's contract.
+        unsafe {
+            check(
+                "cuMemsetD8Async",
+                sys::cuMemsetD8Async(dst, 0, bytes, self.raw),
+            )
+        }
+    }
+
     /// Copies host bytes to device memory, ordered on this stream, and waits.
     ///
     /// # Safety
@@ -386,10 +427,32 @@ pub struct Event {
 unsafe impl Send for Event {}
 
 impl Event {
+    /// An event for ordering only (no timestamps, cheaper to record).
+    pub fn ordering(ctx: &Arc<Ctx>) -> Result<Event> {
+        Event::with_flags(ctx, sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)
+    }
+
+    /// Whether everything before the event's last record has completed
+    /// (true for an event never recorded). Never waits.
+    pub fn done(&self) -> Result<bool> {
+        self.ctx.bind()?;
+        // SAFETY: valid event.
+        match unsafe { sys::cuEventQuery(self.raw) } {
+            sys::CUresult::CUDA_SUCCESS => Ok(true),
+            sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+            e => Err(CudaError::driver("cuEventQuery", e)),
+        }
+    }
+
+    /// A timing event.
     pub fn new(ctx: &Arc<Ctx>) -> Result<Event> {
+        Event::with_flags(ctx, sys::CUevent_flags::CU_EVENT_DEFAULT)
+    }
+
+    fn with_flags(ctx: &Arc<Ctx>, flags: sys::CUevent_flags) -> Result<Event> {
         ctx.bind()?;
-        let raw = result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT)
-            .map_err(|e| CudaError::driver("cuEventCreate", e))?;
+        let raw =
+            result::event::create(flags).map_err(|e| CudaError::driver("cuEventCreate", e))?;
         Ok(Event {
             raw,
             ctx: ctx.clone(),
@@ -499,6 +562,35 @@ impl Drop for Module {
 }
 
 impl Function {
+    /// The driver's handle (for calls this wrapper does not cover).
+    pub fn raw(&self) -> sys::CUfunction {
+        self.0
+    }
+
+    /// Loads the function's code now rather than at its first launch.
+    /// Under lazy loading (the driver's default since CUDA 12.2) a first
+    /// launch loads the function and waits for every running kernel of
+    /// the context first (`sync_probe`, oxccl-bench: 1.5 s, the probe's
+    /// whole deadline, on the H200's driver 580); a rank doing that while
+    /// a peer's kernel spins waiting for its launch would stall both until
+    /// the deadline. `cuFuncLoad` itself returned in 0.06 ms beside a
+    /// running kernel. Drivers before CUDA 12.4 lack it: then nothing is
+    /// done (they load at the first launch, as before) and a debug line
+    /// says so.
+    pub fn load(&self) -> Result<()> {
+        let r = guarded("cuFuncLoad", || {
+            // SAFETY: a function of a loaded module.
+            check("cuFuncLoad", unsafe { sys::cuFuncLoad(self.0) })
+        });
+        match r {
+            Err(CudaError::NoDriver(why)) => {
+                tracing::debug!("cuFuncLoad unavailable ({why}); functions load at first launch");
+                Ok(())
+            }
+            other => other,
+        }
+    }
+
     /// Blocks of `threads` threads that fit on one SM at once.
     pub fn max_blocks_per_sm(&self, threads: u32) -> Result<u32> {
         let mut n = 0;

@@ -166,7 +166,10 @@ impl<T: Element> Drop for Buffer<T> {
     fn drop(&mut self) {
         if self.raw.bytes > 0 {
             // SAFETY: `raw` came from `alloc` on this backend for `rank`,
-            // and every view borrows `self`, so none outlives the buffer.
+            // and every view borrows `self`, so nothing issued after this
+            // point can name it. Work already enqueued on it may still run:
+            // the backend's `free` reuses the memory only after that work
+            // (and the peers' accesses within it) completed.
             unsafe { self.backend.free(self.rank, self.raw) };
         }
     }

@@ -62,6 +62,15 @@ impl World {
             .iter()
             .map(|o| m.function(&kernels::kernel_name(dtype, o.0)))
             .collect::<Result<Vec<_>>>()?;
+        // Every function now, so no launch loads code (which would wait for
+        // peers' spinning kernels: see `Function::load`). Loading the module
+        // itself waits for running kernels too, but every rank asks for it
+        // here, under the lock, before launching its first kernel of this
+        // type, so the kernels it waits for are earlier calls' (which need
+        // nothing more from this rank's thread).
+        for f in &fs {
+            f.load()?;
+        }
         let f = fs[slot];
         // Only this thread sets the cell (the loading lock is held).
         let _ = cell.set((m, fs));

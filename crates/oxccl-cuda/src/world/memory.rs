@@ -1,7 +1,31 @@
 //! User buffers every rank can address, their per-device pool, and each
 //! rank's scratch area.
+//!
+//! Lifetimes are stream-ordered. A buffer freed by rank r may still be in
+//! use by work r enqueued before the free: r's own kernels (and graph
+//! replays) on r's stream, and, inside those same calls, peers' kernels
+//! reading or writing it as registered memory. Peers' accesses end before
+//! r's kernel of the same call does (a plan's owner finishes only after
+//! every peer's last remote access to its buffers: the checker's finish
+//! rule), so "r's stream has passed the free" means "nobody touches it".
+//! [`World::free`] therefore records an event on r's stream and pools the
+//! memory with it; [`World::alloc`] hands pooled memory to
+//!
+//! - the same rank at once: its zeroing is enqueued on that rank's stream,
+//!   behind the old work, and everything that later touches the new
+//!   buffer (the rank's launches, copies and, through them, its peers)
+//!   follows it on that stream;
+//! - another rank only once the event has completed (`cuEventQuery`,
+//!   which never waits). Making the other rank's stream wait for the event
+//!   instead could deadlock: the event may follow a call that cannot
+//!   complete before the allocating rank joins it with a later launch.
+//!
+//! Nothing here waits for the device: no `cuMemFree` while the clique
+//! lives (it waits for every running kernel, and a rank held there while a
+//! peer's kernel spins waiting for it stalls both until the deadline), no
+//! host synchronisation on the zeroing.
 
-use crate::driver::{DevMem, Event, Stream};
+use crate::driver::{DevMem, Event};
 use crate::error::{CudaError, Result};
 
 use super::{lock, World};
@@ -16,25 +40,70 @@ fn pool_class(bytes: usize) -> usize {
     }
 }
 
+/// Alloc and free order their work on the rank's stream, so they cannot
+/// run while that stream is being captured into a graph (the zeroing would
+/// become part of the graph, and a free's event would mark nothing).
+fn refuse_during_capture(s: &crate::driver::Stream, rank: u32, what: &str) -> Result<()> {
+    if s.capturing()? {
+        return Err(CudaError::Invalid(format!(
+            "{what} on rank {rank} while its stream is being captured into a graph: \
+             allocate before capture and free after the graph's last replay"
+        )));
+    }
+    Ok(())
+}
+
+/// Memory returned by [`World::free`], reusable as the module says.
+#[derive(Debug)]
+pub(super) struct Freed {
+    mem: DevMem,
+    /// The rank that freed it.
+    rank: u32,
+    /// Recorded on `rank`'s stream at the free.
+    done: Event,
+}
+
 impl World {
-    /// Zeroed device memory that every rank can address: on `rank`'s device.
+    /// Zeroed device memory that every rank can address, on `rank`'s
+    /// device. The zeroing is ordered on `rank`'s stream: it is complete
+    /// for everything later issued there (launches, copies, and peers'
+    /// accesses inside those launches); the call itself does not wait.
     pub fn alloc(&self, rank: u32, bytes: usize) -> Result<u64> {
         let dev = self.dev(rank)?;
+        let st = self.rank(rank)?;
+        refuse_during_capture(&st.stream, rank, "alloc")?;
         let class = pool_class(bytes);
-        let reused = lock(&dev.pool).get_mut(&class).and_then(Vec::pop);
-        let mem = match reused {
-            Some(m) => m,
-            None => DevMem::zeroed(&dev.ctx, class)?,
+        let reused = {
+            let mut pool = lock(&dev.pool);
+            let list = pool.entry(class).or_default();
+            // Newest first: the same rank's own frees are the usual hit.
+            let mut pick = None;
+            for i in (0..list.len()).rev() {
+                if list[i].rank == rank || list[i].done.done()? {
+                    pick = Some(i);
+                    break;
+                }
+            }
+            pick.map(|i| list.swap_remove(i))
         };
-        // SAFETY: `mem` holds `class` >= `bytes` bytes; the memset is on
-        // the setup stream, which never waits for the ranks' kernels.
-        unsafe { memset_zero(&dev.setup, mem.ptr, bytes)? };
+        let mem = match reused {
+            Some(f) => {
+                lock(&dev.events).push(f.done);
+                f.mem
+            }
+            None => DevMem::uninit(&dev.ctx, class)?,
+        };
+        // SAFETY: `mem` holds `class` >= `bytes` bytes and is owned by the
+        // clique (in `live`) until freed, which orders after this memset.
+        unsafe { st.stream.zero_async(mem.ptr, bytes)? };
         let ptr = mem.ptr;
         lock(&self.live).insert(ptr, (rank, mem));
         Ok(ptr)
     }
 
-    /// Returns memory from [`World::alloc`] to the pool.
+    /// Returns memory from [`World::alloc`] to the pool. It is handed out
+    /// again only after everything `rank` issued before this call has
+    /// completed (see the module documentation); the call does not wait.
     pub fn free(&self, rank: u32, ptr: u64) -> Result<()> {
         let (owner, mem) = lock(&self.live).remove(&ptr).ok_or_else(|| {
             CudaError::Invalid(format!("{ptr:#x} was not allocated by this clique"))
@@ -45,7 +114,26 @@ impl World {
             return Err(e);
         }
         let dev = self.dev(rank)?;
-        lock(&dev.pool).entry(mem.bytes).or_default().push(mem);
+        let st = self.rank(rank)?;
+        if let Err(e) = refuse_during_capture(&st.stream, rank, "free") {
+            lock(&self.leaked).push(mem);
+            return Err(e);
+        }
+        let recycled = lock(&dev.events).pop();
+        let done = match recycled {
+            Some(e) => e,
+            None => Event::ordering(&dev.ctx)?,
+        };
+        if let Err(e) = done.record(&st.stream) {
+            // Without the event nothing says when the memory is free:
+            // keep it out of the pool rather than risk reusing it early.
+            lock(&self.leaked).push(mem);
+            return Err(e);
+        }
+        lock(&dev.pool)
+            .entry(mem.bytes)
+            .or_default()
+            .push(Freed { mem, rank, done });
         Ok(())
     }
 
@@ -88,20 +176,4 @@ impl World {
         times.sort_by(f64::total_cmp);
         Ok(times.get(times.len() / 2).copied().unwrap_or(0.0))
     }
-}
-
-/// # Safety
-/// `ptr` must be device memory of at least `bytes` bytes in `s`'s context.
-unsafe fn memset_zero(s: &Stream, ptr: u64, bytes: usize) -> Result<()> {
-    if bytes == 0 {
-        return Ok(());
-    }
-    s.ctx().bind()?;
-    // SAFETY: caller's contract.
-    unsafe {
-        cudarc::driver::sys::cuMemsetD8Async(ptr, 0, bytes, s.raw)
-            .result()
-            .map_err(|e| CudaError::driver("cuMemsetD8Async", e))?;
-    }
-    s.synchronize()
 }

@@ -7,7 +7,8 @@
 //! and a semaphore live in the receiver's (waiter's) memory. Nothing is
 //! freed with `cuMemFree` while the clique lives: `cuMemFree` waits for the
 //! whole device, and a rank blocked there while its peers spin on it would
-//! stall them until their deadline. Freed buffers go to a per-device pool.
+//! stall them until their deadline. Freed buffers go to a per-device pool,
+//! reused in stream order (`memory`).
 //!
 //! One job per file: [`memory`] (user buffers, the pool, scratch), [`links`]
 //! (FIFO and semaphore memory between ranks), [`upload`] (a plan encoded
@@ -99,7 +100,10 @@ struct DeviceState {
     modules: Vec<OnceLock<(Module, Vec<Function>)>>,
     /// Held while a module compiles or loads, so it happens once.
     loading: Mutex<()>,
-    pool: Mutex<HashMap<usize, Vec<DevMem>>>,
+    /// Freed user buffers by size class (see `memory`).
+    pool: Mutex<HashMap<usize, Vec<memory::Freed>>>,
+    /// Ordering events of pool entries handed out again, for reuse.
+    events: Mutex<Vec<Event>>,
 }
 
 /// A clique's CUDA state, shared by its ranks' threads.
@@ -114,6 +118,9 @@ pub struct World {
     ptr_table: DevMem,
     host_words: HostMapped,
     live: Mutex<HashMap<u64, (u32, DevMem)>>,
+    /// Freed memory whose release event could not be recorded: never
+    /// reused (nothing says when its last use ends), freed with the clique.
+    leaked: Mutex<Vec<DevMem>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -165,6 +172,7 @@ impl World {
                 modules: kernels::DTYPES.iter().map(|_| OnceLock::new()).collect(),
                 loading: Mutex::new(()),
                 pool: Mutex::new(HashMap::new()),
+                events: Mutex::new(Vec::new()),
             });
         }
         // Every device reaches every other's memory (P2P over NVLink or PCIe).
@@ -203,6 +211,7 @@ impl World {
             ptr_table,
             host_words,
             live: Mutex::new(HashMap::new()),
+            leaked: Mutex::new(Vec::new()),
         }))
     }
 

@@ -12,7 +12,8 @@
 //! | notion | host backend | CUDA backend |
 //! | --- | --- | --- |
 //! | [`RawBuf::addr`] | a host virtual address | a `CUdeviceptr` in the rank's context |
-//! | `alloc` | zeroed host memory | `cuMemAlloc` (peer-accessible, "registered") |
+//! | `alloc` | zeroed host memory | `cuMemAlloc` (peer-accessible, "registered"), zeroed on the rank's stream |
+//! | `free` | back to the allocator at once | pooled; reused once the rank's stream has passed the free |
 //! | `execute` | runs the plan on the calling thread, returns when done | enqueues one launch on the rank's stream, returns at once |
 //! | `synchronize` | nothing to wait for | waits for the rank's stream |
 //! | timer | `Instant` | CUDA events on the rank's stream |
@@ -232,19 +233,31 @@ pub trait Backend: Send + Sync + Debug {
     /// # Safety
     /// Every non-null entry of `launch.bufs` must be memory of
     /// `launch.rank` that is valid for reads and writes of its length for
-    /// the duration of the call (host) or until the rank's stream reaches
-    /// the enqueued work (CUDA), and not accessed by anything else
-    /// meanwhile except as the plan's in-place aliasing says.
+    /// the duration of the call (host) or until the enqueued work completes
+    /// (CUDA: memory from [`Backend::alloc`] is, even if freed meanwhile,
+    /// see [`Backend::free`]), and not accessed by anything else meanwhile
+    /// except as the plan's in-place aliasing says.
     unsafe fn execute(&self, launch: &Launch<'_>) -> Result<(), Error>;
 
-    /// Allocates `bytes` bytes of zeroed memory for `rank`.
+    /// Allocates `bytes` bytes of zeroed memory for `rank`. The zeros are
+    /// there for everything later issued on `rank` (its `execute`, `write`,
+    /// `read`, and the peers' accesses inside those operations); on CUDA
+    /// the zeroing is enqueued on the rank's stream and the call returns
+    /// at once.
     fn alloc(&self, rank: u32, bytes: usize) -> Result<RawBuf, Error>;
 
-    /// Frees memory from [`Backend::alloc`].
+    /// Frees memory from [`Backend::alloc`]. The call returns at once, and
+    /// the memory is handed out again only after every operation issued
+    /// on `rank` before the free has completed: the rank's own work on it
+    /// and, inside those operations, every peer's access to it as
+    /// registered memory (a plan's owner finishes only after its peers'
+    /// last remote access to its buffers). So dropping a buffer right
+    /// after enqueuing a collective on it is sound: the collective still
+    /// runs on the old memory, and no later allocation sees its writes.
     ///
     /// # Safety
     /// `buf` must come from `alloc` on this backend for `rank` and not be
-    /// used afterwards.
+    /// used by anything issued after this call.
     unsafe fn free(&self, rank: u32, buf: RawBuf);
 
     /// Copies `src` into backend memory at `dst` (ordered after work
