@@ -88,8 +88,9 @@ __device__ __forceinline__ void ox_st1(char* p, T v) {
 }
 
 // Records the first failure of this rank and tells the world.
-__device__ void ox_fail(const OxDesc& d, u32 code, u32 peer, u32 step, u64 waited) {
+__device__ void ox_fail(const OxDesc& d, u32 code, u32 peer, u32 step, u32 awaited, u64 waited) {
   if (atomicCAS(&d.err->code, 0u, code) == 0u) {
+    d.err->awaited = awaited;
     d.err->rank = d.rank;
     d.err->peer = peer;
     d.err->channel = blockIdx.x;
@@ -110,7 +111,8 @@ __device__ void ox_fail(const OxDesc& d, u32 code, u32 peer, u32 step, u64 waite
 // Polls *p until it reaches `want` (counters only grow: >=, never ==).
 // Returns false (after recording why) on abort, on a peer's failure, or
 // past the deadline.
-__device__ bool ox_wait_geq(const OxDesc& d, const u64* p, u64 want, u32 peer, u32 step) {
+__device__ bool ox_wait_geq(const OxDesc& d, const u64* p, u64 want, u32 peer, u32 step,
+                            u32 awaited) {
   const bool sys = d.flags & OXD_SYS;
   if (ox_ld_acquire(p, sys) >= want) return true;
   const u64 t0 = ox_globaltimer();
@@ -120,15 +122,15 @@ __device__ bool ox_wait_geq(const OxDesc& d, const u64* p, u64 want, u32 peer, u
     if ((spins & (OX_SPIN_CHECK - 1)) == 0) {
       u64 waited = ox_globaltimer() - t0;
       if (*d.abort_flag != 0) {
-        ox_fail(d, OXE_ABORTED, peer, step, waited);
+        ox_fail(d, OXE_ABORTED, peer, step, awaited, waited);
         return false;
       }
       if (*d.world_fail != 0) {
-        ox_fail(d, OXE_PEER_FAILED, peer, step, waited);
+        ox_fail(d, OXE_PEER_FAILED, peer, step, awaited, waited);
         return false;
       }
       if (waited > d.timeout_ns) {
-        ox_fail(d, OXE_TIMEOUT, peer, step, waited);
+        ox_fail(d, OXE_TIMEOUT, peer, step, awaited, waited);
         return false;
       }
     }
@@ -442,7 +444,7 @@ __device__ void ox_exec(const OxDesc& d) {
         OxSem* sem = (OxSem*)wt.len;
         // Earlier waits of this run on the same semaphore come first.
         u64 want = ox_ld_volatile(&sem->consumed) + 1 + wt.ndst;
-        if (ox_wait_geq(d, &sem->posted, want, wt.first, step + k)) {
+        if (ox_wait_geq(d, &sem->posted, want, wt.first, step + k, OXA_SIGNAL)) {
           atomicMax(&sem->consumed, want);
         } else {
           atomicExch(&s_fail, 1);
@@ -481,7 +483,7 @@ __device__ void ox_exec(const OxDesc& d) {
             const u64 head = ox_ld_volatile(&cn->head);
             if (!ll) {
               const u64 tail = ox_ld_acquire(&cn->tail, sys);
-              if (tail < head + 1) ok = ox_wait_geq(d, &cn->tail, head + 1, o.buf, step);
+              if (tail < head + 1) ok = ox_wait_geq(d, &cn->tail, head + 1, o.buf, step, OXA_MESSAGE);
             }
             p = ox_slot(d, (u64)cn, head);
             if (ll) s_flag[i] = ox_ll_flag(head);
@@ -489,7 +491,7 @@ __device__ void ox_exec(const OxDesc& d) {
             const u64 tail = ox_ld_volatile(&cn->tail);
             const u64 head = ox_ld_acquire(&cn->head, sys);
             if (tail + 1 > d.nslots && head < tail + 1 - d.nslots)
-              ok = ox_wait_geq(d, &cn->head, tail + 1 - d.nslots, o.buf, step);
+              ok = ox_wait_geq(d, &cn->head, tail + 1 - d.nslots, o.buf, step, OXA_SLOT);
             p = ox_slot(d, (u64)cn, tail);
             if (ll) s_flag[i] = ox_ll_flag(tail);
           }

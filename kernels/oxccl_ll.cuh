@@ -73,7 +73,7 @@ __device__ bool ox_ll_wait(const OxDesc& d, const char* line, u32 flag, u64* out
       else if (waited > d.timeout_ns)
         code = OXE_TIMEOUT;
       if (code != 0) {
-        ox_fail(d, code, peer, step, waited);
+        ox_fail(d, code, peer, step, OXA_MESSAGE, waited);
         *block_fail = 1;
         return false;
       }

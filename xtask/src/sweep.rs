@@ -666,7 +666,10 @@ fn root_cause(errs: Vec<anyhow::Error>) -> Option<anyhow::Error> {
         matches!(
             e.downcast_ref::<oxccl::Error>(),
             Some(oxccl::Error::Aborted(_) | oxccl::Error::Failed { .. })
-        )
+        ) || e
+            .downcast_ref::<oxccl::Error>()
+            .and_then(oxccl::Error::wait_fault)
+            .is_some_and(|f| f.cause != oxccl_core::FaultCause::Deadline)
     };
     let i = errs.iter().position(|e| !consequence(e)).unwrap_or(0);
     errs.into_iter().nth(i)
@@ -985,8 +988,24 @@ mod tests {
     fn a_failed_row_reports_the_rank_that_failed_not_the_aborts() {
         let aborted =
             || anyhow::Error::from(oxccl::Error::Aborted("rank 0: another rank failed".into()));
-        let cause = anyhow::Error::from(oxccl::Error::Timeout("rank 5 peer 2".into()));
-        let got = root_cause(vec![aborted(), cause, aborted()]).unwrap();
+        let fault = |cause| oxccl_core::WaitFault {
+            cause,
+            rank: 5,
+            peer: 2,
+            channel: 0,
+            step: 1,
+            awaited: oxccl_core::Awaited::Signal,
+            waited: std::time::Duration::from_secs(1),
+            absent: Vec::new(),
+        };
+        let stopped = || {
+            let mut f = fault(oxccl_core::FaultCause::PeerFailed);
+            f.rank = 3;
+            anyhow::Error::from(oxccl::Error::Wait(f))
+        };
+        let cause =
+            anyhow::Error::from(oxccl::Error::Wait(fault(oxccl_core::FaultCause::Deadline)));
+        let got = root_cause(vec![aborted(), stopped(), cause, aborted()]).unwrap();
         assert!(got.to_string().contains("rank 5"), "{got}");
         // Only consequences: the first of them.
         let got = root_cause(vec![aborted(), aborted()]).unwrap();

@@ -1,5 +1,6 @@
 //! The CUDA backend's error type.
 
+use oxccl_core::WaitFault;
 use thiserror::Error;
 
 /// Everything oxccl-cuda can report. Nothing in this crate panics on a
@@ -28,27 +29,14 @@ pub enum CudaError {
     /// Bad arguments (rank out of range, buffer count mismatch...).
     #[error("invalid argument: {0}")]
     Invalid(String),
-    /// A device-side wait ran past its deadline.
-    #[error("rank {rank} channel {channel} step {step}: waited {waited_ms} ms for peer {peer} past the deadline")]
-    Timeout {
-        rank: u32,
-        peer: u32,
-        channel: u32,
-        step: u32,
-        waited_ms: u64,
-    },
-    /// The clique was aborted (by the host or by a failed peer) while a
-    /// device-side wait was pending.
-    #[error(
-        "rank {rank} channel {channel} step {step}: aborted while waiting for peer {peer} ({why})"
-    )]
-    Aborted {
-        rank: u32,
-        peer: u32,
-        channel: u32,
-        step: u32,
-        why: &'static str,
-    },
+    /// A device-side wait ended without what it awaited: past the
+    /// deadline, or stopped by an abort or another rank's failure.
+    #[error("{0}")]
+    Wait(WaitFault),
+    /// The clique was aborted and no rank was waiting at the time (so no
+    /// wait recorded where).
+    #[error("the communicator was aborted")]
+    Aborted,
 }
 
 impl CudaError {

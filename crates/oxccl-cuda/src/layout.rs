@@ -13,6 +13,7 @@
 //! `offset_of!`/`size_of` of the Rust type, and check every constant's
 //! `#define` in the generated text.
 
+use oxccl_core::Awaited;
 use std::fmt::Write as _;
 
 /// Threads per block of the executor (`OX_THREADS`).
@@ -121,6 +122,13 @@ pub const CONSTANTS: &[(&str, u64, &str)] = &[
     ),
     ("OXE_ABORTED", E_ABORTED as u64, ""),
     ("OXE_PEER_FAILED", E_PEER_FAILED as u64, ""),
+    (
+        "OXA_MESSAGE",
+        Awaited::Message.code() as u64,
+        "what a failed wait awaited, written into OxError.awaited",
+    ),
+    ("OXA_SLOT", Awaited::Slot.code() as u64, ""),
+    ("OXA_SIGNAL", Awaited::Signal.code() as u64, ""),
 ];
 
 /// One field of a device record: its Rust name, its C declaration, and
@@ -250,7 +258,7 @@ device_record! {
         peer: u32 => "u32 peer",
         channel: u32 => "u32 channel",
         step: u32 => "u32 step",
-        pad: u32 => "u32 pad",
+        awaited: u32 => "u32 awaited",
         waited_ns: u64 => "u64 waited_ns",
     }
 }
@@ -351,7 +359,7 @@ impl OxError {
             peer: w(offset_of!(OxError, peer)),
             channel: w(offset_of!(OxError, channel)),
             step: w(offset_of!(OxError, step)),
-            pad: w(offset_of!(OxError, pad)),
+            awaited: w(offset_of!(OxError, awaited)),
             waited_ns: u64::from_le_bytes(get(b, offset_of!(OxError, waited_ns))),
         }
     }

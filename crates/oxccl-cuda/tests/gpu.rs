@@ -17,7 +17,7 @@ use oxccl_core::gen::{generate, supports};
 use oxccl_core::plan::{BufRole, Plan};
 use oxccl_core::{
     testkit::{self},
-    with_dtype, Algo, CollKind, Collective, DataType, Element, Proto, RedOp,
+    with_dtype, Algo, Awaited, CollKind, Collective, DataType, Element, FaultCause, Proto, RedOp,
 };
 use oxccl_cuda::driver::Graph;
 use oxccl_cuda::{device_or_skip, encode, CudaError, World, WorldConfig};
@@ -410,9 +410,13 @@ fn missing_peer(ndev: usize, proto: Proto) {
     let took = t.elapsed();
     println!("timeout ({proto}): {err} after {took:?}");
     match err {
-        CudaError::Timeout {
-            rank: 0, peer: 1, ..
-        } => {}
+        CudaError::Wait(f) if (f.cause, f.rank, f.peer) == (FaultCause::Deadline, 0, 1) => {
+            assert_ne!(
+                f.awaited,
+                Awaited::Unknown,
+                "{proto}: the record says what was awaited"
+            );
+        }
         other => panic!("{proto}: unexpected error {other}"),
     }
     assert!(took < Duration::from_secs(20), "took {took:?}");
@@ -439,7 +443,7 @@ fn missing_peer(ndev: usize, proto: Proto) {
     let err = w.synchronize(0).expect_err("must abort");
     println!("abort ({proto}): {err} after {:?}", t.elapsed());
     assert!(
-        matches!(err, CudaError::Aborted { rank: 0, .. }),
+        matches!(&err, CudaError::Wait(f) if (f.cause, f.rank) == (FaultCause::Aborted, 0)),
         "{proto}: {err}"
     );
     assert!(t.elapsed() < Duration::from_secs(20));

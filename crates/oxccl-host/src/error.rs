@@ -1,32 +1,19 @@
 //! The host backend's error type.
 
-use std::time::Duration;
-
 use oxccl_core::plan::Rank;
+use oxccl_core::WaitFault;
 use thiserror::Error;
 
 /// Everything that can go wrong in oxccl-host.
 #[derive(Debug, Error, Clone, PartialEq)]
 pub enum HostError {
-    /// A wait outlived [`crate::HostConfig::deadline`]. The fabric is
-    /// failed from then on. `absent` lists the ranks that had not even
+    /// A wait outlived [`crate::HostConfig::deadline`] (the fault's cause
+    /// is [`oxccl_core::FaultCause::Deadline`]). The fabric is failed from
+    /// then on. The fault's `absent` lists the ranks that had not even
     /// started this call when the deadline expired: usually the real
     /// culprits, several hops up the chain of waits.
-    #[error(
-        "rank {rank}: deadline of {elapsed:?} expired on channel {channel} step {step} waiting for a {waiting_for} from peer {peer}{}; the communicator is unusable: rebuild it",
-        absent_note(absent)
-    )]
-    Deadline {
-        rank: Rank,
-        peer: Rank,
-        channel: usize,
-        step: usize,
-        /// `"message"` (receive), `"slot"` (send: the peer has not drained
-        /// the FIFO) or `"signal"` (a `Wait` step).
-        waiting_for: &'static str,
-        elapsed: Duration,
-        absent: Vec<Rank>,
-    },
+    #[error("{0}; the communicator is unusable: rebuild it")]
+    Deadline(WaitFault),
     /// [`crate::HostFabric::abort`] was called.
     #[error("rank {rank}: the communicator was aborted; rebuild it")]
     Aborted { rank: Rank },
@@ -57,12 +44,4 @@ pub enum HostError {
         step: usize,
         detail: String,
     },
-}
-
-fn absent_note(absent: &[Rank]) -> String {
-    if absent.is_empty() {
-        String::new()
-    } else {
-        format!(" (rank(s) {absent:?} never joined this call)")
-    }
 }

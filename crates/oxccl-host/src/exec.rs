@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use crossbeam::sync::Parker;
 use crossbeam::utils::Backoff;
 use oxccl_core::plan::Rank;
-use oxccl_core::{Element, LoweredOp};
+use oxccl_core::{Awaited, Element, FaultCause, LoweredOp, WaitFault};
 
 use crate::compile::{ODst, OSrc, Op, Program, XOp};
 use crate::error::HostError;
@@ -37,7 +37,7 @@ pub struct ExecStats {
 #[derive(Clone, Copy, Debug)]
 struct Blocked {
     peer: Rank,
-    what: &'static str,
+    what: Awaited,
 }
 
 struct Runner<'a, T> {
@@ -139,15 +139,16 @@ pub(crate) fn run<T: Element>(
             }
         }
         if elapsed >= deadline {
-            let err = HostError::Deadline {
+            let err = HostError::Deadline(WaitFault {
+                cause: FaultCause::Deadline,
                 rank: me,
                 peer: b.peer,
-                channel: c,
-                step: pc[c],
-                waiting_for: b.what,
-                elapsed,
+                channel: c as u32,
+                step: pc[c] as u32,
+                awaited: b.what,
+                waited: elapsed,
                 absent: fab.absent(calls.call),
-            };
+            });
             tracing::error!(%err, "host fabric deadline");
             fab.fail(err.to_string());
             return Err(err);
@@ -161,7 +162,7 @@ pub(crate) fn run<T: Element>(
                 peer = b.peer,
                 channel = c,
                 step = pc[c],
-                "oxccl-host: waiting {elapsed:?} for a {} from peer {} (a tenth of the {deadline:?} deadline); ranks not yet in this call: {:?}",
+                "oxccl-host: waiting {elapsed:?} for {} from peer {} (a tenth of the {deadline:?} deadline); ranks not yet in this call: {:?}",
                 b.what,
                 b.peer,
                 fab.absent(calls.call)
@@ -192,7 +193,7 @@ impl<T: Element> Runner<'_, T> {
             }
             Op::Wait { link, peer } => Ok((!links[link].try_wait()).then_some(Blocked {
                 peer,
-                what: "signal",
+                what: Awaited::Signal,
             })),
             Op::Xfer(ref x) => self.try_xfer(c, s, x),
             Op::Swap {
@@ -231,7 +232,7 @@ impl<T: Element> Runner<'_, T> {
                     let Some((seq, ptr, len)) = links[link].try_peek() else {
                         return Ok(Some(Blocked {
                             peer,
-                            what: "message",
+                            what: Awaited::Message,
                         }));
                     };
                     if len != x.len {
@@ -262,7 +263,10 @@ impl<T: Element> Runner<'_, T> {
                 ODst::Local { addr } => addr,
                 ODst::Send { link, peer } => {
                     let Some((seq, ptr)) = links[link].try_reserve() else {
-                        return Ok(Some(Blocked { peer, what: "slot" }));
+                        return Ok(Some(Blocked {
+                            peer,
+                            what: Awaited::Slot,
+                        }));
                     };
                     self.sends.push((link, seq));
                     ptr as usize

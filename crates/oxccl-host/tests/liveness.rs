@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 
 use common::{check_request, run_plan, small_config, Checked, RankResult};
 use oxccl_core::{
-    gen, generate, testkit, Algo, CollKind, Collective, DataType, PlanRequest, RedOp,
+    gen, generate, testkit, Algo, Awaited, CollKind, Collective, DataType, FaultCause, PlanRequest,
+    RedOp,
 };
 use oxccl_host::{HostConfig, HostError, HostFabric};
 
@@ -81,17 +82,13 @@ fn missing_peer_gives_deadline_naming_it() {
     assert!(res[0].is_none());
     // Rank 1 sends its first block, then waits for rank 0's.
     match res[1].as_ref().unwrap() {
-        Err(HostError::Deadline {
-            rank: 1,
-            peer: 0,
-            channel: 0,
-            step: 1,
-            waiting_for: "message",
-            elapsed,
-            absent,
-        }) => {
-            assert!(*elapsed >= Duration::from_millis(300));
-            assert_eq!(absent, &[0]);
+        Err(HostError::Deadline(f)) => {
+            assert_eq!(
+                (f.cause, f.rank, f.peer, f.channel, f.step, f.awaited),
+                (FaultCause::Deadline, 1, 0, 0, 1, Awaited::Message)
+            );
+            assert!(f.waited >= Duration::from_millis(300));
+            assert_eq!(f.absent, &[0]);
         }
         other => panic!("expected a deadline naming peer 0, got {other:?}"),
     }
@@ -156,11 +153,9 @@ fn missing_rank_fails_everyone_and_the_fabric_stays_failed() {
                 continue;
             };
             match res {
-                Err(HostError::Deadline {
-                    rank, absent: a, ..
-                }) => {
-                    assert_eq!(*rank, r as u32);
-                    assert_eq!(a, &absent, "rank {r}");
+                Err(HostError::Deadline(f)) => {
+                    assert_eq!(f.rank, r as u32);
+                    assert_eq!(f.absent, absent, "rank {r}");
                     deadlines += 1;
                 }
                 Err(HostError::Failed(msg)) => {

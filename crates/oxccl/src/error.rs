@@ -1,7 +1,7 @@
 //! The facade's error type: one variant per validation rule, so callers
 //! (and the C ABI) can tell what went wrong and how to fix it.
 
-use oxccl_core::{CollKind, CoreError, DataType};
+use oxccl_core::{CollKind, CoreError, DataType, FaultCause, WaitFault};
 use thiserror::Error;
 
 /// `ncclResult_t` values, for the C ABI.
@@ -85,10 +85,18 @@ pub enum Error {
     /// came). Every rank involved gets it, before any data moved.
     #[error("rank {rank}: calls do not match across ranks: {detail}. Every rank must make the same collective calls (same count, type, op, root) in the same order, and each send needs a recv of the same count and type")]
     Mismatch { rank: u32, detail: String },
-    /// A wait ran past its deadline (names rank, peer, channel and step).
+    /// Waiting for the peers' matching calls (before any data moved) ran
+    /// past the deadline; says which calls were missing.
     #[error("timeout: {0}")]
     Timeout(String),
-    /// The operation was aborted (by `abort` or by a peer's failure).
+    /// A rank gave up waiting for a peer inside a plan, as data: who, on which channel
+    /// and step, for what, for how long, and why (its deadline passed, the
+    /// communicator was aborted, another rank failed). Both backends report
+    /// their waits this way; [`Error::nccl_result`] maps the cause.
+    #[error("{word}: {0}", word = wait_word(.0))]
+    Wait(WaitFault),
+    /// The operation was aborted (by `abort` or by a peer's failure) with
+    /// no wait of this rank to describe.
     #[error("aborted: {0}")]
     Aborted(String),
     /// A bad configuration value (an environment variable or a `Config` field).
@@ -145,6 +153,12 @@ impl Error {
             | Error::BackendUnavailable(_)
             | Error::Mismatch { .. } => INVALID_USAGE,
             Error::Failed { .. } | Error::Aborted(_) => REMOTE_ERROR,
+            // NCCL reports a peer that stopped answering as a system error
+            // (its sockets' timeouts) and a failure elsewhere as remote.
+            Error::Wait(f) => match f.cause {
+                FaultCause::Deadline => SYSTEM_ERROR,
+                FaultCause::Aborted | FaultCause::PeerFailed => REMOTE_ERROR,
+            },
             Error::Timeout(_) | Error::Backend(_) | Error::Bootstrap(_) => SYSTEM_ERROR,
             Error::Cuda(_) => UNHANDLED_CUDA_ERROR,
             Error::Internal(_) => INTERNAL_ERROR,
@@ -159,6 +173,7 @@ impl Error {
     pub(crate) fn root_cause(&self) -> String {
         let s = match self {
             Error::Aborted(m) | Error::Timeout(m) | Error::Backend(m) | Error::Cuda(m) => m.clone(),
+            Error::Wait(f) => f.to_string(),
             Error::Failed { cause, .. } => cause.clone(),
             e => e.to_string(),
         };
@@ -170,6 +185,21 @@ impl Error {
             rest = r;
         }
         rest.to_string()
+    }
+
+    /// The wait that failed, when this error is one.
+    pub fn wait_fault(&self) -> Option<&WaitFault> {
+        match self {
+            Error::Wait(f) => Some(f),
+            _ => None,
+        }
+    }
+}
+
+fn wait_word(f: &WaitFault) -> &'static str {
+    match f.cause {
+        FaultCause::Deadline => "timeout",
+        FaultCause::Aborted | FaultCause::PeerFailed => "aborted",
     }
 }
 

@@ -1,6 +1,10 @@
 //! Device-side failures: each rank's error record, the host's abort flag
 //! and the clique's failure word, read back as [`CudaError`]s.
 
+use std::time::Duration;
+
+use oxccl_core::{Awaited, FaultCause, WaitFault};
+
 use crate::error::{CudaError, Result};
 use crate::layout::{OxError, E_ABORTED, E_PEER_FAILED, E_TIMEOUT};
 
@@ -35,40 +39,38 @@ impl World {
     /// The failure `rank` recorded, if any (reads its error record without
     /// waiting for its kernels).
     pub fn rank_failure(&self, rank: u32) -> Result<Option<CudaError>> {
-        Ok(self.rank_record(rank)?.map(|(_, e)| e))
+        Ok(self.rank_record(rank)?.map(CudaError::Wait))
     }
 
-    /// `rank`'s error record: the device error code and its error.
-    fn rank_record(&self, rank: u32) -> Result<Option<(u32, CudaError)>> {
+    /// `rank`'s error record, as the fault it describes.
+    fn rank_record(&self, rank: u32) -> Result<Option<WaitFault>> {
         let st = self.rank(rank)?;
         let dev = self.dev(rank)?;
         let mut rec = [0u8; ERR_BYTES];
         // SAFETY: `err` holds ERR_BYTES bytes.
         unsafe { dev.setup.read_sync(st.err.ptr, &mut rec)? };
         let r = OxError::from_le_bytes(&rec);
-        let waited_ms = r.waited_ns / 1_000_000;
-        let (rank, peer, channel, step) = (r.rank, r.peer, r.channel, r.step);
-        let aborted = |why| CudaError::Aborted {
-            rank,
-            peer,
-            channel,
-            step,
-            why,
-        };
-        let e = match r.code {
+        let cause = match r.code {
             0 => return Ok(None),
-            E_TIMEOUT => CudaError::Timeout {
-                rank,
-                peer,
-                channel,
-                step,
-                waited_ms,
-            },
-            E_ABORTED => aborted("the communicator was aborted"),
-            E_PEER_FAILED => aborted("another rank failed"),
-            other => CudaError::Invalid(format!("unknown device error code {other}")),
+            E_TIMEOUT => FaultCause::Deadline,
+            E_ABORTED => FaultCause::Aborted,
+            E_PEER_FAILED => FaultCause::PeerFailed,
+            other => {
+                return Err(CudaError::Invalid(format!(
+                    "unknown device error code {other}"
+                )))
+            }
         };
-        Ok(Some((r.code, e)))
+        Ok(Some(WaitFault {
+            cause,
+            rank: r.rank,
+            peer: r.peer,
+            channel: r.channel,
+            step: r.step,
+            awaited: Awaited::from_code(r.awaited),
+            waited: Duration::from_nanos(r.waited_ns),
+            absent: Vec::new(),
+        }))
     }
 
     /// The first failure of any rank: a timeout, else an abort the host
@@ -78,21 +80,11 @@ impl World {
         if !self.failed() {
             return None;
         }
-        let cause = |code: u32| match code {
-            E_TIMEOUT => 0,
-            E_ABORTED => 1,
-            _ => 2,
-        };
-        (0..self.nranks())
-            .filter_map(|r| self.rank_record(r).ok().flatten())
-            .min_by_key(|(code, _)| cause(*code))
-            .map(|(_, e)| e)
-            .or(Some(CudaError::Aborted {
-                rank: 0,
-                peer: 0,
-                channel: 0,
-                step: 0,
-                why: "the communicator was aborted",
-            }))
+        Some(
+            (0..self.nranks())
+                .filter_map(|r| self.rank_record(r).ok().flatten())
+                .min_by_key(WaitFault::severity)
+                .map_or(CudaError::Aborted, CudaError::Wait),
+        )
     }
 }

@@ -41,8 +41,8 @@ pub(crate) fn map_error(e: CudaError) -> Error {
         e @ (CudaError::NoDriver(_) | CudaError::NoNvrtc(_)) => {
             Error::BackendUnavailable(e.to_string())
         }
-        e @ CudaError::Timeout { .. } => Error::Timeout(e.to_string()),
-        e @ CudaError::Aborted { .. } => Error::Aborted(e.to_string()),
+        CudaError::Wait(f) => Error::Wait(f),
+        e @ CudaError::Aborted => Error::Aborted(e.to_string()),
         e @ (CudaError::Driver { .. } | CudaError::Compile { .. }) => Error::Cuda(e.to_string()),
         CudaError::Plan(m) => Error::Internal(m),
         CudaError::Invalid(m) => Error::Backend(m),
@@ -156,8 +156,11 @@ impl Backend for CudaBackend {
     }
 
     unsafe fn free(&self, rank: u32, buf: RawBuf) {
-        // An error means the buffer is not ours: nothing to release.
-        let _ = self.world.free(rank, buf.addr);
+        // An error means the buffer is not ours (nothing to release) or
+        // its release could not be ordered (the world keeps it unused).
+        if let Err(e) = self.world.free(rank, buf.addr) {
+            tracing::warn!(rank, error = %e, "oxccl: a buffer was not returned to the pool");
+        }
     }
 
     unsafe fn write(&self, rank: u32, dst: RawBuf, src: &[u8]) -> Result<(), Error> {

@@ -62,7 +62,7 @@ pub fn create_procs(
 /// Maps a fabric error onto the facade's.
 pub(crate) fn map_error(e: HostError) -> Error {
     match e {
-        e @ HostError::Deadline { .. } => Error::Timeout(e.to_string()),
+        HostError::Deadline(f) => Error::Wait(f),
         e @ HostError::Aborted { .. } => Error::Aborted(e.to_string()),
         HostError::Failed(m) => Error::Aborted(m),
         e @ HostError::Mismatch { .. } => Error::Backend(e.to_string()),
