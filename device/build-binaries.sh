@@ -19,15 +19,17 @@ for l in sys.stdin:
 }
 cargo build --release -p xtask
 cargo build --release -p oxccl-cuda --example compile_kernels
-cargo build --release -p oxccl-bench --example latency --example nccl_latency --example sync_floor --example call_latency
+cargo build --release -p oxccl-bench --example latency --example nccl_latency --example sync_floor --example call_latency --example sync_probe
 cp $T/release/xtask $G/xtask
 cp $T/release/examples/latency $G/latency
 cp $T/release/examples/compile_kernels $G/compile_kernels
 cp $T/release/examples/nccl_latency $G/nccl_latency
 cp $T/release/examples/sync_floor $G/sync_floor
+cp $T/release/examples/sync_probe $G/sync_probe
+cp "$(exe -p oxccl --test lifetimes)" $G/lifetimes
 cp "$(exe -p oxccl-cuda --test gpu)" $G/gpu-test
 cp "$(exe -p oxccl --test collectives)" $G/collectives
 cp $T/release/examples/call_latency $G/call_latency
-strip $G/call_latency $G/xtask $G/latency $G/compile_kernels $G/nccl_latency $G/sync_floor $G/gpu-test $G/collectives
+strip $G/call_latency $G/xtask $G/latency $G/compile_kernels $G/nccl_latency $G/sync_floor $G/sync_probe $G/lifetimes $G/gpu-test $G/collectives
 ls -la $G
-du -ch $G/call_latency $G/xtask $G/latency $G/compile_kernels $G/nccl_latency $G/sync_floor $G/gpu-test $G/collectives $G/cache 2>/dev/null | tail -1
+du -ch $G/call_latency $G/xtask $G/latency $G/compile_kernels $G/nccl_latency $G/sync_floor $G/sync_probe $G/lifetimes $G/gpu-test $G/collectives $G/cache 2>/dev/null | tail -1
