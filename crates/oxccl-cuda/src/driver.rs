@@ -87,7 +87,7 @@ fn init_error(e: result::DriverError) -> CudaError {
     }
 }
 
-fn check(call: &'static str, r: sys::CUresult) -> Result<()> {
+pub(crate) fn check(call: &'static str, r: sys::CUresult) -> Result<()> {
     r.result().map_err(|e| CudaError::driver(call, e))
 }
 

@@ -21,6 +21,7 @@ pub mod device;
 pub mod driver;
 pub mod encode;
 pub mod error;
+pub mod ipc;
 pub mod kernels;
 pub mod layout;
 pub mod world;

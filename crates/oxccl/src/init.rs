@@ -5,16 +5,15 @@
 //!
 //! The ranks meet through `oxccl-bootstrap` (TCP rendezvous, then a ring
 //! for small all-gathers) and run on the host backend across processes
-//! (FIFOs and `alloc` buffers in shared memory, see `oxccl-host`). A
-//! 1-rank communicator contacts no root and never reads its id. CUDA
-//! across processes is not built yet: `Config::backend = Cuda` with more
-//! than one rank is refused, and `Auto` takes the host backend.
+//! (FIFOs and `alloc` buffers in shared memory, see `oxccl-host`), or on
+//! CUDA (`backend::cuda_procs`: `Cuda`, or `Auto` when every rank has a
+//! device). A 1-rank communicator contacts no root and never reads its id.
 
 use std::sync::Arc;
 
 use oxccl_bootstrap::{Bootstrap, BootstrapError, DeviceInfo};
 
-use crate::backend::{self, BackendKind, BackendOptions};
+use crate::backend::{self, cuda_procs, BackendKind, BackendOptions};
 use crate::comm::{Clique, Communicator};
 use crate::config::Config;
 use crate::error::{Error, Result};
@@ -98,12 +97,15 @@ impl Communicator {
         };
         let backend = match (config.backend, n) {
             (BackendKind::Cuda, 1) => backend::cuda::create(&opts)?,
-            (BackendKind::Cuda, _) => return Err(Error::BackendUnavailable(
-                "CUDA across processes is not built yet (issue 11, item 4): use the host backend"
-                    .into(),
-            )),
             (BackendKind::Auto, 1) if backend::cuda::available() => backend::cuda::create(&opts)?,
             (_, 1) => backend::host::create(&opts)?,
+            // Every rank learns whether all can use CUDA, so all pick alike.
+            (BackendKind::Cuda, _) if cuda_procs::every_rank_has_cuda(&boot, true)? => {
+                cuda_procs::create(&boot, &opts)?
+            }
+            (BackendKind::Auto, _) if cuda_procs::every_rank_has_cuda(&boot, false)? => {
+                cuda_procs::create(&boot, &opts)?
+            }
             (_, _) => backend::host::create_procs(&boot, &opts)?,
         };
         // The call check's board is this process's memory; across

@@ -26,9 +26,13 @@ fn unhex(s: &str) -> Vec<u8> {
         .collect()
 }
 
+/// The children's backend: host unless `OXCCL_MP_BACKEND` names another.
+const BACKEND: &str = "OXCCL_MP_BACKEND";
+
 fn config(deadline: Duration) -> Config {
+    let backend = std::env::var(BACKEND).map_or(BackendKind::Host, |b| b.parse().unwrap());
     Config {
-        backend: BackendKind::Host,
+        backend,
         deadline,
         ..Config::default()
     }
@@ -129,10 +133,18 @@ fn id_vars(id: &UniqueId, n: u32, r: u32) -> Vec<(&'static str, String)> {
 }
 
 fn run_ranks(role: &str, n: u32) -> Vec<Vec<String>> {
+    run_ranks_on(role, n, "host")
+}
+
+fn run_ranks_on(role: &str, n: u32, backend: &str) -> Vec<Vec<String>> {
     let id = UniqueId::new().unwrap();
     let (tx, rx) = mpsc::channel();
     let kids: Vec<Child> = (0..n)
-        .map(|r| spawn(role, &id_vars(&id, n, r), &tx, r as usize))
+        .map(|r| {
+            let mut vars = id_vars(&id, n, r);
+            vars.push((BACKEND, backend.into()));
+            spawn(role, &vars, &tx, r as usize)
+        })
         .collect();
     let (codes, lines) = finish(kids, &rx);
     assert!(
@@ -165,6 +177,24 @@ fn every_collective_across_two_and_four_processes() {
             // "OK rank R: C cases, 0 wrong"
             let cases: usize = l.split_whitespace().nth(3).unwrap().parse().unwrap();
             assert!(cases >= 100, "{l}");
+        }
+    }
+}
+
+/// CUDA ranks as processes (every rank on the first visible GPUs,
+/// round-robin): the same cases on device buffers.
+#[test]
+fn every_collective_across_processes_on_cuda() {
+    if oxccl::backend::cuda::device_or_skip("every_collective_across_processes_on_cuda").is_none() {
+        return;
+    }
+    for n in [2u32, 4] {
+        let lines = run_ranks_on("all", n, "cuda");
+        let oks = ok_lines(&lines);
+        assert_eq!(oks.len(), n as usize, "{lines:#?}");
+        for l in oks {
+            let cases: usize = l.split_whitespace().nth(3).unwrap().parse().unwrap();
+            assert!(cases >= 50, "{l}");
         }
     }
 }
@@ -255,11 +285,29 @@ fn oxccl_shm_entries() -> Vec<String> {
 
 #[test]
 fn a_killed_process_fails_the_others_naming_it() {
+    killed_process_is_named("host");
+}
+
+#[test]
+fn a_killed_cuda_process_fails_the_others_naming_it() {
+    if oxccl::backend::cuda::device_or_skip("a_killed_cuda_process_fails_the_others_naming_it")
+        .is_none()
+    {
+        return;
+    }
+    killed_process_is_named("cuda");
+}
+
+fn killed_process_is_named(backend: &str) {
     let n = 4u32;
     let id = UniqueId::new().unwrap();
     let (tx, rx) = mpsc::channel();
     let mut kids: Vec<Child> = (0..n)
-        .map(|r| spawn("loop", &id_vars(&id, n, r), &tx, r as usize))
+        .map(|r| {
+            let mut vars = id_vars(&id, n, r);
+            vars.push((BACKEND, backend.into()));
+            spawn("loop", &vars, &tx, r as usize)
+        })
         .collect();
     let t = Instant::now();
     let mut looping = [false; 4];
@@ -395,6 +443,7 @@ fn check_one<T: Element>(
 
 fn child_all() {
     let c = child_comm(Duration::from_secs(60));
+    let on_device = c.backend() == BackendKind::Cuda;
     let (mut cases, mut wrong, mut first) = (0usize, 0u64, None);
     for kind in testkit::COLLECTIVES {
         let ops: &[RedOp] = if kind.is_reduction() {
@@ -411,7 +460,11 @@ fn child_all() {
                     (3, false, true),
                     (150_000, false, true),
                     (150_000, true, false),
-                ] {
+                ]
+                .into_iter()
+                // Device ranks take device buffers only.
+                .filter(|c| c.2 || !on_device)
+                {
                     let (w, f) = with_dtype!(dt, T => check_one::<T>(&c, kind, count, op, in_place, registered));
                     cases += 1;
                     wrong += w;
@@ -422,8 +475,12 @@ fn child_all() {
             }
         }
     }
-    // Send/Recv: even ranks send to the next odd one.
+    // Send/Recv: even ranks send to the next odd one (host slices).
     let me = c.rank();
+    if on_device {
+        finish_child(me, cases, wrong, first);
+        return;
+    }
     let data: Vec<f64> = (0..5000)
         .map(|i| f64::from(me) * 1e4 + f64::from(i))
         .collect();
@@ -441,6 +498,10 @@ fn child_all() {
         }
     }
     cases += 1;
+    finish_child(me, cases, wrong, first);
+}
+
+fn finish_child(me: u32, cases: usize, wrong: u64, first: Option<String>) {
     if wrong > 0 {
         println!(
             "WRONG rank {me}: {wrong} wrong, first: {}",

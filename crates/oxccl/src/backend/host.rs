@@ -241,8 +241,8 @@ impl Backend for HostBackend {
 
 /// Wall-clock timer: host calls complete on return.
 #[derive(Debug)]
-struct HostTimer {
-    start: Option<Instant>,
+pub(crate) struct HostTimer {
+    pub(crate) start: Option<Instant>,
 }
 
 impl Timer for HostTimer {

@@ -19,6 +19,8 @@
 //! | timer | `Instant` | CUDA events on the rank's stream |
 
 pub mod cuda;
+pub(crate) mod cuda_procs;
+pub mod cuda_staged;
 pub mod host;
 pub mod null;
 

@@ -1,0 +1,316 @@
+//! CUDA ranks in processes that must not spin on each other (issue 11):
+//! each call's device buffers are staged through this rank's shared host
+//! heap and the plan runs on the host backend across processes.
+//!
+//! Why: processes sharing one GPU without MPS are time-sliced, so two
+//! processes' kernels spinning on each other's flags take 4.5 ms per round
+//! trip (measured on the H200). Here no kernel ever waits for another
+//! process: a call copies its buffers device to host on the rank's stream
+//! (ordered after the rank's earlier work), runs the plan on the host
+//! (shared-memory FIFOs, futex wake-ups, the peer watcher naming a lost
+//! process), and copies the outputs back. It is correct with or without
+//! MPS and on any number of GPUs; its cost is the copies over PCIe and the
+//! host's reductions (the selector sees the host backend's costs, since
+//! that is what runs the plan). Calls block until done, like the host
+//! backend's.
+//!
+//! Staging: the call's non-scratch buffers are merged into spans
+//! (in-place forms overlap, e.g. AllGather's input inside its output),
+//! each span gets a staging area in the shared heap (kept and reused,
+//! page-locked once), every span is copied in (an output's untouched bytes
+//! must come back unchanged), and the output buffers are copied out.
+
+use std::sync::Arc;
+
+use oxccl_core::plan::BufRole;
+use oxccl_core::Proto;
+use oxccl_cuda::ipc::Pinned;
+use oxccl_cuda::{World, WorldConfig};
+use parking_lot::Mutex;
+
+use super::cuda::map_error;
+use super::host::HostTimer;
+use super::{Backend, BackendKind, BackendOptions, Launch, PlanHandle, RawBuf, Timer};
+use crate::error::Error;
+
+/// This process's rank as the world's only rank.
+const ME: u32 = 0;
+
+/// One staging area: host memory from the host backend's shared heap,
+/// page-locked.
+#[derive(Debug)]
+struct Stage {
+    buf: RawBuf,
+    _pin: Pinned,
+}
+
+/// A CUDA rank whose collectives run through host staging.
+#[derive(Debug)]
+pub struct CudaStaged {
+    host: Arc<dyn Backend>,
+    world: Arc<World>,
+    rank: u32,
+    nranks: u32,
+    device: i32,
+    /// Ranks of the clique on this rank's GPU (this one included).
+    on_device: u32,
+    stages: Mutex<Vec<Stage>>,
+}
+
+/// Creates the staged backend of this process's rank on `device`.
+pub fn create(
+    boot: &oxccl_bootstrap::Bootstrap,
+    opts: &BackendOptions,
+    device: i32,
+    on_device: u32,
+) -> Result<Arc<dyn Backend>, Error> {
+    let mut cfg = WorldConfig::round_robin(1, 1, opts.deadline);
+    cfg.devices = vec![device];
+    let world = World::new(cfg).map_err(map_error)?;
+    let host = super::host::create_procs(boot, opts)?;
+    Ok(Arc::new(CudaStaged {
+        host,
+        world,
+        rank: boot.rank(),
+        nranks: boot.nranks(),
+        device,
+        on_device,
+        stages: Mutex::new(Vec::new()),
+    }))
+}
+
+/// Non-overlapping spans `(start, end)` covering `bufs` (empty ones left
+/// out), in address order.
+fn spans(bufs: &[RawBuf]) -> Vec<(u64, u64)> {
+    let mut v: Vec<(u64, u64)> = bufs
+        .iter()
+        .filter(|b| b.bytes > 0)
+        .map(|b| (b.addr, b.end()))
+        .collect();
+    v.sort_unstable();
+    let mut out: Vec<(u64, u64)> = Vec::with_capacity(v.len());
+    for (s, e) in v {
+        match out.last_mut() {
+            Some(last) if s < last.1 => last.1 = last.1.max(e),
+            _ => out.push((s, e)),
+        }
+    }
+    out
+}
+
+impl CudaStaged {
+    /// Staging areas of at least the spans' sizes (grown as needed).
+    fn grow(&self, st: &mut Vec<Stage>, spans: &[(u64, u64)]) -> Result<Vec<RawBuf>, Error> {
+        let ctx = self.world.stream(ME).map_err(map_error)?.ctx().clone();
+        for (i, &(s, e)) in spans.iter().enumerate() {
+            let need = (e - s) as usize;
+            if st.get(i).is_some_and(|g| g.buf.bytes >= need) {
+                continue;
+            }
+            let buf = self.host.alloc(self.rank, need.next_power_of_two())?;
+            // SAFETY: `buf` is mapped heap memory of this process, kept
+            // until the Stage (and its registration, dropped first) goes.
+            let pin = unsafe { Pinned::register(&ctx, buf.addr as usize as *mut u8, buf.bytes) }
+                .map_err(map_error)?;
+            let stage = Stage { buf, _pin: pin };
+            if i < st.len() {
+                let old = std::mem::replace(&mut st[i], stage);
+                drop(old._pin);
+                // SAFETY: the old area came from `host.alloc` and no call
+                // uses it any more (calls hold the `stages` lock).
+                unsafe { self.host.free(self.rank, old.buf) };
+            } else {
+                st.push(stage);
+            }
+        }
+        Ok(st.iter().map(|g| g.buf).collect())
+    }
+}
+
+impl Backend for CudaStaged {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Cuda
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "cuda, rank {} of {} processes on device {} ({} here), staged through host memory ({})",
+            self.rank,
+            self.nranks,
+            self.device,
+            self.on_device,
+            self.world.describe()
+        )
+    }
+
+    fn blocking(&self) -> bool {
+        true
+    }
+
+    fn registered_alloc(&self) -> bool {
+        // Peers never address this rank's device memory.
+        false
+    }
+
+    fn chunk_bytes(&self) -> usize {
+        self.host.chunk_bytes()
+    }
+
+    fn max_channels(&self) -> u32 {
+        self.host.max_channels()
+    }
+
+    fn protocols(&self) -> &'static [Proto] {
+        self.host.protocols()
+    }
+
+    fn prepare_plan(
+        &self,
+        plan: &oxccl_core::Plan,
+        elem_size: usize,
+        proto: Proto,
+    ) -> Result<Option<PlanHandle>, Error> {
+        self.host.prepare_plan(plan, elem_size, proto)
+    }
+
+    unsafe fn execute(&self, launch: &Launch<'_>) -> Result<(), Error> {
+        let live: Vec<RawBuf> = launch
+            .plan
+            .bufs
+            .iter()
+            .zip(launch.bufs)
+            .map(|(d, b)| {
+                if d.role == BufRole::Scratch {
+                    RawBuf::NULL
+                } else {
+                    *b
+                }
+            })
+            .collect();
+        let spans = spans(&live);
+        // Held for the whole call: the staging areas are this call's.
+        let mut guard = self.stages.lock();
+        let stages = self.grow(&mut guard, &spans)?;
+        let s = self.world.stream(ME).map_err(map_error)?;
+        let at = |b: &RawBuf| {
+            let i = spans
+                .iter()
+                .position(|&(s, e)| b.addr >= s && b.end() <= e)?;
+            Some((i, b.addr - spans[i].0))
+        };
+        for (&(lo, hi), st) in spans.iter().zip(&stages) {
+            // SAFETY: the stage holds at least `hi - lo` bytes of this
+            // process's memory, used by nothing else while `guard` is held.
+            let dst = unsafe {
+                std::slice::from_raw_parts_mut(st.addr as usize as *mut u8, (hi - lo) as usize)
+            };
+            // SAFETY: the span lies in the caller's device buffers (trait
+            // contract), valid for the call.
+            unsafe { s.read_sync(lo, dst) }.map_err(map_error)?;
+        }
+        let staged: Vec<RawBuf> = live
+            .iter()
+            .map(|b| match at(b) {
+                Some((i, off)) if b.bytes > 0 => RawBuf {
+                    addr: stages[i].addr + off,
+                    bytes: b.bytes,
+                },
+                _ => RawBuf::NULL,
+            })
+            .collect();
+        let hl = Launch {
+            bufs: &staged,
+            ..*launch
+        };
+        // SAFETY: every staged buffer is heap memory of this process of the
+        // original's length, laid out (and aliased) as the originals are.
+        unsafe { self.host.execute(&hl)? };
+        for ((d, b), h) in launch.plan.bufs.iter().zip(&live).zip(&staged) {
+            if d.role != BufRole::Output || b.bytes == 0 {
+                continue;
+            }
+            // SAFETY: `h` holds `b.bytes` bytes of staging memory (above).
+            let src = unsafe { std::slice::from_raw_parts(h.addr as usize as *const u8, b.bytes) };
+            // SAFETY: `b` is the caller's device buffer (trait contract).
+            unsafe { s.write_sync(b.addr, src) }.map_err(map_error)?;
+        }
+        drop(guard);
+        Ok(())
+    }
+
+    fn alloc(&self, _rank: u32, bytes: usize) -> Result<RawBuf, Error> {
+        let addr = self.world.alloc(ME, bytes).map_err(map_error)?;
+        Ok(RawBuf { addr, bytes })
+    }
+
+    unsafe fn free(&self, _rank: u32, buf: RawBuf) {
+        if let Err(e) = self.world.free(ME, buf.addr) {
+            tracing::warn!(rank = self.rank, error = %e, "oxccl: a buffer was not returned to the pool");
+        }
+    }
+
+    unsafe fn write(&self, _rank: u32, dst: RawBuf, src: &[u8]) -> Result<(), Error> {
+        let s = self.world.stream(ME).map_err(map_error)?;
+        // SAFETY: `dst` lies in memory from `alloc` with room for `src`.
+        unsafe { s.write_sync(dst.addr, src) }.map_err(map_error)
+    }
+
+    unsafe fn read(&self, _rank: u32, src: RawBuf, dst: &mut [u8]) -> Result<(), Error> {
+        let s = self.world.stream(ME).map_err(map_error)?;
+        // SAFETY: `src` lies in memory from `alloc` holding `dst.len()` bytes.
+        unsafe { s.read_sync(src.addr, dst) }.map_err(map_error)
+    }
+
+    fn synchronize(&self, _rank: u32) -> Result<(), Error> {
+        self.world.synchronize(ME).map_err(map_error)
+    }
+
+    fn abort(&self) {
+        self.host.abort();
+        self.world.abort();
+    }
+
+    fn failure(&self) -> Option<Error> {
+        self.host
+            .failure()
+            .or_else(|| self.world.failure().map(map_error))
+    }
+
+    fn timer(&self, _rank: u32) -> Result<Box<dyn Timer>, Error> {
+        // Calls block until their copies and the host plan are done.
+        Ok(Box::new(HostTimer { start: None }))
+    }
+
+    fn busiest_memory_ranks(&self) -> Option<u32> {
+        Some(self.on_device)
+    }
+
+    fn copy_bandwidth(&self, bytes: usize) -> Result<f64, Error> {
+        let secs = self
+            .world
+            .time_copy(ME, bytes.max(1), 10)
+            .map_err(map_error)?;
+        Ok(bytes as f64 / secs.max(1e-12) / 1e9)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn b(addr: u64, bytes: usize) -> RawBuf {
+        RawBuf { addr, bytes }
+    }
+
+    #[test]
+    fn spans_merge_overlaps_only() {
+        // Out of place: two spans; in-place AllGather: the input inside
+        // the output is one span; adjacent buffers stay apart; empty ones
+        // are left out.
+        assert_eq!(spans(&[b(100, 10), b(200, 10)]), [(100, 110), (200, 210)]);
+        assert_eq!(spans(&[b(120, 10), b(100, 40)]), [(100, 140)]);
+        assert_eq!(spans(&[b(100, 10), b(110, 10)]), [(100, 110), (110, 120)]);
+        assert_eq!(spans(&[b(100, 0), RawBuf::NULL, b(5, 5)]), [(5, 10)]);
+        assert_eq!(spans(&[b(0, 50), b(10, 5), b(40, 20)]), [(0, 60)]);
+    }
+}
