@@ -15,7 +15,12 @@ pub const ALLOWED: &[(&str, &[&str])] = &[
     ("oxccl-core", &[]),
     ("oxccl-topo", &["oxccl-core"]),
     ("oxccl-bootstrap", &["oxccl-core"]),
-    ("oxccl-host", &["oxccl-core", "oxccl-bootstrap"]),
+    ("oxccl-net", &["oxccl-core", "oxccl-bootstrap"]),
+    // The host backend carries FIFO messages between hosts over oxccl-net.
+    (
+        "oxccl-host",
+        &["oxccl-core", "oxccl-bootstrap", "oxccl-net"],
+    ),
     ("oxccl-cuda", &["oxccl-core", "oxccl-topo"]),
     (
         "oxccl",

@@ -1,0 +1,29 @@
+//! oxccl-net: the transport between hosts.
+//!
+//! - [`Net`]: the interface, shaped like NCCL's network plugin API
+//!   (`ncclNet_v8`): devices and properties, listen/connect/accept,
+//!   memory registration, non-blocking isend/irecv completed by test.
+//! - [`TcpNet`]: its TCP implementation (NCCL's `Socket` transport):
+//!   every connection is `NCCL_SOCKET_NTHREADS × NCCL_NSOCKS_PERTHREAD`
+//!   sockets driven by helper threads, each message split over them; every
+//!   socket starts with the communicator's magic ([`wire::Hello`]), and a
+//!   stalled socket fails its connection after the deadline.
+//! - [`config`]: the knobs, and whether the environment forces ranks of
+//!   one host onto the network (`NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1`).
+//!
+//! The host backend (`oxccl-host`) carries its plans' FIFO messages over
+//! it between processes; see `NET.md` for the design, the plugin loader it
+//! leaves room for, and how GPU data would be staged.
+#![doc = include_str!("NET.md")]
+
+mod api;
+pub mod config;
+mod error;
+mod tcp;
+pub mod wire;
+
+pub use api::{Comm, ListenComm, MemHandle, MemKind, Net, Properties, RecvComm, Request, SendComm};
+pub use config::TcpConfig;
+pub use error::{NetError, WireError};
+pub use tcp::{TcpNet, Waker};
+pub use wire::Handle;

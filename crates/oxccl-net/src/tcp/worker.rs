@@ -1,0 +1,321 @@
+//! A helper thread of one connection (NCCL's socket threads): it drives
+//! `NCCL_NSOCKS_PERTHREAD` non-blocking sockets, each with a queue of
+//! message parts, moving bytes on every socket that is ready and sleeping
+//! in `poll` (on the sockets and a doorbell) when none is.
+//!
+//! A part is a header then a body. Send parts carry both; a receive part
+//! reads the header first, checks it (sequence, tag, size against the
+//! posted buffer) and only then knows where its body goes ([`split`]).
+//! A socket's parts run in order, so the messages of a connection arrive
+//! in order. A socket error, an early close, a malformed header or a
+//! socket that moves nothing for the deadline fails the whole connection:
+//! every queued part's request fails with that error.
+
+use std::collections::VecDeque;
+use std::net::TcpStream;
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use crossbeam::channel::Receiver;
+use rustix::event::{poll, PollFd, PollFlags, Timespec};
+
+use crate::error::NetError;
+use crate::tcp::io::{self, Moved};
+use crate::tcp::req::{Req, Waker};
+use crate::wire::{split, PartHeader};
+
+/// Where a receive part's bytes may go and what it expects.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RecvSpec {
+    pub ptr: usize,
+    pub cap: usize,
+    pub seq: u32,
+    pub tag: u32,
+    pub nparts: usize,
+    pub part: usize,
+    pub min_chunk: usize,
+}
+
+#[derive(Debug)]
+pub(crate) enum Dir {
+    /// Header bytes, then the body.
+    Send,
+    Recv(RecvSpec),
+}
+
+/// One message's part on one socket of this worker.
+#[derive(Debug)]
+pub(crate) struct Part {
+    pub req: Arc<Req>,
+    /// The socket's index among this worker's sockets.
+    pub sock: usize,
+    pub hdr: [u8; PartHeader::BYTES],
+    pub hdr_done: usize,
+    pub dir: Dir,
+    /// Body `(address, length)`, known for sends at once and for receives
+    /// once the header is read.
+    pub body: Option<(usize, usize)>,
+    pub body_done: usize,
+}
+
+impl Part {
+    pub fn send(req: Arc<Req>, sock: usize, hdr: PartHeader, ptr: usize, len: usize) -> Part {
+        Part {
+            req,
+            sock,
+            hdr: hdr.encode(),
+            hdr_done: 0,
+            dir: Dir::Send,
+            body: Some((ptr, len)),
+            body_done: 0,
+        }
+    }
+
+    pub fn recv(req: Arc<Req>, sock: usize, spec: RecvSpec) -> Part {
+        Part {
+            req,
+            sock,
+            hdr: [0; PartHeader::BYTES],
+            hdr_done: 0,
+            dir: Dir::Recv(spec),
+            body: None,
+            body_done: 0,
+        }
+    }
+
+    fn wants_write(&self) -> bool {
+        matches!(self.dir, Dir::Send)
+    }
+}
+
+/// What a worker needs besides its sockets.
+pub(crate) struct Ctx {
+    pub label: String,
+    pub rx: Receiver<Part>,
+    pub bell: Arc<OwnedFd>,
+    pub stop: Arc<AtomicBool>,
+    pub failed: Arc<OnceLock<NetError>>,
+    pub waker: Option<Waker>,
+    pub deadline: Duration,
+}
+
+impl Ctx {
+    fn wake(&self) {
+        if let Some(w) = &self.waker {
+            w();
+        }
+    }
+
+    fn conn(&self, sock: &TcpStream, i: usize) -> String {
+        let addr = |a: std::io::Result<std::net::SocketAddr>| {
+            a.map_or_else(|_| "?".into(), |a| a.to_string())
+        };
+        format!(
+            "{} ({} -> {}, socket {i})",
+            self.label,
+            addr(sock.local_addr()),
+            addr(sock.peer_addr())
+        )
+    }
+}
+
+/// Moves bytes of `p` on `sock`. `Ok(true)` when the part is complete.
+fn advance(p: &mut Part, sock: &TcpStream, ctx: &Ctx, i: usize) -> Result<(bool, bool), NetError> {
+    let mut moved = false;
+    let io_err = |what, e: rustix::io::Errno| NetError::Io {
+        conn: ctx.conn(sock, i),
+        what,
+        detail: e.to_string(),
+    };
+    let closed = |detail: &str| NetError::Closed {
+        conn: ctx.conn(sock, i),
+        detail: detail.into(),
+    };
+    while p.hdr_done < PartHeader::BYTES {
+        let r = if p.wants_write() {
+            io::send(sock.as_fd(), &p.hdr[p.hdr_done..]).map_err(|e| io_err("send", e))?
+        } else {
+            io::recv(sock.as_fd(), &mut p.hdr[p.hdr_done..]).map_err(|e| io_err("recv", e))?
+        };
+        match r {
+            Moved::Bytes(n) => {
+                p.hdr_done += n;
+                moved = true;
+            }
+            Moved::Blocked => return Ok((false, moved)),
+            Moved::Closed => return Err(closed("between messages")),
+        }
+    }
+    if p.body.is_none() {
+        let Dir::Recv(spec) = p.dir else {
+            unreachable!("send parts know their body")
+        };
+        let h = PartHeader::decode(&p.hdr).map_err(|err| NetError::Wire {
+            conn: ctx.conn(sock, i),
+            err,
+        })?;
+        let bad = |detail: String| NetError::Wire {
+            conn: ctx.conn(sock, i),
+            err: crate::error::WireError::Malformed {
+                what: "part header",
+                detail,
+            },
+        };
+        if h.seq != spec.seq || h.tag != spec.tag {
+            return Err(bad(format!(
+                "message {} tag {} where message {} tag {} was posted",
+                h.seq, h.tag, spec.seq, spec.tag
+            )));
+        }
+        if h.size > spec.cap as u64 {
+            return Err(NetError::InvalidArgument(format!(
+                "{}: a message of {} bytes arrived for a receive of {} bytes",
+                ctx.conn(sock, i),
+                h.size,
+                spec.cap
+            )));
+        }
+        p.req.agree_size(h.size).map_err(bad)?;
+        let (off, len) = split(h.size as usize, spec.nparts, spec.part, spec.min_chunk);
+        p.body = Some((spec.ptr + off, len));
+    }
+    let (ptr, len) = p.body.expect("set above");
+    while p.body_done < len {
+        let r = if p.wants_write() {
+            // SAFETY: `isend`'s contract keeps these `len` bytes valid and
+            // unwritten until the request completes or the comm closes,
+            // and closing joins this thread first.
+            let b = unsafe { std::slice::from_raw_parts(ptr as *const u8, len) };
+            io::send(sock.as_fd(), &b[p.body_done..]).map_err(|e| io_err("send", e))?
+        } else {
+            // SAFETY: `irecv`'s contract gives this request the posted
+            // bytes until it completes or the comm closes; `split` keeps
+            // the part inside the message, and the message fits the posted
+            // capacity (checked above). Parts of one message are disjoint.
+            let b = unsafe { std::slice::from_raw_parts_mut(ptr as *mut u8, len) };
+            io::recv(sock.as_fd(), &mut b[p.body_done..]).map_err(|e| io_err("recv", e))?
+        };
+        match r {
+            Moved::Bytes(n) => {
+                p.body_done += n;
+                moved = true;
+            }
+            Moved::Blocked => return Ok((false, moved)),
+            Moved::Closed => return Err(closed("in the middle of a message")),
+        }
+    }
+    Ok((true, true))
+}
+
+fn drain_bell(bell: &OwnedFd) {
+    let mut b = [0u8; 8];
+    let _ = rustix::io::read(bell, &mut b);
+}
+
+/// The worker's loop, until the connection is closed.
+pub(crate) fn run(socks: Vec<TcpStream>, ctx: Ctx) {
+    let mut queues: Vec<VecDeque<Part>> = socks.iter().map(|_| VecDeque::new()).collect();
+    let mut last_move = Instant::now();
+    loop {
+        if ctx.stop.load(Ordering::Acquire) {
+            return;
+        }
+        while let Ok(p) = ctx.rx.try_recv() {
+            let s = p.sock;
+            queues[s].push_back(p);
+        }
+        if let Some(e) = ctx.failed.get() {
+            let mut any = false;
+            for q in &mut queues {
+                for p in q.drain(..) {
+                    p.req.fail(e.clone());
+                    any = true;
+                }
+            }
+            if any {
+                ctx.wake();
+            }
+            if let Ok(p) = ctx.rx.recv_timeout(Duration::from_millis(50)) {
+                p.req.fail(e.clone());
+                ctx.wake();
+            }
+            continue;
+        }
+        if queues.iter().all(VecDeque::is_empty) {
+            last_move = Instant::now();
+            if let Ok(p) = ctx.rx.recv_timeout(Duration::from_millis(50)) {
+                let s = p.sock;
+                queues[s].push_back(p);
+            }
+            continue;
+        }
+        let mut moved_any = false;
+        for (i, sock) in socks.iter().enumerate() {
+            while let Some(p) = queues[i].front_mut() {
+                match advance(p, sock, &ctx, i) {
+                    Ok((done, moved)) => {
+                        moved_any |= moved;
+                        if !done {
+                            break;
+                        }
+                        let p = queues[i].pop_front().expect("front exists");
+                        if p.req.part_done() {
+                            ctx.wake();
+                        }
+                    }
+                    Err(e) => {
+                        tracing::debug!(%e, "oxccl-net: connection failed");
+                        let _ = ctx.failed.set(e);
+                        break;
+                    }
+                }
+            }
+        }
+        if moved_any {
+            last_move = Instant::now();
+            continue;
+        }
+        if ctx.failed.get().is_some() {
+            continue;
+        }
+        if last_move.elapsed() >= ctx.deadline {
+            let i = queues.iter().position(|q| !q.is_empty()).unwrap_or(0);
+            let what = if queues[i].front().is_some_and(Part::wants_write) {
+                "the peer to take data (it stopped reading)"
+            } else {
+                "data from the peer"
+            };
+            let _ = ctx.failed.set(NetError::Timeout {
+                conn: ctx.conn(&socks[i], i),
+                what,
+                limit: ctx.deadline,
+            });
+            continue;
+        }
+        // Sleep until a busy socket is ready, a part arrives, or a slice
+        // passes (to look at `stop` and the stall clock).
+        let mut fds = vec![PollFd::new(&*ctx.bell, PollFlags::IN)];
+        for (i, sock) in socks.iter().enumerate() {
+            if let Some(p) = queues[i].front() {
+                let f = if p.wants_write() {
+                    PollFlags::OUT
+                } else {
+                    PollFlags::IN
+                };
+                fds.push(PollFd::new(sock, f));
+            }
+        }
+        let slice = Timespec {
+            tv_sec: 0,
+            tv_nsec: 100_000_000,
+        };
+        let _ = poll(&mut fds, Some(&slice));
+        let rang = !fds[0].revents().is_empty();
+        drop(fds);
+        if rang {
+            drain_bell(&ctx.bell);
+        }
+    }
+}

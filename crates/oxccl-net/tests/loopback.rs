@@ -1,0 +1,182 @@
+//! The TCP transport over loopback, as the host backend uses it: listen,
+//! connect, accept, then messages of every size split over the sockets,
+//! in order; strangers refused; a closed peer an error, never a hang.
+
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
+
+use oxccl_net::{Comm, MemKind, Net, NetError, RecvComm, SendComm, TcpConfig, TcpNet};
+
+const LO: &str = "127.0.0.1";
+/// A hang guard for the polling loops below, never a measurement.
+const GUARD: Duration = Duration::from_secs(60);
+
+fn net(magic: u64, nthreads: usize, per: usize) -> TcpNet {
+    let cfg = TcpConfig {
+        nthreads,
+        nsocks_per_thread: per,
+        min_chunk: 4096,
+        deadline: Duration::from_secs(10),
+    };
+    TcpNet::new(cfg, magic, "lo", LO.parse::<IpAddr>().unwrap(), None)
+}
+
+fn pair(a: &TcpNet, b: &TcpNet) -> (SendComm, RecvComm) {
+    let (h, l) = b.listen(0).unwrap();
+    let s = a.connect(0, &h).unwrap().expect("TCP connects at once");
+    let t = Instant::now();
+    let r = loop {
+        if let Some(r) = b.accept(l).unwrap() {
+            break r;
+        }
+        assert!(t.elapsed() < GUARD, "accept never completed");
+        std::thread::yield_now();
+    };
+    b.close_listen(l).unwrap();
+    (s, r)
+}
+
+fn wait(n: &TcpNet, req: oxccl_net::Request) -> Result<usize, NetError> {
+    let t = Instant::now();
+    loop {
+        if let Some(sz) = n.test(req)? {
+            return Ok(sz);
+        }
+        assert!(t.elapsed() < GUARD, "request never completed");
+        std::thread::yield_now();
+    }
+}
+
+#[test]
+fn messages_of_every_size_arrive_whole_and_in_order() {
+    for (threads, per) in [(1, 1), (2, 2), (3, 1)] {
+        let (a, b) = (net(11, threads, per), net(11, threads, per));
+        let (s, r) = pair(&a, &b);
+        let sizes = [0usize, 1, 4095, 4096, 70_000, 1 << 20, 3 * (1 << 20) + 17];
+        let msgs: Vec<Vec<u8>> = sizes
+            .iter()
+            .enumerate()
+            .map(|(k, &n)| (0..n).map(|i| (i * 31 + k * 7) as u8).collect())
+            .collect();
+        let cap = 4 << 20;
+        let mut bufs: Vec<Vec<u8>> = sizes.iter().map(|_| vec![0u8; cap]).collect();
+        let mut recvs = Vec::new();
+        for buf in &mut bufs {
+            let mr = b
+                .reg_mr(Comm::Recv(r), buf.as_mut_ptr(), cap, MemKind::Host)
+                .unwrap();
+            // SAFETY: `bufs` outlives the requests (waited for below).
+            recvs.push(
+                unsafe { b.irecv(r, buf.as_mut_ptr(), cap, 5, mr) }
+                    .unwrap()
+                    .unwrap(),
+            );
+        }
+        let mut sends = Vec::new();
+        for m in &msgs {
+            let mr = a
+                .reg_mr(Comm::Send(s), m.as_ptr().cast_mut(), m.len(), MemKind::Host)
+                .unwrap();
+            // SAFETY: `msgs` outlives the requests (waited for below).
+            sends.push(
+                unsafe { a.isend(s, m.as_ptr(), m.len(), 5, mr) }
+                    .unwrap()
+                    .unwrap(),
+            );
+        }
+        for (k, q) in sends.into_iter().enumerate() {
+            assert_eq!(wait(&a, q).unwrap(), sizes[k]);
+        }
+        for (k, q) in recvs.into_iter().enumerate() {
+            assert_eq!(wait(&b, q).unwrap(), sizes[k], "message {k}");
+            assert_eq!(
+                &bufs[k][..sizes[k]],
+                &msgs[k][..],
+                "message {k} ({threads}x{per})"
+            );
+            assert!(
+                bufs[k][sizes[k]..].iter().all(|&x| x == 0),
+                "nothing past the message"
+            );
+        }
+        a.close_send(s).unwrap();
+        b.close_recv(r).unwrap();
+    }
+}
+
+#[test]
+fn a_stranger_with_another_magic_is_refused() {
+    let (a, b) = (net(1, 1, 2), net(2, 1, 2));
+    let (h, l) = b.listen(0).unwrap();
+    // Our own handle of another communicator: refused before connecting.
+    assert!(matches!(a.connect(0, &h), Err(NetError::Wire { .. })));
+    // A raw socket speaking garbage: the listener refuses it.
+    use std::io::Write;
+    let mut s = std::net::TcpStream::connect(h.addr).unwrap();
+    s.write_all(&[0xAB; 24]).unwrap();
+    let t = Instant::now();
+    let err = loop {
+        match b.accept(l) {
+            Ok(None) => assert!(t.elapsed() < GUARD),
+            Ok(Some(_)) => panic!("garbage was accepted"),
+            Err(e) => break e,
+        }
+    };
+    assert!(err.to_string().contains("wrong magic"), "{err}");
+}
+
+#[test]
+fn bad_arguments_are_typed_errors() {
+    let (a, b) = (net(3, 1, 1), net(3, 1, 1));
+    let (s, r) = pair(&a, &b);
+    let mut small = vec![0u8; 16];
+    let mr = b
+        .reg_mr(Comm::Recv(r), small.as_mut_ptr(), 16, MemKind::Host)
+        .unwrap();
+    // Outside the registration.
+    // SAFETY: refused before anything is queued.
+    let e = unsafe { b.irecv(r, small.as_mut_ptr(), 32, 0, mr) };
+    assert!(matches!(e, Err(NetError::InvalidArgument(_))), "{e:?}");
+    assert!(matches!(
+        a.reg_mr(Comm::Send(s), small.as_mut_ptr(), 16, MemKind::Cuda),
+        Err(NetError::Unsupported { .. })
+    ));
+    assert!(matches!(a.properties(1), Err(NetError::InvalidArgument(_))));
+    // A message larger than the posted receive fails the receive.
+    let big = [1u8; 64];
+    let smr = a
+        .reg_mr(Comm::Send(s), big.as_ptr().cast_mut(), 64, MemKind::Host)
+        .unwrap();
+    // SAFETY: both buffers outlive the requests.
+    let q = unsafe { b.irecv(r, small.as_mut_ptr(), 16, 0, mr) }
+        .unwrap()
+        .unwrap();
+    // SAFETY: as above.
+    let _ = unsafe { a.isend(s, big.as_ptr(), 64, 0, smr) }
+        .unwrap()
+        .unwrap();
+    let e = wait(&b, q).unwrap_err();
+    assert!(e.to_string().contains("64 bytes"), "{e}");
+    assert!(small.iter().all(|&x| x == 0), "nothing written");
+}
+
+#[test]
+fn a_closed_peer_fails_pending_and_later_requests() {
+    let (a, b) = (net(4, 1, 2), net(4, 1, 2));
+    let (s, r) = pair(&a, &b);
+    let mut buf = vec![0u8; 1024];
+    let mr = b
+        .reg_mr(Comm::Recv(r), buf.as_mut_ptr(), 1024, MemKind::Host)
+        .unwrap();
+    // SAFETY: `buf` outlives the request (the comm is closed before it drops).
+    let q = unsafe { b.irecv(r, buf.as_mut_ptr(), 1024, 0, mr) }
+        .unwrap()
+        .unwrap();
+    a.close_send(s).unwrap();
+    let e = wait(&b, q).unwrap_err();
+    assert!(matches!(e, NetError::Closed { .. }), "{e}");
+    // SAFETY: refused at once: the connection failed.
+    let again = unsafe { b.irecv(r, buf.as_mut_ptr(), 1024, 0, mr) };
+    assert!(again.is_err());
+    b.close_recv(r).unwrap();
+}
