@@ -12,7 +12,7 @@
 
 use std::cell::Cell;
 use std::io::Write;
-use std::sync::{Barrier, Mutex};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use oxccl::core::{testkit, Collective};
@@ -268,13 +268,13 @@ impl<T: Element> RowRun<'_, T> {
         send: Slice<'_, T>,
         recv: Slice<'_, T>,
         input: &[T],
-        barrier: &Barrier,
+        barrier: &dyn crate::sweep::Meet,
         ok: bool,
     ) {
         let Some(n) = self.nccl() else { return };
         let passed = Cell::new(false);
         let ready = || {
-            barrier.wait();
+            barrier.meet();
             passed.set(true);
         };
         let r = if ok {
@@ -283,7 +283,7 @@ impl<T: Element> RowRun<'_, T> {
             Err("oxccl failed on this rank".into())
         };
         if !passed.get() {
-            barrier.wait();
+            barrier.meet();
         }
         if let Err(e) = &r {
             if ok {

@@ -53,6 +53,8 @@ use serde::Serialize;
 
 mod check;
 mod pick;
+mod procs;
+pub(crate) use procs::Meet;
 pub(crate) mod plot;
 
 /// Flags follow nccl-tests' letters.
@@ -88,9 +90,18 @@ pub struct SweepArgs {
     /// Collective name, comma list, or all.
     #[arg(long, default_value = "all")]
     coll: String,
-    /// Number of ranks.
+    /// Number of ranks (as threads of this process).
     #[arg(long, default_value_t = 4)]
     ranks: u32,
+    /// Ranks as processes instead: launch N processes of one rank each
+    /// (a comma list runs one sweep per N); rank 0 prints the table.
+    #[arg(long)]
+    procs: Option<String>,
+    /// Be one rank of a sweep whose processes a launcher started
+    /// (torchrun, mpirun, Slurm, or `--procs`): rank and rank count from
+    /// their environment variables; rank 0 prints.
+    #[arg(long)]
+    from_env: bool,
     /// host, cuda or auto (CUDA when present, else host).
     #[arg(long, default_value = "auto")]
     backend: String,
@@ -194,7 +205,10 @@ pub fn run(a: SweepArgs) -> anyhow::Result<()> {
     let sizes: Vec<usize> = std::iter::successors(Some(a.min_bytes), |&s| s.checked_mul(a.factor))
         .take_while(|&s| s <= a.max_bytes)
         .collect();
-    if a.ranks == 0 || a.root >= a.ranks {
+    if let Some(list) = &a.procs {
+        return procs::launch(list);
+    }
+    if !a.from_env && (a.ranks == 0 || a.root >= a.ranks) {
         bail!("root {} out of range for {} ranks", a.root, a.ranks);
     }
     if a.pick {
@@ -203,17 +217,31 @@ pub fn run(a: SweepArgs) -> anyhow::Result<()> {
         pick::run(&a, &colls, dtypes[0], &sizes, &config, &mut out)?;
         return Ok(());
     }
-    let comms = oxccl::init_all_with(a.ranks, config).context("creating communicators")?;
-    let n = a.ranks;
+    let comms = if a.from_env {
+        if a.nccl.nccl {
+            bail!("--nccl runs with ranks as threads only");
+        }
+        vec![oxccl::init_from_env_with(config).context("joining the launched ranks")?]
+    } else {
+        oxccl::init_all_with(a.ranks, config).context("creating communicators")?
+    };
+    let n = comms[0].nranks();
     if n == 0 || a.root >= n {
         bail!("root {} out of range for {n} ranks", a.root);
     }
+    // Ranks as processes: rank 0 prints; the others only take part.
+    let lead = comms[0].rank() == 0;
     let backend = comms[0].describe_backend();
     let machine = machine();
-    let mut out = std::io::stdout().lock();
+    let mut out: Box<dyn Write> = if lead {
+        Box::new(std::io::stdout().lock())
+    } else {
+        Box::new(std::io::sink())
+    };
+    let form = if a.from_env { "processes" } else { "threads" };
     writeln!(
         out,
-        "# oxccl sweep: {n} ranks, backend {backend}, machine {machine}"
+        "# oxccl sweep: {n} ranks as {form}, backend {backend}, machine {machine}"
     )?;
     writeln!(
         out,
@@ -247,7 +275,7 @@ pub fn run(a: SweepArgs) -> anyhow::Result<()> {
         })
         .collect();
     let bar = progress(
-        std::io::stdout().is_terminal(),
+        lead && std::io::stdout().is_terminal(),
         (cases.len() * sizes.len()) as u64,
     );
     let mut rows: Vec<Row> = Vec::new();
@@ -331,7 +359,7 @@ pub fn run(a: SweepArgs) -> anyhow::Result<()> {
         if wrong == 0 { "OK" } else { "FAILED" }
     )?;
     writeln!(out, "# Avg bus bandwidth    : {avg_bus:.4} ")?;
-    if let Some(path) = &a.json {
+    if let Some(path) = a.json.as_ref().filter(|_| lead) {
         let rep = Report {
             machine,
             backend: comms[0].backend().name().into(),
@@ -344,7 +372,7 @@ pub fn run(a: SweepArgs) -> anyhow::Result<()> {
         std::fs::write(path, serde_json::to_string_pretty(&rep)?)
             .with_context(|| format!("writing {}", path.display()))?;
     }
-    if let Some(path) = &a.svg {
+    if let Some(path) = a.svg.as_ref().filter(|_| lead) {
         plot::plot(path, &rows, n)?;
     }
     if wrong > 0 {
@@ -589,6 +617,9 @@ fn measure_with<T: Element>(
     nccl: &crate::nccl_cols::Baseline,
     run: &check::Runner<T>,
 ) -> anyhow::Result<Measured> {
+    if a.from_env {
+        return procs::measure_rank(&comms[0], pool, coll, op, in_place, a, nccl, run);
+    }
     let n = comms.len() as u32;
     let barrier = Barrier::new(comms.len());
     let nrow = nccl.row::<T>(coll, op, n, a.warmup, a.iters, a.check != 0);
@@ -759,7 +790,7 @@ fn rank_run<T: Element>(
     op: RedOp,
     in_place: bool,
     a: &SweepArgs,
-    barrier: &Barrier,
+    barrier: &dyn Meet,
     nccl: &crate::nccl_cols::RowRun<'_, T>,
     run: &check::Runner<T>,
 ) -> anyhow::Result<RankDone<T>> {
@@ -803,14 +834,14 @@ fn rank_run<T: Element>(
         timer = Some(c.timer()?);
         Ok(())
     });
-    barrier.wait();
+    barrier.meet();
     phase(&mut ok, &mut || {
         for _ in 0..a.warmup {
             call()?;
         }
         c.synchronize()
     });
-    barrier.wait();
+    barrier.meet();
     let mut t = Duration::ZERO;
     phase(&mut ok, &mut || {
         let Some(timer) = timer.as_mut() else {
@@ -845,7 +876,7 @@ fn rank_run<T: Element>(
         let watched = check::watched(&view, in_place);
         let before = check::prepared(&view, input, in_place);
         phase(&mut ok, &mut || check::prepare(&view, input, in_place));
-        barrier.wait();
+        barrier.meet();
         phase(&mut ok, &mut || {
             call()?;
             c.synchronize()?;

@@ -119,6 +119,22 @@ impl Communicator {
         Ok(Communicator::in_clique(rank, clique))
     }
 
+    /// Every rank's `mine`, by rank, gathered over the bootstrap (host
+    /// sockets, not the data path): for tools that coordinate the ranks of
+    /// a process clique, such as the sweep's barriers and its per-rank
+    /// results. Every rank must call it, in the same order as its other
+    /// calls of it; records are at most `oxccl_bootstrap::MAX_RECORD`
+    /// bytes. Ranks as threads (`init_all`) get `InvalidUsage`.
+    pub fn exchange(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
+        self.check_usable()?;
+        let boot = self.clique().boot.as_ref().ok_or_else(|| {
+            Error::InvalidUsage(
+                "exchange needs a communicator made by init_rank or init_from_env".into(),
+            )
+        })?;
+        boot.all_gather(mine).map_err(map_bootstrap)
+    }
+
     /// A new communicator of the ranks that pass the same `color` (NCCL's
     /// `ncclCommSplit`): ranked by `key`, ties by rank here; ranks passing
     /// `None` get `Ok(None)`. Every rank of this communicator must call
@@ -298,8 +314,13 @@ impl LaunchEnv {
 /// environment variables (see [`LaunchEnv::from_vars`]), configured from
 /// the environment ([`Config::from_env`]).
 pub fn init_from_env() -> Result<Communicator> {
+    init_from_env_with(Config::from_env()?)
+}
+
+/// [`init_from_env`] with the caller's configuration (tools that take
+/// their settings from flags, such as the sweep).
+pub fn init_from_env_with(config: Config) -> Result<Communicator> {
     let env = LaunchEnv::from_vars(|k| std::env::var(k).ok())?;
-    let config = Config::from_env()?;
     tracing::info!(launcher = env.launcher, rank = env.rank, nranks = env.nranks, local_rank = env.local_rank, root = %env.root, "oxccl: init from the launcher's environment");
     let id = if env.nranks == 1 {
         UniqueId::from_raw([0; UniqueId::BYTES])

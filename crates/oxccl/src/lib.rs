@@ -149,7 +149,7 @@ pub use completion::Completion;
 pub use config::{Config, ConfigBuilder};
 pub use error::{Error, Result};
 pub use group::{group, Group};
-pub use init::{init_from_env, LaunchEnv, UniqueId};
+pub use init::{init_from_env, init_from_env_with, LaunchEnv, UniqueId};
 pub use select::{Choice, Transport};
 
 /// The pure core (plan IR, generators, test support), for tools and tests.
