@@ -129,6 +129,20 @@ impl Ctx {
         unsafe { check("cuCtxSetCurrent", sys::cuCtxSetCurrent(self.ctx)) }
     }
 
+    /// Whether `stream` (a caller's handle; the legacy and per-thread
+    /// default streams stand for this context once it is current) belongs
+    /// to this context.
+    ///
+    /// # Safety
+    /// `stream` must be a live stream handle or a default-stream handle.
+    pub unsafe fn owns_stream(&self, stream: sys::CUstream) -> Result<bool> {
+        self.bind()?;
+        let mut c: sys::CUcontext = std::ptr::null_mut();
+        // SAFETY: caller's contract; `c` is a valid out-pointer.
+        unsafe { check("cuStreamGetCtx", sys::cuStreamGetCtx(stream, &mut c))? };
+        Ok(c == self.ctx)
+    }
+
     pub fn attr(&self, a: sys::CUdevice_attribute) -> Result<i32> {
         // SAFETY: `dev` is a valid device.
         unsafe { result::device::get_attribute(self.dev, a) }
@@ -348,6 +362,13 @@ impl Stream {
         }
     }
 
+    /// Work enqueued here after this call waits (on the device) for
+    /// everything before `ev`'s last record.
+    pub fn wait_event(&self, ev: &Event) -> Result<()> {
+        // SAFETY: both handles are live and of the same context.
+        unsafe { wait_event_raw(self.raw, ev) }
+    }
+
     /// Whether work enqueued now would be captured into a graph rather
     /// than run.
     pub fn capturing(&self) -> Result<bool> {
@@ -459,6 +480,17 @@ impl Event {
         })
     }
 
+    /// Records on a stream given by its handle (a caller's stream).
+    ///
+    /// # Safety
+    /// `s` must be a live stream of this event's context, or a
+    /// default-stream handle while that context is current.
+    pub unsafe fn record_raw(&self, s: sys::CUstream) -> Result<()> {
+        self.ctx.bind()?;
+        // SAFETY: caller's contract.
+        unsafe { check("cuEventRecord", sys::cuEventRecord(self.raw, s)) }
+    }
+
     pub fn record(&self, s: &Stream) -> Result<()> {
         self.ctx.bind()?;
         // SAFETY: valid event and stream of the same context.
@@ -505,6 +537,18 @@ impl Drop for Event {
             let _ = unsafe { result::event::destroy(self.raw) };
         }
     }
+}
+
+/// Makes work enqueued on `s` after this call wait (on the device) for
+/// everything before `ev`'s last record; the host does not wait.
+///
+/// # Safety
+/// `s` must be a live stream of `ev`'s context, or a default-stream
+/// handle while that context is current.
+pub unsafe fn wait_event_raw(s: sys::CUstream, ev: &Event) -> Result<()> {
+    ev.ctx.bind()?;
+    // SAFETY: caller's contract; `ev` is live.
+    unsafe { check("cuStreamWaitEvent", sys::cuStreamWaitEvent(s, ev.raw, 0)) }
 }
 
 /// A loaded module and the context it lives in.

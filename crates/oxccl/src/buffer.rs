@@ -292,6 +292,10 @@ pub(crate) enum Space {
     Host,
     /// Backend memory of a clique's rank.
     Backend { clique: u64, rank: u32 },
+    /// Memory the caller allocated, passed through a raw entry point
+    /// (`raw.rs`); `registered` when it lies in a range the rank
+    /// registered (so every rank may address it: direct plans apply).
+    External { registered: bool },
 }
 
 /// A resolved argument: raw span, element count and memory space.
@@ -403,6 +407,14 @@ impl<'a, T: Element, const N: usize> From<&'a mut [T; N]> for Out<'a, T> {
 }
 
 impl<'a, T> In<'a, T> {
+    /// A raw argument (the caller's `unsafe` contract covers the memory).
+    pub(crate) fn from_arg(arg: Arg) -> Self {
+        In {
+            arg,
+            _marker: PhantomData,
+        }
+    }
+
     /// Elements in the argument.
     pub(crate) fn len(&self) -> usize {
         self.arg.len
@@ -437,6 +449,14 @@ fn part_of(arg: &Arg, off: usize, len: usize, es: usize) -> Arg {
 }
 
 impl<'a, T> Out<'a, T> {
+    /// A raw argument (the caller's `unsafe` contract covers the memory).
+    pub(crate) fn from_arg(arg: Arg) -> Self {
+        Out {
+            arg,
+            _marker: PhantomData,
+        }
+    }
+
     /// Elements in the argument.
     pub(crate) fn len(&self) -> usize {
         self.arg.len

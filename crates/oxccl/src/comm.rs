@@ -51,6 +51,8 @@ pub struct Communicator {
     /// Memory bound where this rank ignores a buffer the caller passed
     /// unusable (see `sink.rs`).
     sinks: parking_lot::Mutex<Sinks>,
+    /// Ranges of external memory this rank registered (`register.rs`).
+    pub(crate) regs: parking_lot::RwLock<crate::register::Registry>,
 }
 
 /// Creates `n` communicators, ranks `0..n` of one clique in this process,
@@ -243,6 +245,7 @@ impl Communicator {
             destroyed: AtomicBool::new(false),
             recent: parking_lot::Mutex::default(),
             call: parking_lot::Mutex::default(),
+            regs: parking_lot::RwLock::default(),
         }
     }
 

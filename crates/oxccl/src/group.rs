@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use oxccl_core::gen::p2p::{self, P2pOp};
 use oxccl_core::{CollKind, DataType, Element, Plan, Proto, RedOp};
 
-use crate::backend::RawBuf;
+use crate::backend::{RawBuf, RawStream};
 use crate::buffer::{In, Out};
 use crate::comm::{Communicator, PlanRef, Prepared};
 use crate::error::{Error, Result};
@@ -52,6 +52,9 @@ pub(crate) struct Entry<'a> {
 #[derive(Debug, Default)]
 pub struct Group<'a> {
     entries: Vec<Entry<'a>>,
+    /// The caller's stream of each communicator that has raw operations
+    /// (`raw.rs`): its launches are ordered on it.
+    streams: Vec<(&'a Communicator, RawStream)>,
 }
 
 /// Runs `f` to fill a group, then ends it.
@@ -234,6 +237,35 @@ impl<'a> Group<'a> {
         });
     }
 
+    /// The caller's stream `comm`'s raw operations named, if any.
+    fn stream_of(&self, comm: &Communicator) -> Option<RawStream> {
+        self.streams
+            .iter()
+            .find(|(c, _)| std::ptr::eq(*c, comm))
+            .map(|&(_, s)| s)
+    }
+
+    /// Refuses a second stream for one communicator in a group.
+    pub(crate) fn check_stream(&self, comm: &Communicator, stream: RawStream) -> Result<()> {
+        match self.stream_of(comm) {
+            Some(s) if s != stream => Err(Error::InvalidUsage(format!(
+                "rank {}: one group's operations on a communicator must share one stream \
+                 ({:#x} before, {:#x} now)",
+                comm.rank(),
+                s.0,
+                stream.0
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    /// Records the stream of `comm`'s raw operations (checked before).
+    pub(crate) fn set_stream(&mut self, comm: &'a Communicator, stream: RawStream) {
+        if self.stream_of(comm).is_none() {
+            self.streams.push((comm, stream));
+        }
+    }
+
     /// Runs every operation of the group; returns when all are done (host)
     /// or enqueued (CUDA).
     pub fn end(self) -> Result<()> {
@@ -270,7 +302,10 @@ impl<'a> Group<'a> {
             std::thread::scope(|s| {
                 let handles: Vec<_> = jobs
                     .iter()
-                    .map(|(comm, js)| s.spawn(move || run_jobs(comm, js)))
+                    .map(|(comm, js)| {
+                        let stream = self.stream_of(comm);
+                        s.spawn(move || run_jobs(comm, js, stream))
+                    })
                     .collect();
                 handles
                     .into_iter()
@@ -284,16 +319,23 @@ impl<'a> Group<'a> {
                     .collect::<Result<()>>()
             })
         } else {
-            jobs.iter().try_for_each(|(comm, js)| run_jobs(comm, js))
+            jobs.iter()
+                .try_for_each(|(comm, js)| run_jobs(comm, js, self.stream_of(comm)))
         }
     }
 }
 
-fn run_jobs(comm: &Communicator, jobs: &[Job]) -> Result<()> {
-    for j in jobs {
-        comm.launch(&j.prepared, j.dtype, j.op, j.proto)?;
+fn run_jobs(comm: &Communicator, jobs: &[Job], stream: Option<RawStream>) -> Result<()> {
+    let launch_all = || {
+        jobs.iter()
+            .try_for_each(|j| comm.launch(&j.prepared, j.dtype, j.op, j.proto))
+    };
+    match stream {
+        // SAFETY: the raw operations' callers vouched for the stream until
+        // it has passed the group's end (`Group::collective_raw`).
+        Some(s) => unsafe { comm.on_stream(s, launch_all) },
+        None => launch_all(),
     }
-    Ok(())
 }
 
 /// Operations of one data type and one reduction op share a launch

@@ -137,12 +137,14 @@ pub mod group;
 mod init;
 mod ops;
 mod plans;
+mod raw;
 mod recent;
+mod register;
 mod select;
 mod sink;
 mod validate;
 
-pub use backend::BackendKind;
+pub use backend::{BackendKind, RawStream};
 pub use buffer::{Buffer, In, Out, Slice};
 pub use comm::{init_all, init_all_on, init_all_with, Communicator};
 pub use completion::Completion;
@@ -150,6 +152,7 @@ pub use config::{Config, ConfigBuilder};
 pub use error::{Error, Result};
 pub use group::{group, Group};
 pub use init::{init_from_env, init_from_env_with, LaunchEnv, UniqueId};
+pub use register::Registration;
 pub use select::{Choice, Transport};
 
 /// The pure core (plan IR, generators, test support), for tools and tests.

@@ -26,7 +26,7 @@ pub(crate) struct Checked {
     pub send: RawBuf,
     pub recv: RawBuf,
     /// Whether both buffers are backend memory (so registered, where the
-    /// backend registers its allocations).
+    /// backend registers its allocations) or registered external memory.
     pub backend_memory: bool,
     /// A buffer this rank's part ignores (as NCCL ignores it) that the
     /// caller passed too short or not as this rank's memory: the plan's
@@ -38,7 +38,7 @@ pub(crate) struct Checked {
 /// Which buffer a non-root rank's part ignores: Broadcast and Scatter
 /// read only the root's send buffer, Reduce and Gather write only the
 /// root's receive buffer.
-fn ignored(kind: CollKind, root: u32, rank: u32) -> Option<BufRole> {
+pub(crate) fn ignored(kind: CollKind, root: u32, rank: u32) -> Option<BufRole> {
     if rank == root {
         return None;
     }
@@ -70,6 +70,8 @@ pub(crate) fn check_space(what: &'static str, arg: &Arg, owner: &Owner) -> Resul
             })
         }
         Space::Backend { .. } => Ok(()),
+        // The raw entry point's caller vouched for it (`unsafe`).
+        Space::External { .. } => Ok(()),
     }
 }
 
@@ -155,7 +157,10 @@ pub(crate) fn collective(
     let in_place = sink.is_none() && in_place(&coll, send, recv, dtype.size(), owner.rank)?;
     // A sunk buffer is the backend's own memory.
     let backend = |a: &Arg, role| {
-        matches!(a.space, Space::Backend { .. }) || sink.is_some_and(|(r, _)| r == role)
+        matches!(
+            a.space,
+            Space::Backend { .. } | Space::External { registered: true }
+        ) || sink.is_some_and(|(r, _)| r == role)
     };
     Ok(Checked {
         coll,

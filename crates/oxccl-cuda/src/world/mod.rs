@@ -12,13 +12,17 @@
 //!
 //! One job per file: [`memory`] (user buffers, the pool, scratch), [`links`]
 //! (FIFO and semaphore memory between ranks), [`upload`] (a plan encoded
-//! and cached per rank), [`launch`] (the kernel and its parameter) and
+//! and cached per rank), [`launch`] (the kernel and its parameter),
+//! [`streams`] (calls on a caller's stream: fork and join with events),
+//! [`external`] (memory the caller allocated: checks for registration) and
 //! [`failure`] (the device error records, abort and the failure word).
 
+mod external;
 mod failure;
 mod launch;
 mod links;
 mod memory;
+mod streams;
 mod upload;
 
 use std::collections::HashMap;
@@ -84,6 +88,8 @@ struct RankState {
     /// Old scratch areas: kept, not freed, while the clique lives.
     retired: Mutex<Vec<DevMem>>,
     plans: Mutex<PlanCache>,
+    /// Fork and join events for calls on a caller's stream (`streams`).
+    joins: streams::Joins,
 }
 
 #[derive(Debug)]
@@ -196,6 +202,7 @@ impl World {
                 scratch: Mutex::new(None),
                 retired: Mutex::new(Vec::new()),
                 plans: Mutex::new(HashMap::new()),
+                joins: streams::Joins::default(),
             });
         }
         let nranks = cfg.devices.len();

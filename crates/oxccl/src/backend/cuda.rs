@@ -12,7 +12,9 @@ use oxccl_cuda::driver::Event;
 use oxccl_cuda::layout::MAX_BUFS;
 use oxccl_cuda::{CudaError, Prepared, World, WorldConfig};
 
-use super::{Backend, BackendKind, BackendOptions, Completion, Launch, PlanHandle, RawBuf, Timer};
+use super::{
+    Backend, BackendKind, BackendOptions, Completion, Launch, PlanHandle, RawBuf, RawStream, Timer,
+};
 use crate::error::Error;
 
 /// Whether a CUDA device can be used in this process (never panics).
@@ -179,6 +181,22 @@ impl Backend for CudaBackend {
 
     fn synchronize(&self, rank: u32) -> Result<(), Error> {
         self.world.synchronize(rank).map_err(map_error)
+    }
+
+    unsafe fn follow_stream(&self, rank: u32, stream: RawStream) -> Result<(), Error> {
+        // SAFETY: the caller vouches for the handle (trait contract).
+        unsafe { self.world.follow_stream(rank, stream.0) }.map_err(map_error)
+    }
+
+    unsafe fn release_stream(&self, rank: u32, stream: RawStream) -> Result<(), Error> {
+        // SAFETY: as above.
+        unsafe { self.world.release_stream(rank, stream.0) }.map_err(map_error)
+    }
+
+    fn check_external(&self, rank: u32, buf: RawBuf) -> Result<(), Error> {
+        self.world
+            .check_external(rank, buf.addr, buf.bytes)
+            .map_err(map_error)
     }
 
     fn abort(&self) {

@@ -108,6 +108,19 @@ impl Backend for HostBackend {
         true
     }
 
+    fn check_external(&self, _rank: u32, buf: RawBuf) -> Result<(), Error> {
+        // Rank threads reach any memory of this process; rank processes
+        // reach only each other's shared heaps (`alloc` memory).
+        match self.proc_rank {
+            None => Ok(()),
+            Some(r) => Err(Error::InvalidUsage(format!(
+                "rank {r} runs as a process: only memory from comm.alloc() (its shared heap) \
+                 is reachable by the other processes, not {} bytes at {:#x}",
+                buf.bytes, buf.addr
+            ))),
+        }
+    }
+
     fn host_addressable(&self) -> bool {
         // `alloc` is `alloc_zeroed` in this process.
         true

@@ -16,6 +16,8 @@
 //! | `free` | back to the allocator at once | pooled; reused once the rank's stream has passed the free |
 //! | `execute` | runs the plan on the calling thread, returns when done | enqueues one launch on the rank's stream, returns at once |
 //! | `synchronize` | nothing to wait for | waits for the rank's stream |
+//! | a caller's stream ([`RawStream`]) | ignored | fork/join with events around the launch (`follow_stream`, `release_stream`) |
+//! | external memory (`check_external`) | any memory of this process (ranks as threads) | device memory of the rank's device every rank's device may access |
 //! | timer | `Instant` | CUDA events on the rank's stream |
 
 pub mod cuda;
@@ -104,6 +106,29 @@ impl RawBuf {
     /// One past the last byte.
     pub fn end(self) -> u64 {
         self.addr + self.bytes as u64
+    }
+}
+
+/// A caller's stream, as the raw entry points take it
+/// ([`crate::Communicator::collective_raw`]): on CUDA a `CUstream` (or
+/// `cudaStream_t`, the same handle) of the rank's device's primary context,
+/// where 0 is the legacy default stream; the host backend ignores it (its
+/// calls complete before they return).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct RawStream(pub u64);
+
+impl RawStream {
+    /// The legacy default stream (`0`, NCCL's "stream 0").
+    pub const DEFAULT: RawStream = RawStream(0);
+
+    /// From a C handle (`cudaStream_t`, `CUstream`).
+    pub fn from_ptr(p: *mut std::ffi::c_void) -> RawStream {
+        RawStream(p as usize as u64)
+    }
+
+    /// As a C handle.
+    pub fn as_ptr(self) -> *mut std::ffi::c_void {
+        self.0 as usize as *mut std::ffi::c_void
     }
 }
 
@@ -280,6 +305,55 @@ pub trait Backend: Send + Sync + Debug {
 
     /// Waits until everything issued on `rank` has completed.
     fn synchronize(&self, rank: u32) -> Result<(), Error>;
+
+    /// Makes `rank`'s work issued after this call run after the work
+    /// issued on the caller's `stream` before it, without a host wait
+    /// (CUDA: an event on `stream` that the rank's stream waits for).
+    /// Blocking backends ignore streams: the caller's earlier work is
+    /// its own business, and their calls complete before returning.
+    ///
+    /// # Safety
+    /// `stream` must be a live stream handle of this backend for `rank`
+    /// (see [`RawStream`]).
+    unsafe fn follow_stream(&self, rank: u32, stream: RawStream) -> Result<(), Error> {
+        let _ = (rank, stream);
+        self.ignores_streams()
+    }
+
+    /// Makes the caller's `stream`'s work issued after this call run after
+    /// everything issued on `rank` before it, without a host wait.
+    /// Blocking backends ignore streams.
+    ///
+    /// # Safety
+    /// As [`Backend::follow_stream`].
+    unsafe fn release_stream(&self, rank: u32, stream: RawStream) -> Result<(), Error> {
+        let _ = (rank, stream);
+        self.ignores_streams()
+    }
+
+    /// `Ok` for a blocking backend, which may ignore callers' streams;
+    /// an error for one that enqueues and has no stream support.
+    fn ignores_streams(&self) -> Result<(), Error> {
+        if self.blocking() {
+            Ok(())
+        } else {
+            Err(Error::InvalidUsage(format!(
+                "{} does not run calls on a caller's stream",
+                self.describe()
+            )))
+        }
+    }
+
+    /// Checks that memory the caller allocated (`buf`, of `rank`) can be
+    /// registered: that every rank of the clique may load and store it,
+    /// as the direct plans need. Nothing is changed. The default refuses.
+    fn check_external(&self, rank: u32, buf: RawBuf) -> Result<(), Error> {
+        let _ = (rank, buf);
+        Err(Error::InvalidUsage(format!(
+            "{} cannot register memory it did not allocate",
+            self.describe()
+        )))
+    }
 
     /// A completion for everything issued on `rank` so far. The default
     /// serves blocking backends (everything is done already); a

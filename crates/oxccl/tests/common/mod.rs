@@ -2,6 +2,9 @@
 
 use oxccl::{BackendKind, Communicator, Config};
 
+#[allow(dead_code)] // only the raw-entry tests use it
+pub mod raw;
+
 /// `n` communicators on the host backend, whatever the machine has.
 #[allow(dead_code)] // not every test binary uses it
 pub fn host(n: u32) -> Vec<Communicator> {

@@ -1,0 +1,272 @@
+//! The raw entry points on the host backend (host pointers; the stream is
+//! ignored): every collective in and out of place, registered ranges and
+//! their direct plans, Send/Recv in groups, and every misuse a C caller
+//! can make, each refused with nothing written. The CUDA versions, on
+//! external device memory and callers' streams, are in `external.rs`.
+
+mod common;
+
+use std::sync::Mutex;
+
+use common::raw::{run_collective, run_ring, Mem};
+use oxccl::{CollKind, DataType, Error, RawStream, RedOp};
+
+/// Host memory the test owns (8-byte aligned), copies by hand.
+#[derive(Default)]
+struct HostMem(Mutex<Vec<Vec<u64>>>);
+
+impl Mem for HostMem {
+    fn alloc(&self, _rank: u32, bytes: usize) -> u64 {
+        let mut v = vec![0u64; bytes.div_ceil(8).max(1)];
+        let p = v.as_mut_ptr() as u64;
+        self.0.lock().unwrap().push(v);
+        p
+    }
+    fn stream(&self, rank: u32) -> RawStream {
+        // Any value: the host backend ignores streams.
+        RawStream(0xdead_0000 + u64::from(rank))
+    }
+    fn upload(&self, _rank: u32, dst: u64, src: &[u8]) {
+        // SAFETY: `dst` is an allocation of this test with room for `src`.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst as *mut u8, src.len()) }
+    }
+    fn download(&self, _rank: u32, src: u64, dst: &mut [u8]) {
+        // SAFETY: as above.
+        unsafe { std::ptr::copy_nonoverlapping(src as *const u8, dst.as_mut_ptr(), dst.len()) }
+    }
+    fn sync(&self, _rank: u32) {}
+}
+
+const KINDS: [CollKind; 8] = oxccl::core::testkit::COLLECTIVES;
+
+#[test]
+fn every_collective_in_and_out_of_place() {
+    let mem = HostMem::default();
+    for n in [1, 3, 4] {
+        let comms = common::host(n);
+        for kind in KINDS {
+            for count in [1, 37, 1000] {
+                for in_place in [false, true] {
+                    let op = if kind.is_reduction() {
+                        RedOp::Max
+                    } else {
+                        RedOp::Sum
+                    };
+                    let f =
+                        run_collective::<f32, _>(&comms, &mem, kind, count, op, in_place, false);
+                    assert_eq!(
+                        f.wrong, 0,
+                        "{kind} f32 n={n} count={count} in_place={in_place}: {:?}",
+                        f.first
+                    );
+                    let i = run_collective::<i32, _>(
+                        &comms,
+                        &mem,
+                        kind,
+                        count,
+                        RedOp::Sum,
+                        in_place,
+                        false,
+                    );
+                    assert_eq!(
+                        i.wrong, 0,
+                        "{kind} i32 n={n} count={count} in_place={in_place}: {:?}",
+                        i.first
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn registered_ranges_run_direct_plans_and_unregistered_fifo() {
+    let mem = HostMem::default();
+    let comms = common::host(4);
+    for kind in [
+        CollKind::AllReduce,
+        CollKind::AllGather,
+        CollKind::ReduceScatter,
+    ] {
+        for register in [false, true] {
+            let o =
+                run_collective::<f32, _>(&comms, &mem, kind, 1 << 16, RedOp::Sum, false, register);
+            assert_eq!(o.wrong, 0, "{kind} registered={register}: {:?}", o.first);
+            assert_eq!(o.direct, register, "{kind}: direct plan iff registered");
+        }
+    }
+}
+
+#[test]
+fn ring_exchange_through_send_and_recv_raw() {
+    let mem = HostMem::default();
+    for n in [2, 3] {
+        let (wrong, first) = run_ring::<f32, _>(&common::host(n), &mem, 1000);
+        assert_eq!(wrong, 0, "{n} ranks: {first:?}");
+    }
+}
+
+#[test]
+fn ignored_buffers_may_be_null() {
+    let comms = common::host(3);
+    let res = common::on_ranks(&comms, |c| {
+        let mut out = vec![0.0f32; 8];
+        let input = [c.rank() as f32 + 1.0; 8];
+        let root = 0;
+        let (send, recv): (*const f32, *mut f32) = if c.rank() == root {
+            (input.as_ptr(), out.as_mut_ptr())
+        } else {
+            (input.as_ptr(), std::ptr::null_mut())
+        };
+        // SAFETY: 8 elements each, alive for the call (host: it completes
+        // before returning).
+        unsafe {
+            c.collective_raw(
+                CollKind::Reduce,
+                send.cast(),
+                recv.cast(),
+                8,
+                DataType::F32,
+                RedOp::Sum,
+                root,
+                RawStream::DEFAULT,
+            )
+        }
+        .unwrap();
+        let bsend: *const f32 = if c.rank() == root {
+            input.as_ptr()
+        } else {
+            std::ptr::null()
+        };
+        let mut bout = vec![0.0f32; 8];
+        // SAFETY: as above.
+        unsafe {
+            c.collective_raw(
+                CollKind::Broadcast,
+                bsend.cast(),
+                bout.as_mut_ptr().cast(),
+                8,
+                DataType::F32,
+                RedOp::Sum,
+                root,
+                RawStream::DEFAULT,
+            )
+        }
+        .unwrap();
+        (out, bout)
+    });
+    assert_eq!(res[0].0, vec![6.0; 8], "Reduce at the root");
+    for (r, (_, b)) in res.iter().enumerate() {
+        assert_eq!(b, &vec![1.0; 8], "Broadcast on rank {r}");
+    }
+}
+
+/// Every misuse is refused with a specific error before anything runs,
+/// and the receive buffer is left as it was.
+#[test]
+fn misuse_is_refused_and_nothing_is_written() {
+    let comms = common::host(1);
+    let c = &comms[0];
+    let input = [1.0f32; 4];
+    let mut out = [9.0f32; 4];
+    let raw = |kind, send: *const f32, recv: *mut f32, count, root| {
+        // SAFETY: every buffer handed over is valid for 4 elements; the
+        // calls are refused before touching the others.
+        unsafe {
+            c.collective_raw(
+                kind,
+                send.cast(),
+                recv.cast(),
+                count,
+                DataType::F32,
+                RedOp::Sum,
+                root,
+                RawStream::DEFAULT,
+            )
+        }
+    };
+    let o = out.as_mut_ptr();
+    let e = raw(CollKind::AllReduce, std::ptr::null(), o, 4, 0).unwrap_err();
+    assert!(e.to_string().contains("send buffer is null"), "{e}");
+    let e = raw(
+        CollKind::AllReduce,
+        input.as_ptr(),
+        std::ptr::null_mut(),
+        4,
+        0,
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("receive buffer is null"), "{e}");
+    let misaligned = (input.as_ptr() as u64 + 1) as *const f32;
+    let e = raw(CollKind::AllReduce, misaligned, o, 2, 0).unwrap_err();
+    assert!(e.to_string().contains("not aligned"), "{e}");
+    let e = raw(CollKind::SendRecv, input.as_ptr(), o, 4, 0).unwrap_err();
+    assert!(e.to_string().contains("send_raw"), "{e}");
+    let e = raw(CollKind::Broadcast, input.as_ptr(), o, 4, 1).unwrap_err();
+    assert!(
+        matches!(e, Error::RootOutOfRange { root: 1, nranks: 1 }),
+        "{e}"
+    );
+    let e = raw(CollKind::AllGather, input.as_ptr(), o, usize::MAX / 2, 0);
+    assert!(e.is_err(), "an overflowing count is refused");
+    assert_eq!(out, [9.0; 4], "a refused call writes nothing");
+    // A count of 0 does nothing, even on null pointers.
+    raw(
+        CollKind::AllReduce,
+        std::ptr::null(),
+        std::ptr::null_mut(),
+        0,
+        0,
+    )
+    .unwrap();
+    // SAFETY: null and empty ranges are refused before any use.
+    unsafe {
+        assert!(c.register(std::ptr::null(), 64).is_err());
+        assert!(c.register(input.as_ptr().cast(), 0).is_err());
+        let g = c.register(input.as_ptr().cast(), 16).unwrap();
+        c.deregister(g).unwrap();
+        let e = c.deregister(g).unwrap_err();
+        assert!(e.to_string().contains("not registered"), "{e}");
+        let e = c
+            .send_raw(std::ptr::null(), 4, DataType::F32, 0, RawStream::DEFAULT)
+            .unwrap_err();
+        assert!(e.to_string().contains("null"), "{e}");
+    }
+}
+
+#[test]
+fn one_stream_per_communicator_in_a_group() {
+    let comms = common::host(1);
+    let c = &comms[0];
+    let a = [1.0f32; 4];
+    let mut b = [0.0f32; 4];
+    let e = oxccl::group(|g| {
+        // SAFETY: valid 4-element buffers, alive past the group.
+        unsafe {
+            g.collective_raw(
+                c,
+                CollKind::AllReduce,
+                a.as_ptr().cast(),
+                b.as_mut_ptr().cast(),
+                4,
+                DataType::F32,
+                RedOp::Sum,
+                0,
+                RawStream(1),
+            )?;
+            g.collective_raw(
+                c,
+                CollKind::AllReduce,
+                a.as_ptr().cast(),
+                b.as_mut_ptr().cast(),
+                4,
+                DataType::F32,
+                RedOp::Sum,
+                0,
+                RawStream(2),
+            )
+        }
+    })
+    .unwrap_err();
+    assert!(e.to_string().contains("one stream"), "{e}");
+}
