@@ -147,6 +147,14 @@ impl Backend for CudaStaged {
         true
     }
 
+    unsafe fn follow_stream(&self, _rank: u32, stream: super::RawStream) -> Result<(), Error> {
+        // The staging copies run on the world's stream: they must follow
+        // the caller's earlier work there. Nothing to release: the call
+        // is complete (outputs copied back) before it returns.
+        // SAFETY: the caller vouches for the handle (trait contract).
+        unsafe { self.world.follow_stream(ME, stream.0) }.map_err(map_error)
+    }
+
     fn registered_alloc(&self) -> bool {
         // Peers never address this rank's device memory.
         false
