@@ -1,0 +1,255 @@
+/*
+ * nccl.h for oxccl's libnccl.so.2.
+ *
+ * Written for oxccl (Apache-2.0). It declares the C interface of NCCL 2.28
+ * with the same values and layouts, so that programs compiled against it
+ * and programs compiled against NVIDIA's header both run on oxccl's
+ * library. What oxccl does not support yet (device communicators, symmetric
+ * windows) is declared and returns ncclInvalidUsage; see
+ * crates/oxccl-capi/README.md.
+ *
+ * Builds with or without the CUDA toolkit: when <cuda_runtime.h> is not
+ * found (or OXCCL_NO_CUDA_RUNTIME is defined) cudaStream_t is an opaque
+ * pointer of the same size, which is what the library receives anyway.
+ */
+#ifndef OXCCL_NCCL_H
+#define OXCCL_NCCL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <limits.h>
+
+#if !defined(OXCCL_NO_CUDA_RUNTIME) && defined(__has_include)
+#  if __has_include(<cuda_runtime.h>)
+#    include <cuda_runtime.h>
+#    define OXCCL_HAVE_CUDA_RUNTIME 1
+#  endif
+#endif
+#ifndef OXCCL_HAVE_CUDA_RUNTIME
+/* The CUDA runtime's stream is a pointer to this incomplete struct. */
+typedef struct CUstream_st *cudaStream_t;
+#endif
+
+/* Version: the NCCL release whose interface this library implements. */
+#define NCCL_MAJOR 2
+#define NCCL_MINOR 28
+#define NCCL_PATCH 9
+#define NCCL_SUFFIX ""
+#define NCCL_VERSION(X, Y, Z) (((X) <= 2 && (Y) <= 8) ? (X) * 1000 + (Y) * 100 + (Z) : (X) * 10000 + (Y) * 100 + (Z))
+#define NCCL_VERSION_CODE NCCL_VERSION(NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH)
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A communicator: one rank's handle. Opaque. */
+typedef struct ncclComm *ncclComm_t;
+#define NCCL_COMM_NULL NULL
+
+/* The rendezvous token made by ncclGetUniqueId, passed by value. */
+#define NCCL_UNIQUE_ID_BYTES 128
+typedef struct {
+  char internal[NCCL_UNIQUE_ID_BYTES];
+} ncclUniqueId;
+
+/* Results. */
+typedef enum {
+  ncclSuccess = 0,
+  ncclUnhandledCudaError = 1,
+  ncclSystemError = 2,
+  ncclInternalError = 3,
+  ncclInvalidArgument = 4,
+  ncclInvalidUsage = 5,
+  ncclRemoteError = 6,
+  ncclInProgress = 7,
+  ncclNumResults = 8
+} ncclResult_t;
+
+/* Element types. */
+typedef enum {
+  ncclInt8 = 0,
+  ncclChar = 0,
+  ncclUint8 = 1,
+  ncclInt32 = 2,
+  ncclInt = 2,
+  ncclUint32 = 3,
+  ncclInt64 = 4,
+  ncclUint64 = 5,
+  ncclFloat16 = 6,
+  ncclHalf = 6,
+  ncclFloat32 = 7,
+  ncclFloat = 7,
+  ncclFloat64 = 8,
+  ncclDouble = 8,
+  ncclBfloat16 = 9,
+  ncclFloat8e4m3 = 10,
+  ncclFloat8e5m2 = 11,
+  ncclNumTypes = 12
+} ncclDataType_t;
+
+/* Reduction operators. Values from ncclNumOps up are made by
+ * ncclRedOpCreatePreMulSum and belong to one communicator. */
+typedef enum {
+  ncclSum = 0,
+  ncclProd = 1,
+  ncclMax = 2,
+  ncclMin = 3,
+  ncclAvg = 4,
+  ncclNumOps = 5,
+  ncclMaxRedOp = 0x7fffffff
+} ncclRedOp_t;
+
+/* Where a PreMulSum scalar lives. */
+typedef enum {
+  ncclScalarDevice = 0,
+  ncclScalarHostImmediate = 1
+} ncclScalarResidence_t;
+
+/* Communicator configuration. Set it with NCCL_CONFIG_INITIALIZER, then
+ * change the fields you need; the library reads only the fields that
+ * `size` and `version` say the caller's layout has. */
+#define NCCL_CONFIG_UNDEF_INT INT_MIN
+#define NCCL_CONFIG_UNDEF_PTR NULL
+#define NCCL_SPLIT_NOCOLOR -1
+#define NCCL_UNDEF_FLOAT -1.0f
+
+#define NCCL_CTA_POLICY_DEFAULT 0x00
+#define NCCL_CTA_POLICY_EFFICIENCY 0x01
+#define NCCL_CTA_POLICY_ZERO 0x02
+
+#define NCCL_SHRINK_DEFAULT 0x00
+#define NCCL_SHRINK_ABORT 0x01
+
+#define NCCL_WIN_DEFAULT 0x00
+#define NCCL_WIN_COLL_SYMMETRIC 0x01
+
+typedef struct ncclConfig_v22800 {
+  size_t size;
+  unsigned int magic;
+  unsigned int version;
+  int blocking;
+  int cgaClusterSize;
+  int minCTAs;
+  int maxCTAs;
+  const char *netName;
+  int splitShare;
+  int trafficClass;
+  const char *commName;
+  int collnetEnable;
+  int CTAPolicy;
+  int shrinkShare;
+  int nvlsCTAs;
+  int nChannelsPerNetPeer;
+  int nvlinkCentricSched;
+} ncclConfig_t;
+
+#define NCCL_CONFIG_INITIALIZER {                                         \
+  sizeof(ncclConfig_t),               /* size */                          \
+  0xcafebeef,                         /* magic */                         \
+  NCCL_VERSION(NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH), /* version */         \
+  NCCL_CONFIG_UNDEF_INT,              /* blocking */                      \
+  NCCL_CONFIG_UNDEF_INT,              /* cgaClusterSize */                \
+  NCCL_CONFIG_UNDEF_INT,              /* minCTAs */                       \
+  NCCL_CONFIG_UNDEF_INT,              /* maxCTAs */                       \
+  NCCL_CONFIG_UNDEF_PTR,              /* netName */                       \
+  NCCL_CONFIG_UNDEF_INT,              /* splitShare */                    \
+  NCCL_CONFIG_UNDEF_INT,              /* trafficClass */                  \
+  NCCL_CONFIG_UNDEF_PTR,              /* commName */                      \
+  NCCL_CONFIG_UNDEF_INT,              /* collnetEnable */                 \
+  NCCL_CONFIG_UNDEF_INT,              /* CTAPolicy */                     \
+  NCCL_CONFIG_UNDEF_INT,              /* shrinkShare */                   \
+  NCCL_CONFIG_UNDEF_INT,              /* nvlsCTAs */                      \
+  NCCL_CONFIG_UNDEF_INT,              /* nChannelsPerNetPeer */           \
+  NCCL_CONFIG_UNDEF_INT,              /* nvlinkCentricSched */            \
+}
+
+/* What ncclGroupSimulateEnd reports. */
+typedef struct {
+  size_t size;
+  unsigned int magic;
+  unsigned int version;
+  float estimatedTime; /* microseconds */
+} ncclSimInfo_t;
+
+#define NCCL_SIM_INFO_INITIALIZER {                                       \
+  sizeof(ncclSimInfo_t), 0x74685283,                                      \
+  NCCL_VERSION(NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH), NCCL_UNDEF_FLOAT      \
+}
+
+/* Registered windows and device communicators: declared, not supported
+ * yet (the calls return ncclInvalidUsage). */
+typedef struct ncclWindow_vidmem *ncclWindow_t;
+typedef struct ncclDevCommRequirements ncclDevCommRequirements;
+typedef struct ncclDevComm ncclDevComm;
+
+/* Memory for zero-copy plans (device memory; host memory when the
+ * library runs on its host backend, OXCCL_BACKEND=host). */
+ncclResult_t ncclMemAlloc(void **ptr, size_t size);
+ncclResult_t ncclMemFree(void *ptr);
+
+/* Version and identity. */
+ncclResult_t ncclGetVersion(int *version);
+ncclResult_t ncclGetUniqueId(ncclUniqueId *uniqueId);
+
+/* Communicator life cycle. */
+ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank, ncclConfig_t *config);
+ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank);
+ncclResult_t ncclCommInitAll(ncclComm_t *comms, int ndev, const int *devlist);
+ncclResult_t ncclCommInitRankScalable(ncclComm_t *newcomm, int nranks, int myrank, int nId, ncclUniqueId *commIds, ncclConfig_t *config);
+ncclResult_t ncclCommFinalize(ncclComm_t comm);
+ncclResult_t ncclCommDestroy(ncclComm_t comm);
+ncclResult_t ncclCommAbort(ncclComm_t comm);
+ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm, ncclConfig_t *config);
+ncclResult_t ncclCommShrink(ncclComm_t comm, int *excludeRanksList, int excludeRanksCount, ncclComm_t *newcomm, ncclConfig_t *config, int shrinkFlags);
+ncclResult_t ncclCommSuspend(ncclComm_t comm, int flags);
+ncclResult_t ncclCommResume(ncclComm_t comm);
+
+/* Errors. */
+const char *ncclGetErrorString(ncclResult_t result);
+const char *ncclGetLastError(ncclComm_t comm);
+void ncclResetDebugInit(void);
+ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError);
+
+/* Queries. */
+ncclResult_t ncclCommCount(const ncclComm_t comm, int *count);
+ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int *device);
+ncclResult_t ncclCommUserRank(const ncclComm_t comm, int *rank);
+
+/* Registration. */
+ncclResult_t ncclCommRegister(const ncclComm_t comm, void *buff, size_t size, void **handle);
+ncclResult_t ncclCommDeregister(const ncclComm_t comm, void *handle);
+ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void *buff, size_t size, ncclWindow_t *win, int winFlags);
+ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win);
+ncclResult_t ncclDevCommCreate(ncclComm_t comm, const ncclDevCommRequirements *reqs, ncclDevComm *outDevComm);
+ncclResult_t ncclDevCommDestroy(ncclComm_t comm, const ncclDevComm *devComm);
+
+/* PreMulSum: an op multiplying each rank's input by a scalar, then summing. */
+ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t *op, void *scalar, ncclDataType_t datatype, ncclScalarResidence_t residence, ncclComm_t comm);
+ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm);
+
+/* Collectives: each is enqueued on `stream` and returns at once. Counts are
+ * elements per rank as NCCL defines them. */
+ncclResult_t ncclReduce(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclBcast(void *buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount, ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcount, ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclAlltoAll(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclGather(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclScatter(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream);
+
+/* Point to point (pair them inside ncclGroupStart/ncclGroupEnd). */
+ncclResult_t ncclSend(const void *sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm, cudaStream_t stream);
+
+/* Groups (nest freely; operations run at the outermost ncclGroupEnd). */
+ncclResult_t ncclGroupStart(void);
+ncclResult_t ncclGroupEnd(void);
+ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t *simInfo);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* OXCCL_NCCL_H */

@@ -1,0 +1,384 @@
+//! Unique ids and the communicator life cycle: init (blocking,
+//! nonblocking, grouped, all-in-one-process, scalable), split, shrink,
+//! finalize, destroy, abort.
+
+use std::ffi::{c_int, c_void};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+
+use oxccl::{BackendKind, Communicator, UniqueId};
+
+use crate::abi::{self, NcclCommT, NcclResult, NcclUniqueId, IN_PROGRESS, SUCCESS};
+use crate::config::{self, CommConfig};
+use crate::error::{guard, CError, CResult};
+use crate::group;
+use crate::handle::{self, CComm};
+
+use super::out;
+
+/// The facade configuration for a C communicator: the environment's
+/// (`NCCL_ALGO`, `NCCL_PROTO`, `NCCL_DEBUG`, `OXCCL_*`), with the backend
+/// made definite (pointers are device pointers whenever a GPU is usable,
+/// host pointers only under `OXCCL_BACKEND=host` or without a GPU) and
+/// the caller's `maxCTAs` capping the channels.
+pub(crate) fn facade_config(cc: &CommConfig) -> CResult<oxccl::Config> {
+    let mut cfg = oxccl::Config::from_env()?;
+    if cfg.backend == BackendKind::Auto {
+        cfg.backend = if oxccl::backend::cuda::available() {
+            BackendKind::Cuda
+        } else {
+            BackendKind::Host
+        };
+    }
+    if let Some(m) = cc.max_ctas {
+        cfg.channels = Some(cfg.channels.map_or(m, |c| c.min(m)));
+    }
+    Ok(cfg)
+}
+
+/// Makes a new id. Starts this process's rendezvous root (as NCCL's
+/// does); `NCCL_COMM_ID=host:port` names a fixed root instead.
+///
+/// # Safety
+/// `unique_id` must be null or point to 128 writable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn ncclGetUniqueId(unique_id: *mut NcclUniqueId) -> NcclResult {
+    guard("ncclGetUniqueId", || {
+        let p = out(unique_id, "uniqueId")?;
+        let id = UniqueId::new()?;
+        // SAFETY: checked; the caller's 128-byte id.
+        unsafe {
+            p.write(NcclUniqueId {
+                internal: id.to_bytes(),
+            })
+        };
+        Ok(SUCCESS)
+    })
+}
+
+fn rank_args(nranks: c_int, rank: c_int) -> CResult<(u32, u32)> {
+    let n = u32::try_from(nranks)
+        .ok()
+        .filter(|&n| n > 0)
+        .ok_or_else(|| CError::arg(format!("nranks is {nranks}: it must be at least 1")))?;
+    let r = u32::try_from(rank)
+        .ok()
+        .filter(|&r| r < n)
+        .ok_or_else(|| CError::arg(format!("rank {rank} is out of range for nranks {nranks}")))?;
+    Ok((n, r))
+}
+
+/// Starts rank `rank` of `nranks` and writes its handle through `out`.
+/// Blocking outside a group: returns when every rank has joined.
+/// Nonblocking (`config.blocking = 0`): the handle is written at once and
+/// `ncclInProgress` returned; `ncclCommGetAsyncError` says when it is done.
+/// Inside a group: the handle is written at once and the group's end
+/// waits for it, so one thread can start several ranks.
+fn init_rank(
+    outp: *mut NcclCommT,
+    nranks: c_int,
+    id: NcclUniqueId,
+    rank: c_int,
+    cfg: *const u8,
+) -> CResult<NcclResult> {
+    let outp = out(outp, "comm")?;
+    let (n, r) = rank_args(nranks, rank)?;
+    // SAFETY: NCCL's contract for the config pointer (checked inside).
+    let cc = unsafe { config::read(cfg) }?;
+    let fcfg = facade_config(&cc)?;
+    let id = UniqueId::from_raw(id.internal);
+    let c = Arc::new(CComm::new(n, r, cc.is_blocking(), cc.name.clone()));
+    let in_group = group::active();
+    if c.blocking && !in_group {
+        c.finish_init(Ok(Communicator::init_rank(&id, n, r, fcfg)?));
+        // SAFETY: checked by `out`.
+        unsafe { outp.write(handle::publish(c)) };
+        return Ok(SUCCESS);
+    }
+    let worker = c.clone();
+    let t = std::thread::Builder::new()
+        .name(format!("oxccl-init-r{r}"))
+        .spawn(move || {
+            let res = catch_unwind(AssertUnwindSafe(|| {
+                Communicator::init_rank(&id, n, r, fcfg).map_err(CError::from)
+            }))
+            .unwrap_or_else(|_| {
+                Err(CError {
+                    code: abi::INTERNAL_ERROR,
+                    msg: "init panicked".into(),
+                })
+            });
+            worker.finish_init(res);
+        })
+        .map_err(|e| CError {
+            code: abi::SYSTEM_ERROR,
+            msg: format!("could not start the init thread: {e}"),
+        })?;
+    c.set_init_thread(t);
+    let h = handle::publish(c.clone());
+    // SAFETY: checked by `out`.
+    unsafe { outp.write(h) };
+    if in_group {
+        group::with(|g| g.inits.push(c));
+        return Ok(SUCCESS);
+    }
+    Ok(IN_PROGRESS)
+}
+
+/// # Safety
+/// `comm` must be null or writable; `config` null or an `ncclConfig_t`
+/// (any release's layout) of `config->size` readable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn ncclCommInitRankConfig(
+    comm: *mut NcclCommT,
+    nranks: c_int,
+    comm_id: NcclUniqueId,
+    rank: c_int,
+    config: *mut c_void,
+) -> NcclResult {
+    guard("ncclCommInitRankConfig", || {
+        init_rank(comm, nranks, comm_id, rank, config as *const u8)
+    })
+}
+
+/// # Safety
+/// `comm` must be null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn ncclCommInitRank(
+    comm: *mut NcclCommT,
+    nranks: c_int,
+    comm_id: NcclUniqueId,
+    rank: c_int,
+) -> NcclResult {
+    guard("ncclCommInitRank", || {
+        init_rank(comm, nranks, comm_id, rank, std::ptr::null())
+    })
+}
+
+/// Several ranks from ids made per root: oxccl has one root, so the first
+/// id is used (every rank passes the same list, as NCCL requires).
+///
+/// # Safety
+/// `newcomm` null or writable; `comm_ids` null or `n_id` ids; `config` as
+/// for `ncclCommInitRankConfig`.
+#[no_mangle]
+pub unsafe extern "C" fn ncclCommInitRankScalable(
+    newcomm: *mut NcclCommT,
+    nranks: c_int,
+    myrank: c_int,
+    n_id: c_int,
+    comm_ids: *mut NcclUniqueId,
+    config: *mut c_void,
+) -> NcclResult {
+    guard("ncclCommInitRankScalable", || {
+        if n_id < 1 {
+            return Err(CError::arg(format!(
+                "nId is {n_id}: at least one id is needed"
+            )));
+        }
+        let ids = out(comm_ids, "commIds")?;
+        // SAFETY: checked non-null and aligned; at least one id (n_id >= 1).
+        let id = unsafe { ids.read() };
+        init_rank(newcomm, nranks, id, myrank, config as *const u8)
+    })
+}
+
+/// `ndev` ranks in this process, one communicator each (ranks as threads
+/// of one clique). `devlist` may be NULL; its entries must be >= 0.
+///
+/// # Safety
+/// `comms` null or `ndev` writable handles; `devlist` null or `ndev` ints.
+#[no_mangle]
+pub unsafe extern "C" fn ncclCommInitAll(
+    comms: *mut NcclCommT,
+    ndev: c_int,
+    devlist: *const c_int,
+) -> NcclResult {
+    guard("ncclCommInitAll", || {
+        let comms = out(comms, "comms")?;
+        let (n, _) = rank_args(ndev, 0)?;
+        if !devlist.is_null() {
+            if !devlist.is_aligned() {
+                return Err(CError::arg("devlist is misaligned"));
+            }
+            // SAFETY: the caller's `ndev` ints.
+            let d = unsafe { std::slice::from_raw_parts(devlist, n as usize) };
+            if let Some(bad) = d.iter().find(|&&x| x < 0) {
+                return Err(CError::arg(format!("devlist holds device {bad}")));
+            }
+        }
+        let cfg = facade_config(&CommConfig::default())?;
+        let all = oxccl::init_all_with(n, cfg)?;
+        let handles: Vec<NcclCommT> = all
+            .into_iter()
+            .enumerate()
+            .map(|(r, comm)| {
+                let c = Arc::new(CComm::new(n, r as u32, true, None));
+                c.finish_init(Ok(comm));
+                handle::publish(c)
+            })
+            .collect();
+        // SAFETY: the caller's `ndev` handles (checked non-null, aligned).
+        unsafe { std::ptr::copy_nonoverlapping(handles.as_ptr(), comms, handles.len()) };
+        Ok(SUCCESS)
+    })
+}
+
+/// Waits for the communicator's work (blocking and nonblocking alike: it
+/// returns `ncclSuccess` when done).
+#[no_mangle]
+pub extern "C" fn ncclCommFinalize(comm: NcclCommT) -> NcclResult {
+    guard("ncclCommFinalize", || {
+        let c = handle::lookup(comm)?;
+        c.join_init();
+        c.get()?.synchronize()?;
+        Ok(SUCCESS)
+    })
+}
+
+/// Frees the handle (after its work, as NCCL). Later uses of it are
+/// `ncclInvalidArgument`.
+#[no_mangle]
+pub extern "C" fn ncclCommDestroy(comm: NcclCommT) -> NcclResult {
+    guard("ncclCommDestroy", || {
+        let c = handle::retire(comm)?;
+        c.join_init();
+        if let Some(x) = c.ready() {
+            // Work already failed is reported by GetAsyncError, not here.
+            let _ = x.synchronize();
+            x.destroy();
+        }
+        Ok(SUCCESS)
+    })
+}
+
+/// Aborts the clique (every rank's pending and later waits fail) and
+/// frees the handle.
+#[no_mangle]
+pub extern "C" fn ncclCommAbort(comm: NcclCommT) -> NcclResult {
+    guard("ncclCommAbort", || {
+        let c = handle::retire(comm)?;
+        handle::abort(&c);
+        Ok(SUCCESS)
+    })
+}
+
+/// Splits by color, ranked by key (ties by rank). `NCCL_SPLIT_NOCOLOR`
+/// ranks get NULL. Every rank of `comm` must call it. The child is
+/// blocking unless its config says otherwise (or the parent is
+/// nonblocking and no config is given).
+///
+/// # Safety
+/// `newcomm` null or writable; `config` as for `ncclCommInitRankConfig`.
+#[no_mangle]
+pub unsafe extern "C" fn ncclCommSplit(
+    comm: NcclCommT,
+    color: c_int,
+    key: c_int,
+    newcomm: *mut NcclCommT,
+    config: *mut c_void,
+) -> NcclResult {
+    guard("ncclCommSplit", || {
+        let c = handle::lookup(comm)?;
+        let outp = out(newcomm, "newcomm")?;
+        let color = match color {
+            abi::SPLIT_NOCOLOR => None,
+            v if v >= 0 => Some(v as u32),
+            v => {
+                return Err(CError::arg(format!(
+                    "color {v} is negative and not NCCL_SPLIT_NOCOLOR"
+                )))
+            }
+        };
+        // SAFETY: NCCL's contract for the config pointer.
+        let cc = unsafe { config::read(config as *const u8) }?;
+        split_into(&c, color, key, &cc, outp)
+    })
+}
+
+/// Runs a split and publishes the child (NULL for no color).
+fn split_into(
+    c: &CComm,
+    color: Option<u32>,
+    key: c_int,
+    cc: &CommConfig,
+    outp: *mut NcclCommT,
+) -> CResult<NcclResult> {
+    let child = c.get()?.split(color, key)?;
+    let h = match child {
+        None => std::ptr::null_mut(),
+        Some(x) => {
+            let blocking = cc.blocking.unwrap_or(c.blocking);
+            let k = Arc::new(CComm::new(x.nranks(), x.rank(), blocking, cc.name.clone()));
+            k.finish_init(Ok(x));
+            handle::publish(k)
+        }
+    };
+    // SAFETY: checked by the caller through `out`.
+    unsafe { outp.write(h) };
+    Ok(SUCCESS)
+}
+
+/// A communicator without the excluded ranks. oxccl builds it as a split,
+/// so every rank of `comm` must call it, the excluded ones too (they get
+/// NULL); NCCL lets excluded (failed) ranks stay away, which is not
+/// supported yet: the others then fail at the deadline.
+///
+/// # Safety
+/// `exclude` null or `count` ints; `newcomm` null or writable; `config` as
+/// for `ncclCommInitRankConfig`.
+#[no_mangle]
+pub unsafe extern "C" fn ncclCommShrink(
+    comm: NcclCommT,
+    exclude: *mut c_int,
+    count: c_int,
+    newcomm: *mut NcclCommT,
+    config: *mut c_void,
+    flags: c_int,
+) -> NcclResult {
+    guard("ncclCommShrink", || {
+        let c = handle::lookup(comm)?;
+        let outp = out(newcomm, "newcomm")?;
+        if !(0..=abi::SHRINK_ABORT).contains(&flags) {
+            return Err(CError::arg(format!(
+                "shrinkFlags {flags} is not NCCL_SHRINK_DEFAULT or _ABORT"
+            )));
+        }
+        let n = usize::try_from(count)
+            .ok()
+            .filter(|&k| k < c.nranks as usize)
+            .ok_or_else(|| CError::arg(format!("excludeRanksCount {count} is out of range")))?;
+        let list: &[c_int] = if n == 0 {
+            &[]
+        } else {
+            let p = out(exclude, "excludeRanksList")?;
+            // SAFETY: checked; the caller's `count` ints.
+            unsafe { std::slice::from_raw_parts(p, n) }
+        };
+        if let Some(bad) = list.iter().find(|&&r| r < 0 || r as u32 >= c.nranks) {
+            return Err(CError::arg(format!("excluded rank {bad} is out of range")));
+        }
+        // SAFETY: NCCL's contract for the config pointer.
+        let cc = unsafe { config::read(config as *const u8) }?;
+        let excluded = list.contains(&(c.rank as c_int));
+        if flags == abi::SHRINK_ABORT {
+            // Pending work of the old communicator is abandoned.
+            if let Some(x) = c.ready() {
+                let _ = x.synchronize();
+            }
+        }
+        split_into(&c, (!excluded).then_some(0), c.rank as c_int, &cc, outp)
+    })
+}
+
+/// Nothing to release: oxccl keeps no memory that suspending would free.
+#[no_mangle]
+pub extern "C" fn ncclCommSuspend(comm: NcclCommT, _flags: c_int) -> NcclResult {
+    guard("ncclCommSuspend", || handle::lookup(comm).map(|_| SUCCESS))
+}
+
+/// See `ncclCommSuspend`.
+#[no_mangle]
+pub extern "C" fn ncclCommResume(comm: NcclCommT) -> NcclResult {
+    guard("ncclCommResume", || handle::lookup(comm).map(|_| SUCCESS))
+}

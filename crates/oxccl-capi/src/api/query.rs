@@ -1,0 +1,105 @@
+//! Errors and queries: version, error strings, async errors, rank and
+//! count.
+
+use std::ffi::{c_char, c_int};
+
+use crate::abi::{self, NcclCommT, NcclResult, SUCCESS};
+use crate::error::{self, guard, guard_value};
+use crate::handle;
+
+use super::out;
+
+/// Writes the NCCL version this library implements (2.28.9 as 22809).
+///
+/// # Safety
+/// `version` must be null or point to writable memory for an int.
+#[no_mangle]
+pub unsafe extern "C" fn ncclGetVersion(version: *mut c_int) -> NcclResult {
+    guard("ncclGetVersion", || {
+        let p = out(version, "version")?;
+        // SAFETY: checked non-null and aligned; the caller's int.
+        unsafe { p.write(abi::VERSION_CODE) };
+        Ok(SUCCESS)
+    })
+}
+
+/// A static description of `result`.
+#[no_mangle]
+pub extern "C" fn ncclGetErrorString(result: NcclResult) -> *const c_char {
+    guard_value(c"unknown result code".as_ptr(), || {
+        error::result_str(result).as_ptr()
+    })
+}
+
+/// The last error's message (the calling thread's while it is among the
+/// last 32 kept, else the process's last); `comm` is not needed.
+#[no_mangle]
+pub extern "C" fn ncclGetLastError(_comm: NcclCommT) -> *const c_char {
+    guard_value(c"".as_ptr(), error::last)
+}
+
+/// Logging is set up once from `NCCL_DEBUG`/`OXCCL_DEBUG`; nothing to reset.
+#[no_mangle]
+pub extern "C" fn ncclResetDebugInit() {}
+
+/// `ncclInProgress` while a nonblocking init runs, then the init's result,
+/// then the communicator's failure if it failed. Safe from any thread.
+///
+/// # Safety
+/// `async_error` must be null or point to a writable `ncclResult_t`.
+#[no_mangle]
+pub unsafe extern "C" fn ncclCommGetAsyncError(
+    comm: NcclCommT,
+    async_error: *mut NcclResult,
+) -> NcclResult {
+    guard("ncclCommGetAsyncError", || {
+        let c = handle::lookup(comm)?;
+        let p = out(async_error, "asyncError")?;
+        // SAFETY: checked; the caller's result slot.
+        unsafe { p.write(c.async_result()) };
+        Ok(SUCCESS)
+    })
+}
+
+/// # Safety
+/// `count` must be null or point to a writable int.
+#[no_mangle]
+pub unsafe extern "C" fn ncclCommCount(comm: NcclCommT, count: *mut c_int) -> NcclResult {
+    guard("ncclCommCount", || {
+        let c = handle::lookup(comm)?;
+        let p = out(count, "count")?;
+        // SAFETY: checked.
+        unsafe { p.write(c.nranks as c_int) };
+        Ok(SUCCESS)
+    })
+}
+
+/// # Safety
+/// `rank` must be null or point to a writable int.
+#[no_mangle]
+pub unsafe extern "C" fn ncclCommUserRank(comm: NcclCommT, rank: *mut c_int) -> NcclResult {
+    guard("ncclCommUserRank", || {
+        let c = handle::lookup(comm)?;
+        let p = out(rank, "rank")?;
+        // SAFETY: checked.
+        unsafe { p.write(c.rank as c_int) };
+        Ok(SUCCESS)
+    })
+}
+
+/// The CUDA device of the communicator: 0, the device every rank of this
+/// process uses (oxccl runs a process's ranks on its current device), and
+/// 0 on the host backend too.
+///
+/// # Safety
+/// `device` must be null or point to a writable int.
+#[no_mangle]
+pub unsafe extern "C" fn ncclCommCuDevice(comm: NcclCommT, device: *mut c_int) -> NcclResult {
+    guard("ncclCommCuDevice", || {
+        let _c = handle::lookup(comm)?;
+        let p = out(device, "device")?;
+        // SAFETY: checked.
+        unsafe { p.write(0) };
+        Ok(SUCCESS)
+    })
+}

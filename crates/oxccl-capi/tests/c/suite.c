@@ -1,0 +1,681 @@
+/*
+ * The C suite: a program written against include/nccl.h, linked with
+ * -lnccl (oxccl's libnccl.so.2), run as several processes by
+ * tests/c_suite.rs on the host backend (OXCCL_BACKEND=host: buffers are
+ * host memory, streams are ignored).
+ *
+ *   suite SCENARIO RANK NRANKS DIR
+ *
+ * Rank 0 makes the unique id and leaves it in DIR/id; the others read it.
+ * Every check prints what failed; the exit status is the failure count.
+ */
+#include <nccl.h>
+
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static int failures = 0;
+static int g_rank = 0, g_nranks = 1;
+
+#define CHECK(cond, ...)                                                     \
+  do {                                                                       \
+    if (!(cond)) {                                                           \
+      fprintf(stderr, "rank %d: %s:%d: check failed: %s: ", g_rank,          \
+              __FILE__, __LINE__, #cond);                                    \
+      fprintf(stderr, __VA_ARGS__);                                          \
+      fprintf(stderr, "\n");                                                 \
+      failures++;                                                            \
+    }                                                                        \
+  } while (0)
+
+#define NCCL_OK(call)                                                        \
+  do {                                                                       \
+    ncclResult_t r_ = (call);                                                \
+    if (r_ != ncclSuccess) {                                                 \
+      fprintf(stderr, "rank %d: %s:%d: %s returned %d (%s): %s\n", g_rank,   \
+              __FILE__, __LINE__, #call, (int)r_, ncclGetErrorString(r_),    \
+              ncclGetLastError(NULL));                                       \
+      failures++;                                                            \
+      return;                                                                \
+    }                                                                        \
+  } while (0)
+
+/* ---------- element encoding: exact small values in all 12 types ---------- */
+
+static size_t type_size(int t) {
+  static const size_t s[12] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1};
+  return s[t];
+}
+
+static int is_float(int t) { return t >= ncclFloat16; }
+
+/* A minifloat with `e` exponent bits, `m` mantissa bits and bias `b`, for
+ * the non-negative values the suite uses (0 or normal, exact). */
+static unsigned enc_mini(double v, int e, int m, int b) {
+  (void)e;
+  if (v == 0) return 0;
+  int ex = (int)floor(log2(v));
+  double frac = v / ldexp(1.0, ex) - 1.0;
+  unsigned mant = (unsigned)llround(frac * (double)(1u << m));
+  return ((unsigned)(ex + b) << m) | mant;
+}
+
+static double dec_mini(unsigned bits, int e, int m, int b) {
+  unsigned ex = bits >> m & ((1u << e) - 1), mant = bits & ((1u << m) - 1);
+  if (ex == 0 && mant == 0) return 0;
+  return ldexp(1.0 + (double)mant / (double)(1u << m), (int)ex - b);
+}
+
+static void put(int t, void *buf, size_t i, double v) {
+  char *p = (char *)buf + i * type_size(t);
+  switch (t) {
+  case ncclInt8: *(int8_t *)p = (int8_t)v; break;
+  case ncclUint8: *(uint8_t *)p = (uint8_t)v; break;
+  case ncclInt32: *(int32_t *)p = (int32_t)v; break;
+  case ncclUint32: *(uint32_t *)p = (uint32_t)v; break;
+  case ncclInt64: *(int64_t *)p = (int64_t)v; break;
+  case ncclUint64: *(uint64_t *)p = (uint64_t)v; break;
+  case ncclFloat16: *(uint16_t *)p = (uint16_t)enc_mini(v, 5, 10, 15); break;
+  case ncclFloat32: *(float *)p = (float)v; break;
+  case ncclFloat64: *(double *)p = v; break;
+  case ncclBfloat16: *(uint16_t *)p = (uint16_t)enc_mini(v, 8, 7, 127); break;
+  case ncclFloat8e4m3: *(uint8_t *)p = (uint8_t)enc_mini(v, 4, 3, 7); break;
+  case ncclFloat8e5m2: *(uint8_t *)p = (uint8_t)enc_mini(v, 5, 2, 15); break;
+  }
+}
+
+static double get(int t, const void *buf, size_t i) {
+  const char *p = (const char *)buf + i * type_size(t);
+  switch (t) {
+  case ncclInt8: return *(const int8_t *)p;
+  case ncclUint8: return *(const uint8_t *)p;
+  case ncclInt32: return *(const int32_t *)p;
+  case ncclUint32: return *(const uint32_t *)p;
+  case ncclInt64: return (double)*(const int64_t *)p;
+  case ncclUint64: return (double)*(const uint64_t *)p;
+  case ncclFloat16: return dec_mini(*(const uint16_t *)p, 5, 10, 15);
+  case ncclFloat32: return *(const float *)p;
+  case ncclFloat64: return *(const double *)p;
+  case ncclBfloat16: return dec_mini(*(const uint16_t *)p, 8, 7, 127);
+  case ncclFloat8e4m3: return dec_mini(*(const uint8_t *)p, 4, 3, 7);
+  case ncclFloat8e5m2: return dec_mini(*(const uint8_t *)p, 5, 2, 15);
+  }
+  return NAN;
+}
+
+/* Rank r's input element k: 1 or 2, so sums, products, averages and the
+ * PreMulSum (x2) of up to 4 ranks are exact in every type, fp8 included. */
+static double input(int r, size_t k) { return (double)((r + k) % 2 + 1); }
+
+#define PREMUL_SCALAR 2.0
+#define OP_PREMUL 100 /* the suite's own marker, never passed to NCCL */
+
+static double reduce(int op, int t, size_t k, int n, int skip) {
+  double acc = 0;
+  int first = 1;
+  for (int r = 0; r < n; r++) {
+    if (r == skip) continue;
+    double x = input(r, k);
+    if (op == OP_PREMUL) x *= PREMUL_SCALAR;
+    if (op == ncclAvg && is_float(t)) x /= n;
+    if (first) { acc = x; first = 0; continue; }
+    switch (op) {
+    case ncclProd: acc *= x; break;
+    case ncclMax: acc = x > acc ? x : acc; break;
+    case ncclMin: acc = x < acc ? x : acc; break;
+    default: acc += x; break;
+    }
+  }
+  if (op == ncclAvg && !is_float(t)) acc = trunc(acc / n);
+  return acc;
+}
+
+/* Mismatches between buf (len elements of t) and want(k). */
+typedef double (*want_fn)(size_t k, void *ctx);
+static int compare(const char *what, int t, const void *buf, size_t len, want_fn want, void *ctx, int quiet) {
+  int bad = 0;
+  for (size_t k = 0; k < len; k++) {
+    double w = want(k, ctx), g = get(t, buf, k);
+    if (g != w) {
+      if (!quiet && bad < 3)
+        fprintf(stderr, "rank %d: %s type %d: element %zu is %g, want %g\n", g_rank, what, t, k, g, w);
+      bad++;
+    }
+  }
+  return bad;
+}
+
+struct rctx { int op, t, n, skip; size_t off; };
+static double want_reduce(size_t k, void *c) {
+  struct rctx *x = c;
+  return reduce(x->op, x->t, x->off + k, x->n, x->skip);
+}
+struct cctx { int root; size_t off; };
+static double want_copy(size_t k, void *c) {
+  struct cctx *x = c;
+  return input(x->root, x->off + k);
+}
+struct gctx { size_t count; int me; int a2a; };
+static double want_gather(size_t k, void *c) {
+  struct gctx *x = c;
+  int from = (int)(k / x->count);
+  size_t i = k % x->count;
+  return input(from, x->a2a ? (size_t)x->me * x->count + i : i);
+}
+
+/* ---------- set-up ---------- */
+
+static char g_dir[4096];
+
+static void id_path(char *out, size_t n, const char *name) { snprintf(out, n, "%s/%s", g_dir, name); }
+
+/* Rank 0 makes an id and publishes it as DIR/name; the others wait for it
+ * (at most 60 s). */
+static int share_id(const char *name, ncclUniqueId *id) {
+  char path[4200], tmp[4300];
+  id_path(path, sizeof path, name);
+  if (g_rank == 0) {
+    if (ncclGetUniqueId(id) != ncclSuccess) return -1;
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "wb");
+    if (!f || fwrite(id, sizeof *id, 1, f) != 1) return -1;
+    fclose(f);
+    return rename(tmp, path);
+  }
+  for (int i = 0; i < 6000; i++) {
+    FILE *f = fopen(path, "rb");
+    if (f) {
+      size_t got = fread(id, sizeof *id, 1, f);
+      fclose(f);
+      if (got == 1) return 0;
+    }
+    usleep(10000);
+  }
+  return -1;
+}
+
+static ncclComm_t world(const char *name) {
+  ncclUniqueId id;
+  ncclComm_t comm = NULL;
+  if (share_id(name, &id) != 0) {
+    fprintf(stderr, "rank %d: no unique id\n", g_rank);
+    failures++;
+    return NULL;
+  }
+  ncclResult_t r = ncclCommInitRank(&comm, g_nranks, id, g_rank);
+  CHECK(r == ncclSuccess, "init: %d %s", (int)r, ncclGetLastError(NULL));
+  return r == ncclSuccess ? comm : NULL;
+}
+
+/* ---------- scenarios ---------- */
+
+static const int OPS[] = {ncclSum, ncclProd, ncclMax, ncclMin, ncclAvg, OP_PREMUL};
+
+/* Every collective, type and op (and the in-place forms) on `comm`. */
+static void run_colls(ncclComm_t comm) {
+  const size_t c = 37;
+  int n = g_nranks, me = g_rank;
+  cudaStream_t s = NULL;
+  for (int t = 0; t < ncclNumTypes; t++) {
+    size_t es = type_size(t);
+    char *in = malloc(c * n * es), *out = malloc(c * n * es);
+    for (int oi = 0; oi < 6; oi++) {
+      int op = OPS[oi];
+      ncclRedOp_t nop = (ncclRedOp_t)op;
+      if (op == OP_PREMUL) {
+        double sc = PREMUL_SCALAR;
+        char scalar[8];
+        put(t, scalar, 0, sc);
+        NCCL_OK(ncclRedOpCreatePreMulSum(&nop, scalar, (ncclDataType_t)t, ncclScalarHostImmediate, comm));
+        CHECK(nop >= ncclNumOps, "premul handle %d", (int)nop);
+      }
+      struct rctx rc = {op, t, n, -1, 0};
+      /* AllReduce, out of place then in place. */
+      for (size_t k = 0; k < c; k++) put(t, in, k, input(me, k));
+      memset(out, 0xee, c * es);
+      NCCL_OK(ncclAllReduce(in, out, c, t, nop, comm, s));
+      CHECK(compare("allreduce", t, out, c, want_reduce, &rc, 0) == 0, "op %d", op);
+      NCCL_OK(ncclAllReduce(in, in, c, t, nop, comm, s));
+      CHECK(compare("allreduce in place", t, in, c, want_reduce, &rc, 0) == 0, "op %d", op);
+      /* Reduce to the last rank. */
+      for (size_t k = 0; k < c; k++) put(t, in, k, input(me, k));
+      memset(out, 0xee, c * es);
+      NCCL_OK(ncclReduce(in, out, c, t, nop, n - 1, comm, s));
+      if (me == n - 1) CHECK(compare("reduce", t, out, c, want_reduce, &rc, 0) == 0, "op %d", op);
+      /* ReduceScatter: rank me gets block me. */
+      for (size_t k = 0; k < c * n; k++) put(t, in, k, input(me, k));
+      memset(out, 0xee, c * es);
+      NCCL_OK(ncclReduceScatter(in, out, c, t, nop, comm, s));
+      rc.off = (size_t)me * c;
+      CHECK(compare("reducescatter", t, out, c, want_reduce, &rc, 0) == 0, "op %d", op);
+      NCCL_OK(ncclReduceScatter(in, in + (size_t)me * c * es, c, t, nop, comm, s));
+      CHECK(compare("reducescatter in place", t, in + (size_t)me * c * es, c, want_reduce, &rc, 0) == 0, "op %d", op);
+      if (op == OP_PREMUL) NCCL_OK(ncclRedOpDestroy(nop, comm));
+    }
+    /* Broadcast from rank 1 % n, out of place and in place. */
+    int root = 1 % n;
+    struct cctx cc = {root, 0};
+    for (size_t k = 0; k < c; k++) put(t, in, k, input(me, k));
+    memset(out, 0xee, c * es);
+    NCCL_OK(ncclBroadcast(in, out, c, t, root, comm, s));
+    CHECK(compare("broadcast", t, out, c, want_copy, &cc, 0) == 0, "root %d", root);
+    NCCL_OK(ncclBcast(in, c, t, root, comm, s));
+    CHECK(compare("bcast", t, in, c, want_copy, &cc, 0) == 0, "root %d", root);
+    /* AllGather, out of place and in place. */
+    struct gctx gc = {c, me, 0};
+    for (size_t k = 0; k < c; k++) put(t, in, k, input(me, k));
+    memset(out, 0xee, c * n * es);
+    NCCL_OK(ncclAllGather(in, out, c, t, comm, s));
+    CHECK(compare("allgather", t, out, c * n, want_gather, &gc, 0) == 0, "%s", "mismatch");
+    for (size_t k = 0; k < c; k++) put(t, out + (size_t)me * c * es, k, input(me, k));
+    NCCL_OK(ncclAllGather(out + (size_t)me * c * es, out, c, t, comm, s));
+    CHECK(compare("allgather in place", t, out, c * n, want_gather, &gc, 0) == 0, "%s", "mismatch");
+    /* AlltoAll: block j of my input goes to rank j. */
+    struct gctx ac = {c, me, 1};
+    for (size_t k = 0; k < c * n; k++) put(t, in, k, input(me, k));
+    memset(out, 0xee, c * n * es);
+    NCCL_OK(ncclAlltoAll(in, out, c, t, comm, s));
+    CHECK(compare("alltoall", t, out, c * n, want_gather, &ac, 0) == 0, "%s", "mismatch");
+    /* Gather to rank 0, Scatter from rank 0. */
+    for (size_t k = 0; k < c; k++) put(t, in, k, input(me, k));
+    memset(out, 0xee, c * n * es);
+    NCCL_OK(ncclGather(in, out, c, t, 0, comm, s));
+    if (me == 0) CHECK(compare("gather", t, out, c * n, want_gather, &gc, 0) == 0, "%s", "mismatch");
+    for (size_t k = 0; k < c * n; k++) put(t, in, k, input(me, k));
+    memset(out, 0xee, c * es);
+    NCCL_OK(ncclScatter(in, out, c, t, 0, comm, s));
+    struct cctx sc = {0, (size_t)me * c};
+    CHECK(compare("scatter", t, out, c, want_copy, &sc, 0) == 0, "%s", "mismatch");
+    free(in);
+    free(out);
+  }
+}
+
+static void scenario_colls(void) {
+  ncclComm_t comm = world("id");
+  if (!comm) return;
+  int v = 0, cnt = 0, rk = -1;
+  NCCL_OK(ncclGetVersion(&v));
+  CHECK(v == NCCL_VERSION_CODE && v >= 22800 && v < 22900, "version %d", v);
+  NCCL_OK(ncclCommCount(comm, &cnt));
+  NCCL_OK(ncclCommUserRank(comm, &rk));
+  CHECK(cnt == g_nranks && rk == g_rank, "count %d rank %d", cnt, rk);
+  run_colls(comm);
+  /* A PreMulSum scalar read from memory at each call (ncclScalarDevice;
+   * host memory on the host backend). */
+  float scalar = 3.0f, buf[8], want = 0;
+  ncclRedOp_t op;
+  NCCL_OK(ncclRedOpCreatePreMulSum(&op, &scalar, ncclFloat32, ncclScalarDevice, comm));
+  for (int r = 0; r < g_nranks; r++) want += 3.0f * (float)(r + 1);
+  for (int i = 0; i < 8; i++) buf[i] = (float)(g_rank + 1);
+  NCCL_OK(ncclAllReduce(buf, buf, 8, ncclFloat32, op, comm, NULL));
+  CHECK(buf[0] == want && buf[7] == want, "premul device scalar: %g want %g", buf[0], want);
+  NCCL_OK(ncclRedOpDestroy(op, comm));
+  NCCL_OK(ncclCommFinalize(comm));
+  NCCL_OK(ncclCommDestroy(comm));
+}
+
+/* The checker finds a doubled element, a zeroed one and a dropped rank. */
+static void scenario_selftest(void) {
+  const size_t c = 16;
+  for (int t = 0; t < ncclNumTypes; t++) {
+    char buf[16 * 8];
+    struct rctx rc = {ncclSum, t, 4, -1, 0};
+    for (size_t k = 0; k < c; k++) put(t, buf, k, reduce(ncclSum, t, k, 4, -1));
+    CHECK(compare("exact", t, buf, c, want_reduce, &rc, 1) == 0, "exact result refused");
+    put(t, buf, 3, 2 * get(t, buf, 3));
+    CHECK(compare("doubled", t, buf, c, want_reduce, &rc, 1) == 1, "doubled element not seen");
+    put(t, buf, 3, 0);
+    CHECK(compare("zeroed", t, buf, c, want_reduce, &rc, 1) == 1, "zeroed element not seen");
+    for (size_t k = 0; k < c; k++) put(t, buf, k, reduce(ncclSum, t, k, 4, 2));
+    CHECK(compare("dropped", t, buf, c, want_reduce, &rc, 1) == (int)c, "dropped rank not seen");
+  }
+}
+
+/* Groups: a Send/Recv ring, nested groups, a collective in the group. */
+static void scenario_groups(void) {
+  ncclComm_t comm = world("id");
+  if (!comm) return;
+  int n = g_nranks, me = g_rank;
+  int next = (me + 1) % n, prev = (me + n - 1) % n;
+  int64_t out[64], in[64], sum[64];
+  for (int i = 0; i < 64; i++) { out[i] = me * 1000 + i; sum[i] = me; }
+  memset(in, 0, sizeof in);
+  NCCL_OK(ncclGroupStart());
+  NCCL_OK(ncclGroupStart());
+  NCCL_OK(ncclSend(out, 64, ncclInt64, next, comm, NULL));
+  NCCL_OK(ncclRecv(in, 64, ncclInt64, prev, comm, NULL));
+  NCCL_OK(ncclGroupEnd());
+  NCCL_OK(ncclAllReduce(sum, sum, 64, ncclInt64, ncclSum, comm, NULL));
+  /* Nothing ran before the outermost end. */
+  CHECK(in[5] == 0 && sum[5] == me, "group ran early: in %lld sum %lld", (long long)in[5], (long long)sum[5]);
+  NCCL_OK(ncclGroupEnd());
+  CHECK(in[5] == prev * 1000 + 5, "ring: got %lld want %d", (long long)in[5], prev * 1000 + 5);
+  CHECK(sum[63] == (int64_t)n * (n - 1) / 2, "group allreduce: %lld", (long long)sum[63]);
+  /* Send/Recv with both peers (a full exchange) in one group. */
+  int32_t a[4 * 8], b[4 * 8];
+  for (int p = 0; p < n; p++)
+    for (int i = 0; i < 8; i++) a[p * 8 + i] = me * 100 + p;
+  NCCL_OK(ncclGroupStart());
+  for (int p = 0; p < n; p++) {
+    NCCL_OK(ncclSend(a + p * 8, 8, ncclInt32, p, comm, NULL));
+    NCCL_OK(ncclRecv(b + p * 8, 8, ncclInt32, p, comm, NULL));
+  }
+  NCCL_OK(ncclGroupEnd());
+  for (int p = 0; p < n; p++) CHECK(b[p * 8 + 7] == p * 100 + me, "exchange from %d: %d", p, b[p * 8 + 7]);
+  /* Several communicators driven from this one thread: two ranks of one
+   * in-process clique (ncclCommInitAll), in one group. */
+  ncclComm_t two[2];
+  NCCL_OK(ncclCommInitAll(two, 2, NULL));
+  float x[2][16];
+  for (int i = 0; i < 16; i++) { x[0][i] = 1; x[1][i] = 2; }
+  NCCL_OK(ncclGroupStart());
+  NCCL_OK(ncclAllReduce(x[0], x[0], 16, ncclFloat32, ncclSum, two[0], NULL));
+  NCCL_OK(ncclAllReduce(x[1], x[1], 16, ncclFloat32, ncclSum, two[1], NULL));
+  NCCL_OK(ncclGroupEnd());
+  CHECK(x[0][15] == 3 && x[1][0] == 3, "initall group: %g %g", x[0][15], x[1][0]);
+  NCCL_OK(ncclCommDestroy(two[0]));
+  NCCL_OK(ncclCommDestroy(two[1]));
+  /* A 1-rank communicator from an id nobody generated (PyTorch's self
+   * send/recv does this): it must not contact any root. */
+  ncclUniqueId zero;
+  memset(&zero, 0, sizeof zero);
+  ncclComm_t self;
+  NCCL_OK(ncclCommInitRank(&self, 1, zero, 0));
+  int64_t s1[4] = {7, 7, 7, 7}, r1[4] = {0};
+  NCCL_OK(ncclGroupStart());
+  NCCL_OK(ncclSend(s1, 4, ncclInt64, 0, self, NULL));
+  NCCL_OK(ncclRecv(r1, 4, ncclInt64, 0, self, NULL));
+  NCCL_OK(ncclGroupEnd());
+  CHECK(r1[3] == 7, "self send/recv: %lld", (long long)r1[3]);
+  NCCL_OK(ncclCommDestroy(self));
+  NCCL_OK(ncclCommDestroy(comm));
+}
+
+/* Split by parity, keys reversed; a NOCOLOR rank gets NULL. */
+static void scenario_split(void) {
+  ncclComm_t comm = world("id");
+  if (!comm) return;
+  int n = g_nranks, me = g_rank;
+  ncclComm_t child = (ncclComm_t)0x1;
+  NCCL_OK(ncclCommSplit(comm, me % 2, -me, &child, NULL));
+  CHECK(child != NULL, "no child");
+  if (!child) return;
+  int cn = 0, cr = -1;
+  NCCL_OK(ncclCommCount(child, &cn));
+  NCCL_OK(ncclCommUserRank(child, &cr));
+  int members = 0, above = 0;
+  for (int r = 0; r < n; r++)
+    if (r % 2 == me % 2) { members++; if (r > me) above++; }
+  CHECK(cn == members && cr == above, "child count %d rank %d, want %d %d", cn, cr, members, above);
+  int32_t v[3] = {me, me, me};
+  NCCL_OK(ncclAllReduce(v, v, 3, ncclInt32, ncclSum, child, NULL));
+  int want = 0;
+  for (int r = 0; r < n; r++) if (r % 2 == me % 2) want += r;
+  CHECK(v[2] == want, "child allreduce %d want %d", v[2], want);
+  NCCL_OK(ncclCommDestroy(child));
+  /* Rank 0 stays out of the second split. */
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.blocking = 1;
+  ncclComm_t c2 = (ncclComm_t)0x1;
+  NCCL_OK(ncclCommSplit(comm, me == 0 ? NCCL_SPLIT_NOCOLOR : 7, 0, &c2, &cfg));
+  if (me == 0) CHECK(c2 == NULL, "NOCOLOR rank got %p", (void *)c2);
+  else {
+    CHECK(c2 != NULL, "no second child");
+    if (c2) {
+      NCCL_OK(ncclCommCount(c2, &cn));
+      CHECK(cn == n - 1, "second child has %d ranks", cn);
+      NCCL_OK(ncclCommDestroy(c2));
+    }
+  }
+  /* Shrink away the last rank (oxccl: every rank calls it). */
+  int ex = n - 1;
+  ncclComm_t sh = (ncclComm_t)0x1;
+  NCCL_OK(ncclCommShrink(comm, &ex, 1, &sh, NULL, NCCL_SHRINK_DEFAULT));
+  if (me == n - 1) CHECK(sh == NULL, "excluded rank got a communicator");
+  else if (sh) {
+    NCCL_OK(ncclCommCount(sh, &cn));
+    CHECK(cn == n - 1, "shrunk to %d ranks", cn);
+    NCCL_OK(ncclCommDestroy(sh));
+  }
+  NCCL_OK(ncclCommDestroy(comm));
+}
+
+/* Rank 1 aborts instead of joining an AllReduce: the others must get an
+ * error (not hang, not success), and the aborted handle is dead. */
+static void scenario_abort(void) {
+  ncclComm_t comm = world("id");
+  if (!comm) return;
+  float v[32];
+  for (int i = 0; i < 32; i++) v[i] = 1;
+  NCCL_OK(ncclAllReduce(v, v, 32, ncclFloat32, ncclSum, comm, NULL));
+  CHECK(v[0] == g_nranks, "warm-up allreduce %g", v[0]);
+  char path[4200];
+  snprintf(path, sizeof path, "%s/warm-%d", g_dir, g_rank);
+  FILE *f = fopen(path, "w");
+  if (f) fclose(f);
+  if (g_rank == 1) {
+    /* Abort only once every other rank has finished the warm-up. */
+    for (int r = 0; r < g_nranks; r++) {
+      snprintf(path, sizeof path, "%s/warm-%d", g_dir, r);
+      for (int i = 0; i < 6000 && access(path, F_OK) != 0; i++) usleep(10000);
+    }
+    NCCL_OK(ncclCommAbort(comm));
+    int cnt;
+    ncclResult_t r = ncclCommCount(comm, &cnt);
+    CHECK(r == ncclInvalidArgument, "aborted handle still answers: %d", (int)r);
+    return;
+  }
+  ncclResult_t r = ncclAllReduce(v, v, 32, ncclFloat32, ncclSum, comm, NULL);
+  CHECK(r != ncclSuccess && r != ncclInProgress, "allreduce without rank 1 returned %d", (int)r);
+  CHECK(strlen(ncclGetLastError(comm)) > 0, "no message");
+  ncclResult_t ae = ncclSuccess;
+  NCCL_OK(ncclCommGetAsyncError(comm, &ae));
+  CHECK(ae != ncclSuccess, "async error still success after a failed call");
+  NCCL_OK(ncclCommAbort(comm));
+}
+
+static volatile int stop_watch = 0;
+static void *watch(void *arg) {
+  ncclComm_t comm = (ncclComm_t)arg;
+  long polls = 0;
+  while (!stop_watch) {
+    ncclResult_t e;
+    if (ncclCommGetAsyncError(comm, &e) != ncclSuccess) return (void *)1;
+    polls++;
+  }
+  return polls > 0 ? NULL : (void *)1;
+}
+
+/* A nonblocking init polled to completion, with another thread polling
+ * GetAsyncError all along. */
+static void scenario_nonblocking(void) {
+  ncclUniqueId id;
+  if (share_id("id", &id) != 0) { failures++; return; }
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.blocking = 0;
+  cfg.commName = "nonblocking-test";
+  ncclComm_t comm = NULL;
+  ncclResult_t r = ncclCommInitRankConfig(&comm, g_nranks, id, g_rank, &cfg);
+  CHECK(r == ncclInProgress || r == ncclSuccess, "init returned %d", (int)r);
+  CHECK(comm != NULL, "handle not written at once");
+  if (!comm) return;
+  pthread_t th;
+  pthread_create(&th, NULL, watch, comm);
+  ncclResult_t st = ncclInProgress;
+  for (int i = 0; i < 60000 && st == ncclInProgress; i++) {
+    NCCL_OK(ncclCommGetAsyncError(comm, &st));
+    if (st == ncclInProgress) usleep(1000);
+  }
+  CHECK(st == ncclSuccess, "init ended with %d: %s", (int)st, ncclGetLastError(comm));
+  double d[5] = {1, 2, 3, 4, 5};
+  r = ncclAllReduce(d, d, 5, ncclFloat64, ncclMax, comm, NULL);
+  CHECK(r == ncclSuccess || r == ncclInProgress, "allreduce %d", (int)r);
+  do { NCCL_OK(ncclCommGetAsyncError(comm, &st)); } while (st == ncclInProgress);
+  CHECK(d[4] == 5 && d[0] == 1, "max %g %g", d[0], d[4]);
+  stop_watch = 1;
+  void *res;
+  pthread_join(th, &res);
+  CHECK(res == NULL, "watcher thread failed");
+  NCCL_OK(ncclCommFinalize(comm));
+  NCCL_OK(ncclCommDestroy(comm));
+}
+
+/* Every configuration layout from 2.17 to 2.30, on 1-rank communicators. */
+static void scenario_configs(void) {
+  static const struct { size_t size; unsigned version; } L[] = {
+      {48, 21700}, {48, 22600}, {72, 22700}, {80, 22809}, {88, 22900}, {96, 23000}};
+  ncclUniqueId zero;
+  memset(&zero, 0, sizeof zero);
+  for (size_t i = 0; i < sizeof L / sizeof L[0]; i++) {
+    union { char b[128]; size_t align; } u;
+    memset(u.b, 0x80, sizeof u.b); /* INT_MIN-ish garbage beyond the layout */
+    int undef = NCCL_CONFIG_UNDEF_INT;
+    for (size_t off = 16; off + 4 <= L[i].size; off += 4) memcpy(u.b + off, &undef, 4);
+    memset(u.b + 32, 0, 8);                 /* netName */
+    if (L[i].size >= 56) memset(u.b + 48, 0, 8); /* commName */
+    memcpy(u.b, &L[i].size, sizeof(size_t));
+    unsigned magic = 0xcafebeef;
+    memcpy(u.b + 8, &magic, 4);
+    memcpy(u.b + 12, &L[i].version, 4);
+    int blocking = 1;
+    memcpy(u.b + 16, &blocking, 4);
+    ncclComm_t c = NULL;
+    ncclResult_t r = ncclCommInitRankConfig(&c, 1, zero, 0, (ncclConfig_t *)u.b);
+    CHECK(r == ncclSuccess, "layout %zu/%u: %d %s", L[i].size, L[i].version, (int)r, ncclGetLastError(NULL));
+    if (r == ncclSuccess) NCCL_OK(ncclCommDestroy(c));
+  }
+}
+
+/* Bad arguments: the right code, a message, and nothing written. */
+static void scenario_badargs(void) {
+  ncclUniqueId zero;
+  memset(&zero, 0, sizeof zero);
+  ncclComm_t comm;
+  NCCL_OK(ncclCommInitRank(&comm, 1, zero, 0));
+  float in[8] = {1, 2, 3, 4, 5, 6, 7, 8}, out[9];
+  for (int i = 0; i < 9; i++) out[i] = -1;
+  int fake_storage[64];
+  ncclComm_t foreign = (ncclComm_t)fake_storage;
+#define BAD(call, code, word)                                                        \
+  do {                                                                               \
+    ncclResult_t r_ = (call);                                                        \
+    const char *m_ = ncclGetLastError(NULL);                                         \
+    CHECK(r_ == (code), "%s returned %d, want %d (%s)", #call, (int)r_, (int)(code), m_); \
+    CHECK(strstr(m_, (word)) != NULL, "%s: message '%s' lacks '%s'", #call, m_, (word)); \
+  } while (0)
+  BAD(ncclAllReduce(in, out, 8, ncclFloat32, ncclSum, NULL, NULL), ncclInvalidArgument, "NULL");
+  BAD(ncclAllReduce(in, out, 8, ncclFloat32, ncclSum, foreign, NULL), ncclInvalidArgument, "not a live");
+  BAD(ncclAllReduce(in, out, 8, (ncclDataType_t)12, ncclSum, comm, NULL), ncclInvalidArgument, "datatype 12");
+  BAD(ncclAllReduce(in, out, 8, (ncclDataType_t)-1, ncclSum, comm, NULL), ncclInvalidArgument, "datatype -1");
+  BAD(ncclAllReduce(in, out, 8, ncclFloat32, (ncclRedOp_t)5, comm, NULL), ncclInvalidArgument, "PreMulSum");
+  BAD(ncclAllReduce(in, out, 8, ncclFloat32, (ncclRedOp_t)-3, comm, NULL), ncclInvalidArgument, "op -3");
+  BAD(ncclAllReduce(NULL, out, 8, ncclFloat32, ncclSum, comm, NULL), ncclInvalidArgument, "sendbuff");
+  BAD(ncclAllReduce(in, NULL, 8, ncclFloat32, ncclSum, comm, NULL), ncclInvalidArgument, "recvbuff");
+  BAD(ncclAllReduce(in, (char *)out + 1, 8, ncclFloat32, ncclSum, comm, NULL), ncclInvalidArgument, "aligned");
+  BAD(ncclAllReduce(in, out, SIZE_MAX / 2, ncclFloat32, ncclSum, comm, NULL), ncclInvalidArgument, "overflow");
+  BAD(ncclAllGather(in, out, SIZE_MAX / 2 + 1, ncclInt8, comm, NULL), ncclInvalidArgument, "overflow");
+  BAD(ncclBroadcast(in, out, 8, ncclFloat32, 1, comm, NULL), ncclInvalidArgument, "root 1");
+  BAD(ncclReduce(in, out, 8, ncclFloat32, ncclSum, -1, comm, NULL), ncclInvalidArgument, "root -1");
+  BAD(ncclSend(in, 8, ncclFloat32, 2, comm, NULL), ncclInvalidArgument, "peer 2");
+  BAD(ncclRecv(out, 8, ncclFloat32, -1, comm, NULL), ncclInvalidArgument, "peer -1");
+  for (int i = 0; i < 9; i++) CHECK(out[i] == -1, "out[%d] written: %g", i, out[i]);
+  /* Output parameters are left alone on errors. */
+  int v = 1234;
+  BAD(ncclCommCount(foreign, &v), ncclInvalidArgument, "not a live");
+  CHECK(v == 1234, "count written on error");
+  BAD(ncclCommCount(comm, NULL), ncclInvalidArgument, "count is NULL");
+  BAD(ncclGetVersion(NULL), ncclInvalidArgument, "NULL");
+  ncclComm_t keep = (ncclComm_t)0x42;
+  BAD(ncclCommInitRank(&keep, 0, zero, 0), ncclInvalidArgument, "nranks");
+  BAD(ncclCommInitRank(&keep, 2, zero, 2), ncclInvalidArgument, "rank 2");
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.magic = 0;
+  BAD(ncclCommInitRankConfig(&keep, 1, zero, 0, &cfg), ncclInvalidArgument, "magic");
+  ncclConfig_t cfg2 = NCCL_CONFIG_INITIALIZER;
+  cfg2.blocking = 2;
+  BAD(ncclCommInitRankConfig(&keep, 1, zero, 0, &cfg2), ncclInvalidArgument, "blocking");
+  CHECK(keep == (ncclComm_t)0x42, "comm written on a failed init");
+  BAD(ncclCommSplit(comm, -5, 0, &keep, NULL), ncclInvalidArgument, "color -5");
+  /* PreMulSum ops belong to their communicator and their type. */
+  ncclComm_t other;
+  NCCL_OK(ncclCommInitRank(&other, 1, zero, 0));
+  ncclRedOp_t op;
+  float two = 2;
+  NCCL_OK(ncclRedOpCreatePreMulSum(&op, &two, ncclFloat32, ncclScalarHostImmediate, comm));
+  BAD(ncclAllReduce(in, out, 8, ncclFloat32, op, other, NULL), ncclInvalidArgument, "not a PreMulSum op of this");
+  BAD(ncclAllReduce(in, out, 8, ncclFloat64, op, comm, NULL), ncclInvalidArgument, "made for");
+  BAD(ncclRedOpDestroy(ncclSum, comm), ncclInvalidArgument, "not a live PreMulSum");
+  BAD(ncclRedOpCreatePreMulSum(&op, &two, ncclFloat32, 7, comm), ncclInvalidArgument, "residence 7");
+  NCCL_OK(ncclRedOpDestroy(op, comm));
+  BAD(ncclRedOpDestroy(op, comm), ncclInvalidArgument, "not a live PreMulSum");
+  NCCL_OK(ncclCommDestroy(other));
+  BAD(ncclCommDestroy(other), ncclInvalidArgument, "not a live");
+  BAD(ncclAllReduce(in, out, 8, ncclFloat32, ncclSum, other, NULL), ncclInvalidArgument, "not a live");
+  /* Groups: an end without a start; a bad call fails the whole group. */
+  BAD(ncclGroupEnd(), ncclInvalidUsage, "without ncclGroupStart");
+  NCCL_OK(ncclGroupStart());
+  NCCL_OK(ncclAllReduce(in, out, 8, ncclFloat32, ncclSum, comm, NULL));
+  BAD(ncclAllReduce(in, out, 8, (ncclDataType_t)99, ncclSum, comm, NULL), ncclInvalidArgument, "datatype 99");
+  BAD(ncclGroupEnd(), ncclInvalidArgument, "datatype 99");
+  for (int i = 0; i < 9; i++) CHECK(out[i] == -1, "out[%d] written by a failed group: %g", i, out[i]);
+  /* Not supported yet: a clear InvalidUsage. */
+  ncclWindow_t win;
+  BAD(ncclCommWindowRegister(comm, in, sizeof in, &win, NCCL_WIN_COLL_SYMMETRIC), ncclInvalidUsage, "not supported");
+  BAD(ncclDevCommCreate(comm, NULL, NULL), ncclInvalidUsage, "not supported");
+  /* Registration and ncclMemAlloc (host memory on the host backend). */
+  void *h = NULL, *mem = NULL;
+  NCCL_OK(ncclCommRegister(comm, in, sizeof in, &h));
+  BAD(ncclCommDeregister(comm, (void *)0x1234), ncclInvalidArgument, "not a registration");
+  NCCL_OK(ncclCommDeregister(comm, h));
+  NCCL_OK(ncclMemAlloc(&mem, 1 << 20));
+  CHECK(mem != NULL && ((uintptr_t)mem & 4095) == 0, "ncclMemAlloc gave %p", mem);
+  float *fm = mem;
+  for (int i = 0; i < 8; i++) fm[i] = (float)i;
+  NCCL_OK(ncclAllReduce(fm, fm + 8, 8, ncclFloat32, ncclSum, comm, NULL));
+  CHECK(fm[15] == 7, "allreduce on ncclMemAlloc memory: %g", fm[15]);
+  NCCL_OK(ncclMemFree(mem));
+  BAD(ncclMemFree(mem), ncclInvalidArgument, "not allocated by ncclMemAlloc");
+  /* Error strings. */
+  for (int r = 0; r <= 7; r++) CHECK(strlen(ncclGetErrorString((ncclResult_t)r)) > 0, "no string for %d", r);
+  CHECK(strstr(ncclGetErrorString((ncclResult_t)99), "unknown") != NULL, "unknown code string");
+  ncclSimInfo_t si = NCCL_SIM_INFO_INITIALIZER;
+  NCCL_OK(ncclGroupStart());
+  NCCL_OK(ncclAllReduce(in, out, 8, ncclFloat32, ncclSum, comm, NULL));
+  NCCL_OK(ncclGroupSimulateEnd(&si));
+  CHECK(si.estimatedTime >= 0, "simulated time %g", si.estimatedTime);
+  CHECK(out[0] == -1, "a simulated group ran");
+  NCCL_OK(ncclCommDestroy(comm));
+}
+
+int main(int argc, char **argv) {
+  if (argc != 5) {
+    fprintf(stderr, "usage: %s SCENARIO RANK NRANKS DIR\n", argv[0]);
+    return 100;
+  }
+  g_rank = atoi(argv[2]);
+  g_nranks = atoi(argv[3]);
+  snprintf(g_dir, sizeof g_dir, "%s", argv[4]);
+  const char *s = argv[1];
+  if (!strcmp(s, "colls")) scenario_colls();
+  else if (!strcmp(s, "selftest")) scenario_selftest();
+  else if (!strcmp(s, "groups")) scenario_groups();
+  else if (!strcmp(s, "split")) scenario_split();
+  else if (!strcmp(s, "abort")) scenario_abort();
+  else if (!strcmp(s, "nonblocking")) scenario_nonblocking();
+  else if (!strcmp(s, "configs")) scenario_configs();
+  else if (!strcmp(s, "badargs")) scenario_badargs();
+  else {
+    fprintf(stderr, "unknown scenario %s\n", s);
+    return 100;
+  }
+  if (failures) fprintf(stderr, "rank %d: %s: %d checks failed\n", g_rank, s, failures);
+  else printf("rank %d: %s: ok\n", g_rank, s);
+  return failures > 99 ? 99 : failures;
+}

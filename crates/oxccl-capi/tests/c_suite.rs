@@ -1,0 +1,149 @@
+//! The C suite (`tests/c/suite.c`), compiled against `include/nccl.h` and
+//! linked with the built `libnccl.so.2`, run as several processes on the
+//! host backend: every collective, type and op, groups, split, abort,
+//! nonblocking init, every config layout, bad arguments.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+mod common;
+
+/// The suite's executable, built once per test process.
+fn suite() -> &'static Path {
+    static EXE: OnceLock<PathBuf> = OnceLock::new();
+    EXE.get_or_init(|| {
+        let dir = common::scratch("suite");
+        let lib = common::nccl_dir(&dir);
+        let exe = dir.join("suite");
+        let mut cmd = common::compiler(&dir).to_command();
+        cmd.arg("-std=c11")
+            .arg("-D_DEFAULT_SOURCE")
+            .arg("-Wall")
+            .arg("-Werror")
+            .arg("-O1")
+            .arg("-I")
+            .arg(common::include_dir())
+            .arg("-o")
+            .arg(&exe)
+            .arg(common::manifest().join("tests/c/suite.c"))
+            .arg(format!("-L{}", lib.display()))
+            .arg("-lnccl")
+            .arg(format!("-Wl,-rpath,{}", lib.display()))
+            .arg("-lpthread")
+            .arg("-lm");
+        common::run_ok(&mut cmd, "compiling the C suite");
+        exe
+    })
+}
+
+/// Runs `scenario` as `n` processes and fails with their output unless
+/// every one exits 0 within `limit`.
+fn run(scenario: &str, n: u32, env: &[(&str, &str)], limit: Duration) {
+    let exe = suite();
+    let dir = common::scratch(&format!("{scenario}-{n}"));
+    let children: Vec<(u32, Child)> = (0..n)
+        .map(|r| {
+            let mut c = Command::new(exe);
+            c.args([scenario, &r.to_string(), &n.to_string()])
+                .arg(&dir)
+                .env("OXCCL_BACKEND", "host")
+                .env_remove("NCCL_COMM_ID")
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            for (k, v) in env {
+                c.env(k, v);
+            }
+            (r, c.spawn().expect("spawn the C suite"))
+        })
+        .collect();
+    let deadline = Instant::now() + limit;
+    let mut report = String::new();
+    let mut failed = false;
+    for (r, mut child) in children {
+        let status = loop {
+            if let Some(s) = child.try_wait().expect("wait") {
+                break Some(s);
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        let out = child.wait_with_output().expect("output");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        match status {
+            Some(s) if s.success() => {}
+            Some(s) => {
+                failed = true;
+                report += &format!("--- rank {r} exited with {s}:\n{text}\n");
+            }
+            None => {
+                failed = true;
+                report += &format!("--- rank {r} was killed after {limit:?}:\n{text}\n");
+            }
+        }
+    }
+    assert!(!failed, "{scenario} on {n} processes failed:\n{report}");
+}
+
+const LIMIT: Duration = Duration::from_secs(120);
+
+#[test]
+fn the_checker_sees_doubled_zeroed_and_dropped_results() {
+    run("selftest", 1, &[], LIMIT);
+}
+
+#[test]
+fn every_collective_type_and_op_on_four_processes() {
+    run("colls", 4, &[], LIMIT);
+}
+
+#[test]
+fn every_collective_type_and_op_on_two_processes() {
+    run("colls", 2, &[], LIMIT);
+}
+
+#[test]
+fn groups_send_recv_and_several_communicators() {
+    run("groups", 3, &[], LIMIT);
+}
+
+#[test]
+fn split_nocolor_and_shrink() {
+    run("split", 4, &[], LIMIT);
+}
+
+#[test]
+fn abort_fails_the_peers_promptly() {
+    run("abort", 3, &[("OXCCL_DEADLINE_MS", "3000")], LIMIT);
+}
+
+#[test]
+fn nonblocking_init_polled_from_two_threads() {
+    run("nonblocking", 2, &[], LIMIT);
+}
+
+#[test]
+fn every_config_layout_from_2_17_to_2_30() {
+    run("configs", 1, &[], LIMIT);
+}
+
+#[test]
+fn bad_arguments_are_refused_and_nothing_is_written() {
+    run("badargs", 1, &[], LIMIT);
+}
+
+#[test]
+fn a_failing_scenario_is_reported() {
+    // The harness itself can fail: an unknown scenario exits non-zero.
+    let r = std::panic::catch_unwind(|| run("no-such-scenario", 1, &[], LIMIT));
+    assert!(r.is_err(), "the harness passed a failing process");
+}
