@@ -208,6 +208,25 @@ impl Algo {
             Algo::AllPairs => "allpairs",
         }
     }
+
+    /// Plan channels (thread blocks per rank on a GPU) that a request for
+    /// `channels` generates: the double binary tree gives each of its two
+    /// trees a channel of its own, so twice as many; the others one each.
+    pub const fn plan_channels(self, channels: u32) -> u32 {
+        match self {
+            Algo::DoubleBinaryTree => channels.saturating_mul(2),
+            _ => channels,
+        }
+    }
+
+    /// The most channels a request may ask for so that its plan has at
+    /// most `max` ([`Algo::plan_channels`]); 0 when not even one fits.
+    pub const fn channels_within(self, max: u32) -> u32 {
+        match self {
+            Algo::DoubleBinaryTree => max / 2,
+            _ => max,
+        }
+    }
 }
 
 impl fmt::Display for Algo {

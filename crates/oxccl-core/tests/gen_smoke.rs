@@ -30,3 +30,30 @@ fn every_generator_small_grid() {
         }
     }
 }
+
+/// `Algo::plan_channels` is what the generators make, so a caller that
+/// keeps `plan_channels(c)` within a device's limit never hands it more
+/// (the double binary tree makes two per requested channel).
+#[test]
+fn plan_channels_says_how_many_channels_a_plan_has() {
+    for (algo, kind) in common::served() {
+        for registered in [false, true] {
+            for channels in [1u32, 3, 8, 16] {
+                let mut req = PlanRequest::new(Collective::new(kind, 4096, 0), 8, algo);
+                req.channels = channels;
+                req.registered = registered;
+                let plan = oxccl_core::gen::generate(&req).unwrap();
+                for rp in &plan.ranks {
+                    assert_eq!(
+                        rp.channels.len() as u32,
+                        algo.plan_channels(channels),
+                        "{algo} {kind} registered={registered} ch={channels}"
+                    );
+                }
+                let fit = algo.channels_within(algo.plan_channels(channels));
+                assert_eq!(fit, channels, "{algo}");
+                assert!(algo.plan_channels(algo.channels_within(channels)) <= channels);
+            }
+        }
+    }
+}

@@ -421,7 +421,8 @@ impl Selector {
     }
 
     /// `algo` with `proto`: the fewest channels within 1% of the best
-    /// time, among the options that leave each channel its minimum bytes.
+    /// time, among the options that leave each channel its minimum bytes
+    /// and whose plan has at most `max_channels` ([`Algo::plan_channels`]).
     fn best_channels(
         &self,
         kind: CollKind,
@@ -435,6 +436,8 @@ impl Selector {
             .channel_options()
             .into_iter()
             .filter(|&c| c == 1 || bytes as f64 >= f64::from(c) * min_bytes)
+            // The plan must fit: the double binary tree makes two a channel.
+            .filter(|&c| algo.plan_channels(c) <= self.max_channels)
             .filter_map(|c| Some((c, self.predict(kind, algo, proto, c, bytes, nranks)?)))
             .collect();
         let min = times.iter().map(|t| t.1).fold(f64::INFINITY, f64::min);

@@ -52,11 +52,23 @@ fn pinned_picks_64_hosts() {
     );
     assert_eq!(p, Proto::LL);
     // 1 GiB across 512 ranks: the ring's 1022 steps of latency cost more
-    // than the tree's bandwidth discount.
+    // than the tree's bandwidth discount, where the tree gets as many
+    // channels as the ring: its plan has two per channel (one per tree),
+    // so that takes 32 blocks a rank.
+    let wide = s.clone().with_max_channels(32);
     assert_eq!(
-        pick(&s, 1 << 30, n, &Algo::ALL, &PROTOS),
+        pick(&wide, 1 << 30, n, &Algo::ALL, &PROTOS),
         (Algo::DoubleBinaryTree, Proto::Simple)
     );
+    // With 16 blocks a rank the tree runs on 8 channels at most.
+    let c = s.choose(
+        CollKind::AllReduce,
+        1 << 30,
+        n,
+        &[Algo::DoubleBinaryTree],
+        &PROTOS,
+    );
+    assert_eq!((c.algo, c.channels), (Algo::DoubleBinaryTree, 8), "{c}");
     // 16 GiB: the ring's bandwidth wins.
     assert_eq!(
         pick(&s, 16 << 30, n, &Algo::ALL, &PROTOS),

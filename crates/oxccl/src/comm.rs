@@ -521,18 +521,32 @@ impl Communicator {
             } else {
                 registered && is_direct(algo)
             };
+            // A fallback algorithm may need fewer channels to fit; one
+            // whose single channel does not fit is refused like a shape
+            // its generator does not serve.
+            let max = cl.chooser.max_channels();
+            let channels = select::fit_channels(algo, choice.channels, max);
             let key = PlanKey {
                 coll: c.coll,
                 elem_size,
                 algo,
-                channels: choice.channels,
+                channels,
                 chunk: piece_elems(algo, direct, fifo_chunk, elem_size, &cl.config),
                 fifo_chunk,
                 in_place: c.in_place,
                 registered: direct,
             };
-            match cl.plans.get(cl.nranks, key) {
+            let got = if algo.plan_channels(channels) <= max {
+                cl.plans.get(cl.nranks, key)
+            } else {
+                Err(CoreError::Unsupported {
+                    algo: algo.name().into(),
+                    coll: format!("{} on at most {max} channels", c.coll.kind),
+                })
+            };
+            match got {
                 Ok(entry) => {
+                    choice.channels = channels;
                     if algo != choice.algo {
                         choice.algo = algo;
                         choice.transport = if direct {

@@ -97,6 +97,11 @@ impl Chooser {
         })
     }
 
+    /// Most plan channels the backend runs (at most [`MAX_CHANNELS`]).
+    pub fn max_channels(&self) -> u32 {
+        self.max_channels
+    }
+
     /// One rank order per channel, as the topology search found them.
     pub fn rings(&self) -> Vec<Vec<u32>> {
         self.policy.rings()
@@ -164,10 +169,14 @@ impl Chooser {
         } else {
             Transport::Fifo
         };
-        let channels = match config.channels {
-            Some(c) => c.clamp(1, self.max_channels),
-            None => pick.channels.clamp(1, self.max_channels),
-        };
+        // Clamped so the plan fits the backend: a configured count, or one
+        // chosen for another algorithm, may be more than `algo` can run
+        // (the double binary tree's plan has two channels per channel).
+        let channels = fit_channels(
+            algo,
+            config.channels.unwrap_or(pick.channels),
+            self.max_channels,
+        );
         let mut c = Choice {
             algo,
             proto,
@@ -181,6 +190,13 @@ impl Chooser {
         }
         Ok(c)
     }
+}
+
+/// `channels` for `algo`, clamped so that its plan has at most `max`
+/// channels ([`Algo::plan_channels`]); at least 1 (an algorithm whose one
+/// channel does not fit is refused where its plan is prepared).
+pub(crate) fn fit_channels(algo: Algo, channels: u32, max: u32) -> u32 {
+    channels.min(algo.channels_within(max)).max(1)
 }
 
 /// The topology a GPU backend's model sees and each rank's GPU index in

@@ -120,3 +120,91 @@ fn protocol_the_backend_lacks_is_a_config_error() {
     assert_eq!(c.proto, Proto::Simple);
     assert!(c.forced);
 }
+
+/// A device runs at most so many channels (on the H200, 16 with 8 ranks
+/// resident), and the double binary tree's plan has two per channel. A
+/// forced tree, with or without a configured channel count, must be
+/// clamped to fit, not refused at launch (the H200 sweep died on it with
+/// "32 channels; at most 16 fit"). The null backend refuses an oversized
+/// plan as the device does, so without the clamp this test fails.
+#[test]
+fn a_forced_tree_is_clamped_to_the_channels_the_device_runs() {
+    use std::sync::Arc;
+    let topo = oxccl_topo::Topology::preset("single-gpu", 1).unwrap();
+    for channels in [None, Some(16), Some(32)] {
+        for (filter, want) in [("tree", Algo::DoubleBinaryTree), ("ring", Algo::Ring)] {
+            let config = Config {
+                algo: parse_algo_filter("NCCL_ALGO", filter).unwrap(),
+                channels,
+                topology: Some(topo.clone()),
+                ..Config::default()
+            };
+            let backend = Arc::new(oxccl::backend::null::NullBackend::new(16, 1 << 17));
+            let comms = oxccl::init_all_on(8, backend.clone(), config).unwrap();
+            for count in [1024usize, 64 << 20] {
+                std::thread::scope(|s| {
+                    for c in &comms {
+                        s.spawn(move || {
+                            let b = c.alloc::<f32>(count).unwrap();
+                            c.all_reduce(&b, &b, RedOp::Sum).unwrap_or_else(|e| {
+                                panic!("{filter} channels {channels:?} count {count}: {e}")
+                            });
+                        });
+                    }
+                });
+                let c = comms[0].last_choice().unwrap();
+                assert_eq!(c.algo, want, "{c}");
+                assert!(want.plan_channels(c.channels) <= 16, "{c}");
+                // What was asked for is kept where it fits.
+                if want == Algo::Ring && channels.is_some() {
+                    assert_eq!(c.channels, 16, "{c}");
+                }
+                if want == Algo::DoubleBinaryTree && channels.is_some() {
+                    assert_eq!(c.channels, 8, "{c}");
+                }
+            }
+            assert!(backend.prepared() > 0);
+        }
+    }
+}
+
+/// A backend that runs one channel cannot run the double binary tree at
+/// all: the call falls back to another allowed algorithm or says which
+/// were refused, never an internal error.
+#[test]
+fn a_tree_that_cannot_fit_is_refused_with_a_reason() {
+    use std::sync::Arc;
+    let topo = oxccl_topo::Topology::preset("single-gpu", 1).unwrap();
+    for (filter, ok) in [("tree", false), ("tree,ring", true)] {
+        let config = Config {
+            algo: parse_algo_filter("NCCL_ALGO", filter).unwrap(),
+            topology: Some(topo.clone()),
+            ..Config::default()
+        };
+        let backend = Arc::new(oxccl::backend::null::NullBackend::new(1, 1 << 17));
+        let comms = oxccl::init_all_on(2, backend, config).unwrap();
+        let got: Vec<oxccl::Result<()>> = std::thread::scope(|s| {
+            let hs: Vec<_> = comms
+                .iter()
+                .map(|c| {
+                    s.spawn(move || {
+                        let b = c.alloc::<f32>(4096).unwrap();
+                        c.all_reduce(&b, &b, RedOp::Sum)
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for r in got {
+            match (ok, r) {
+                (true, Ok(())) => {
+                    assert_eq!(comms[0].last_choice().unwrap().algo, Algo::Ring);
+                }
+                (false, Err(e @ Error::NoAlgorithm { .. })) => {
+                    assert!(e.to_string().contains("at most 1 channels"), "{e}");
+                }
+                (_, r) => panic!("NCCL_ALGO={filter}: {r:?}"),
+            }
+        }
+    }
+}

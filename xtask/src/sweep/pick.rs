@@ -6,14 +6,16 @@
 //! communicators runs every collective and size of the sweep out of
 //! place, checked; the table prints, per (collective, size), the pick's
 //! time, the best forced algorithm's and their ratio, and the worst
-//! ratio last.
+//! ratio last. A forced algorithm the backend cannot run at some point is
+//! skipped there with its reason (listed after the table); the pick
+//! failing or a wrong element fails the run, after the table.
 
 use std::collections::BTreeMap;
 use std::io::Write;
 
 use anyhow::{bail, Context};
 use oxccl::core::{gen, with_dtype, Algo, Collective};
-use oxccl::{CollKind, Config, DataType, RedOp};
+use oxccl::{CollKind, Communicator, Config, DataType, RedOp};
 use oxccl_topo::consts::is_direct;
 
 use super::{count_for, largest_elems, measure, Pools, SweepArgs};
@@ -26,6 +28,9 @@ struct Timed {
     choice: String,
 }
 
+/// Makes a fresh set of communicators for one variant's configuration.
+pub(crate) type MakeComms<'a> = dyn Fn(&Config) -> oxccl::Result<Vec<Communicator>> + 'a;
+
 /// Runs the comparison and prints its table; returns the worst ratio.
 pub(crate) fn run(
     a: &SweepArgs,
@@ -33,6 +38,24 @@ pub(crate) fn run(
     dt: DataType,
     sizes: &[usize],
     config: &Config,
+    out: &mut impl Write,
+) -> anyhow::Result<f64> {
+    let make = |cfg: &Config| oxccl::init_all_with(a.ranks, cfg.clone());
+    run_on(a, colls, dt, sizes, config, &make, out)
+}
+
+/// [`run`] on communicators from `make`. A forced algorithm that fails
+/// (refused by the backend, no plan for this shape) is skipped with its
+/// reason and the sweep goes on with fresh communicators (the failure
+/// aborted the old ones); the pick failing, or any wrong element, fails
+/// the run after the table.
+pub(crate) fn run_on(
+    a: &SweepArgs,
+    colls: &[CollKind],
+    dt: DataType,
+    sizes: &[usize],
+    config: &Config,
+    make: &MakeComms<'_>,
     out: &mut impl Write,
 ) -> anyhow::Result<f64> {
     let n = a.ranks;
@@ -53,11 +76,15 @@ pub(crate) fn run(
         }
     }
     let mut got: BTreeMap<(usize, usize, Option<Algo>), Timed> = BTreeMap::new();
+    // (what, why) of every point that did not run or ran wrong.
+    let mut skipped: Vec<(String, String)> = Vec::new();
+    let mut failed = 0usize;
     let none = crate::nccl_cols::NcclArgs { nccl: false };
+    let most = largest_elems(&colls, sizes, dt.size(), n);
     for (algo, cfg) in &variants {
-        let comms = oxccl::init_all_with(n, cfg.clone()).context("creating communicators")?;
-        let nccl = crate::nccl_cols::Baseline::open(&none, &comms, out)?;
-        let mut pools = Pools::default();
+        let name = algo.map_or("pick".into(), |x| format!("forced {x}"));
+        // Made on first use and again after a failure aborted them.
+        let mut comms: Option<(Vec<Communicator>, Pools)> = None;
         for (ki, &kind) in colls.iter().enumerate() {
             if algo.is_some_and(|x| !gen::supports(x, kind)) {
                 continue;
@@ -66,34 +93,60 @@ pub(crate) fn run(
                 let Some(count) = count_for(kind, size, dt.size(), n) else {
                     continue;
                 };
+                let what = format!("{name} {kind} {size} B");
                 let coll = Collective::new(kind, count, if kind.has_root() { a.root } else { 0 });
-                let m = with_dtype!(dt, T => {
-                    let most = largest_elems(&colls, sizes, dt.size(), n);
-                    let pool = pools.get::<T>(&comms, most)?;
-                    measure::<T>(&comms, pool, &coll, RedOp::Sum, false, a, &nccl)
-                })?;
-                if m.wrong > 0 {
-                    bail!(
-                        "{kind} {size} B with {}: {} wrong elements",
-                        algo.map_or("the pick".into(), |x| x.name().to_string()),
-                        m.wrong
-                    );
-                }
-                let choice = comms[0].last_choice().map_or(String::new(), |c| {
-                    let fifo = if is_direct(c.algo) && !c.is_direct() {
-                        " (fifo)"
-                    } else {
-                        ""
+                let point = (|| -> anyhow::Result<Timed> {
+                    if comms.is_none() {
+                        comms = Some((
+                            make(cfg).context("creating communicators")?,
+                            Pools::default(),
+                        ));
+                    }
+                    let Some((comms, pools)) = comms.as_mut() else {
+                        bail!("no communicators");
                     };
-                    format!("{} {}{fifo} {}ch", c.algo, c.proto, c.channels)
-                });
-                let us = m.time.as_secs_f64() * 1e6;
-                // As it goes, so a run cut short still leaves its points.
-                eprintln!(
-                    "# {} {kind} {size} B: {us:.2} us ({choice})",
-                    algo.map_or("pick".into(), |x| format!("forced {x}"))
-                );
-                got.insert((ki, size, *algo), Timed { us, choice });
+                    let nccl = crate::nccl_cols::Baseline::open(&none, comms, &mut Vec::new())?;
+                    let m = with_dtype!(dt, T => {
+                        let pool = pools.get::<T>(comms, most)?;
+                        measure::<T>(comms, pool, &coll, RedOp::Sum, false, a, &nccl)
+                    })?;
+                    if m.wrong > 0 {
+                        bail!(
+                            "{} wrong elements: {}",
+                            m.wrong,
+                            m.first_wrong.unwrap_or_default()
+                        );
+                    }
+                    let choice = comms[0].last_choice().map_or(String::new(), |c| {
+                        let fifo = if is_direct(c.algo) && !c.is_direct() {
+                            " (fifo)"
+                        } else {
+                            ""
+                        };
+                        format!("{} {}{fifo} {}ch", c.algo, c.proto, c.channels)
+                    });
+                    Ok(Timed {
+                        us: m.time.as_secs_f64() * 1e6,
+                        choice,
+                    })
+                })();
+                match point {
+                    Ok(t) => {
+                        // As it goes, so a run cut short still leaves its points.
+                        eprintln!("# {what}: {:.2} us ({})", t.us, t.choice);
+                        got.insert((ki, size, *algo), t);
+                    }
+                    Err(e) => {
+                        let why = format!("{e:#}");
+                        eprintln!("# {what}: skipped: {why}");
+                        // The pick must run, and nothing may be wrong.
+                        if algo.is_none() || why.contains("wrong elements") {
+                            failed += 1;
+                        }
+                        skipped.push((what, why));
+                        comms = None;
+                    }
+                }
             }
         }
     }
@@ -133,5 +186,70 @@ pub(crate) fn run(
         }
     }
     writeln!(out, "# worst pick / best: {worst:.3}")?;
+    for (what, why) in &skipped {
+        writeln!(out, "# skipped {what}: {why}")?;
+    }
+    if failed > 0 {
+        bail!("{failed} points failed (the pick, or wrong elements): see the skipped lines");
+    }
     Ok(worst)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use oxccl::backend::null::NullBackend;
+
+    use super::*;
+
+    /// A backend that runs a single channel cannot run the double binary
+    /// tree (two channels a plan channel): that variant is skipped with
+    /// its reason, and the variants after it (one-shot, two-shot) still
+    /// run on fresh communicators; the table and the worst ratio come out.
+    #[test]
+    fn a_forced_algorithm_the_backend_refuses_is_skipped_not_fatal() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            a: SweepArgs,
+        }
+        let args = [
+            "sweep", "--pick", "-n", "2", "-w", "1", "-c", "0", "--ranks", "2",
+        ];
+        let a = <Cli as clap::Parser>::parse_from(args).a;
+        let config = Config {
+            topology: Some(oxccl_topo::Topology::preset("single-gpu", 1).unwrap()),
+            ..Config::default()
+        };
+        let make = |cfg: &Config| {
+            oxccl::init_all_on(2, Arc::new(NullBackend::new(1, 1 << 17)), cfg.clone())
+        };
+        let mut out = Vec::new();
+        let colls = [CollKind::AllReduce, CollKind::Broadcast, CollKind::AllToAll];
+        let worst = run_on(
+            &a,
+            &colls,
+            DataType::F32,
+            &[4096, 1 << 20],
+            &config,
+            &make,
+            &mut out,
+        )
+        .unwrap();
+        let out = String::from_utf8(out).unwrap();
+        assert!(worst > 0.0, "{out}");
+        for algo in ["ring", "oneshot", "twoshot", "allpairs"] {
+            assert!(out.contains(&format!(" {algo} ")), "{algo} missing:\n{out}");
+        }
+        let skipped: Vec<&str> = out.lines().filter(|l| l.starts_with("# skipped")).collect();
+        assert_eq!(skipped.len(), 2, "{out}");
+        for l in skipped {
+            assert!(l.contains("forced tree allreduce"), "{l}");
+            assert!(l.contains("at most 1 channels"), "{l}");
+        }
+        // One row per (collective, size).
+        let rows = out.lines().filter(|l| l.starts_with("  ")).count();
+        assert_eq!(rows, 6, "{out}");
+    }
 }

@@ -63,7 +63,20 @@ impl Backend for NullBackend {
     fn protocols(&self) -> &'static [Proto] {
         &[Proto::Simple, Proto::LL]
     }
-    fn prepare_plan(&self, _: &Plan, _: usize, _: Proto) -> Result<Option<PlanHandle>, Error> {
+    fn prepare_plan(&self, plan: &Plan, _: usize, _: Proto) -> Result<Option<PlanHandle>, Error> {
+        // As a device refuses a plan with more blocks than fit at once.
+        if let Some(rp) = plan
+            .ranks
+            .iter()
+            .find(|rp| rp.channels.len() > self.max_channels as usize)
+        {
+            return Err(Error::Backend(format!(
+                "rank {}: {} channels; the null backend runs at most {}",
+                rp.rank,
+                rp.channels.len(),
+                self.max_channels
+            )));
+        }
         self.prepared.fetch_add(1, Ordering::Relaxed);
         Ok(Some(Arc::new(())))
     }
@@ -93,9 +106,27 @@ impl Backend for NullBackend {
         None
     }
     fn timer(&self, _: u32) -> Result<Box<dyn Timer>, Error> {
-        Err(Error::Backend("no device timer on the null backend".into()))
+        Ok(Box::new(WallTimer(None)))
     }
     fn copy_bandwidth(&self, _: usize) -> Result<f64, Error> {
         Err(Error::Backend("no copies on the null backend".into()))
+    }
+}
+
+/// The null backend's timer: wall time on the calling thread (what a call
+/// costs the facade, as nothing is launched).
+#[derive(Debug)]
+struct WallTimer(Option<std::time::Instant>);
+
+impl Timer for WallTimer {
+    fn start(&mut self) -> Result<(), Error> {
+        self.0 = Some(std::time::Instant::now());
+        Ok(())
+    }
+    fn stop(&mut self) -> Result<std::time::Duration, Error> {
+        self.0
+            .take()
+            .map(|t| t.elapsed())
+            .ok_or_else(|| Error::InvalidUsage("timer stopped before it was started".into()))
     }
 }
