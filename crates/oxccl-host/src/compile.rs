@@ -97,7 +97,7 @@ impl Scratch {
 
     /// The address of at least `bytes` bytes of scratch, 64-byte aligned.
     fn base(&mut self, fab: &HostFabric, bytes: usize) -> Result<usize, HostError> {
-        if fab.process_rank().is_none() {
+        if !fab.shared_heap() {
             let words = bytes.div_ceil(8);
             if self.heap.len() < words {
                 self.heap.resize(words, 0);

@@ -24,6 +24,14 @@ pub struct HostConfig {
     /// (registered buffers and scratch). Reserved, not committed: pages
     /// cost memory only once touched. Default 16 GiB.
     pub shm_heap_bytes: usize,
+    /// Ranks over the network: channels connected per peer at setup (each
+    /// a connection per direction); plans may use at most this many.
+    /// Default 2, at most 32.
+    pub net_channels: usize,
+    /// Ranks as processes of one host: use the network transport anyway
+    /// (as `NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1` do). Ranks on different
+    /// hosts always use it.
+    pub force_network: bool,
 }
 
 impl Default for HostConfig {
@@ -34,6 +42,8 @@ impl Default for HostConfig {
             slot_bytes: 512 << 10,
             spin: 64,
             shm_heap_bytes: 16 << 30,
+            net_channels: 2,
+            force_network: false,
         }
     }
 }
@@ -48,6 +58,7 @@ impl HostConfig {
             .slots
             .clamp(oxccl_core::interp::MIN_FIFO_DEPTH, crate::shm::MAX_SLOTS);
         self.slot_bytes = self.slot_bytes.max(8);
+        self.net_channels = self.net_channels.clamp(1, crate::shm::MAX_CHANNELS);
         self
     }
 }

@@ -27,6 +27,21 @@ pub enum HostError {
     /// the fabric is failed from then on.
     #[error("rank {rank}: peer rank {peer} (pid {pid}) exited or was killed; the communicator is unusable: rebuild it")]
     PeerLost { rank: Rank, peer: Rank, pid: u32 },
+    /// The network connection to peer `peer` failed (ranks over the
+    /// network): its process exited or was killed, its communicator failed,
+    /// or the connection broke. `channel` and `step` are where this rank
+    /// was waiting. The fabric is failed from then on.
+    #[error("rank {rank}: channel {channel} step {step}: peer rank {peer} is lost: {detail}; the communicator is unusable: rebuild it")]
+    NetLost {
+        rank: Rank,
+        peer: Rank,
+        channel: usize,
+        step: usize,
+        detail: String,
+    },
+    /// Setting up the network transport failed.
+    #[error("network: {0}")]
+    Net(String),
     /// Setting up or using shared memory between processes failed.
     #[error("shared memory: {0}")]
     Shm(String),

@@ -133,8 +133,12 @@ pub(crate) fn run<T: Element>(
         let deadline = fab.deadline();
         // Ranks as processes: a blocked channel's peer that has exited
         // will never answer.
-        for (_, blk) in since.iter().flatten() {
-            if let Some(err) = fab.dead_peer_error(me, blk.peer) {
+        for (ch, (_, blk)) in since
+            .iter()
+            .enumerate()
+            .filter_map(|(ch, s)| s.map(|s| (ch, s)))
+        {
+            if let Some(err) = fab.dead_peer_error(me, blk.peer, ch, pc[ch]) {
                 return Err(err);
             }
         }
@@ -235,12 +239,16 @@ impl<T: Element> Runner<'_, T> {
                             what: Awaited::Message,
                         }));
                     };
-                    if len != x.len {
+                    if len != x.len * elem {
                         return Err(self.mismatch(
                             peer,
                             c,
                             s,
-                            format!("receives {} elements but the message has {len}", x.len),
+                            format!(
+                                "receives {} bytes ({} elements) but the message has {len} bytes",
+                                x.len * elem,
+                                x.len
+                            ),
                         ));
                     }
                     self.recvs.push((link, seq));
@@ -300,7 +308,7 @@ impl<T: Element> Runner<'_, T> {
             ODst::Send { peer, .. } => Some(*peer),
             _ => None,
         })) {
-            links[link].publish(seq, x.len);
+            links[link].publish(seq, x.len * elem);
             self.fab.wake(dst);
             self.stats.messages += 1;
             self.stats.bytes_sent += x.len * elem;

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use crossbeam::sync::{Parker, Unparker};
 use oxccl_bootstrap::Bootstrap;
 use oxccl_core::plan::{Rank, RankPlan, Step};
-use oxccl_core::{with_dtype, DataType, LoweredOp};
+use oxccl_core::{with_dtype, Awaited, DataType, FaultCause, LoweredOp, WaitFault};
 use parking_lot::{Mutex, RwLock};
 
 use crate::compile::{compile, Scratch};
@@ -16,6 +16,7 @@ use crate::config::HostConfig;
 use crate::error::HostError;
 use crate::exec::{run, ExecStats};
 use crate::fifo::Link;
+use crate::net::NetPart;
 use crate::procs::Procs;
 use crate::shm::RankCtl;
 use crate::HostBuf;
@@ -40,6 +41,10 @@ pub struct HostFabric {
     /// Ranks in several processes: the shared part (this process holds
     /// one rank, `procs.me`).
     procs: Option<Procs>,
+    /// Ranks in several processes over the network (this process holds
+    /// one rank, `net.me`). Last, so it drops after `links`: its proxy
+    /// closes every connection before letting go of the links it serves.
+    net: Option<NetPart>,
 }
 
 #[derive(Debug)]
@@ -144,6 +149,7 @@ impl HostFabric {
             reason: Mutex::new(None),
             active: AtomicU32::new(0),
             procs: None,
+            net: None,
         })
     }
 
@@ -157,6 +163,20 @@ impl HostFabric {
         cfg: HostConfig,
     ) -> Result<Arc<HostFabric>, HostError> {
         let cfg = cfg.sanitized();
+        if Self::over_network(boot, &cfg)? {
+            let mut fab = HostFabric::new(boot.nranks(), cfg);
+            let me = fab
+                .ranks
+                .get(boot.rank() as usize)
+                .ok_or_else(|| HostError::Net(format!("rank {} out of range", boot.rank())))?
+                .unparker
+                .clone();
+            let net = NetPart::new(boot, &fab.cfg, me)?;
+            Arc::get_mut(&mut fab)
+                .expect("a new fabric is not shared")
+                .net = Some(net);
+            return Ok(fab);
+        }
         let procs = Procs::new(boot, &cfg)?;
         let mut fab = HostFabric::new(boot.nranks(), cfg);
         Arc::get_mut(&mut fab)
@@ -167,9 +187,44 @@ impl HostFabric {
         Ok(fab)
     }
 
+    /// Whether this rank talks to its peers over the network: ranks on
+    /// different hosts, or forced by `cfg.force_network` or the
+    /// environment (`NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1`, or `OXCCL_`
+    /// twins). Every rank must agree (checked).
+    fn over_network(boot: &Bootstrap, cfg: &HostConfig) -> Result<bool, HostError> {
+        let forced = cfg.force_network
+            || oxccl_net::config::forced_by_env().map_err(|e| HostError::Net(e.to_string()))?;
+        let mine = forced || !boot.all_local();
+        for (r, v) in boot.all_gather(&[mine as u8])?.iter().enumerate() {
+            if v.as_slice() != [mine as u8] {
+                return Err(HostError::Net(format!(
+                    "rank {r} {} the network, rank {} {}: set NCCL_P2P_DISABLE and NCCL_SHM_DISABLE alike on every rank",
+                    if mine { "does not use" } else { "uses" },
+                    boot.rank(),
+                    if mine { "does" } else { "does not" },
+                )));
+            }
+        }
+        Ok(mine)
+    }
+
     /// The rank this process holds, when ranks are processes.
     pub fn process_rank(&self) -> Option<Rank> {
-        self.procs.as_ref().map(|p| p.me)
+        self.procs
+            .as_ref()
+            .map(|p| p.me)
+            .or(self.net.as_ref().map(|n| n.me))
+    }
+
+    /// The transport between this process's rank and its peers when it is
+    /// the network (as NCCL logs it: `NET/Socket/0`), else `None`.
+    pub fn network(&self) -> Option<&str> {
+        self.net.as_ref().map(|n| n.via.as_str())
+    }
+
+    /// Whether scratch and `alloc` memory come from a heap peers map.
+    pub(crate) fn shared_heap(&self) -> bool {
+        self.procs.is_some()
     }
 
     /// `bytes` of memory peers can address (ranks as processes: from this
@@ -179,7 +234,7 @@ impl HostFabric {
         match &self.procs {
             Some(p) => p.alloc(bytes).map(|a| a as *mut u8),
             None => Err(HostError::Shm(
-                "ranks are threads: allocate ordinary memory".into(),
+                "ranks are threads or talk over the network: allocate ordinary memory".into(),
             )),
         }
     }
@@ -191,9 +246,12 @@ impl HostFabric {
         }
     }
 
-    /// Most channels a plan may have on this fabric.
-    pub(crate) fn max_channels(&self) -> usize {
-        if self.procs.is_some() {
+    /// Most channels a plan may have on this fabric (over the network: the
+    /// channels connected at setup).
+    pub fn max_channels(&self) -> usize {
+        if let Some(n) = &self.net {
+            n.channels
+        } else if self.procs.is_some() {
             crate::shm::MAX_CHANNELS
         } else {
             usize::MAX
@@ -214,7 +272,29 @@ impl HostFabric {
 
     /// The error for rank `me`, blocked on `peer`, if `peer`'s process is
     /// gone: the fabric fails, naming it.
-    pub(crate) fn dead_peer_error(&self, me: Rank, peer: Rank) -> Option<HostError> {
+    pub(crate) fn dead_peer_error(
+        &self,
+        me: Rank,
+        peer: Rank,
+        channel: usize,
+        step: usize,
+    ) -> Option<HostError> {
+        if let Some(n) = &self.net {
+            // Only the peer waited on: a peer that finished and exited
+            // closes its connections too, which is no failure until
+            // someone waits on it (as with the shared-memory watcher).
+            let detail = n.lost(peer)?;
+            let err = HostError::NetLost {
+                rank: me,
+                peer,
+                channel,
+                step,
+                detail,
+            };
+            tracing::error!(%err, "oxccl host: a network peer is lost");
+            self.fail(err.to_string());
+            return Some(err);
+        }
         let p = self.procs.as_ref()?;
         if !p.is_dead(peer) {
             return None;
@@ -291,10 +371,9 @@ impl HostFabric {
         if let Some(e) = self.stop_error(me) {
             return Err(e);
         }
-        if self.procs.as_ref().is_some_and(|p| p.me != me) {
+        if let Some(mine) = self.process_rank().filter(|&p| p != me) {
             return Err(HostError::InvalidPlan(format!(
-                "rank {me} is not this process's rank {}",
-                self.procs.as_ref().map_or(0, |p| p.me)
+                "rank {me} is not this process's rank {mine}"
             )));
         }
         let _shared_active = self.procs.as_ref().map(|p| SharedActive::enter(p.rank(me)));
@@ -322,13 +401,62 @@ impl HostFabric {
             p.rank(me).joined.store(call, Ordering::Release);
         }
         let calls = Calls { call, synced };
-        let res = with_dtype!(dtype, T => run::<T>(self, me, calls, &prog, op, &state.parker));
+        let mut res = with_dtype!(dtype, T => run::<T>(self, me, calls, &prog, op, &state.parker));
+        if res.is_ok() && self.net.is_some() {
+            res = self.flush(me, &state.parker).and(res);
+        }
         if res.is_err() {
             drop(active);
             drop(_shared_active);
             self.quiesce();
         }
         res
+    }
+
+    /// Ranks over the network: waits until every message this rank
+    /// published has left (its proxy sent it), so a process may exit once
+    /// its call returns. Bounded by the deadline; a lost peer fails it.
+    fn flush(&self, me: Rank, parker: &Parker) -> Result<(), HostError> {
+        let start = Instant::now();
+        loop {
+            let seen = self.arm();
+            let pending = self
+                .links
+                .read()
+                .iter()
+                .find(|((_, from, to), l)| {
+                    *from == me && *to != me && {
+                        let [tail, head, ..] = l.counters();
+                        tail != head
+                    }
+                })
+                .map(|(&(c, _, to), l)| (c, to, l.counters()[1]));
+            let Some((channel, peer, head)) = pending else {
+                return Ok(());
+            };
+            if let Some(e) = self.stop_error(me) {
+                return Err(e);
+            }
+            if let Some(e) = self.dead_peer_error(me, peer, channel, head as usize) {
+                return Err(e);
+            }
+            let waited = start.elapsed();
+            if waited >= self.deadline() {
+                let err = HostError::Deadline(WaitFault {
+                    cause: FaultCause::Deadline,
+                    rank: me,
+                    peer,
+                    channel: channel as u32,
+                    step: head as u32,
+                    awaited: Awaited::Slot,
+                    waited,
+                    absent: Vec::new(),
+                });
+                self.fail(err.to_string());
+                return Err(err);
+            }
+            self.park(parker, seen, Duration::from_millis(50));
+        }
     }
 
     /// Fails every rank's pending and future call promptly with
@@ -369,12 +497,18 @@ impl HostFabric {
             .write()
             .entry(key)
             .or_insert_with(|| {
-                Arc::new(match &self.procs {
+                let l = Arc::new(match &self.procs {
                     Some(p) => p
                         .link(channel, from, to)
                         .expect("compile checked the channel count"),
                     None => Link::new(self.cfg.slots, self.cfg.slot_bytes),
-                })
+                });
+                if let Some(n) = &self.net {
+                    n.attach(&l, channel, from, to);
+                } else if self.procs.is_some() {
+                    tracing::info!("oxccl-host: Channel {channel:02} : {from} -> {to} via SHM");
+                }
+                l
             })
             .clone()
     }
@@ -415,9 +549,11 @@ impl HostFabric {
 
     /// Wakes `rank` if it is parked (or makes its next park return).
     pub(crate) fn wake(&self, rank: Rank) {
-        match &self.procs {
-            Some(p) => p.wake(rank),
-            None => self.ranks[rank as usize].unparker.unpark(),
+        match (&self.procs, &self.net) {
+            (Some(p), _) => p.wake(rank),
+            // A remote peer's FIFO end is this process's proxy.
+            (None, Some(n)) if rank != n.me => n.kick(),
+            _ => self.ranks[rank as usize].unparker.unpark(),
         }
     }
 
@@ -430,6 +566,11 @@ impl HostFabric {
         self.broken.store(true, Ordering::Release);
         for r in self.ranks.iter() {
             r.unparker.unpark();
+        }
+        // Over the network, peers learn of it when their connections to
+        // this rank close.
+        if let Some(n) = &self.net {
+            n.shutdown(Some(&self.reason.lock().clone().unwrap_or_default()));
         }
     }
 
@@ -448,6 +589,10 @@ impl HostFabric {
 
     /// Ranks that have not started call number `call`.
     pub(crate) fn absent(&self, call: u64) -> Vec<Rank> {
+        if self.net.is_some() {
+            // Peers' call counters are in their processes, out of sight.
+            return Vec::new();
+        }
         (0..self.nranks)
             .filter(|&r| match &self.procs {
                 Some(p) => p.rank(r).joined.load(Ordering::Acquire) < call,
@@ -469,6 +614,11 @@ impl HostFabric {
     ) -> Result<usize, String> {
         if let Some(procs) = &self.procs {
             return procs.remote(peer, call, buf, off, len, elem);
+        }
+        if self.net.is_some() {
+            return Err(
+                "a direct step reads or writes a peer's memory, which ranks talking over the network cannot: run FIFO plans".into(),
+            );
         }
         let p = self.ranks[peer as usize].published.lock();
         if p.call != call {

@@ -83,7 +83,7 @@ struct Owned {
 #[derive(Debug)]
 pub(crate) struct Link {
     ctr: *const LinkCtr,
-    /// Length in elements of the message in each slot (`nslots` of them).
+    /// Length in bytes of the message in each slot (`nslots` of them).
     lens: *const AtomicU64,
     nslots: usize,
     slots: Slots,
@@ -180,15 +180,15 @@ impl Link {
         (t - h < self.slots()).then(|| (t, self.slot_ptr(t)))
     }
 
-    /// Sender side: publishes slot `seq` (from `try_reserve`) holding `len`
-    /// elements.
-    pub(crate) fn publish(&self, seq: u64, len: usize) {
-        self.len_of(seq).store(len as u64, Ordering::Relaxed);
+    /// Sender side: publishes slot `seq` (from `try_reserve`) holding
+    /// `bytes` bytes.
+    pub(crate) fn publish(&self, seq: u64, bytes: usize) {
+        self.len_of(seq).store(bytes as u64, Ordering::Relaxed);
         self.ctr().tail.store(seq + 1, Ordering::Release);
     }
 
-    /// Receiver side: the next message (sequence, slot, length in
-    /// elements), if one has arrived.
+    /// Receiver side: the next message (sequence, slot, length in bytes),
+    /// if one has arrived.
     pub(crate) fn try_peek(&self) -> Option<(u64, *const u8, usize)> {
         let h = self.ctr().head.load(Ordering::Relaxed);
         let t = self.ctr().tail.load(Ordering::Acquire);
@@ -201,6 +201,36 @@ impl Link {
     /// Receiver side: hands slot `seq` (from `try_peek`) back to the sender.
     pub(crate) fn release(&self, seq: u64) {
         self.ctr().head.store(seq + 1, Ordering::Release);
+    }
+
+    /// Network proxy, sending end: message `seq` (slot, length in bytes)
+    /// once the executor has published it. The slot stays the proxy's
+    /// until it [`Link::release`]s it (after the bytes left).
+    pub(crate) fn published(&self, seq: u64) -> Option<(*const u8, usize)> {
+        let t = self.ctr().tail.load(Ordering::Acquire);
+        (seq < t).then(|| {
+            let len = self.len_of(seq).load(Ordering::Relaxed) as usize;
+            (self.slot_ptr(seq).cast_const(), len)
+        })
+    }
+
+    /// Network proxy, receiving end: slot `seq` to receive into, once the
+    /// executor has drained what it held (`seq - head < slots`). The proxy
+    /// then [`Link::publish`]es it.
+    pub(crate) fn free_slot(&self, seq: u64) -> Option<*mut u8> {
+        let h = self.ctr().head.load(Ordering::Acquire);
+        (seq - h.min(seq) < self.slots()).then(|| self.slot_ptr(seq))
+    }
+
+    /// The slots' memory `(base, bytes)` (allocated now if it was not),
+    /// for a transport's registration.
+    pub(crate) fn region(&self) -> (*mut u8, usize) {
+        (self.slot_ptr(0), self.stride * self.nslots)
+    }
+
+    /// Bytes per slot: the most one message may hold.
+    pub(crate) fn stride(&self) -> usize {
+        self.stride
     }
 
     /// `Signal`: releases this thread's earlier writes to the waiter.

@@ -12,7 +12,10 @@
 //! `oxccl_bootstrap::Bootstrap`): the same plans and executor, with the
 //! FIFOs, control words and registered buffers in `memfd` segments every
 //! rank maps, futex doorbells instead of thread parking, and a pidfd
-//! watcher that fails the fabric naming a peer whose process died. See
+//! watcher that fails the fabric naming a peer whose process died. Ranks
+//! on different hosts (or forced with `NCCL_P2P_DISABLE=1
+//! NCCL_SHM_DISABLE=1`) talk over `oxccl_net` instead: the same FIFOs in
+//! each process, carried between them by a proxy thread. See
 //! `docs/ARCHITECTURE.md` (section `oxccl-host`) for the FIFO layout, the
 //! waiting policy and the invariants.
 #![doc = include_str!("BACKEND.md")]
@@ -24,6 +27,7 @@ mod exec;
 mod fabric;
 mod fifo;
 mod kernel;
+mod net;
 mod procs;
 mod shm;
 mod widened;

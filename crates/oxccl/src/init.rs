@@ -83,6 +83,9 @@ impl Communicator {
         rank: u32,
         config: Config,
     ) -> Result<Communicator> {
+        // Before anything connects: the bootstrap and the backends' setup
+        // (each connection's transport) log at INFO.
+        crate::debug::init(config.debug);
         let boot = Bootstrap::init(&id.0, nranks, rank, &DeviceInfo::default(), config.deadline)
             .map_err(map_bootstrap)?;
         Communicator::on_bootstrap(Arc::new(boot), config)

@@ -34,6 +34,8 @@ fn config(deadline: Duration) -> Config {
     Config {
         backend,
         deadline,
+        // NCCL_DEBUG as the launcher set it.
+        debug: Config::from_env().unwrap().debug,
         ..Config::default()
     }
 }
@@ -45,7 +47,27 @@ fn spawn(
     tx: &mpsc::Sender<(usize, String)>,
     who: usize,
 ) -> Child {
-    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    spawn_via(&[], role, vars, tx, who)
+}
+
+/// [`spawn`], the child started through the command `wrap` (e.g. `ip
+/// netns exec NAME`); its stdout and stderr lines arrive on `tx`.
+fn spawn_via(
+    wrap: &[&str],
+    role: &str,
+    vars: &[(&str, String)],
+    tx: &mpsc::Sender<(usize, String)>,
+    who: usize,
+) -> Child {
+    let exe = std::env::current_exe().unwrap();
+    let mut cmd = match wrap.split_first() {
+        Some((first, rest)) => {
+            let mut c = Command::new(first);
+            c.args(rest).arg(exe);
+            c
+        }
+        None => Command::new(exe),
+    };
     cmd.args([
         "--exact",
         "child",
@@ -55,7 +77,7 @@ fn spawn(
     ])
     .env(ROLE, role)
     .stdout(Stdio::piped())
-    .stderr(Stdio::inherit());
+    .stderr(Stdio::piped());
     for v in [
         "RANK",
         "WORLD_SIZE",
@@ -77,12 +99,18 @@ fn spawn(
     }
     let mut c = cmd.spawn().unwrap();
     let out = c.stdout.take().unwrap();
-    let tx = tx.clone();
-    std::thread::spawn(move || {
-        for line in BufReader::new(out).lines().map_while(Result::ok) {
-            let _ = tx.send((who, line));
-        }
-    });
+    let err = c.stderr.take().unwrap();
+    for pipe in [
+        Box::new(out) as Box<dyn std::io::Read + Send>,
+        Box::new(err),
+    ] {
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+                let _ = tx.send((who, line));
+            }
+        });
+    }
     c
 }
 
@@ -137,16 +165,44 @@ fn run_ranks(role: &str, n: u32) -> Vec<Vec<String>> {
 }
 
 fn run_ranks_on(role: &str, n: u32, backend: &str) -> Vec<Vec<String>> {
+    run_ranks_with(role, n, backend, &[])
+}
+
+/// `n` children of one new id running `role`, rank `r` with `more(r)`
+/// variables too; their exit codes and lines.
+fn spawn_ranks(
+    role: &str,
+    n: u32,
+    more: impl Fn(u32) -> Vec<(&'static str, String)>,
+) -> (Vec<Option<i32>>, Vec<Vec<String>>) {
     let id = UniqueId::new().unwrap();
     let (tx, rx) = mpsc::channel();
     let kids: Vec<Child> = (0..n)
         .map(|r| {
             let mut vars = id_vars(&id, n, r);
-            vars.push((BACKEND, backend.into()));
+            vars.extend(more(r));
             spawn(role, &vars, &tx, r as usize)
         })
         .collect();
-    let (codes, lines) = finish(kids, &rx);
+    finish(kids, &rx)
+}
+
+fn owned(vars: &[(&'static str, &str)]) -> Vec<(&'static str, String)> {
+    vars.iter().map(|&(k, v)| (k, v.to_string())).collect()
+}
+
+/// [`run_ranks_on`] with `extra` variables set in every child.
+fn run_ranks_with(
+    role: &str,
+    n: u32,
+    backend: &str,
+    extra: &[(&'static str, &str)],
+) -> Vec<Vec<String>> {
+    let (codes, lines) = spawn_ranks(role, n, |_| {
+        let mut v = owned(extra);
+        v.push((BACKEND, backend.into()));
+        v
+    });
     assert!(
         codes.iter().all(|c| *c == Some(0)),
         "exit codes {codes:?}\n{lines:#?}"
@@ -299,6 +355,10 @@ fn a_killed_cuda_process_fails_the_others_naming_it() {
 }
 
 fn killed_process_is_named(backend: &str) {
+    killed_process_is_named_with(backend, &[]);
+}
+
+fn killed_process_is_named_with(backend: &str, extra: &[(&'static str, &str)]) {
     let n = 4u32;
     let id = UniqueId::new().unwrap();
     let (tx, rx) = mpsc::channel();
@@ -306,6 +366,7 @@ fn killed_process_is_named(backend: &str) {
         .map(|r| {
             let mut vars = id_vars(&id, n, r);
             vars.push((BACKEND, backend.into()));
+            vars.extend(owned(extra));
             spawn("loop", &vars, &tx, r as usize)
         })
         .collect();
@@ -364,6 +425,221 @@ fn one_rank_needs_no_root_and_ignores_its_id() {
         comms[0].split(Some(0), 0),
         Err(oxccl::Error::InvalidUsage(_))
     ));
+}
+
+// ---- the network transport, forced between processes of this host ----
+
+/// NCCL's switches that leave only the network between ranks of one host
+/// (`NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1`), over loopback.
+const OVER_NET: &[(&str, &str)] = &[
+    ("NCCL_P2P_DISABLE", "1"),
+    ("NCCL_SHM_DISABLE", "1"),
+    ("NCCL_SOCKET_IFNAME", "lo"),
+];
+
+#[test]
+fn every_collective_over_the_network_transport() {
+    for (n, info) in [(2u32, true), (3, false)] {
+        let mut extra = OVER_NET.to_vec();
+        if info {
+            extra.push(("NCCL_DEBUG", "INFO"));
+        }
+        let lines = run_ranks_with("all", n, "host", &extra);
+        assert_eq!(ok_lines(&lines).len(), n as usize, "{lines:#?}");
+        for (r, l) in lines.iter().enumerate() {
+            let b = tagged(l, "BACKEND ");
+            assert!(
+                b.iter().any(|b| b.contains("over NET/Socket/0")),
+                "rank {r}: {b:?}"
+            );
+            // NCCL_DEBUG=INFO names each connection's transport.
+            for p in (0..n as usize).filter(|&p| info && p != r) {
+                for want in [
+                    format!("Channel 00 : {r} -> {p} [send] via NET/Socket/0"),
+                    format!("Channel 01 : {p} -> {r} [receive] via NET/Socket/0"),
+                ] {
+                    assert!(
+                        l.iter().any(|x| x.contains(&want)),
+                        "rank {r} never logged {want:?}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn a_killed_process_over_the_network_is_named() {
+    killed_process_is_named_with("host", OVER_NET);
+}
+
+#[test]
+fn a_dropped_connection_fails_the_peer_naming_it() {
+    // Rank 1 aborts its communicator mid-loop (its connections close, its
+    // process lives on); rank 0's deadline is far away, so only the
+    // closed connection can end its call.
+    let (codes, lines) = spawn_ranks("abort", 2, |_| owned(OVER_NET));
+    assert_eq!(codes[0], Some(3), "{lines:#?}");
+    let err = tagged(&lines[0], "ERR ");
+    let err = err.first().unwrap_or_else(|| panic!("{lines:#?}"));
+    assert!(
+        err.contains("peer rank 1 is lost") && err.contains("aborted"),
+        "rank 0's error does not name rank 1's abort: {err}"
+    );
+    assert_eq!(codes[1], Some(0), "{lines:#?}");
+}
+
+#[test]
+fn ranks_must_agree_on_the_network() {
+    // Rank 0 alone is forced onto the network.
+    let (_, lines) = spawn_ranks(
+        "init",
+        2,
+        |r| {
+            if r == 0 {
+                owned(OVER_NET)
+            } else {
+                Vec::new()
+            }
+        },
+    );
+    for (r, l) in lines.iter().enumerate() {
+        let err = tagged(l, "ERR ");
+        assert!(
+            err.first().is_some_and(|e| e.contains("NCCL_SHM_DISABLE")),
+            "rank {r}: {l:#?}"
+        );
+    }
+}
+
+/// Two network namespaces joined by a veth pair, removed on drop.
+struct Netns {
+    names: [String; 2],
+}
+
+impl Netns {
+    const ADDRS: [&str; 2] = ["10.231.7.1", "10.231.7.2"];
+
+    fn ip(args: &[&str]) -> Result<(), String> {
+        let out = Command::new("ip")
+            .args(args)
+            .output()
+            .map_err(|e| format!("ip: {e}"))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "ip {}: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr).trim()
+            ))
+        }
+    }
+
+    /// The namespaces, or why this machine cannot make them.
+    fn setup() -> Result<Netns, String> {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        let euid = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Uid:"))
+            .and_then(|u| u.split_whitespace().nth(1));
+        if euid != Some("0") {
+            return Err("not root: network namespaces need CAP_SYS_ADMIN".into());
+        }
+        let tag = std::process::id() % 100_000;
+        let ns = Netns {
+            names: [format!("oxccl-a-{tag}"), format!("oxccl-b-{tag}")],
+        };
+        let veth = [format!("oxa{tag}"), format!("oxb{tag}")];
+        Netns::ip(&["netns", "add", &ns.names[0]])?;
+        Netns::ip(&["netns", "add", &ns.names[1]])?;
+        Netns::ip(&[
+            "link",
+            "add",
+            &veth[0],
+            "netns",
+            &ns.names[0],
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &veth[1],
+            "netns",
+            &ns.names[1],
+        ])?;
+        for ((name, dev), addr) in ns.names.iter().zip(&veth).zip(Netns::ADDRS) {
+            let cidr = format!("{addr}/24");
+            Netns::ip(&["-n", name, "addr", "add", &cidr, "dev", dev])?;
+            Netns::ip(&["-n", name, "link", "set", dev, "up"])?;
+            Netns::ip(&["-n", name, "link", "set", "lo", "up"])?;
+        }
+        Ok(ns)
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        for n in &self.names {
+            let _ = Netns::ip(&["netns", "del", n]);
+        }
+    }
+}
+
+#[test]
+fn ranks_in_two_network_namespaces_over_a_veth_pair() {
+    let ns = match Netns::setup() {
+        Ok(ns) => ns,
+        Err(why) => {
+            println!("skipped: no network namespaces here ({why})");
+            return;
+        }
+    };
+    // Each rank in its own namespace: the only way between them is the
+    // veth pair, through both network stacks. One host identity, so the
+    // switches force the network (shared memory would work too).
+    let port = 29_000 + (std::process::id() % 1000) as u16;
+    let (tx, rx) = mpsc::channel();
+    let n = 2u32;
+    let kids: Vec<Child> = (0..n)
+        .map(|r| {
+            let vars = vec![
+                ("RANK", r.to_string()),
+                ("WORLD_SIZE", n.to_string()),
+                ("NCCL_COMM_ID", format!("{}:{port}", Netns::ADDRS[0])),
+                ("NCCL_SOCKET_IFNAME", "oxa,oxb".into()),
+                ("NCCL_P2P_DISABLE", "1".into()),
+                ("NCCL_SHM_DISABLE", "1".into()),
+                ("NCCL_DEBUG", "INFO".into()),
+            ];
+            let netns = ns.names[r as usize].clone();
+            spawn_via(
+                &["ip", "netns", "exec", &netns],
+                "ns",
+                &vars,
+                &tx,
+                r as usize,
+            )
+        })
+        .collect();
+    let (codes, lines) = finish(kids, &rx);
+    assert!(codes.iter().all(|c| *c == Some(0)), "{codes:?}\n{lines:#?}");
+    for (r, l) in lines.iter().enumerate() {
+        let ok = tagged(l, "OK ns ");
+        assert!(
+            ok.first()
+                .is_some_and(|o| o.contains("over NET/Socket/0") && o.contains("0 wrong")),
+            "rank {r}: {l:#?}"
+        );
+        let peer = Netns::ADDRS[1 - r];
+        assert!(
+            l.iter().any(|x| x.contains("[send] via NET/Socket/0")),
+            "rank {r} logged no network connection: {l:#?}"
+        );
+        assert!(
+            tagged(l, "PEER ").iter().any(|x| x.contains(peer)),
+            "rank {r} did not see its peer at {peer}: {l:#?}"
+        );
+    }
 }
 
 // ---- the children ----
@@ -443,6 +719,7 @@ fn check_one<T: Element>(
 
 fn child_all() {
     let c = child_comm(Duration::from_secs(60));
+    println!("BACKEND {}", c.describe_backend());
     let on_device = c.backend() == BackendKind::Cuda;
     let (mut cases, mut wrong, mut first) = (0usize, 0u64, None);
     for kind in testkit::COLLECTIVES {
@@ -546,6 +823,79 @@ fn child_env() {
     );
 }
 
+fn child_abort() {
+    let c = child_comm(Duration::from_secs(600));
+    let b = c.alloc::<f32>(1 << 16).unwrap();
+    let t = Instant::now();
+    for i in 0u64.. {
+        if c.rank() == 1 && i == 20 {
+            // Mid-loop: the peer is inside (or about to enter) its call.
+            c.abort();
+            println!("ABORTED");
+            return;
+        }
+        if let Err(e) = c.all_reduce_in_place(&b, RedOp::Sum) {
+            println!("ERR {e}");
+            std::process::exit(3);
+        }
+        if t.elapsed() > GUARD {
+            println!("never failed");
+            std::process::exit(4);
+        }
+    }
+}
+
+fn child_init() {
+    match Communicator::init_rank(
+        &UniqueId::from_bytes(&unhex(&std::env::var("OXCCL_MP_ID").unwrap())).unwrap(),
+        env_u32("OXCCL_MP_N"),
+        env_u32("OXCCL_MP_RANK"),
+        config(Duration::from_secs(30)),
+    ) {
+        Ok(c) => println!("OK init {}", c.describe_backend()),
+        Err(e) => println!("ERR {e}"),
+    }
+}
+
+/// A rank in a network namespace: an AllReduce and an AllGather of 1 Mi
+/// elements each, checked.
+fn child_ns() {
+    let c = oxccl::init_from_env().unwrap();
+    let (n, me) = (c.nranks(), c.rank());
+    let count = 1 << 20;
+    let mut v: Vec<f32> = (0..count).map(|i| (i % 1000) as f32 + me as f32).collect();
+    c.all_reduce_in_place(&mut v[..], RedOp::Sum).unwrap();
+    let ranks: f32 = (0..n).map(|r| r as f32).sum();
+    let mut wrong = (0..count)
+        .filter(|&i| v[i] != n as f32 * (i % 1000) as f32 + ranks)
+        .count();
+    let mine = vec![me as i32; count];
+    let mut all = vec![-1i32; count * n as usize];
+    c.all_gather(&mine[..], &mut all[..]).unwrap();
+    wrong += (0..all.len())
+        .filter(|&i| all[i] != (i / count) as i32)
+        .count();
+    for a in tcp_peers() {
+        println!("PEER {a}");
+    }
+    println!("OK ns rank {me}: {} {wrong} wrong", c.describe_backend());
+}
+
+/// The addresses of this process's TCP connections (from /proc): what the
+/// namespace test checks its peer against.
+fn tcp_peers() -> Vec<String> {
+    let tcp = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
+    tcp.lines()
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().nth(2))
+        .filter_map(|hex| {
+            let (ip, _) = hex.split_once(':')?;
+            let ip = u32::from_str_radix(ip, 16).ok()?;
+            Some(std::net::Ipv4Addr::from(ip.to_le_bytes()).to_string())
+        })
+        .collect()
+}
+
 fn child_loop() {
     // A deadline far above the parent's guard: only the watcher can
     // report the killed peer in time.
@@ -575,6 +925,9 @@ fn child() {
         Ok("split") => child_split(),
         Ok("env") => child_env(),
         Ok("loop") => child_loop(),
+        Ok("abort") => child_abort(),
+        Ok("init") => child_init(),
+        Ok("ns") => child_ns(),
         other => panic!("{ROLE}={other:?}: run by the other tests only"),
     }
 }

@@ -209,14 +209,27 @@ fn advance(p: &mut Part, sock: &TcpStream, ctx: &Ctx, i: usize) -> Result<(bool,
     Ok((true, true))
 }
 
+/// The longest a worker sleeps before it looks at `stop` and its clock.
+const SLICE: Timespec = Timespec {
+    tv_sec: 0,
+    tv_nsec: 100_000_000,
+};
+
 fn drain_bell(bell: &OwnedFd) {
     let mut b = [0u8; 8];
     let _ = rustix::io::read(bell, &mut b);
 }
 
 /// The worker's loop, until the connection is closed.
+///
+/// A socket that fails (an error, an early close, garbage, a stall past
+/// the deadline) fails its own queued parts and marks the connection
+/// failed (no new requests), but the other sockets go on: what the peer
+/// sent before it closed still arrives, so a message complete on every
+/// socket completes even when the peer exited right after sending it.
 pub(crate) fn run(socks: Vec<TcpStream>, ctx: Ctx) {
     let mut queues: Vec<VecDeque<Part>> = socks.iter().map(|_| VecDeque::new()).collect();
+    let mut dead: Vec<Option<NetError>> = socks.iter().map(|_| None).collect();
     let mut last_move = Instant::now();
     loop {
         if ctx.stop.load(Ordering::Acquire) {
@@ -226,33 +239,32 @@ pub(crate) fn run(socks: Vec<TcpStream>, ctx: Ctx) {
             let s = p.sock;
             queues[s].push_back(p);
         }
-        if let Some(e) = ctx.failed.get() {
-            let mut any = false;
-            for q in &mut queues {
+        let mut failed_any = false;
+        for (q, d) in queues.iter_mut().zip(&dead) {
+            if let Some(e) = d {
                 for p in q.drain(..) {
                     p.req.fail(e.clone());
-                    any = true;
+                    failed_any = true;
                 }
             }
-            if any {
-                ctx.wake();
-            }
-            if let Ok(p) = ctx.rx.recv_timeout(Duration::from_millis(50)) {
-                p.req.fail(e.clone());
-                ctx.wake();
-            }
-            continue;
+        }
+        if failed_any {
+            ctx.wake();
         }
         if queues.iter().all(VecDeque::is_empty) {
+            // Idle: sleep on the doorbell (rung with every part and on
+            // close), in slices.
             last_move = Instant::now();
-            if let Ok(p) = ctx.rx.recv_timeout(Duration::from_millis(50)) {
-                let s = p.sock;
-                queues[s].push_back(p);
-            }
+            let mut fds = [PollFd::new(&*ctx.bell, PollFlags::IN)];
+            let _ = poll(&mut fds, Some(&SLICE));
+            drain_bell(&ctx.bell);
             continue;
         }
         let mut moved_any = false;
         for (i, sock) in socks.iter().enumerate() {
+            if dead[i].is_some() {
+                continue;
+            }
             while let Some(p) = queues[i].front_mut() {
                 match advance(p, sock, &ctx, i) {
                     Ok((done, moved)) => {
@@ -266,8 +278,10 @@ pub(crate) fn run(socks: Vec<TcpStream>, ctx: Ctx) {
                         }
                     }
                     Err(e) => {
-                        tracing::debug!(%e, "oxccl-net: connection failed");
-                        let _ = ctx.failed.set(e);
+                        tracing::debug!(%e, "oxccl-net: socket failed");
+                        let _ = ctx.failed.set(e.clone());
+                        dead[i] = Some(e);
+                        moved_any = true;
                         break;
                     }
                 }
@@ -277,28 +291,30 @@ pub(crate) fn run(socks: Vec<TcpStream>, ctx: Ctx) {
             last_move = Instant::now();
             continue;
         }
-        if ctx.failed.get().is_some() {
-            continue;
-        }
         if last_move.elapsed() >= ctx.deadline {
-            let i = queues.iter().position(|q| !q.is_empty()).unwrap_or(0);
-            let what = if queues[i].front().is_some_and(Part::wants_write) {
-                "the peer to take data (it stopped reading)"
-            } else {
-                "data from the peer"
-            };
-            let _ = ctx.failed.set(NetError::Timeout {
-                conn: ctx.conn(&socks[i], i),
-                what,
-                limit: ctx.deadline,
-            });
+            for (i, q) in queues.iter().enumerate() {
+                if let (Some(p), None) = (q.front(), &dead[i]) {
+                    let what = if p.wants_write() {
+                        "the peer to take data (it stopped reading)"
+                    } else {
+                        "data from the peer"
+                    };
+                    let e = NetError::Timeout {
+                        conn: ctx.conn(&socks[i], i),
+                        what,
+                        limit: ctx.deadline,
+                    };
+                    let _ = ctx.failed.set(e.clone());
+                    dead[i] = Some(e);
+                }
+            }
             continue;
         }
         // Sleep until a busy socket is ready, a part arrives, or a slice
         // passes (to look at `stop` and the stall clock).
         let mut fds = vec![PollFd::new(&*ctx.bell, PollFlags::IN)];
         for (i, sock) in socks.iter().enumerate() {
-            if let Some(p) = queues[i].front() {
+            if let (Some(p), None) = (queues[i].front(), &dead[i]) {
                 let f = if p.wants_write() {
                     PollFlags::OUT
                 } else {
@@ -307,11 +323,7 @@ pub(crate) fn run(socks: Vec<TcpStream>, ctx: Ctx) {
                 fds.push(PollFd::new(sock, f));
             }
         }
-        let slice = Timespec {
-            tv_sec: 0,
-            tv_nsec: 100_000_000,
-        };
-        let _ = poll(&mut fds, Some(&slice));
+        let _ = poll(&mut fds, Some(&SLICE));
         let rang = !fds[0].revents().is_empty();
         drop(fds);
         if rang {

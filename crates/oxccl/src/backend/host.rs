@@ -26,6 +26,9 @@ pub struct HostBackend {
     nranks: u32,
     /// Ranks as processes: this process's rank.
     proc_rank: Option<u32>,
+    /// Ranks as processes over shared memory (not the network): `alloc`
+    /// comes from the rank's shared heap.
+    shared: bool,
 }
 
 /// Creates the host backend for `opts.nranks` ranks.
@@ -38,6 +41,7 @@ pub fn create(opts: &BackendOptions) -> Result<Arc<dyn Backend>, Error> {
         fabric: HostFabric::new(opts.nranks, cfg),
         nranks: opts.nranks,
         proc_rank: None,
+        shared: false,
     }))
 }
 
@@ -53,6 +57,7 @@ pub fn create_procs(
     };
     let fabric = HostFabric::across_processes(boot, cfg).map_err(map_error)?;
     Ok(Arc::new(HostBackend {
+        shared: fabric.network().is_none(),
         fabric,
         nranks: opts.nranks,
         proc_rank: Some(boot.rank()),
@@ -67,6 +72,8 @@ pub(crate) fn map_error(e: HostError) -> Error {
         HostError::Failed(m) => Error::Aborted(m),
         e @ HostError::Mismatch { .. } => Error::Backend(e.to_string()),
         e @ HostError::PeerLost { .. } => Error::Aborted(e.to_string()),
+        e @ HostError::NetLost { .. } => Error::Aborted(e.to_string()),
+        HostError::Net(m) => Error::Bootstrap(m),
         HostError::Shm(m) => Error::Bootstrap(m),
         HostError::Bootstrap(e) => Error::Bootstrap(e.to_string()),
         HostError::InvalidPlan(m) => Error::Internal(m),
@@ -91,9 +98,12 @@ impl Backend for HostBackend {
     }
 
     fn describe(&self) -> String {
-        match self.proc_rank {
-            Some(r) => format!("host, rank {r} of {} processes", self.nranks),
-            None => format!("host, {} rank threads", self.nranks),
+        match (self.proc_rank, self.fabric.network()) {
+            (Some(r), Some(via)) => {
+                format!("host, rank {r} of {} processes over {via}", self.nranks)
+            }
+            (Some(r), None) => format!("host, rank {r} of {} processes", self.nranks),
+            (None, _) => format!("host, {} rank threads", self.nranks),
         }
     }
 
@@ -104,8 +114,9 @@ impl Backend for HostBackend {
     fn registered_alloc(&self) -> bool {
         // Ranks as threads: any buffer is addressable by every peer through
         // the fabric's published buffer table. As processes: `alloc`
-        // memory is in the rank's shared heap, which every peer maps.
-        true
+        // memory is in the rank's shared heap, which every peer maps. Over
+        // the network nothing is: FIFO plans only.
+        self.fabric.network().is_none()
     }
 
     fn check_external(&self, _rank: u32, buf: RawBuf) -> Result<(), Error> {
@@ -131,7 +142,8 @@ impl Backend for HostBackend {
     }
 
     fn max_channels(&self) -> u32 {
-        32
+        // Over the network: the channels connected at setup.
+        self.fabric.max_channels().min(32) as u32
     }
 
     fn protocols(&self) -> &'static [Proto] {
@@ -163,7 +175,7 @@ impl Backend for HostBackend {
     }
 
     fn alloc(&self, _rank: u32, bytes: usize) -> Result<RawBuf, Error> {
-        if self.proc_rank.is_some() {
+        if self.shared {
             // Peers' direct steps address it: the rank's shared heap
             // (zeroed: fresh or punched-out pages).
             let ptr = self.fabric.alloc_shared(bytes).map_err(map_error)?;
@@ -187,7 +199,7 @@ impl Backend for HostBackend {
     }
 
     unsafe fn free(&self, _rank: u32, buf: RawBuf) {
-        if self.proc_rank.is_some() {
+        if self.shared {
             self.fabric.free_shared(buf.addr as usize as *mut u8);
             return;
         }

@@ -1,0 +1,311 @@
+//! Ranks in processes that talk over the network ([`oxccl_net`]): on
+//! different hosts (the bootstrap's host identities differ), or on one
+//! host with `NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1` (or `OXCCL_` twins,
+//! or [`crate::HostConfig::force_network`]).
+//!
+//! Each link `(channel, from, to)` is an ordinary FIFO in this process:
+//! the executor runs unchanged on it, and the proxy thread ([`proxy`])
+//! carries its messages to and from the peer's process. Connections are
+//! made at setup, for every peer and each of `net_channels` channels, in
+//! both directions: every rank listens once per (peer, channel), the
+//! handles travel in one bootstrap all-gather, then every rank connects to
+//! its peers' listeners and accepts its own (TCP completes a connect
+//! before the accept, so no order between ranks is needed). One more
+//! connection per ordered pair, the control connection, carries only the
+//! reason a rank failed, sent before it closes the others.
+
+mod proxy;
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam::channel::{unbounded, Sender};
+use crossbeam::sync::{Parker, Unparker};
+use oxccl_bootstrap::Bootstrap;
+use oxccl_core::plan::Rank;
+use oxccl_net::{Handle, MemKind, Net, NetError, RecvComm, SendComm, TcpConfig, TcpNet};
+use parking_lot::Mutex;
+
+use crate::error::HostError;
+use crate::fifo::Link;
+use crate::HostConfig;
+use proxy::{Control, End, Entry, Shared, REASON_BYTES};
+
+/// The network part of a fabric whose ranks are processes.
+#[derive(Debug)]
+pub(crate) struct NetPart {
+    pub me: Rank,
+    pub channels: usize,
+    sh: Arc<Shared>,
+    sends: HashMap<(usize, Rank), SendComm>,
+    recvs: HashMap<(usize, Rank), RecvComm>,
+    /// Control connections to each peer (see the module's docs).
+    ctl_sends: HashMap<Rank, SendComm>,
+    ctl_recvs: Vec<RecvComm>,
+    tx: Sender<Entry>,
+    slots: usize,
+    proxy: Mutex<Option<JoinHandle<()>>>,
+    closed: Mutex<bool>,
+    /// How connections are named in logs: `NET/Socket/0`.
+    pub via: String,
+}
+
+fn net_err(e: NetError) -> HostError {
+    HostError::Net(e.to_string())
+}
+
+/// The interface holding `ip`, for the device's name.
+fn iface_name(ip: std::net::IpAddr) -> String {
+    oxccl_bootstrap::iface::list()
+        .into_iter()
+        .find(|i| i.addr == ip)
+        .map_or_else(|| ip.to_string(), |i| i.name)
+}
+
+impl NetPart {
+    /// Connects this rank to every peer over the network through `boot`.
+    /// `rank` wakes this process's rank when the proxy moved something.
+    pub fn new(boot: &Bootstrap, cfg: &HostConfig, rank: Unparker) -> Result<NetPart, HostError> {
+        let me = boot.rank();
+        let n = boot.nranks();
+        let nch = cfg.net_channels;
+        // Channel `nch` is the control connection.
+        let conns = nch + 1;
+        let ip = boot.descs()[me as usize].listen.ip();
+        let tcfg = TcpConfig::from_env(cfg.deadline).map_err(net_err)?;
+        let parker = Parker::new();
+        let pu = parker.unparker().clone();
+        let waker: oxccl_net::Waker = Arc::new(move || pu.unpark());
+        let net: Arc<dyn Net> = Arc::new(TcpNet::new(
+            tcfg.clone(),
+            boot.magic(),
+            &iface_name(ip),
+            ip,
+            Some(waker),
+        ));
+        // Every rank must lay out the same channels and sockets.
+        let key = format!(
+            "{nch} channels, {} slots of {} bytes, {} sockets",
+            cfg.slots,
+            cfg.slot_bytes,
+            tcfg.nsocks()
+        );
+        let peers: Vec<Rank> = (0..n).filter(|&p| p != me).collect();
+        let mut listens = Vec::new();
+        let mut record = Vec::with_capacity(key.len() + 4 + peers.len() * conns * Handle::BYTES);
+        record.extend_from_slice(&(key.len() as u32).to_le_bytes());
+        record.extend_from_slice(key.as_bytes());
+        for &p in &peers {
+            for c in 0..conns {
+                let (h, l) = net.listen(0).map_err(net_err)?;
+                record.extend_from_slice(&h.encode());
+                listens.push(((c, p), l));
+            }
+        }
+        let all = boot.all_gather(&record)?;
+        let deadline = Instant::now() + cfg.deadline.min(oxccl_bootstrap::MAX_LIMIT);
+        let mut sends = HashMap::new();
+        for &q in &peers {
+            let rec = &all[q as usize];
+            let klen = rec.get(..4).map_or(0, |b| {
+                u32::from_le_bytes(b.try_into().expect("4 bytes")) as usize
+            });
+            let theirs = rec.get(4..4 + klen).unwrap_or_default();
+            if theirs != key.as_bytes() {
+                return Err(HostError::Net(format!(
+                    "rank {q} configures the network as {:?}, rank {me} as {key:?}: configure every rank alike",
+                    String::from_utf8_lossy(theirs)
+                )));
+            }
+            // Our place among q's peers (q lists every rank but itself).
+            let slot = if me < q { me } else { me - 1 } as usize;
+            for c in 0..conns {
+                let at = 4 + klen + (slot * conns + c) * Handle::BYTES;
+                let bytes = rec.get(at..at + Handle::BYTES).unwrap_or_default();
+                let h = Handle::decode(bytes, boot.magic()).map_err(|e| {
+                    HostError::Net(format!("rank {q} sent a bad handle for channel {c}: {e}"))
+                })?;
+                let s = loop {
+                    if let Some(s) = net.connect(0, &h).map_err(|e| {
+                        HostError::Net(format!(
+                            "rank {me}: connecting to rank {q} on channel {c}: {e}"
+                        ))
+                    })? {
+                        break s;
+                    }
+                    wait_or_timeout(deadline, me, q, c, "connect")?;
+                };
+                sends.insert((c, q), s);
+            }
+        }
+        let mut recvs = HashMap::new();
+        for ((c, p), l) in listens {
+            let r = loop {
+                if let Some(r) = net.accept(l).map_err(|e| {
+                    HostError::Net(format!(
+                        "rank {me}: accepting rank {p}'s connection on channel {c}: {e}"
+                    ))
+                })? {
+                    break r;
+                }
+                wait_or_timeout(deadline, me, p, c, "accept")?;
+            };
+            let _ = net.close_listen(l);
+            recvs.insert((c, p), r);
+        }
+        let ctl_sends: HashMap<Rank, SendComm> = peers
+            .iter()
+            .filter_map(|&p| sends.remove(&(nch, p)).map(|s| (p, s)))
+            .collect();
+        let controls: Vec<Control> = peers
+            .iter()
+            .filter_map(|&p| recvs.remove(&(nch, p)).map(|r| Control::new(p, r)))
+            .collect();
+        let ctl_recvs = controls.iter().map(|c| c.comm).collect();
+        let via = format!("NET/{}/0", net.name());
+        for c in 0..nch {
+            for &p in &peers {
+                tracing::info!(
+                    "oxccl-host: Channel {c:02} : {me} -> {p} [send] via {via} ({} sockets, {} threads)",
+                    tcfg.nsocks(),
+                    tcfg.nthreads
+                );
+                tracing::info!("oxccl-host: Channel {c:02} : {p} -> {me} [receive] via {via}");
+            }
+        }
+        let sh = Arc::new(Shared {
+            net,
+            me,
+            lost: (0..n).map(|_| Mutex::new(None)).collect(),
+            stop: Default::default(),
+            rank,
+            proxy: parker.unparker().clone(),
+        });
+        let (tx, rx) = unbounded();
+        let sh2 = sh.clone();
+        let proxy = std::thread::Builder::new()
+            .name(format!("oxccl-proxy-r{me}"))
+            .spawn(move || proxy::run(sh2, rx, controls, parker))
+            .map_err(|e| HostError::Net(format!("spawning the proxy thread: {e}")))?;
+        // Nobody sends before every rank has its connections.
+        boot.barrier()?;
+        Ok(NetPart {
+            me,
+            channels: nch,
+            sh,
+            sends,
+            recvs,
+            ctl_sends,
+            ctl_recvs,
+            tx,
+            slots: cfg.slots,
+            proxy: Mutex::new(Some(proxy)),
+            closed: Mutex::new(false),
+            via,
+        })
+    }
+
+    /// A new link `(channel, from, to)` (one end is this rank): hands it
+    /// to the proxy.
+    pub fn attach(&self, link: &Arc<Link>, channel: usize, from: Rank, to: Rank) {
+        let (end, peer) = if from == self.me {
+            match self.sends.get(&(channel, to)) {
+                Some(&s) => (End::Send(s), to),
+                None => return,
+            }
+        } else {
+            match self.recvs.get(&(channel, from)) {
+                Some(&r) => (End::Recv(r), from),
+                None => return,
+            }
+        };
+        let _ = self
+            .tx
+            .send(Entry::new(link.clone(), end, peer, channel, self.slots));
+        self.kick();
+    }
+
+    /// Wakes the proxy: the executor published or drained a slot.
+    pub fn kick(&self) {
+        self.sh.proxy.unpark();
+    }
+
+    /// Why `peer` is lost, once it is (and that is settled).
+    pub fn lost(&self, peer: Rank) -> Option<String> {
+        self.sh.lost(peer)
+    }
+
+    /// Tells every peer why this rank failed (if it did: `reason`), closes
+    /// every connection (peers see them closed), then stops the proxy.
+    /// Idempotent.
+    pub fn shutdown(&self, reason: Option<&str>) {
+        let mut closed = self.closed.lock();
+        if *closed {
+            return;
+        }
+        *closed = true;
+        let net = &*self.sh.net;
+        if let Some(reason) = reason {
+            let mut bytes = reason.as_bytes().to_vec();
+            bytes.truncate(REASON_BYTES);
+            let mut reqs = Vec::new();
+            for &s in self.ctl_sends.values() {
+                let ptr = bytes.as_mut_ptr();
+                let sent = net
+                    .reg_mr(oxccl_net::Comm::Send(s), ptr, bytes.len(), MemKind::Host)
+                    // SAFETY: `bytes` lives until every connection is
+                    // closed below.
+                    .and_then(|mr| unsafe { net.isend(s, ptr, bytes.len(), u32::MAX, mr) });
+                if let Ok(Some(r)) = sent {
+                    reqs.push(r);
+                }
+            }
+            // A few bytes into each socket's buffer: short, but bounded.
+            let until = Instant::now() + Duration::from_millis(500);
+            while !reqs.is_empty() && Instant::now() < until {
+                reqs.retain(|&r| matches!(net.test(r), Ok(None)));
+                std::thread::yield_now();
+            }
+        }
+        for &s in self.sends.values().chain(self.ctl_sends.values()) {
+            let _ = net.close_send(s);
+        }
+        for &r in self.recvs.values().chain(&self.ctl_recvs) {
+            let _ = net.close_recv(r);
+        }
+        self.sh.stop.store(true, Ordering::Release);
+        self.kick();
+        if let Some(h) = self.proxy.lock().take() {
+            if h.thread().id() != std::thread::current().id() {
+                let _ = h.join();
+            }
+        }
+    }
+}
+
+impl Drop for NetPart {
+    fn drop(&mut self) {
+        self.shutdown(None);
+    }
+}
+
+/// Sleeps a little before asking the transport again, or fails once
+/// `deadline` has passed.
+fn wait_or_timeout(
+    deadline: Instant,
+    me: Rank,
+    peer: Rank,
+    channel: usize,
+    what: &str,
+) -> Result<(), HostError> {
+    if Instant::now() >= deadline {
+        return Err(HostError::Net(format!(
+            "rank {me}: deadline expired waiting to {what} rank {peer}'s connection on channel {channel}"
+        )));
+    }
+    std::thread::sleep(Duration::from_millis(1));
+    Ok(())
+}

@@ -1,0 +1,316 @@
+//! The proxy thread (NCCL's proxy): it moves each network link's FIFO
+//! messages between the link's slots in this process and the transport.
+//!
+//! Sending end: message `seq` goes out once the executor has published it
+//! (`tail > seq`), at most `slots` in flight; when the transport reports it
+//! sent, the slot goes back to the executor (`head = seq + 1`). Receiving
+//! end: a receive is posted into slot `seq` once the executor has drained
+//! it (`seq - head < slots`); when it completes, the message is published
+//! (`tail = seq + 1`). So the receiver's slots bound what is in flight, as
+//! in shared memory: ordering and flow control are the FIFO's own.
+//!
+//! A failed request marks its peer lost (with why); the executor, blocked
+//! on that peer, fails the call naming rank, peer, channel and step.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam::channel::Receiver;
+use crossbeam::sync::{Parker, Unparker};
+use crossbeam::utils::Backoff;
+use oxccl_core::plan::Rank;
+use oxccl_net::{Comm, MemHandle, MemKind, Net, NetError, RecvComm, Request, SendComm};
+use parking_lot::Mutex;
+
+use crate::fifo::Link;
+
+/// Which end of a connection a link is.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum End {
+    Send(SendComm),
+    Recv(RecvComm),
+}
+
+/// What the proxy and the fabric share.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub net: Arc<dyn Net>,
+    pub me: Rank,
+    /// Why each peer is lost, once it is.
+    pub lost: Box<[Mutex<Option<Lost>>]>,
+    pub stop: AtomicBool,
+    /// Wakes this process's rank (the executor parks on it).
+    pub rank: Unparker,
+    /// Wakes the proxy.
+    pub proxy: Unparker,
+}
+
+impl Shared {
+    /// Records why `peer` is lost: its own report (`reported`, from its
+    /// control connection) wins over a connection seen failing.
+    pub fn lose(&self, peer: Rank, why: String, reported: bool) {
+        let mut l = self.lost[peer as usize].lock();
+        if l.as_ref().is_none_or(|l| reported && !l.reported) {
+            tracing::debug!(rank = self.me, peer, %why, "oxccl-host: network peer lost");
+            *l = Some(Lost {
+                at: Instant::now(),
+                why,
+                reported,
+            });
+        }
+        drop(l);
+        self.rank.unpark();
+    }
+
+    /// Why `peer` is lost, once that is settled: its report, or a failed
+    /// connection seen at least [`REPORT_GRACE`] ago (the report travels
+    /// on another socket and may come a little later).
+    pub fn lost(&self, peer: Rank) -> Option<String> {
+        let l = self.lost.get(peer as usize)?.lock();
+        let l = l.as_ref()?;
+        (l.reported || l.at.elapsed() >= REPORT_GRACE).then(|| l.why.clone())
+    }
+}
+
+/// How long a failed connection waits for the peer's own report.
+pub(crate) const REPORT_GRACE: Duration = Duration::from_millis(200);
+
+/// Why a peer is lost.
+#[derive(Debug)]
+pub(crate) struct Lost {
+    at: Instant,
+    why: String,
+    /// The peer said so itself (its failure reason).
+    reported: bool,
+}
+
+impl Shared {}
+
+/// One link the proxy serves.
+#[derive(Debug)]
+pub(crate) struct Entry {
+    pub link: Arc<Link>,
+    pub end: End,
+    pub peer: Rank,
+    pub channel: usize,
+    mr: Option<MemHandle>,
+    /// Next message number to send or to post a receive for.
+    next: u64,
+    inflight: VecDeque<(u64, Request)>,
+    slots: usize,
+    dead: bool,
+}
+
+impl Entry {
+    pub fn new(link: Arc<Link>, end: End, peer: Rank, channel: usize, slots: usize) -> Entry {
+        Entry {
+            link,
+            end,
+            peer,
+            channel,
+            mr: None,
+            next: 0,
+            inflight: VecDeque::new(),
+            slots,
+            dead: false,
+        }
+    }
+
+    fn fail(&mut self, sh: &Shared, seq: u64, e: &NetError) {
+        self.dead = true;
+        let dir = match self.end {
+            End::Send(_) => format!("to rank {}", self.peer),
+            End::Recv(_) => format!("from rank {}", self.peer),
+        };
+        sh.lose(
+            self.peer,
+            format!(
+                "the network connection {dir} on channel {} failed at message {seq}: {e}",
+                self.channel
+            ),
+            false,
+        );
+    }
+
+    /// Moves what can move now; `true` if anything did.
+    fn progress(&mut self, sh: &Shared) -> bool {
+        if self.dead {
+            return false;
+        }
+        let net = &*sh.net;
+        let mr = match self.mr {
+            Some(m) => m,
+            None => {
+                let (base, len) = self.link.region();
+                let comm = match self.end {
+                    End::Send(s) => Comm::Send(s),
+                    End::Recv(r) => Comm::Recv(r),
+                };
+                match net.reg_mr(comm, base, len, MemKind::Host) {
+                    Ok(m) => *self.mr.insert(m),
+                    Err(e) => {
+                        self.fail(sh, 0, &e);
+                        return false;
+                    }
+                }
+            }
+        };
+        let mut moved = false;
+        // Completions, oldest first (a connection completes in order).
+        while let Some(&(seq, req)) = self.inflight.front() {
+            match net.test(req) {
+                Ok(None) => break,
+                Ok(Some(bytes)) => {
+                    self.inflight.pop_front();
+                    match self.end {
+                        End::Send(_) => self.link.release(seq),
+                        End::Recv(_) => self.link.publish(seq, bytes),
+                    }
+                    sh.rank.unpark();
+                    moved = true;
+                }
+                Err(e) => {
+                    self.fail(sh, seq, &e);
+                    return moved;
+                }
+            }
+        }
+        // New requests, while the FIFO allows.
+        while self.inflight.len() < self.slots {
+            let seq = self.next;
+            let started = match self.end {
+                End::Send(s) => {
+                    let Some((ptr, len)) = self.link.published(seq) else {
+                        break;
+                    };
+                    // SAFETY: the slot stays the proxy's (the executor does
+                    // not reuse it) until `release(seq)` after completion;
+                    // the link outlives the connection (`close` comes first).
+                    unsafe { net.isend(s, ptr, len, self.channel as u32, mr) }
+                }
+                End::Recv(r) => {
+                    let Some(ptr) = self.link.free_slot(seq) else {
+                        break;
+                    };
+                    // SAFETY: the slot was drained by the executor and is
+                    // not read again until `publish(seq)`; as above for
+                    // lifetime.
+                    unsafe { net.irecv(r, ptr, self.link.stride(), self.channel as u32, mr) }
+                }
+            };
+            match started {
+                Ok(Some(req)) => {
+                    self.inflight.push_back((seq, req));
+                    self.next += 1;
+                    moved = true;
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    self.fail(sh, seq, &e);
+                    return moved;
+                }
+            }
+        }
+        moved
+    }
+}
+
+/// Longest failure reason a peer may send (longer ones are cut).
+pub(crate) const REASON_BYTES: usize = 4096;
+
+/// The receiving end of a peer's control connection: the one message it
+/// ever carries is why the peer failed, sent just before it closes its
+/// connections, so a rank blocked on a peer that failed because of a third
+/// one names the whole chain.
+#[derive(Debug)]
+pub(crate) struct Control {
+    pub peer: Rank,
+    pub comm: RecvComm,
+    buf: Box<[u8; REASON_BYTES]>,
+    req: Option<Request>,
+    done: bool,
+}
+
+impl Control {
+    pub fn new(peer: Rank, comm: RecvComm) -> Control {
+        Control {
+            peer,
+            comm,
+            buf: Box::new([0; REASON_BYTES]),
+            req: None,
+            done: false,
+        }
+    }
+
+    fn progress(&mut self, sh: &Shared) -> bool {
+        if self.done {
+            return false;
+        }
+        let net = &*sh.net;
+        let Some(req) = self.req else {
+            let ptr = self.buf.as_mut_ptr();
+            let posted = net
+                .reg_mr(Comm::Recv(self.comm), ptr, REASON_BYTES, MemKind::Host)
+                // SAFETY: `buf` is boxed (it does not move) and lives in
+                // this entry, which outlives the connection (closed before
+                // the proxy lets go of its entries).
+                .and_then(|mr| unsafe { net.irecv(self.comm, ptr, REASON_BYTES, u32::MAX, mr) });
+            match posted {
+                Ok(r) => self.req = r,
+                Err(_) => self.done = true,
+            }
+            return true;
+        };
+        match net.test(req) {
+            Ok(None) => false,
+            Ok(Some(n)) => {
+                self.done = true;
+                let why = String::from_utf8_lossy(&self.buf[..n.min(REASON_BYTES)]);
+                sh.lose(self.peer, format!("rank {} failed: {why}", self.peer), true);
+                true
+            }
+            // Closed without a reason: the data connections tell the rest.
+            Err(_) => {
+                self.done = true;
+                false
+            }
+        }
+    }
+}
+
+/// The proxy's loop: serve every link, park when nothing moves.
+pub(crate) fn run(
+    sh: Arc<Shared>,
+    rx: Receiver<Entry>,
+    mut controls: Vec<Control>,
+    parker: Parker,
+) {
+    let mut entries: Vec<Entry> = Vec::new();
+    let backoff = Backoff::new();
+    while !sh.stop.load(Ordering::Acquire) {
+        while let Ok(e) = rx.try_recv() {
+            entries.push(e);
+        }
+        let mut moved = false;
+        for c in &mut controls {
+            moved |= c.progress(&sh);
+        }
+        for e in &mut entries {
+            moved |= e.progress(&sh);
+        }
+        if moved {
+            backoff.reset();
+        } else if backoff.is_completed() {
+            parker.park_timeout(std::time::Duration::from_millis(50));
+            backoff.reset();
+        } else {
+            backoff.snooze();
+        }
+    }
+    // The links' slots must outlive the requests naming them: the owner
+    // closed every connection (joining its threads) before setting `stop`.
+    drop(entries);
+    drop(controls);
+}
