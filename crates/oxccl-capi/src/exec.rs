@@ -7,10 +7,10 @@
 //! overflows. Buffers a rank does not use (a non-root's Broadcast source,
 //! Reduce/Gather destination, Scatter source) are not checked, as NCCL.
 
-use std::ffi::c_int;
+use std::ffi::{c_int, c_void};
 use std::sync::Arc;
 
-use oxccl::{CollKind, Communicator, DataType, Element, Group, In, Out, RedOp};
+use oxccl::{CollKind, DataType, Element, Group, RawStream, RedOp};
 
 use crate::abi::CudaStream;
 use crate::error::{CError, CResult};
@@ -30,16 +30,12 @@ pub struct Call {
     pub what: What,
     pub send: usize,
     pub recv: usize,
-    /// Elements of the send and receive buffers on this rank (0: unused).
-    pub send_len: usize,
-    pub recv_len: usize,
     pub count: usize,
     pub dtype: DataType,
     pub op: RedOp,
     /// Root of rooted collectives, peer of Send/Recv.
     pub root: u32,
     /// The caller's `cudaStream_t` (ignored on the host backend).
-    #[allow(dead_code)] // read by the device path, once the facade takes streams (issue 10)
     pub stream: usize,
 }
 
@@ -125,8 +121,6 @@ pub fn check(c: &CComm, raw: Raw) -> CResult<Call> {
         what: raw.what,
         send: raw.send as usize,
         recv: raw.recv as usize,
-        send_len,
-        recv_len,
         count: raw.count,
         dtype: dt,
         op,
@@ -167,23 +161,27 @@ fn check_ptr(what: &str, addr: usize, len: usize, dt: DataType) -> CResult<()> {
     Ok(())
 }
 
-/// Runs one call now (outside a group).
+/// Runs one call now (outside a group): enqueued on the caller's stream
+/// (CUDA) or done before returning (host).
 pub fn run(c: &Arc<CComm>, call: &Call) -> CResult<()> {
     let comm = c.get()?;
-    if call.count == 0 {
-        return Ok(());
-    }
-    match c.space()? {
-        Space::Host => {
-            let mut temp = Vec::new();
-            prepare_temp(call, &mut temp);
-            // SAFETY: `check` verified the pointers; the caller (NCCL's
-            // contract) keeps them valid for `len` elements until the call
-            // completes, which on the host backend is before it returns.
-            unsafe { typed!(call.dtype, run_host(comm, call, &temp)) }
+    let s = RawStream(call.stream as u64);
+    let (send, recv) = (call.send as *const c_void, call.recv as *mut c_void);
+    // SAFETY: `check` verified the pointers (non-null where used, aligned,
+    // not wrapping) and the stream is the caller's; NCCL's contract, which
+    // the caller accepted, is the raw entry points' own: device (host,
+    // on the host backend) memory of the sizes the call implies, left
+    // alone until the stream has passed the call.
+    let r = unsafe {
+        match call.what {
+            What::Coll(k) => {
+                comm.collective_raw(k, send, recv, call.count, call.dtype, call.op, call.root, s)
+            }
+            What::Send => comm.send_raw(send, call.count, call.dtype, call.root, s),
+            What::Recv => comm.recv_raw(recv, call.count, call.dtype, call.root, s),
         }
-        Space::Device => Err(device_unbuilt()),
-    }
+    };
+    r.map_err(CError::from)
 }
 
 /// One operation waiting for its group's end.
@@ -191,120 +189,42 @@ pub fn run(c: &Arc<CComm>, call: &Call) -> CResult<()> {
 pub struct Pending {
     pub comm: Arc<CComm>,
     pub call: Call,
-    temp: Vec<u64>,
 }
 
 impl Pending {
     pub fn new(comm: Arc<CComm>, call: Call) -> Pending {
-        Pending {
-            comm,
-            call,
-            temp: Vec::new(),
-        }
+        Pending { comm, call }
     }
 }
 
 /// Runs a group's operations together (one facade group).
-pub fn run_group(ops: &mut [Pending]) -> CResult<()> {
-    for p in ops.iter_mut() {
-        p.comm.get()?;
-        if p.comm.space()? == Space::Device {
-            return Err(device_unbuilt());
-        }
-        prepare_temp(&p.call, &mut p.temp);
-    }
+pub fn run_group(ops: &[Pending]) -> CResult<()> {
     let mut g = Group::new();
-    for p in ops.iter() {
-        if p.call.count == 0 {
-            continue;
-        }
+    for p in ops {
         let comm = p.comm.get()?;
-        // SAFETY: as in `run`; the group ends below, before the borrows end.
-        unsafe { typed!(p.call.dtype, add_host(&mut g, comm, &p.call, &p.temp)) }?;
+        let c = &p.call;
+        let s = RawStream(c.stream as u64);
+        let (send, recv) = (c.send as *const c_void, c.recv as *mut c_void);
+        // SAFETY: as in `run`, until the stream has passed the group's end.
+        let r = unsafe {
+            match c.what {
+                What::Coll(k) => {
+                    g.collective_raw(comm, k, send, recv, c.count, c.dtype, c.op, c.root, s)
+                }
+                What::Send => g.send_raw(comm, send, c.count, c.dtype, c.root, s),
+                What::Recv => g.recv_raw(comm, recv, c.count, c.dtype, c.root, s),
+            }
+        };
+        r?;
     }
     g.end().map_err(CError::from)
 }
 
-fn device_unbuilt() -> CError {
+/// `ncclScalarDevice` where the scalar is in device memory.
+pub fn scalar_device_unsupported() -> CError {
     CError::usage(
-        "device buffers through the C ABI need the facade's raw entry point (issue 10), not landed in this build; run with OXCCL_BACKEND=host",
+        "ncclScalarDevice on a GPU communicator is not supported yet: pass the scalar as ncclScalarHostImmediate",
     )
-}
-
-/// Whether two byte ranges share memory.
-fn overlap(a: usize, alen: usize, b: usize, blen: usize) -> bool {
-    alen > 0 && blen > 0 && a < b + blen && b < a + alen
-}
-
-/// When the send buffer overlaps the receive buffer (NCCL's in-place
-/// layouts), a copy of the send data in `temp`, so the Rust slices handed
-/// to the facade never alias.
-fn prepare_temp(call: &Call, temp: &mut Vec<u64>) {
-    let es = call.dtype.size();
-    let (sb, rb) = (call.send_len * es, call.recv_len * es);
-    temp.clear();
-    if overlap(call.send, sb, call.recv, rb) {
-        temp.resize(sb.div_ceil(8), 0);
-        // SAFETY: `check` verified `sb` bytes at `send`; `temp` holds them.
-        unsafe {
-            std::ptr::copy_nonoverlapping(call.send as *const u8, temp.as_mut_ptr() as *mut u8, sb)
-        };
-    }
-}
-
-/// The call's send and receive buffers as the facade takes them.
-///
-/// # Safety
-/// The checked pointers must be valid host memory for their lengths for
-/// `'a`, and `temp` as `prepare_temp` left it.
-unsafe fn host_args<'a, T: Element>(call: &Call, temp: &'a [u64]) -> (In<'a, T>, Out<'a, T>) {
-    let send: &'a [T] = if call.send_len == 0 {
-        &[]
-    } else if !temp.is_empty() {
-        // SAFETY: temp holds a copy of the send bytes, 8-byte aligned.
-        unsafe { std::slice::from_raw_parts(temp.as_ptr() as *const T, call.send_len) }
-    } else {
-        // SAFETY: the caller's contract; checked non-null and aligned.
-        unsafe { std::slice::from_raw_parts(call.send as *const T, call.send_len) }
-    };
-    let recv: &'a mut [T] = if call.recv_len == 0 {
-        &mut []
-    } else {
-        // SAFETY: as above; `send` does not alias it (see prepare_temp).
-        unsafe { std::slice::from_raw_parts_mut(call.recv as *mut T, call.recv_len) }
-    };
-    (send.into(), recv.into())
-}
-
-/// # Safety
-/// See [`host_args`].
-unsafe fn run_host<T: Element>(comm: &Communicator, call: &Call, temp: &[u64]) -> CResult<()> {
-    // SAFETY: forwarded.
-    let (send, recv) = unsafe { host_args::<T>(call, temp) };
-    let r = match call.what {
-        What::Coll(k) => comm.collective(k, send, recv, call.op, call.root),
-        What::Send => comm.send(send, call.root),
-        What::Recv => comm.recv(recv, call.root),
-    };
-    r.map_err(CError::from)
-}
-
-/// # Safety
-/// See [`host_args`].
-unsafe fn add_host<'a, T: Element>(
-    g: &mut Group<'a>,
-    comm: &'a Communicator,
-    call: &Call,
-    temp: &'a [u64],
-) -> CResult<()> {
-    // SAFETY: forwarded.
-    let (send, recv) = unsafe { host_args::<T>(call, temp) };
-    let r = match call.what {
-        What::Coll(k) => g.collective(comm, k, send, recv, call.op, call.root),
-        What::Send => g.send(comm, send, call.root),
-        What::Recv => g.recv(comm, recv, call.root),
-    };
-    r.map_err(CError::from)
 }
 
 /// A PreMulSum scalar at `addr` (`ncclScalarDevice`), read at call time.
@@ -313,7 +233,7 @@ pub fn read_scalar(c: &CComm, addr: usize, dt: DataType) -> CResult<f64> {
         // SAFETY: checked non-null and aligned when the op was made; the
         // caller keeps it valid while the op exists (NCCL's contract).
         Space::Host => Ok(unsafe { typed!(dt, read_host(addr)) }),
-        Space::Device => Err(device_unbuilt()),
+        Space::Device => Err(scalar_device_unsupported()),
     }
 }
 
@@ -353,13 +273,5 @@ mod tests {
             .unwrap_err()
             .msg
             .contains("overflow"));
-    }
-
-    #[test]
-    fn overlap_is_exact() {
-        assert!(overlap(0, 8, 4, 8));
-        assert!(!overlap(0, 8, 8, 8));
-        assert!(!overlap(0, 0, 0, 8));
-        assert!(overlap(16, 4, 0, 32));
     }
 }

@@ -55,8 +55,8 @@ pub struct CComm {
     pub aborted: AtomicBool,
     /// PreMulSum ops: handle `NUM_OPS + i` is slot `i`.
     pub premul: Mutex<Vec<Option<PreMul>>>,
-    /// `ncclCommRegister` records: handle address → (base, bytes).
-    pub registered: Mutex<HashMap<usize, (usize, usize)>>,
+    /// `ncclCommRegister` records: handle address → the facade's.
+    pub registered: Mutex<HashMap<usize, oxccl::Registration>>,
 }
 
 static LIVE: Mutex<Option<HashMap<usize, Arc<CComm>>>> = Mutex::new(None);

@@ -35,7 +35,7 @@ pub extern "C" fn ncclGroupEnd() -> NcclResult {
         for c in &st.inits {
             c.get()?;
         }
-        exec::run_group(&mut st.ops)?;
+        exec::run_group(&st.ops)?;
         Ok(SUCCESS)
     })
 }

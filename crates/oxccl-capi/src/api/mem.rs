@@ -45,9 +45,7 @@ pub unsafe extern "C" fn ncclRedOpCreatePreMulSum(
             abi::SCALAR_HOST_IMMEDIATE => Scalar::Value(unsafe { typed!(dt, read_at(addr)) }),
             abi::SCALAR_DEVICE => {
                 if c.space()? == Space::Device {
-                    return Err(CError::usage(
-                        "ncclScalarDevice on a GPU communicator is not supported yet: pass the scalar as ncclScalarHostImmediate",
-                    ));
+                    return Err(exec::scalar_device_unsupported());
                 }
                 Scalar::At(addr)
             }
@@ -113,8 +111,8 @@ pub extern "C" fn ncclRedOpDestroy(op: NcclRedOp, comm: NcclCommT) -> NcclResult
     })
 }
 
-/// Records a buffer for `comm`. A hint only in this build: plans on
-/// caller memory use FIFO connections whether registered or not.
+/// Registers a buffer with `comm`: calls whose buffers lie in registered
+/// ranges on every rank may run the direct (zero-copy) plans.
 ///
 /// # Safety
 /// `handle` null or writable.
@@ -134,8 +132,12 @@ pub unsafe extern "C" fn ncclCommRegister(
         (buff as usize)
             .checked_add(size)
             .ok_or_else(|| CError::arg("buff + size overflows"))?;
+        // SAFETY: NCCL's contract for registered buffers is the facade's:
+        // the range is one allocation of the rank's memory, kept until
+        // deregistered and while calls on it run.
+        let reg = unsafe { c.get()?.register(buff, size) }?;
         let token = Box::into_raw(Box::new(0u64)) as usize;
-        c.registered.lock().insert(token, (buff as usize, size));
+        c.registered.lock().insert(token, reg);
         // SAFETY: checked by `out`.
         unsafe { outp.write(token as *mut c_void) };
         Ok(SUCCESS)
@@ -147,7 +149,8 @@ pub unsafe extern "C" fn ncclCommRegister(
 pub extern "C" fn ncclCommDeregister(comm: NcclCommT, handle: *mut c_void) -> NcclResult {
     guard("ncclCommDeregister", || {
         let c = handle::lookup(comm)?;
-        c.registered
+        let reg = c
+            .registered
             .lock()
             .remove(&(handle as usize))
             .ok_or_else(|| {
@@ -155,9 +158,11 @@ pub extern "C" fn ncclCommDeregister(comm: NcclCommT, handle: *mut c_void) -> Nc
                     "handle {handle:p} is not a registration of this communicator"
                 ))
             })?;
+        let done = c.get().map(|x| x.deregister(reg));
         // SAFETY: the token was made by Box::into_raw in ncclCommRegister
         // and leaves the table only here, once.
         drop(unsafe { Box::from_raw(handle as *mut u64) });
+        done??;
         Ok(SUCCESS)
     })
 }
