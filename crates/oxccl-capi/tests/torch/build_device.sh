@@ -1,0 +1,18 @@
+#!/bin/bash
+# Fills the folder run_device.sh carries to the GPU machine (default
+# /work/main/.gpu-capi): the release libnccl.so.2, the torch script, the
+# sweep binary and a kernel cache compiled here with NVRTC 13 (see
+# HELPERS.md). Run from the repository root.
+set -euo pipefail
+D=${1:-/work/main/.gpu-capi}
+T=${CARGO_TARGET_DIR:-target}
+mkdir -p "$D"
+cargo build --release -p oxccl-capi -p xtask
+cargo build --release -p oxccl-cuda --example compile_kernels
+cp $T/release/liboxccl_capi.so "$D/libnccl.so.2"
+cp $T/release/xtask "$D/xtask"
+strip "$D/libnccl.so.2" "$D/xtask"
+cp crates/oxccl-capi/tests/torch/check_torch.py crates/oxccl-capi/tests/torch/run_device.sh "$D/"
+mv "$D/run_device.sh" "$D/run.sh"
+LD_LIBRARY_PATH=/work/nvrtc/x/nvidia/cu13/lib OXCCL_CACHE_DIR="$D/cache" $T/release/examples/compile_kernels
+du -sh "$D"
