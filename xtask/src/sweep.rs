@@ -38,6 +38,11 @@
 //! | ReduceScatter | M·(S + S/N) (each reads S, writes S/N) | same |
 //! | AllToAll, Send/Recv | 2·M·S | same |
 //! | Gather, Scatter | 2·S·M/N (the root's S once, the blocks once) | same |
+//!
+//! Over the network transport (ranks on several hosts, or
+//! `NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1`) the ceiling is one plain TCP
+//! stream on rank 0's interface, measured by rank 0 alone in the same run,
+//! and `floor` is busbw divided by it.
 
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
@@ -248,16 +253,31 @@ pub fn run(a: SweepArgs) -> anyhow::Result<()> {
         "# -b {} -e {} -f {} -n {} -w {} -c {} (time: slowest rank, mean per call)",
         a.min_bytes, a.max_bytes, a.factor, a.iters, a.warmup, a.check
     )?;
-    let copy_gbps = if a.baseline {
-        let bytes = a.max_bytes.max(1 << 20);
-        let bw = comms[0].copy_bandwidth(bytes)?;
-        writeln!(
-            out,
-            "# copy ceiling: {bw:.2} GB/s (backend copy of {bytes} bytes, same run)"
-        )?;
-        Some(bw)
-    } else {
+    // Over the network the ceiling is one TCP stream instead, and `floor`
+    // is busbw over it. Rank 0 alone measures (the others print nothing
+    // and wait in the first call), so nothing competes with it.
+    let mut over_net = false;
+    let copy_gbps = if !a.baseline {
         None
+    } else if !lead {
+        Some(f64::NAN)
+    } else {
+        let bytes = a.max_bytes.max(1 << 20);
+        if let Some(bw) = comms[0].stream_bandwidth(bytes).transpose()? {
+            over_net = true;
+            writeln!(
+                out,
+                "# network ceiling: {bw:.2} GB/s (one TCP stream of {bytes} bytes on rank 0's interface, same run); floor = busbw / ceiling"
+            )?;
+            Some(bw)
+        } else {
+            let bw = comms[0].copy_bandwidth(bytes)?;
+            writeln!(
+                out,
+                "# copy ceiling: {bw:.2} GB/s (backend copy of {bytes} bytes, same run)"
+            )?;
+            Some(bw)
+        }
     };
     let nccl = crate::nccl_cols::Baseline::open(&a.nccl, &comms, &mut out)?;
     let mem_ranks = comms[0].ranks_on_busiest_memory();
@@ -327,6 +347,9 @@ pub fn run(a: SweepArgs) -> anyhow::Result<()> {
                     in_place,
                     wrong: m.wrong,
                     floor_ratio: copy_gbps.map(|c| {
+                        if over_net {
+                            return algbw * kind.busbw_factor(n) / c;
+                        }
                         let fb = floor_bytes(kind, n, mem_ranks, bytes as f64, in_place);
                         // C counts read + write: twice the copy ceiling.
                         fb / (2.0 * c * 1e9) / time

@@ -222,6 +222,17 @@ impl HostFabric {
         self.net.as_ref().map(|n| n.via.as_str())
     }
 
+    /// Over the network: the throughput in GB/s of one plain TCP stream
+    /// of `bytes` bytes on this rank's interface, measured now (the
+    /// transport's ceiling per connection); `None` otherwise.
+    pub fn stream_bandwidth(&self, bytes: usize) -> Option<Result<f64, HostError>> {
+        let n = self.net.as_ref()?;
+        Some(
+            oxccl_net::stream_throughput(n.ip, bytes, 3, self.deadline())
+                .map_err(|e| HostError::Net(e.to_string())),
+        )
+    }
+
     /// Whether scratch and `alloc` memory come from a heap peers map.
     pub(crate) fn shared_heap(&self) -> bool {
         self.procs.is_some()

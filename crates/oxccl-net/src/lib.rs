@@ -19,11 +19,13 @@
 mod api;
 pub mod config;
 mod error;
+mod stream;
 mod tcp;
 pub mod wire;
 
 pub use api::{Comm, ListenComm, MemHandle, MemKind, Net, Properties, RecvComm, Request, SendComm};
 pub use config::TcpConfig;
 pub use error::{NetError, WireError};
+pub use stream::stream_throughput;
 pub use tcp::{TcpNet, Waker};
 pub use wire::Handle;

@@ -377,6 +377,14 @@ impl Communicator {
         self.clique.backend.copy_bandwidth(bytes)
     }
 
+    /// Ranks over the network: one plain TCP stream's throughput in GB/s
+    /// on this rank's interface, measured on `bytes` (the transport's
+    /// ceiling per connection); `None` when the ranks do not talk over the
+    /// network.
+    pub fn stream_bandwidth(&self, bytes: usize) -> Option<Result<f64>> {
+        self.clique.backend.stream_bandwidth(bytes)
+    }
+
     /// Any collective, by kind: the generic entry point the typed methods,
     /// the sweep and the tests share. Counts come from the buffers (see
     /// [`oxccl_core::Collective`] for each collective's layout); `op` is

@@ -51,6 +51,8 @@ pub(crate) struct NetPart {
     closed: Mutex<bool>,
     /// How connections are named in logs: `NET/Socket/0`.
     pub via: String,
+    /// This rank's address on the network.
+    pub ip: std::net::IpAddr,
 }
 
 fn net_err(e: NetError) -> HostError {
@@ -205,6 +207,7 @@ impl NetPart {
             proxy: Mutex::new(Some(proxy)),
             closed: Mutex::new(false),
             via,
+            ip,
         })
     }
 

@@ -293,6 +293,11 @@ impl Backend for CudaStaged {
         Some(self.on_device)
     }
 
+    fn stream_bandwidth(&self, bytes: usize) -> Option<Result<f64, Error>> {
+        // Staged ranks talk through the host backend.
+        self.host.stream_bandwidth(bytes)
+    }
+
     fn copy_bandwidth(&self, bytes: usize) -> Result<f64, Error> {
         let secs = self
             .world

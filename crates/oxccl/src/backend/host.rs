@@ -248,6 +248,12 @@ impl Backend for HostBackend {
         Ok(Box::new(HostTimer { start: None }))
     }
 
+    fn stream_bandwidth(&self, bytes: usize) -> Option<Result<f64, Error>> {
+        self.fabric
+            .stream_bandwidth(bytes)
+            .map(|r| r.map_err(map_error))
+    }
+
     fn copy_bandwidth(&self, bytes: usize) -> Result<f64, Error> {
         let src = vec![1u8; bytes.max(1)];
         let mut dst = vec![0u8; bytes.max(1)];

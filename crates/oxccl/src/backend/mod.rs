@@ -391,4 +391,12 @@ pub trait Backend: Send + Sync + Debug {
     /// as `bytes`), measured by copying `bytes` bytes: host single-thread
     /// memcpy, CUDA `cuMemcpyDtoD`. The sweep's `--baseline`.
     fn copy_bandwidth(&self, bytes: usize) -> Result<f64, Error>;
+
+    /// Ranks over the network: the transport's ceiling per connection,
+    /// one plain TCP stream of `bytes` bytes on this rank's interface, in
+    /// GB/s, measured now. `None` when the ranks do not talk over the
+    /// network. The sweep's `--baseline` there.
+    fn stream_bandwidth(&self, _bytes: usize) -> Option<Result<f64, Error>> {
+        None
+    }
 }
