@@ -142,6 +142,16 @@ fn bad_arguments_are_refused_and_nothing_is_written() {
 }
 
 #[test]
+fn nccl_comm_id_names_the_root() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let id = format!("127.0.0.1:{port}");
+    run("commid", 3, &[("NCCL_COMM_ID", &id)], LIMIT);
+}
+
+#[test]
 fn a_failing_scenario_is_reported() {
     // The harness itself can fail: an unknown scenario exits non-zero.
     let r = std::panic::catch_unwind(|| run("no-such-scenario", 1, &[], LIMIT));

@@ -654,6 +654,18 @@ static void scenario_badargs(void) {
   NCCL_OK(ncclCommDestroy(comm));
 }
 
+/* NCCL_COMM_ID names the root: every rank makes the same id itself. */
+static void scenario_commid(void) {
+  ncclUniqueId id;
+  ncclComm_t comm;
+  NCCL_OK(ncclGetUniqueId(&id));
+  NCCL_OK(ncclCommInitRank(&comm, g_nranks, id, g_rank));
+  int32_t v[4] = {1, 1, 1, 1};
+  NCCL_OK(ncclAllReduce(v, v, 4, ncclInt32, ncclSum, comm, NULL));
+  CHECK(v[3] == g_nranks, "allreduce over NCCL_COMM_ID: %d", v[3]);
+  NCCL_OK(ncclCommDestroy(comm));
+}
+
 int main(int argc, char **argv) {
   if (argc != 5) {
     fprintf(stderr, "usage: %s SCENARIO RANK NRANKS DIR\n", argv[0]);
@@ -671,6 +683,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(s, "nonblocking")) scenario_nonblocking();
   else if (!strcmp(s, "configs")) scenario_configs();
   else if (!strcmp(s, "badargs")) scenario_badargs();
+  else if (!strcmp(s, "commid")) scenario_commid();
   else {
     fprintf(stderr, "unknown scenario %s\n", s);
     return 100;
