@@ -13,6 +13,7 @@
 //! - [`Bootstrap::all_gather`], [`Bootstrap::broadcast`],
 //!   [`Bootstrap::barrier`]: small collective calls over that ring, for
 //!   the layers above (shared-memory setup, `split`, the C ABI).
+//! - [`PeerWatch`]: a thread that notices a peer process's exit.
 //! - [`FdMailbox`]: file descriptors between processes of one machine
 //!   (`SCM_RIGHTS` over abstract Unix sockets).
 //!
@@ -31,6 +32,7 @@ pub mod iface;
 mod ring;
 mod root;
 mod sock;
+mod watch;
 pub mod wire;
 
 pub use desc::{host_identity, DeviceInfo, RankDesc, MAX_RANKS};
@@ -38,6 +40,7 @@ pub use error::{BootstrapError, WireError};
 pub use fdpass::{FdMailbox, MAX_FDS};
 pub use id::{IdInfo, UniqueId, COMM_ID_MAGIC};
 pub use ring::{Bootstrap, MAX_RECORD};
+pub use watch::PeerWatch;
 
 /// The longest wait the bootstrap takes: a caller's "no deadline"
 /// (`Duration::MAX`) becomes a year, which instants can represent.

@@ -4,16 +4,15 @@
 //! in the sleeper's segment), and the watcher that notices a peer process
 //! dying (a pidfd per peer) and fails the fabric, naming the peer.
 
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use oxccl_bootstrap::Bootstrap;
+use oxccl_bootstrap::{Bootstrap, PeerWatch};
 use oxccl_core::plan::Rank;
 use parking_lot::Mutex;
-use rustix::event::{poll, PollFd, PollFlags, Timespec};
+use rustix::event::Timespec;
 use rustix::thread::futex;
 
 use crate::error::HostError;
@@ -37,8 +36,7 @@ pub(crate) struct Procs {
     heap: Mutex<Heap>,
     pids: Vec<u32>,
     dead: Box<[AtomicBool]>,
-    stop: Arc<AtomicBool>,
-    watcher: Mutex<Option<JoinHandle<()>>>,
+    watcher: Mutex<Option<PeerWatch>>,
 }
 
 fn ts(d: Duration) -> Timespec {
@@ -103,30 +101,24 @@ impl Procs {
             heap: Mutex::new(Heap::new(lay.heap, lay.total)),
             pids: boot.descs().iter().map(|d| d.pid).collect(),
             dead: (0..n).map(|_| AtomicBool::new(false)).collect(),
-            stop: Arc::new(AtomicBool::new(false)),
             watcher: Mutex::new(None),
         })
     }
 
-    /// Starts the thread that watches peers' processes.
+    /// Starts the thread that watches peers' processes: the first to exit
+    /// fails the fabric, naming it.
     pub fn watch(&self, fab: Weak<HostFabric>) -> Result<(), HostError> {
-        let mut fds: Vec<(Rank, u32, OwnedFd)> = Vec::new();
-        for (r, &pid) in self.pids.iter().enumerate() {
-            if r as Rank == self.me {
-                continue;
+        let peers = (0..self.pids.len() as u32)
+            .filter(|&r| r != self.me)
+            .map(|r| (r, self.pids[r as usize]))
+            .collect();
+        let w = PeerWatch::start_pids(self.me, peers, move |r, pid| {
+            if let Some(fab) = fab.upgrade() {
+                fab.peer_lost(r, pid);
             }
-            let p = rustix::process::Pid::from_raw(pid as i32)
-                .ok_or_else(|| HostError::Shm(format!("rank {r} has pid {pid}")))?;
-            let fd = rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty())
-                .map_err(|e| HostError::Shm(format!("watching rank {r} (pid {pid}): {e}")))?;
-            fds.push((r as Rank, pid, fd));
-        }
-        let stop = self.stop.clone();
-        let h = std::thread::Builder::new()
-            .name(format!("oxccl-watch-r{}", self.me))
-            .spawn(move || watch(fab, fds, stop))
-            .map_err(|e| HostError::Shm(format!("spawning the peer watcher: {e}")))?;
-        *self.watcher.lock() = Some(h);
+        })
+        .map_err(|e| HostError::Shm(e.to_string()))?;
+        *self.watcher.lock() = Some(w);
         Ok(())
     }
 
@@ -326,38 +318,7 @@ impl Procs {
 
 impl Drop for Procs {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Release);
-        if let Some(h) = self.watcher.lock().take() {
-            // The watcher may hold the last strong reference only
-            // transiently; it never joins itself.
-            if h.thread().id() != std::thread::current().id() {
-                let _ = h.join();
-            }
-        }
-    }
-}
-
-/// Polls the peers' pidfds; the first to exit fails the fabric.
-fn watch(fab: Weak<HostFabric>, mut fds: Vec<(Rank, u32, OwnedFd)>, stop: Arc<AtomicBool>) {
-    while !stop.load(Ordering::Acquire) && !fds.is_empty() {
-        let mut pfds: Vec<PollFd<'_>> = fds
-            .iter()
-            .map(|(_, _, fd)| PollFd::new(fd, PollFlags::IN))
-            .collect();
-        if poll(&mut pfds, Some(&ts(Duration::from_millis(100)))).unwrap_or(0) == 0 {
-            continue;
-        }
-        let gone: Vec<usize> = pfds
-            .iter()
-            .enumerate()
-            .filter(|(_, p)| !p.revents().is_empty())
-            .map(|(i, _)| i)
-            .collect();
-        drop(pfds);
-        let Some(fab) = fab.upgrade() else { return };
-        for &i in gone.iter().rev() {
-            let (r, pid, _) = fds.swap_remove(i);
-            fab.peer_lost(r, pid);
-        }
+        // Stops the watcher (joined unless this is the watcher itself).
+        drop(self.watcher.lock().take());
     }
 }

@@ -22,6 +22,9 @@ impl World {
     /// The connection or semaphore memory for `key`, created on first use
     /// in the receiver's device memory.
     pub(super) fn link(&self, kind: LinkKind, key: LinkKey) -> Result<u64> {
+        if let Some(sh) = &self.shared {
+            return sh.link(kind, key);
+        }
         let mut links = lock(&self.links);
         if let Some(m) = links.get(&(kind, key)) {
             return Ok(m.ptr);

@@ -22,6 +22,7 @@ mod failure;
 mod launch;
 mod links;
 mod memory;
+mod procs;
 mod streams;
 mod upload;
 
@@ -39,6 +40,7 @@ use crate::layout::MAX_BUFS;
 
 pub use launch::scale_bits;
 use links::LinkKind;
+pub use procs::Exchange;
 use upload::PlanCache;
 pub use upload::Prepared;
 
@@ -127,6 +129,8 @@ pub struct World {
     /// Freed memory whose release event could not be recorded: never
     /// reused (nothing says when its last use ends), freed with the clique.
     leaked: Mutex<Vec<DevMem>>,
+    /// Ranks as processes: every rank's link arena, mapped here (`procs`).
+    shared: Option<procs::SharedLinks>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -137,6 +141,10 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl World {
     pub fn new(cfg: WorldConfig) -> Result<Arc<World>> {
+        World::make(cfg).map(Arc::new)
+    }
+
+    fn make(cfg: WorldConfig) -> Result<World> {
         if cfg.devices.is_empty() {
             return Err(CudaError::Invalid(
                 "a clique needs at least one rank".into(),
@@ -209,7 +217,7 @@ impl World {
         // Buffer bases per rank, published by every launch.
         let ptr_table = DevMem::zeroed(&devices[0].ctx, nranks * MAX_BUFS * 8)?;
         let host_words = HostMapped::zeroed(&devices[0].ctx, 64)?;
-        Ok(Arc::new(World {
+        Ok(World {
             cfg,
             devices,
             rank_dev,
@@ -219,7 +227,8 @@ impl World {
             host_words,
             live: Mutex::new(HashMap::new()),
             leaked: Mutex::new(Vec::new()),
-        }))
+            shared: None,
+        })
     }
 
     pub fn nranks(&self) -> u32 {

@@ -34,7 +34,46 @@ pub fn create(opts: &BackendOptions) -> Result<Arc<dyn Backend>, Error> {
     let info = oxccl_cuda::available().map_err(|e| Error::BackendUnavailable(e.to_string()))?;
     let cfg = WorldConfig::round_robin(opts.nranks, info.devices.len() as i32, opts.deadline);
     let world = World::new(cfg).map_err(map_error)?;
-    Ok(Arc::new(CudaBackend { world }))
+    Ok(Arc::new(CudaBackend { world, procs: None }))
+}
+
+/// The CUDA backend of this process's rank of a process clique whose
+/// kernels may wait on each other (MPS, or one rank per GPU): `devices`
+/// has every rank's ordinal. Links are shared by IPC
+/// (`World::across_processes`); a watcher aborts this rank's waits when a
+/// peer process exits. Every rank fails alike if any cannot share.
+pub(crate) fn create_procs(
+    boot: &oxccl_bootstrap::Bootstrap,
+    opts: &BackendOptions,
+    devices: Vec<i32>,
+) -> Result<Arc<dyn Backend>, Error> {
+    let mut cfg = WorldConfig::round_robin(opts.nranks, 1, opts.deadline);
+    cfg.devices = devices;
+    let me = boot.rank();
+    let mut ex = |m: &[u8]| boot.all_gather(m).map_err(|e| e.to_string());
+    let world = World::across_processes(cfg, me, &mut ex).map_err(map_error)?;
+    let w = world.clone();
+    let watch = oxccl_bootstrap::PeerWatch::start(boot, move |r, pid| {
+        tracing::warn!(
+            rank = me,
+            lost = r,
+            pid,
+            "oxccl: a peer process exited; aborting"
+        );
+        w.abort();
+    })
+    .map_err(crate::init::map_bootstrap)?;
+    Ok(Arc::new(CudaBackend {
+        world,
+        procs: Some(Procs { me, watch }),
+    }))
+}
+
+/// What a rank of a process clique adds.
+#[derive(Debug)]
+struct Procs {
+    me: u32,
+    watch: oxccl_bootstrap::PeerWatch,
 }
 
 /// Maps a CUDA backend error onto the facade's.
@@ -51,14 +90,37 @@ pub(crate) fn map_error(e: CudaError) -> Error {
     }
 }
 
-/// Every rank's upload of one plan, by rank (a [`PlanHandle`]).
+/// Every rank's upload of one plan, by rank (a [`PlanHandle`]); ranks of
+/// other processes have none.
 #[derive(Debug)]
-struct Uploads(Vec<Arc<Prepared>>);
+struct Uploads(Vec<Option<Arc<Prepared>>>);
 
 /// The CUDA backend of one clique.
 #[derive(Debug)]
 pub struct CudaBackend {
     world: Arc<World>,
+    /// Ranks as processes: this process's rank and its peer watcher.
+    procs: Option<Procs>,
+}
+
+impl CudaBackend {
+    /// A lost peer process, as the error every call now gets.
+    fn lost(&self) -> Option<Error> {
+        let (r, pid) = self.procs.as_ref()?.watch.lost()?;
+        Some(Error::Aborted(format!(
+            "rank {r} (pid {pid}) exited: its peers cannot complete collectives with it"
+        )))
+    }
+
+    /// `e`, unless a peer process was lost (which explains it).
+    fn explain(&self, e: CudaError) -> Error {
+        self.lost().unwrap_or_else(|| map_error(e))
+    }
+
+    /// The rank whose stream serves whole-backend measurements.
+    fn any_rank(&self) -> u32 {
+        self.procs.as_ref().map_or(0, |p| p.me)
+    }
 }
 
 impl Backend for CudaBackend {
@@ -67,7 +129,15 @@ impl Backend for CudaBackend {
     }
 
     fn describe(&self) -> String {
-        format!("cuda, {}", self.world.describe())
+        match &self.procs {
+            Some(p) => format!(
+                "cuda, rank {} of {} processes, links shared by IPC, {}",
+                p.me,
+                self.world.nranks(),
+                self.world.describe()
+            ),
+            None => format!("cuda, {}", self.world.describe()),
+        }
     }
 
     fn blocking(&self) -> bool {
@@ -77,7 +147,9 @@ impl Backend for CudaBackend {
     fn registered_alloc(&self) -> bool {
         // `alloc` is cuMemAlloc in a context with peer access to every
         // other rank's device (or the same device): peers can load/store it.
-        true
+        // Not across processes: kernels publish raw pointers, which mean
+        // nothing in another process.
+        self.procs.is_none()
     }
 
     fn chunk_bytes(&self) -> usize {
@@ -100,11 +172,16 @@ impl Backend for CudaBackend {
     ) -> Result<Option<PlanHandle>, Error> {
         // Every rank's upload (blob, connections, semaphores, scratch) now,
         // so no launch of this plan allocates or copies synchronously.
+        let mine = |r: u32| self.procs.as_ref().is_none_or(|p| p.me == r);
         let uploads = plan
             .ranks
             .iter()
-            .map(|rp| self.world.prepare_proto(rp, elem_size, proto))
-            .collect::<Result<Vec<Arc<Prepared>>, CudaError>>()
+            .map(|rp| {
+                mine(rp.rank)
+                    .then(|| self.world.prepare_proto(rp, elem_size, proto))
+                    .transpose()
+            })
+            .collect::<Result<Vec<Option<Arc<Prepared>>>, CudaError>>()
             .map_err(map_error)?;
         Ok(Some(Arc::new(Uploads(uploads))))
     }
@@ -134,6 +211,7 @@ impl Backend for CudaBackend {
             .handle
             .and_then(|h| h.downcast_ref::<Uploads>())
             .and_then(|u| u.0.get(launch.rank as usize))
+            .and_then(Option::as_ref)
             .filter(|p| p.proto() == launch.proto);
         let made;
         let p: &Prepared = match cached {
@@ -180,7 +258,7 @@ impl Backend for CudaBackend {
     }
 
     fn synchronize(&self, rank: u32) -> Result<(), Error> {
-        self.world.synchronize(rank).map_err(map_error)
+        self.world.synchronize(rank).map_err(|e| self.explain(e))
     }
 
     unsafe fn follow_stream(&self, rank: u32, stream: RawStream) -> Result<(), Error> {
@@ -204,7 +282,7 @@ impl Backend for CudaBackend {
     }
 
     fn failure(&self) -> Option<Error> {
-        self.world.failure().map(map_error)
+        self.world.failure().map(|e| self.explain(e))
     }
 
     fn completion(&self, rank: u32) -> Result<Box<dyn Completion>, Error> {
@@ -236,7 +314,7 @@ impl Backend for CudaBackend {
     fn copy_bandwidth(&self, bytes: usize) -> Result<f64, Error> {
         let secs = self
             .world
-            .time_copy(0, bytes.max(1), 10)
+            .time_copy(self.any_rank(), bytes.max(1), 10)
             .map_err(map_error)?;
         Ok(bytes as f64 / secs.max(1e-12) / 1e9)
     }

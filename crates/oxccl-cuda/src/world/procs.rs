@@ -1,0 +1,147 @@
+//! A clique whose ranks are processes of one host (issue 11): each process
+//! drives one rank of a [`World`] that knows every rank's device, and the
+//! links between ranks live in per-rank arenas shared by CUDA IPC.
+//!
+//! A link's memory is the receiver's, as in one process, but it cannot be
+//! made on first use: the sender, in another process, needs its address
+//! when it uploads its plan. So every rank makes, at creation, one arena
+//! of `channels × ranks` entries, each a semaphore, a Simple and an LL
+//! connection, at fixed offsets; the arenas' IPC handles travel in one
+//! all-gather and every process opens its peers'. The link `(channel,
+//! from, to)` is then entry `(channel, from)` of `to`'s arena in every
+//! process, with no further agreement. Counters only grow, so the memory
+//! is zeroed once. The cost is memory: about 6 MiB per entry with the
+//! default 512 KiB slots (768 MiB per rank for 8 ranks × 16 channels).
+//!
+//! Plans with direct steps on peers' buffers are not offered across
+//! processes (a buffer's address differs per process, and kernels publish
+//! raw pointers), so nothing else is shared. Kernels of different
+//! processes spin on each other's counters: that needs MPS on a shared
+//! GPU (the facade chooses; see `oxccl::backend::cuda_procs`).
+
+use crate::driver::DevMem;
+use crate::encode::LinkKey;
+use crate::error::{CudaError, Result};
+use crate::ipc::{export, Imported};
+use crate::layout::{CONN_HEADER, SEM_BYTES};
+
+use super::{LinkKind, World, WorldConfig};
+use oxccl_core::Proto;
+
+/// An all-gather of small records between the processes, in rank order
+/// (the bootstrap's, passed in by the facade).
+pub type Exchange<'a> = dyn FnMut(&[u8]) -> std::result::Result<Vec<Vec<u8>>, String> + 'a;
+
+/// Every rank's link arena as mapped in this process.
+#[derive(Debug)]
+pub(super) struct SharedLinks {
+    /// Arena base per rank (this process's address).
+    bases: Vec<u64>,
+    /// Bytes of one `(channel, from)` entry and the offsets in it.
+    entry: usize,
+    simple_at: usize,
+    ll_at: usize,
+    channels: u32,
+    _own: DevMem,
+    _peers: Vec<Imported>,
+}
+
+fn round256(b: usize) -> usize {
+    b.div_ceil(256) * 256
+}
+
+impl SharedLinks {
+    pub(super) fn link(&self, kind: LinkKind, key: LinkKey) -> Result<u64> {
+        let (ch, from, to) = key;
+        let n = self.bases.len() as u32;
+        if from >= n || to >= n || ch >= self.channels {
+            return Err(CudaError::Plan(format!(
+                "link {key:?} outside the clique's {n} ranks and {} channels",
+                self.channels
+            )));
+        }
+        let at = match kind {
+            LinkKind::Sem => 0,
+            LinkKind::Fifo(Proto::LL) => self.ll_at,
+            LinkKind::Fifo(_) => self.simple_at,
+        };
+        let idx = ch as usize * n as usize + from as usize;
+        Ok(self.bases[to as usize] + (idx * self.entry + at) as u64)
+    }
+}
+
+impl World {
+    /// Rank `me` of a clique whose ranks are processes: `cfg.devices`
+    /// names every rank's device (this process drives `me` only). Every
+    /// process must call this with equal `cfg`; `exchange` is called twice.
+    /// Fails alike on every rank if any rank fails to open a peer's arena,
+    /// so callers can fall back together.
+    pub fn across_processes(
+        cfg: WorldConfig,
+        me: u32,
+        exchange: &mut Exchange<'_>,
+    ) -> Result<std::sync::Arc<World>> {
+        let n = cfg.devices.len();
+        if me as usize >= n {
+            return Err(CudaError::Invalid(format!("rank {me} of {n}")));
+        }
+        // Local failures still take part in both exchanges (an empty
+        // handle, then the reason), so no peer waits for this rank.
+        let local = (|| {
+            let w = World::make(cfg)?;
+            let channels = w.max_channels();
+            let simple_at = SEM_BYTES;
+            let ll_at =
+                simple_at + round256(CONN_HEADER + w.cfg.nslots * w.fifo_slot_bytes(Proto::Simple));
+            let entry = ll_at + round256(CONN_HEADER + w.cfg.nslots * w.fifo_slot_bytes(Proto::LL));
+            let ctx = w.dev(me)?.ctx.clone();
+            let own = DevMem::zeroed(&ctx, entry * channels as usize * n)?;
+            let handle = export(&own, &ctx)?;
+            Ok((w, ctx, own, handle, entry, simple_at, ll_at, channels))
+        })();
+        let fail = |e: String| CudaError::Invalid(format!("exchanging link arenas: {e}"));
+        let handles = exchange(local.as_ref().map_or(&[][..], |l| &l.3[..])).map_err(fail)?;
+        let mut peers = Vec::new();
+        let mut bases = vec![0u64; n];
+        let mut err = local.as_ref().err().map(|e| format!("rank {me}: {e}"));
+        if let Ok((_, ctx, own, ..)) = &local {
+            for (r, h) in handles.iter().enumerate() {
+                if r == me as usize {
+                    bases[r] = own.ptr;
+                    continue;
+                }
+                match Imported::open(ctx, h) {
+                    Ok(m) => {
+                        bases[r] = m.ptr;
+                        peers.push(m);
+                    }
+                    Err(e) => {
+                        err = Some(format!("rank {me} opening rank {r}'s link arena: {e}"));
+                        break;
+                    }
+                }
+            }
+        }
+        // Everyone learns whether everyone mapped everything.
+        let verdicts = exchange(err.as_deref().unwrap_or("").as_bytes()).map_err(fail)?;
+        if let Some(v) = verdicts.iter().find(|v| !v.is_empty()) {
+            return Err(CudaError::Invalid(String::from_utf8_lossy(v).into_owned()));
+        }
+        let (mut w, _, own, _, entry, simple_at, ll_at, channels) = local?;
+        w.shared = Some(SharedLinks {
+            bases,
+            entry,
+            simple_at,
+            ll_at,
+            channels,
+            _own: own,
+            _peers: peers,
+        });
+        Ok(std::sync::Arc::new(w))
+    }
+
+    /// Whether this world's ranks are processes.
+    pub fn across_processes_here(&self) -> bool {
+        self.shared.is_some()
+    }
+}
