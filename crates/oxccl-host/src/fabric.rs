@@ -228,7 +228,7 @@ impl HostFabric {
     pub fn stream_bandwidth(&self, bytes: usize) -> Option<Result<f64, HostError>> {
         let n = self.net.as_ref()?;
         Some(
-            oxccl_net::stream_throughput(n.ip, bytes, 3, self.deadline())
+            oxccl_net::stream_throughput(n.ip, bytes, 5, self.deadline())
                 .map_err(|e| HostError::Net(e.to_string())),
         )
     }
