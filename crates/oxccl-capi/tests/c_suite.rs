@@ -157,3 +157,45 @@ fn a_failing_scenario_is_reported() {
     let r = std::panic::catch_unwind(|| run("no-such-scenario", 1, &[], LIMIT));
     assert!(r.is_err(), "the harness passed a failing process");
 }
+
+#[test]
+fn the_latency_program_runs_on_the_host_backend() {
+    // tests/c/latency.c measures 8 B AllReduce through the C ABI on the
+    // GPU machine; here it is built and run on host memory so it cannot rot.
+    let dir = common::scratch("latency");
+    let lib = common::nccl_dir(&dir);
+    let exe = dir.join("latency");
+    let mut cmd = common::compiler(&dir).to_command();
+    cmd.args([
+        "-std=c11",
+        "-D_DEFAULT_SOURCE",
+        "-Wall",
+        "-Werror",
+        "-O1",
+        "-I",
+    ])
+    .arg(common::include_dir())
+    .arg("-o")
+    .arg(&exe)
+    .arg(common::manifest().join("tests/c/latency.c"))
+    .arg(format!("-L{}", lib.display()))
+    .arg("-lnccl")
+    .arg(format!("-Wl,-rpath,{}", lib.display()))
+    .arg("-ldl");
+    common::run_ok(&mut cmd, "compiling the latency program");
+    let out = Command::new(&exe)
+        .args(["2", "20"])
+        .env("OXCCL_BACKEND", "host")
+        // Bounds every wait of the two ranks (init included).
+        .env("OXCCL_DEADLINE_MS", "20000")
+        .env_remove("NCCL_COMM_ID")
+        .output()
+        .expect("run the latency program");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("c-abi allreduce 8 B, 2 procs: median"),
+        "{}{text}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

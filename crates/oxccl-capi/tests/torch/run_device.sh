@@ -41,6 +41,9 @@ for m in $MPS; do
       env -u CUDA_MPS_PIPE_DIRECTORY LD_PRELOAD=$LIB timeout $((T + 10)) python3 $G/check_torch.py --procs $n --timeout $T $bench 2>&1 | tail -25
     fi
   done 2>&1 | tee $OUT/torch-mps$m.log
+  { step "8 B AllReduce through the C ABI, mps=$m"
+    for n in 2 8; do timeout 60 $G/c_latency $n 300; done
+  } 2>&1 | tee $OUT/latency-mps$m.log
   stop_mps
 done
 { step "sweep --procs 8: all_reduce 256 MiB and 8 B, float (same machine, same run)"
