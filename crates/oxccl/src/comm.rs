@@ -31,6 +31,8 @@ pub(crate) struct Clique {
     pub board: Board,
     /// Ranks in several processes: how they reach each other (`split`).
     pub boot: Option<Arc<oxccl_bootstrap::Bootstrap>>,
+    /// Ranks as threads: where `split` meets.
+    pub split: crate::split_threads::SplitBoard,
 }
 
 static NEXT_CLIQUE: AtomicU64 = AtomicU64::new(1);
@@ -129,6 +131,7 @@ impl Clique {
             plans,
             board: Board::new(n),
             boot,
+            split: Default::default(),
         }))
     }
 }

@@ -143,16 +143,14 @@ impl Communicator {
     /// `None` get `Ok(None)`. Every rank of this communicator must call
     /// it. No new id is needed: the ranks agree through this
     /// communicator's bootstrap, and the new rank 0 runs the new root.
-    /// Needs a communicator made by [`Communicator::init_rank`] or
-    /// [`init_from_env`] (ranks as threads cannot split yet).
+    /// With ranks as threads (`init_all`), every rank's thread calls it at
+    /// once and each member stays on its parent rank's device.
     pub fn split(&self, color: Option<u32>, key: i32) -> Result<Option<Communicator>> {
         self.check_usable()?;
         let cl = self.clique();
-        let boot = cl.boot.as_ref().ok_or_else(|| {
-            Error::InvalidUsage(
-                "split needs a communicator made by init_rank or init_from_env (init_all's threads cannot split yet)".into(),
-            )
-        })?;
+        let Some(boot) = cl.boot.as_ref() else {
+            return crate::split_threads::split(self, color, key);
+        };
         let mut mine = Vec::with_capacity(12);
         mine.extend_from_slice(&color.map_or(-1i64, i64::from).to_le_bytes());
         mine.extend_from_slice(&key.to_le_bytes());

@@ -142,6 +142,7 @@ mod recent;
 mod register;
 mod select;
 mod sink;
+mod split_threads;
 mod validate;
 
 pub use backend::{BackendKind, RawStream};

@@ -419,12 +419,6 @@ fn one_rank_needs_no_root_and_ignores_its_id() {
     assert_eq!(UniqueId::from_bytes(&id.to_bytes()).unwrap(), id);
     // Rank out of range: refused before any connection.
     assert!(Communicator::init_rank(&id, 2, 2, config(Duration::from_secs(5))).is_err());
-    // Thread cliques cannot split (yet): a clear error.
-    let comms = oxccl::init_all_with(1, config(Duration::from_secs(5))).unwrap();
-    assert!(matches!(
-        comms[0].split(Some(0), 0),
-        Err(oxccl::Error::InvalidUsage(_))
-    ));
 }
 
 // ---- the network transport, forced between processes of this host ----

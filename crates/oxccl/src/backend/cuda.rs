@@ -33,6 +33,18 @@ pub use oxccl_cuda::device_or_skip;
 pub fn create(opts: &BackendOptions) -> Result<Arc<dyn Backend>, Error> {
     let info = oxccl_cuda::available().map_err(|e| Error::BackendUnavailable(e.to_string()))?;
     let cfg = WorldConfig::round_robin(opts.nranks, info.devices.len() as i32, opts.deadline);
+    create_with(cfg)
+}
+
+/// The CUDA backend of a thread clique whose rank `r` runs on device
+/// `devices[r]` (a split keeps each member on its parent rank's device).
+pub fn create_on(opts: &BackendOptions, devices: Vec<i32>) -> Result<Arc<dyn Backend>, Error> {
+    let mut cfg = WorldConfig::round_robin(opts.nranks, 1, opts.deadline);
+    cfg.devices = devices;
+    create_with(cfg)
+}
+
+fn create_with(cfg: WorldConfig) -> Result<Arc<dyn Backend>, Error> {
     let world = World::new(cfg).map_err(map_error)?;
     Ok(Arc::new(CudaBackend { world, procs: None }))
 }
@@ -302,6 +314,10 @@ impl Backend for CudaBackend {
             stop,
             started: false,
         }))
+    }
+
+    fn rank_devices(&self) -> Option<Vec<i32>> {
+        Some(self.world.config().devices.clone())
     }
 
     fn busiest_memory_ranks(&self) -> Option<u32> {

@@ -383,6 +383,12 @@ pub trait Backend: Send + Sync + Debug {
     /// holding the most ranks); `None` means every rank shares one. The
     /// sweep's floor ratio divides the bytes crossing that memory by its
     /// copy bandwidth.
+    /// The device each rank runs on, by rank, where ranks have devices
+    /// (`split` keeps a member on its parent rank's device).
+    fn rank_devices(&self) -> Option<Vec<i32>> {
+        None
+    }
+
     fn busiest_memory_ranks(&self) -> Option<u32> {
         None
     }

@@ -1,0 +1,143 @@
+//! `split` of communicators whose ranks are threads of this process
+//! (`init_all`): every rank's thread deposits its `(color, key)` on the
+//! clique's board; the last to arrive makes one new clique per color (the
+//! members ordered by key, then rank, as across processes) on a backend
+//! of the parent's kind, each member on its parent rank's device, and
+//! every thread takes its own communicator. A rank that never calls makes
+//! the others fail at the configured deadline, naming it.
+
+use std::time::Instant;
+
+use parking_lot::{Condvar, Mutex};
+
+use crate::backend::{self, BackendKind, BackendOptions};
+use crate::comm::{init_all_on, Communicator};
+use crate::error::{Error, Result};
+use crate::init::split_members;
+
+/// What a split round hands each rank: its communicator (or none).
+type Outcome = std::result::Result<Vec<Option<Communicator>>, String>;
+
+#[derive(Debug, Default)]
+struct Round {
+    /// `(color or -1, key)` by rank, for the round being gathered.
+    entries: Vec<Option<(i64, i32)>>,
+    /// The finished round, until every rank has taken its part.
+    done: Option<Outcome>,
+    /// Ranks that still have to take their part of `done`.
+    left: u32,
+    /// Ranks of the round being gathered that gave up waiting (not the
+    /// ones to blame for the wait).
+    quit: Vec<bool>,
+}
+
+/// A thread clique's split rendezvous.
+#[derive(Debug, Default)]
+pub(crate) struct SplitBoard {
+    round: Mutex<Round>,
+    cv: Condvar,
+}
+
+/// The children of one finished round, by parent rank.
+fn make_children(parent: &Communicator, entries: &[(i64, i32, u32)]) -> Outcome {
+    let cl = parent.clique();
+    let devices = cl.backend.rank_devices();
+    let mut out: Vec<Option<Communicator>> = (0..cl.nranks).map(|_| None).collect();
+    let mut colors: Vec<i64> = entries.iter().map(|e| e.0).filter(|&c| c >= 0).collect();
+    colors.sort_unstable();
+    colors.dedup();
+    for c in colors {
+        let members = split_members(entries, Some(c as u32));
+        let n = members.len() as u32;
+        let opts = BackendOptions {
+            nranks: n,
+            deadline: cl.config.deadline,
+        };
+        let made = match (cl.backend.kind(), &devices) {
+            (BackendKind::Host, _) => backend::host::create(&opts),
+            (BackendKind::Cuda, Some(d)) => {
+                let mine = members.iter().map(|&r| d[r as usize]).collect();
+                backend::cuda::create_on(&opts, mine)
+            }
+            _ => Err(Error::InvalidUsage(format!(
+                "split is not available on {}",
+                cl.backend.describe()
+            ))),
+        };
+        let comms = made
+            .and_then(|b| init_all_on(n, b, cl.config.clone()))
+            .map_err(|e| format!("making color {c}'s communicators: {e}"))?;
+        for (r, comm) in members.iter().zip(comms) {
+            out[*r as usize] = Some(comm);
+        }
+    }
+    Ok(out)
+}
+
+/// `parent.split(color, key)` for a thread clique.
+pub(crate) fn split(
+    parent: &Communicator,
+    color: Option<u32>,
+    key: i32,
+) -> Result<Option<Communicator>> {
+    let cl = parent.clique();
+    let (me, n) = (parent.rank() as usize, cl.nranks as usize);
+    let board = &cl.split;
+    let deadline = Instant::now() + cl.config.deadline.min(oxccl_bootstrap::MAX_LIMIT);
+    let mut g = board.round.lock();
+    // A previous round still being collected: wait for it to clear.
+    while g.done.is_some() {
+        if board.cv.wait_until(&mut g, deadline).timed_out() {
+            return Err(Error::Timeout(format!(
+                "rank {me}: split waited for the previous split's ranks"
+            )));
+        }
+    }
+    if g.entries.len() != n {
+        g.entries = vec![None; n];
+        g.quit = vec![false; n];
+    }
+    if g.entries[me].is_some() {
+        return Err(Error::InvalidUsage(format!(
+            "rank {me} called split again before every rank had called it"
+        )));
+    }
+    g.entries[me] = Some((color.map_or(-1, i64::from), key));
+    g.quit[me] = false;
+    if g.entries.iter().all(Option::is_some) {
+        let entries: Vec<(i64, i32, u32)> = g
+            .entries
+            .iter()
+            .enumerate()
+            .filter_map(|(r, e)| e.map(|(c, k)| (c, k, r as u32)))
+            .collect();
+        g.done = Some(make_children(parent, &entries));
+        g.left = n as u32;
+        g.entries.clear();
+        board.cv.notify_all();
+    }
+    while g.done.is_none() {
+        if board.cv.wait_until(&mut g, deadline).timed_out() {
+            let missing: Vec<usize> = (0..n)
+                .filter(|&r| r != me && g.entries[r].is_none() && !g.quit[r])
+                .collect();
+            g.entries[me] = None;
+            g.quit[me] = true;
+            return Err(Error::Timeout(format!(
+                "rank {me}: split waited {:?} for ranks {missing:?}, which never called it",
+                cl.config.deadline
+            )));
+        }
+    }
+    let outcome = match g.done.as_mut() {
+        Some(Ok(v)) => Ok(v[me].take()),
+        Some(Err(e)) => Err(Error::Backend(e.clone())),
+        None => Err(Error::Internal("split round vanished".into())),
+    };
+    g.left -= 1;
+    if g.left == 0 {
+        g.done = None;
+        board.cv.notify_all();
+    }
+    outcome
+}
