@@ -14,6 +14,7 @@ cp $G/cache/* $OXCCL_CACHE_DIR/ 2>/dev/null
 export OXCCL_REQUIRE_GPU=1 NCCL_NVLS_ENABLE=0
 LIB=$G/libnccl.so.2
 PROCS=${PROCS:-"2 4 8"}
+PROCS_MPS=${PROCS_MPS:-$PROCS}
 MPS=${MPS:-"0 1"}
 T=${T:-150}
 export CUDA_MPS_PIPE_DIRECTORY=/tmp/capi-mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/capi-mps-log
@@ -32,7 +33,8 @@ for m in $MPS; do
     nvidia-cuda-mps-control -d && mps_on=1
     step "MPS started (rc $?)"
   fi
-  for n in $PROCS; do
+  list=$PROCS; [ "$m" = 1 ] && list=$PROCS_MPS
+  for n in $list; do
     bench=""; [ "$n" = 8 ] && bench="--bench"
     step "torch procs=$n mps=$m"
     if [ "$m" = 1 ]; then
@@ -43,10 +45,9 @@ for m in $MPS; do
   done 2>&1 | tee $OUT/torch-mps$m.log
   { step "8 B AllReduce through the C ABI, mps=$m"
     for n in 2 8; do timeout 60 $G/c_latency $n 300; done
+    step "sweep --procs 8, mps=$m: all_reduce 8 B and 256 MiB, float (the torch figures' baseline, same run)"
+    OXCCL_DEADLINE_MS=20000 timeout 100 $G/xtask sweep --procs 8 --backend cuda -b 8 -e 256M -f 33554432 -d float --coll allreduce -n 10 -w 3; echo "rc=$?"
   } 2>&1 | tee $OUT/latency-mps$m.log
   stop_mps
 done
-{ step "sweep --procs 8: all_reduce 256 MiB and 8 B, float (same machine, same run)"
-  OXCCL_DEADLINE_MS=20000 timeout 150 $G/xtask sweep --procs 8 --backend cuda -b 8 -e 256M -f 33554432 -d float --coll allreduce -n 10 -w 3; echo "rc=$?"
-} 2>&1 | tee $OUT/sweep.log
 date -u
