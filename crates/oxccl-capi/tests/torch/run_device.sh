@@ -17,7 +17,8 @@ PROCS=${PROCS:-"2 4 8"}
 PROCS_MPS=${PROCS_MPS:-$PROCS}
 MPS=${MPS:-"0 1"}
 T=${T:-150}
-export CUDA_MPS_PIPE_DIRECTORY=/tmp/capi-mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/capi-mps-log
+MPS_PIPE=/tmp/capi-mps-pipe
+export CUDA_MPS_LOG_DIRECTORY=/tmp/capi-mps-log
 mps_on=0
 stop_mps() { if [ $mps_on = 1 ]; then echo quit | nvidia-cuda-mps-control; mps_on=0; sleep 1; fi; }
 trap stop_mps EXIT
@@ -29,24 +30,26 @@ step() { echo "=== $1 ($(date +%T))"; }
 } 2>&1 | tee $OUT/machine.log
 for m in $MPS; do
   if [ "$m" = 1 ]; then
+    export CUDA_MPS_PIPE_DIRECTORY=$MPS_PIPE
     mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY
     nvidia-cuda-mps-control -d && mps_on=1
     step "MPS started (rc $?)"
+  else
+    unset CUDA_MPS_PIPE_DIRECTORY
   fi
+  # The sweep first: under MPS, run after the torch processes it once
+  # failed at context creation (CUDA_ERROR_MPS_MAX_CONNECTIONS_REACHED).
+  { step "sweep --procs 8, mps=$m: all_reduce 8 B and 256 MiB, float (the torch figures' baseline, same run)"
+    OXCCL_DEADLINE_MS=20000 timeout 100 $G/xtask sweep --procs 8 --backend cuda -b 8 -e 256M -f 33554432 -d float --coll allreduce -n 10 -w 3; echo "rc=$?"
+  } 2>&1 | tee $OUT/sweep-mps$m.log
   list=$PROCS; [ "$m" = 1 ] && list=$PROCS_MPS
   for n in $list; do
     bench=""; [ "$n" = 8 ] && bench="--bench"
     step "torch procs=$n mps=$m"
-    if [ "$m" = 1 ]; then
-      LD_PRELOAD=$LIB timeout $((T + 10)) python3 $G/check_torch.py --procs $n --timeout $T $bench 2>&1 | tail -25
-    else
-      env -u CUDA_MPS_PIPE_DIRECTORY LD_PRELOAD=$LIB timeout $((T + 10)) python3 $G/check_torch.py --procs $n --timeout $T $bench 2>&1 | tail -25
-    fi
+    LD_PRELOAD=$LIB timeout $((T + 10)) python3 $G/check_torch.py --procs $n --timeout $T $bench 2>&1 | grep -v "unbatched P2P op" | tail -25
   done 2>&1 | tee $OUT/torch-mps$m.log
   { step "8 B AllReduce through the C ABI, mps=$m"
     for n in 2 8; do timeout 60 $G/c_latency $n 300; done
-    step "sweep --procs 8, mps=$m: all_reduce 8 B and 256 MiB, float (the torch figures' baseline, same run)"
-    OXCCL_DEADLINE_MS=20000 timeout 100 $G/xtask sweep --procs 8 --backend cuda -b 8 -e 256M -f 33554432 -d float --coll allreduce -n 10 -w 3; echo "rc=$?"
   } 2>&1 | tee $OUT/latency-mps$m.log
   stop_mps
 done
