@@ -33,6 +33,25 @@ pub(crate) fn guarded<T>(what: &'static str, f: impl FnOnce() -> Result<T>) -> R
 /// not chosen.
 const MAX_CONNECTIONS: &str = "32";
 
+/// Queues a process asks for when it drives one rank of a clique whose
+/// ranks are processes (see [`prefer_process_rank_queues`]).
+const PROCESS_RANK_CONNECTIONS: &str = "4";
+
+/// What [`widen_hardware_queues`] sets: `MAX_CONNECTIONS`, or
+/// `PROCESS_RANK_CONNECTIONS` once a process said it drives one rank.
+static QUEUES: std::sync::Mutex<&str> = std::sync::Mutex::new(MAX_CONNECTIONS);
+
+/// Asks for few hardware queues: this process drives one rank of a clique
+/// whose ranks are processes. MPS serves fewer clients the more queues
+/// each asks for (seen on the H200: with 32, a fourth client's context
+/// failed with CUDA_ERROR_OUT_OF_MEMORY), and one rank needs only its own
+/// stream apart from the setup stream (`World::across_processes` makes
+/// them first, so they get queues of their own). Effective only before
+/// the first CUDA use of the process and unless the user set the variable.
+pub fn prefer_process_rank_queues() {
+    *QUEUES.lock().unwrap_or_else(|p| p.into_inner()) = PROCESS_RANK_CONNECTIONS;
+}
+
 /// Every rank has its own stream and the kernels of ranks on one GPU spin on
 /// each other, so no two rank streams may share a hardware queue: a rank's
 /// next kernel queued behind a peer's spinning one would wait for it forever.
@@ -50,8 +69,9 @@ fn widen_hardware_queues() {
             // inside `init`'s OnceLock. A thread of the application reading
             // the environment at that very moment would race glibc's setenv;
             // users who cannot rule that out set the variable themselves.
-            std::env::set_var(VAR, MAX_CONNECTIONS);
-            tracing::debug!("{VAR} set to {MAX_CONNECTIONS} (rank streams must not share queues)");
+            let n = *QUEUES.lock().unwrap_or_else(|p| p.into_inner());
+            std::env::set_var(VAR, n);
+            tracing::debug!("{VAR} set to {n} (rank streams must not share queues)");
         }
     }
 }

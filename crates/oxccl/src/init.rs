@@ -98,6 +98,10 @@ impl Communicator {
             nranks: n,
             deadline: config.deadline,
         };
+        if n > 1 && config.backend != BackendKind::Host {
+            // Before the first CUDA use: a process rank needs few queues.
+            oxccl_cuda::driver::prefer_process_rank_queues();
+        }
         let backend = match (config.backend, n) {
             (BackendKind::Cuda, 1) => backend::cuda::create(&opts)?,
             (BackendKind::Auto, 1) if backend::cuda::available() => backend::cuda::create(&opts)?,

@@ -141,10 +141,13 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl World {
     pub fn new(cfg: WorldConfig) -> Result<Arc<World>> {
-        World::make(cfg).map(Arc::new)
+        World::make(cfg, None).map(Arc::new)
     }
 
-    fn make(cfg: WorldConfig) -> Result<World> {
+    /// `first`: the rank whose stream is made right after the devices'
+    /// setup streams, so that with few hardware queues (a process rank)
+    /// it shares none with them.
+    fn make(cfg: WorldConfig, first: Option<u32>) -> Result<World> {
         if cfg.devices.is_empty() {
             return Err(CudaError::Invalid(
                 "a clique needs at least one rank".into(),
@@ -201,11 +204,23 @@ impl World {
             .map(|o| ordinals.iter().position(|x| x == o).unwrap_or(0))
             .collect();
         let mut ranks = Vec::new();
-        for &d in &rank_dev {
+        let mut streams: Vec<Option<Stream>> = rank_dev.iter().map(|_| None).collect();
+        let order = first
+            .into_iter()
+            .map(|f| f as usize)
+            .chain((0..rank_dev.len()).filter(|&r| Some(r as u32) != first));
+        for r in order {
+            if let Some(slot) = streams.get_mut(r) {
+                *slot = Some(Stream::new(&devices[rank_dev[r]].ctx)?);
+            }
+        }
+        for (&d, stream) in rank_dev.iter().zip(streams) {
             let ctx = &devices[d].ctx;
             let err = DevMem::zeroed(ctx, failure::ERR_BYTES)?;
+            let stream =
+                stream.ok_or_else(|| CudaError::Invalid("a rank without a stream".into()))?;
             ranks.push(RankState {
-                stream: Stream::new(ctx)?,
+                stream,
                 err,
                 scratch: Mutex::new(None),
                 retired: Mutex::new(Vec::new()),

@@ -88,7 +88,7 @@ impl World {
         // Local failures still take part in both exchanges (an empty
         // handle, then the reason), so no peer waits for this rank.
         let local = (|| {
-            let w = World::make(cfg)?;
+            let w = World::make(cfg, Some(me))?;
             let channels = w.max_channels();
             let simple_at = SEM_BYTES;
             let ll_at =

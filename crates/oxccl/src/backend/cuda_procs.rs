@@ -75,14 +75,26 @@ pub(crate) fn every_rank_has_cuda(boot: &Bootstrap, required: bool) -> Result<bo
 pub const PATH_VAR: &str = "OXCCL_CUDA_PROCS";
 
 /// Whether an MPS control daemon serves this process: its pipe directory
-/// (`CUDA_MPS_PIPE_DIRECTORY`, default `/tmp/nvidia-mps`) has a `control`
-/// pipe. Clients connect through that directory, so a daemon elsewhere
-/// does not serve us.
+/// (`CUDA_MPS_PIPE_DIRECTORY`, default `/tmp/nvidia-mps`) names a live
+/// daemon in `nvidia-cuda-mps-control.pid` (the `control` socket stays
+/// behind after the daemon quits: seen on the H200), or, without a pid
+/// file, has a `control` socket. Clients connect through that directory,
+/// so a daemon elsewhere does not serve us.
 pub fn mps_active() -> bool {
     let dir = std::env::var_os("CUDA_MPS_PIPE_DIRECTORY")
         .filter(|d| !d.is_empty())
         .unwrap_or_else(|| "/tmp/nvidia-mps".into());
-    std::path::Path::new(&dir).join("control").exists()
+    mps_serves(std::path::Path::new(&dir))
+}
+
+fn mps_serves(dir: &std::path::Path) -> bool {
+    match std::fs::read_to_string(dir.join("nvidia-cuda-mps-control.pid")) {
+        Ok(pid) => pid
+            .trim()
+            .parse::<u32>()
+            .is_ok_and(|p| std::path::Path::new(&format!("/proc/{p}")).exists()),
+        Err(_) => dir.join("control").exists(),
+    }
 }
 
 /// This rank's wish: `device` or `staged`, from [`PATH_VAR`], else from
@@ -126,4 +138,26 @@ pub(crate) fn create(boot: &Bootstrap, opts: &BackendOptions) -> Result<Arc<dyn 
         }
     }
     super::cuda_staged::create(boot, opts, device, here)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mps_is_active_only_with_a_live_daemon() {
+        let dir = std::env::temp_dir().join(format!("oxccl-mps-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        assert!(!mps_serves(&dir), "empty directory");
+        std::fs::write(dir.join("control"), b"").unwrap();
+        assert!(mps_serves(&dir), "a control socket and no pid file");
+        let pid = dir.join("nvidia-cuda-mps-control.pid");
+        std::fs::write(&pid, format!("{}\n", std::process::id())).unwrap();
+        assert!(mps_serves(&dir), "a live daemon");
+        std::fs::write(&pid, "999999999\n").unwrap();
+        assert!(!mps_serves(&dir), "a daemon that quit left its files");
+        std::fs::write(&pid, "garbage").unwrap();
+        assert!(!mps_serves(&dir));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
