@@ -148,10 +148,10 @@ fn advance(p: &mut Part, sock: &TcpStream, ctx: &Ctx, i: usize) -> Result<(bool,
             Moved::Closed => return Err(closed("between messages")),
         }
     }
-    if p.body.is_none() {
-        let Dir::Recv(spec) = p.dir else {
-            unreachable!("send parts know their body")
-        };
+    // A receive part learns its body from its header (send parts are
+    // made with theirs).
+    if let (None, Dir::Recv(spec)) = (p.body, &p.dir) {
+        let spec = *spec;
         let h = PartHeader::decode(&p.hdr).map_err(|err| NetError::Wire {
             conn: ctx.conn(sock, i),
             err,
@@ -181,7 +181,7 @@ fn advance(p: &mut Part, sock: &TcpStream, ctx: &Ctx, i: usize) -> Result<(bool,
         let (off, len) = split(h.size as usize, spec.nparts, spec.part, spec.min_chunk);
         p.body = Some((spec.ptr + off, len));
     }
-    let (ptr, len) = p.body.expect("set above");
+    let (ptr, len) = p.body.unwrap_or_default();
     while p.body_done < len {
         let r = if p.wants_write() {
             // SAFETY: `isend`'s contract keeps these `len` bytes valid and
