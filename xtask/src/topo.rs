@@ -145,51 +145,99 @@ pub fn run(a: TopoArgs) -> anyhow::Result<()> {
     }
     if let Some(coll) = &a.explain {
         let kind: CollKind = coll.parse()?;
-        explain(&sel, kind, nranks);
+        print!("{}", explain(&sel, kind, nranks));
     }
     Ok(())
 }
 
-fn explain(sel: &Selector, kind: CollKind, nranks: u32) {
-    let protos = [Proto::LL, Proto::LL128, Proto::Simple];
-    // LL128 is modelled but no backend runs it yet: show it, never pick it.
-    let runnable = [Proto::Simple, Proto::LL];
-    let combos: Vec<(Algo, Proto)> = Algo::ALL
-        .iter()
-        .flat_map(|&a| protos.iter().map(move |&p| (a, p)))
-        .filter(|&(a, p)| sel.predict(kind, a, p, 1, 1024, nranks).is_some())
+/// The protocols backends run (LL128 is modelled, run by none).
+const RUNNABLE: [Proto; 2] = [Proto::Simple, Proto::LL];
+
+/// `--explain`: per size, each algorithm's predicted time as the selector
+/// would run it (its better runnable protocol, `S`imple or `L`L, and the
+/// channel count the selector gives it), so the starred pick is its row's
+/// minimum; one column per algorithm that serves `kind`, under 120 columns.
+fn explain(sel: &Selector, kind: CollKind, nranks: u32) -> String {
+    use std::fmt::Write as _;
+    let algos: Vec<Algo> = Algo::ALL
+        .into_iter()
+        .filter(|&a| {
+            RUNNABLE
+                .iter()
+                .any(|&p| sel.predict(kind, a, p, 1, 1024, nranks).is_some())
+        })
         .collect();
-    println!(
-        "\nPredicted {kind} time (µs, best channel count) on {nranks} ranks; * marks the pick among all algorithms and the protocols backends run (Simple, LL)"
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "\nPredicted {kind} time (µs) on {nranks} ranks, each algorithm as the selector runs it \
+         (S simple, L ll; its channel count); * the pick"
     );
-    print!("{:>9}", "size");
-    for (a, p) in &combos {
-        print!(" {:>15}", format!("{a}/{p}"));
+    let _ = write!(out, "{:>9}", "size");
+    for a in &algos {
+        let _ = write!(out, " {:>10}", a.name());
     }
-    println!("  {:>22} {:>10}", "pick", "busbw GB/s");
+    let _ = writeln!(out, "  {:>22} {:>10}", "pick", "busbw GB/s");
     let mut b = 8usize;
     while b <= 16 << 30 {
-        let pick = sel.choose(kind, b, nranks, &Algo::ALL, &runnable);
-        print!("{:>9}", human(b));
-        for &(a, p) in &combos {
-            let best = sel
-                .channel_options()
-                .iter()
-                .filter_map(|&c| sel.predict(kind, a, p, c, b, nranks))
-                .fold(f64::INFINITY, f64::min);
-            let mark = if a == pick.algo && p == pick.proto {
-                "*"
-            } else {
-                " "
-            };
-            print!(" {:>14.1}{mark}", best);
+        let pick = sel.choose(kind, b, nranks, &Algo::ALL, &RUNNABLE);
+        let _ = write!(out, "{:>9}", human(b));
+        for &a in &algos {
+            // The same rule as the pick's, for this algorithm alone.
+            let c = sel.choose_among(kind, b, nranks, &RUNNABLE.map(|p| (a, p)));
+            let cell = c.map_or("-".to_string(), |c| {
+                let p = if c.proto == Proto::LL { 'L' } else { 'S' };
+                let mark = if a == pick.algo { '*' } else { ' ' };
+                format!("{:.1}{p}{mark}", c.us())
+            });
+            let _ = write!(out, " {cell:>10}");
         }
         let busbw = b as f64 / (pick.us() * 1000.0) * kind.busbw_factor(nranks);
-        println!(
+        let _ = writeln!(
+            out,
             "  {:>22} {:>10.1}",
             format!("{}/{}/{}ch", pick.algo, pick.proto, pick.channels),
             busbw
         );
         b *= 2;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every row fits 120 columns and its starred cell is its minimum and
+    /// the pick's own time, for every collective on two machines.
+    #[test]
+    fn explain_stars_each_rows_minimum_within_120_columns() {
+        for (preset, nodes) in [("hgx-h100", 1), ("hgx-h100", 4), ("pcie-8gpu", 1)] {
+            let t = Topology::preset(preset, nodes).unwrap();
+            let ranks = placement(&t, 1);
+            let sel = Selector::new(&t, &ranks);
+            for kind in CollKind::ALL {
+                let text = explain(&sel, kind, ranks.len() as u32);
+                let mut rows = 0;
+                for line in text.lines().skip(3) {
+                    assert!(line.chars().count() <= 120, "{kind}: {line}");
+                    let cells: Vec<(f64, bool)> = line
+                        .split_whitespace()
+                        .filter(|w| w.ends_with(['S', 'L', '*']))
+                        .filter_map(|w| {
+                            let star = w.ends_with('*');
+                            let w = w.trim_end_matches('*');
+                            Some((w[..w.len() - 1].parse().ok()?, star))
+                        })
+                        .collect();
+                    let starred: Vec<f64> = cells.iter().filter(|c| c.1).map(|c| c.0).collect();
+                    assert_eq!(starred.len(), 1, "{preset} {kind}: {line}");
+                    let min = cells.iter().map(|c| c.0).fold(f64::INFINITY, f64::min);
+                    assert_eq!(starred[0], min, "{preset} {kind}: {line}");
+                    rows += 1;
+                }
+                assert_eq!(rows, 32, "{preset} {kind}:\n{text}");
+            }
+        }
     }
 }
