@@ -391,21 +391,26 @@ fn missing_peer(ndev: usize, proto: Proto) {
     let plan = plan_for(&w, CollKind::AllReduce, 1000, Algo::Ring, false, false, 4);
     let coll = plan.coll.expect("collective");
     let input = testkit::input::<f32>(&coll, 2, 0, RedOp::Sum, 1);
-    let b = setup::<f32>(&w, 0, &coll, &input, false, 0);
-    let p = w.prepare_proto(&plan.ranks[0], 4, proto).unwrap();
-    let t = std::time::Instant::now();
-    // Only rank 0 launches.
-    // SAFETY: live allocations sized for the plan.
-    unsafe {
-        w.launch(
-            &p,
-            0,
-            &[b.input, b.output, 0][..plan.ranks[0].bufs.len()],
-            DataType::F32,
-            &RedOp::Sum.lower(DataType::F32, 2),
-        )
-        .unwrap()
+    // Only rank 0 launches; its buffers and upload are returned, to
+    // outlive the wait.
+    let launch_alone = |w: &World| {
+        let b = setup::<f32>(w, 0, &coll, &input, false, 0);
+        let p = w.prepare_proto(&plan.ranks[0], 4, proto).unwrap();
+        // SAFETY: live allocations sized for the plan, kept by the caller.
+        unsafe {
+            w.launch(
+                &p,
+                0,
+                &[b.input, b.output, 0][..plan.ranks[0].bufs.len()],
+                DataType::F32,
+                &RedOp::Sum.lower(DataType::F32, 2),
+            )
+            .unwrap()
+        };
+        (b, p)
     };
+    let t = std::time::Instant::now();
+    let _kept = launch_alone(&w);
     let err = w.synchronize(0).expect_err("must time out");
     let took = t.elapsed();
     println!("timeout ({proto}): {err} after {took:?}");
@@ -424,20 +429,8 @@ fn missing_peer(ndev: usize, proto: Proto) {
 
     // Abort: a fresh clique with a long deadline; abort must end the wait.
     let w = world(2, ndev, Duration::from_secs(600));
-    let b = setup::<f32>(&w, 0, &coll, &input, false, 0);
-    let p = w.prepare_proto(&plan.ranks[0], 4, proto).unwrap();
     let t = std::time::Instant::now();
-    // SAFETY: live allocations sized for the plan.
-    unsafe {
-        w.launch(
-            &p,
-            0,
-            &[b.input, b.output, 0][..plan.ranks[0].bufs.len()],
-            DataType::F32,
-            &RedOp::Sum.lower(DataType::F32, 2),
-        )
-        .unwrap()
-    };
+    let _kept = launch_alone(&w);
     std::thread::sleep(Duration::from_millis(200));
     w.abort();
     let err = w.synchronize(0).expect_err("must abort");

@@ -8,7 +8,8 @@
 
 use oxccl_core::{Algo, CollKind, Proto};
 
-use crate::consts::{Constants, HopClass};
+use crate::consts::HopClass;
+use crate::select::Selector;
 
 /// What the model needs to know about a communicator's placement.
 #[derive(Clone, Debug, PartialEq)]
@@ -49,114 +50,115 @@ fn log2_ceil(n: u32) -> f64 {
     f64::from(n.max(1).next_power_of_two().trailing_zeros())
 }
 
-/// Predicted time in µs, or `None` where the combination does not apply
-/// (the algorithm does not serve the collective, all-pairs off NVLink,
-/// LL128 off NVLink, or the constants' avoid list names it).
-#[allow(clippy::too_many_arguments)] // reason: mirrors Selector::predict; a struct would only rename the same eight inputs
-pub fn predict(
-    c: &Constants,
-    s: &Shape,
-    kind: CollKind,
-    algo: Algo,
-    proto: Proto,
-    channels: u32,
-    bytes: usize,
-    nranks: u32,
-) -> Option<f64> {
-    if !serves(algo, kind) || c.avoids(kind, algo) {
-        return None;
-    }
-    if proto == Proto::LL128 && !s.ll128_ok {
-        return None;
-    }
-    let n = nranks.max(1);
-    let bytes = bytes as f64;
-    let nn = s.nnodes.clamp(1, n);
-    let m = n.div_ceil(nn);
-    let direct = crate::consts::is_direct(algo);
-    let wide_open = matches!(
-        kind,
-        CollKind::AllToAll | CollKind::Gather | CollKind::Scatter
-    );
-    if direct && !s.direct_ok && !(algo == Algo::AllPairs && wide_open) {
-        return None;
-    }
-    if n == 1 {
-        // Nothing crosses a link: a local copy at most.
-        return Some(bytes / (s.intra_bw.max(1.0) * 1000.0));
-    }
-    let pf = c.proto_factor(proto);
-    let chan_bw = f64::from(channels.max(1)) * c.channel_cap(proto);
-    let hop_in = c.hop(algo, proto, s.intra_hop);
-    let hop_net = c.hop(algo, proto, HopClass::Net);
-    let base = c.base(algo, proto);
-    let multi = nn > 1;
-    let net_bw = if multi { s.inter_bw } else { f64::INFINITY };
-    let factor = kind.busbw_factor(n);
-    let pf = if direct { pf * c.direct_bw } else { pf };
-    let (lat, bw, data) = match algo {
-        Algo::Ring | Algo::Chain => {
-            let (steps, inter) = match kind {
-                CollKind::AllReduce => (2 * (n - 1), 2 * (nn - 1)),
-                CollKind::SendRecv => (1, u32::from(multi)),
-                _ => (n - 1, nn - 1),
-            };
-            let lat = base + f64::from(steps - inter) * hop_in + f64::from(inter) * hop_net;
-            let mut bw = chan_bw.min(s.intra_bw).min(net_bw) * pf;
-            if algo == Algo::Chain {
-                bw *= c.tree_bw;
-            }
-            let f = if kind == CollKind::SendRecv {
-                1.0
-            } else {
-                factor
-            };
-            (lat, bw, bytes * f)
+impl Selector {
+    /// The model's time for one combination in µs, or `None` where it does not
+    /// apply (the algorithm does not serve the collective, all-pairs off
+    /// NVLink, LL128 off NVLink, or the constants' avoid list names it).
+    pub fn predict(
+        &self,
+        kind: CollKind,
+        algo: Algo,
+        proto: Proto,
+        channels: u32,
+        bytes: usize,
+        nranks: u32,
+    ) -> Option<f64> {
+        let (c, s) = (self.constants(), self.shape());
+        if !serves(algo, kind) || c.avoids(kind, algo) {
+            return None;
         }
-        Algo::BinaryTree => {
-            let depth = log2_ceil(m) * hop_in + log2_ceil(nn) * hop_net;
-            let lat = base
-                + if kind == CollKind::AllReduce {
-                    2.0
-                } else {
+        if proto == Proto::LL128 && !s.ll128_ok {
+            return None;
+        }
+        let n = nranks.max(1);
+        let bytes = bytes as f64;
+        let nn = s.nnodes.clamp(1, n);
+        let m = n.div_ceil(nn);
+        let direct = crate::consts::is_direct(algo);
+        let wide_open = matches!(
+            kind,
+            CollKind::AllToAll | CollKind::Gather | CollKind::Scatter
+        );
+        if direct && !s.direct_ok && !(algo == Algo::AllPairs && wide_open) {
+            return None;
+        }
+        if n == 1 {
+            // Nothing crosses a link: a local copy at most.
+            return Some(bytes / (s.intra_bw.max(1.0) * 1000.0));
+        }
+        let pf = c.proto_factor(proto);
+        let chan_bw = f64::from(channels.max(1)) * c.channel_cap(proto);
+        let hop_in = c.hop(algo, proto, s.intra_hop);
+        let hop_net = c.hop(algo, proto, HopClass::Net);
+        let base = c.base(algo, proto);
+        let multi = nn > 1;
+        let net_bw = if multi { s.inter_bw } else { f64::INFINITY };
+        let factor = kind.busbw_factor(n);
+        let pf = if direct { pf * c.direct_bw } else { pf };
+        let (lat, bw, data) = match algo {
+            Algo::Ring | Algo::Chain => {
+                let (steps, inter) = match kind {
+                    CollKind::AllReduce => (2 * (n - 1), 2 * (nn - 1)),
+                    CollKind::SendRecv => (1, u32::from(multi)),
+                    _ => (n - 1, nn - 1),
+                };
+                let lat = base + f64::from(steps - inter) * hop_in + f64::from(inter) * hop_net;
+                let mut bw = chan_bw.min(s.intra_bw).min(net_bw) * pf;
+                if algo == Algo::Chain {
+                    bw *= c.tree_bw;
+                }
+                let f = if kind == CollKind::SendRecv {
                     1.0
-                } * depth;
-            // An interior rank feeds two children from one port.
-            let bw = chan_bw.min(s.intra_bw).min(net_bw) * pf * c.tree_bw / 2.0;
-            (lat, bw, bytes * factor)
-        }
-        Algo::DoubleBinaryTree => {
-            let lat = base + 2.0 * (f64::from(m - 1) * hop_in + log2_ceil(nn) * hop_net);
-            let bw = chan_bw.min(s.intra_bw).min(net_bw) * pf * c.tree_bw;
-            (lat, bw, bytes * factor)
-        }
-        Algo::OneShot => {
-            let lat = base + hop_in + f64::from(n - 1) * c.direct_peer_lat;
-            let bw = chan_bw.min(s.direct_bw) * pf;
-            (lat, bw, bytes * f64::from(n - 1))
-        }
-        Algo::TwoShot => {
-            let lat = base + 2.0 * hop_in + 2.0 * f64::from(n - 1) * c.direct_peer_lat;
-            let bw = chan_bw.min(s.direct_bw) * pf;
-            (lat, bw, bytes * factor)
-        }
-        Algo::AllPairs => {
-            let hop = if multi { hop_net } else { hop_in };
-            let lat = base + hop + f64::from(n - 1) * c.direct_peer_lat;
-            let per_rank = if multi {
-                s.direct_bw.min(s.inter_bw / f64::from(m))
-            } else {
-                s.direct_bw
-            };
-            let bw = chan_bw.min(per_rank) * pf;
-            let data = match kind {
-                CollKind::Broadcast | CollKind::Reduce => bytes * f64::from(n - 1),
-                _ => bytes * factor,
-            };
-            (lat, bw, data)
-        }
-    };
-    let (lat_add, bw_mul) = c.correction_for(kind, algo, proto);
-    let bw = (bw * bw_mul).max(1e-9);
-    Some((lat + lat_add).max(0.0) + data / (bw * 1000.0))
+                } else {
+                    factor
+                };
+                (lat, bw, bytes * f)
+            }
+            Algo::BinaryTree => {
+                let depth = log2_ceil(m) * hop_in + log2_ceil(nn) * hop_net;
+                let lat = base
+                    + if kind == CollKind::AllReduce {
+                        2.0
+                    } else {
+                        1.0
+                    } * depth;
+                // An interior rank feeds two children from one port.
+                let bw = chan_bw.min(s.intra_bw).min(net_bw) * pf * c.tree_bw / 2.0;
+                (lat, bw, bytes * factor)
+            }
+            Algo::DoubleBinaryTree => {
+                let lat = base + 2.0 * (f64::from(m - 1) * hop_in + log2_ceil(nn) * hop_net);
+                let bw = chan_bw.min(s.intra_bw).min(net_bw) * pf * c.tree_bw;
+                (lat, bw, bytes * factor)
+            }
+            Algo::OneShot => {
+                let lat = base + hop_in + f64::from(n - 1) * c.direct_peer_lat;
+                let bw = chan_bw.min(s.direct_bw) * pf;
+                (lat, bw, bytes * f64::from(n - 1))
+            }
+            Algo::TwoShot => {
+                let lat = base + 2.0 * hop_in + 2.0 * f64::from(n - 1) * c.direct_peer_lat;
+                let bw = chan_bw.min(s.direct_bw) * pf;
+                (lat, bw, bytes * factor)
+            }
+            Algo::AllPairs => {
+                let hop = if multi { hop_net } else { hop_in };
+                let lat = base + hop + f64::from(n - 1) * c.direct_peer_lat;
+                let per_rank = if multi {
+                    s.direct_bw.min(s.inter_bw / f64::from(m))
+                } else {
+                    s.direct_bw
+                };
+                let bw = chan_bw.min(per_rank) * pf;
+                let data = match kind {
+                    CollKind::Broadcast | CollKind::Reduce => bytes * f64::from(n - 1),
+                    _ => bytes * factor,
+                };
+                (lat, bw, data)
+            }
+        };
+        let (lat_add, bw_mul) = c.correction_for(kind, algo, proto);
+        let bw = (bw * bw_mul).max(1e-9);
+        Some((lat + lat_add).max(0.0) + data / (bw * 1000.0))
+    }
 }

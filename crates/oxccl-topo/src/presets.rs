@@ -61,10 +61,11 @@ struct Builder {
     nodes: Vec<Node>,
 }
 
+/// GPU `index` of its host: device number `index`, at bus
+/// [`gpu_bus`]`(host, index)`.
 struct GpuDecl {
-    bus: String,
+    index: usize,
     spec: GpuSpec,
-    dev: u32,
     gen: u8,
     nvlinks: Vec<(String, u32, &'static str)>,
 }
@@ -105,7 +106,7 @@ impl Builder {
 
     fn gpu(&mut self, parent: NodeId, d: GpuDecl) -> NodeId {
         let h = self.nodes[parent].host;
-        let dev = d.dev.to_string();
+        let dev = d.index.to_string();
         let sm = d.spec.sm.to_string();
         let nvlinks = d
             .nvlinks
@@ -115,7 +116,12 @@ impl Builder {
             })
             .collect();
         self.push(Node {
-            attrs: pci_attrs(&d.bus, "0x030200", Some(d.spec.device_id), d.gen),
+            attrs: pci_attrs(
+                &gpu_bus(h, d.index),
+                "0x030200",
+                Some(d.spec.device_id),
+                d.gen,
+            ),
             gpu: Some(GpuInfo {
                 attrs: Attrs::from_pairs(&[("dev", &dev), ("sm", &sm), ("gdr", "1")]),
                 nvlinks,
@@ -220,9 +226,8 @@ fn build_host(b: &mut Builder, which: &str, host: NodeId) {
                         b.gpu(
                             sw,
                             GpuDecl {
-                                bus: gpu_bus(h, g),
+                                index: g,
                                 spec: s,
-                                dev: g as u32,
                                 gen: 3,
                                 nvlinks,
                             },
@@ -253,9 +258,8 @@ fn build_host(b: &mut Builder, which: &str, host: NodeId) {
                         b.gpu(
                             sw,
                             GpuDecl {
-                                bus: gpu_bus(h, g),
+                                index: g,
                                 spec: s,
-                                dev: g as u32,
                                 gen,
                                 nvlinks,
                             },
@@ -283,9 +287,8 @@ fn build_host(b: &mut Builder, which: &str, host: NodeId) {
                         b.gpu(
                             sw,
                             GpuDecl {
-                                bus: gpu_bus(h, g),
+                                index: g,
                                 spec: s,
-                                dev: g as u32,
                                 gen: 4,
                                 nvlinks: vec![],
                             },
@@ -303,9 +306,8 @@ fn build_host(b: &mut Builder, which: &str, host: NodeId) {
                 b.gpu(
                     cpu,
                     GpuDecl {
-                        bus: gpu_bus(h, g),
+                        index: g,
                         spec: s,
-                        dev: g as u32,
                         gen: 4,
                         nvlinks,
                     },
@@ -320,9 +322,8 @@ fn build_host(b: &mut Builder, which: &str, host: NodeId) {
             b.gpu(
                 sw,
                 GpuDecl {
-                    bus: gpu_bus(h, 0),
+                    index: 0,
                     spec: s,
-                    dev: 0,
                     gen: 5,
                     nvlinks: vec![],
                 },

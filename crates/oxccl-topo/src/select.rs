@@ -16,7 +16,7 @@ use oxccl_core::{Algo, CollKind, Proto};
 
 use crate::consts::{Constants, HopClass};
 use crate::graph::{NodeId, Topology};
-use crate::model::{predict, Shape};
+use crate::model::Shape;
 use crate::paths::PathClass;
 use crate::search::{search_rings, RingSet};
 
@@ -312,29 +312,6 @@ impl Selector {
                 .position(|ranks| ranks.contains(&r))
                 .map(|p| (h, p))
         })
-    }
-
-    /// The model's time for one combination, µs (`None` where it does not
-    /// apply).
-    pub fn predict(
-        &self,
-        kind: CollKind,
-        algo: Algo,
-        proto: Proto,
-        channels: u32,
-        bytes: usize,
-        nranks: u32,
-    ) -> Option<f64> {
-        predict(
-            &self.consts,
-            &self.shape,
-            kind,
-            algo,
-            proto,
-            channels,
-            bytes,
-            nranks,
-        )
     }
 
     /// The channel counts considered: powers of two up to the maximum, and

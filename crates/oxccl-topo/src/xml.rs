@@ -180,7 +180,6 @@ impl Topology {
     }
 
     fn write_elem(&self, out: &mut String, n: NodeId, tag: &str, attrs: &Attrs, depth: usize) {
-        let pad = "  ".repeat(depth);
         let node = &self.nodes[n];
         let mut inner = String::new();
         if let Some(g) = &node.gpu {
@@ -214,13 +213,7 @@ impl Topology {
             let a = self.nodes[c].attrs.clone();
             self.write_elem(&mut inner, c, "pci", &a, depth + 1);
         }
-        let _ = write!(out, "{pad}<{tag}");
-        write_attrs(out, attrs);
-        if inner.is_empty() {
-            out.push_str("/>\n");
-        } else {
-            let _ = write!(out, ">\n{inner}{pad}</{tag}>\n");
-        }
+        open_close(out, tag, attrs, depth, |s| s.push_str(&inner));
     }
 }
 

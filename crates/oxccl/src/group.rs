@@ -20,7 +20,7 @@ use oxccl_core::gen::p2p::{self, P2pOp};
 use oxccl_core::{CollKind, DataType, Element, Plan, Proto, RedOp};
 
 use crate::backend::{RawBuf, RawStream};
-use crate::buffer::{In, Out};
+use crate::buffer::{Arg, In, Out};
 use crate::comm::{Communicator, PlanRef, Prepared};
 use crate::error::{Error, Result};
 use crate::select::Choice;
@@ -74,6 +74,23 @@ struct Job {
     proto: Proto,
 }
 
+/// One typed helper of [`Group`]: `name(comm, send, recv, args...)` adds
+/// [`Group::collective`] of `kind` with the op and root given after `=>`.
+macro_rules! typed_helper {
+    ($(#[$doc:meta])* $name:ident, $kind:ident, ($($arg:ident: $ty:ty),*) => $op:expr, $root:expr) => {
+        $(#[$doc])*
+        pub fn $name<T: Element>(
+            &mut self,
+            comm: &'a Communicator,
+            send: impl Into<In<'a, T>>,
+            recv: impl Into<Out<'a, T>>,
+            $($arg: $ty),*
+        ) -> Result<()> {
+            self.collective(comm, CollKind::$kind, send, recv, $op, $root)
+        }
+    };
+}
+
 impl<'a> Group<'a> {
     pub fn new() -> Self {
         Group::default()
@@ -86,21 +103,12 @@ impl<'a> Group<'a> {
         buf: impl Into<In<'a, T>>,
         peer: u32,
     ) -> Result<()> {
-        comm.check_usable()?;
         let arg = buf.into().arg;
-        validate::p2p("send buffer", &arg, peer, &comm.owner())?;
-        self.push(
-            comm,
-            T::DTYPE,
-            Pending::P2p {
-                op: P2pOp::Send {
-                    peer,
-                    count: arg.len,
-                },
-                raw: arg.raw,
-            },
-        );
-        Ok(())
+        let op = P2pOp::Send {
+            peer,
+            count: arg.len,
+        };
+        self.p2p(comm, T::DTYPE, "send buffer", &arg, peer, op)
     }
 
     /// Adds a receive into `buf` from `peer`.
@@ -110,20 +118,27 @@ impl<'a> Group<'a> {
         buf: impl Into<Out<'a, T>>,
         peer: u32,
     ) -> Result<()> {
-        comm.check_usable()?;
         let arg = buf.into().arg;
-        validate::p2p("receive buffer", &arg, peer, &comm.owner())?;
-        self.push(
-            comm,
-            T::DTYPE,
-            Pending::P2p {
-                op: P2pOp::Recv {
-                    peer,
-                    count: arg.len,
-                },
-                raw: arg.raw,
-            },
-        );
+        let op = P2pOp::Recv {
+            peer,
+            count: arg.len,
+        };
+        self.p2p(comm, T::DTYPE, "receive buffer", &arg, peer, op)
+    }
+
+    /// Adds one side of a Send/Recv, `op` on `arg` (named `what` in errors).
+    fn p2p(
+        &mut self,
+        comm: &'a Communicator,
+        dtype: DataType,
+        what: &'static str,
+        arg: &Arg,
+        peer: u32,
+        op: P2pOp,
+    ) -> Result<()> {
+        comm.check_usable()?;
+        validate::p2p(what, arg, peer, &comm.owner())?;
+        self.push(comm, dtype, Pending::P2p { op, raw: arg.raw });
         Ok(())
     }
 
@@ -142,92 +157,38 @@ impl<'a> Group<'a> {
         Ok(())
     }
 
-    /// Adds an AllReduce.
-    pub fn all_reduce<T: Element>(
-        &mut self,
-        comm: &'a Communicator,
-        send: impl Into<In<'a, T>>,
-        recv: impl Into<Out<'a, T>>,
-        op: RedOp,
-    ) -> Result<()> {
-        self.collective(comm, CollKind::AllReduce, send, recv, op, 0)
-    }
-
-    /// Adds a Broadcast from `root` (see [`Communicator::broadcast`]).
-    pub fn broadcast<T: Element>(
-        &mut self,
-        comm: &'a Communicator,
-        send: impl Into<In<'a, T>>,
-        recv: impl Into<Out<'a, T>>,
-        root: u32,
-    ) -> Result<()> {
-        self.collective(comm, CollKind::Broadcast, send, recv, RedOp::Sum, root)
-    }
-
-    /// Adds a Reduce to `root` (see [`Communicator::reduce`]).
-    pub fn reduce<T: Element>(
-        &mut self,
-        comm: &'a Communicator,
-        send: impl Into<In<'a, T>>,
-        recv: impl Into<Out<'a, T>>,
-        op: RedOp,
-        root: u32,
-    ) -> Result<()> {
-        self.collective(comm, CollKind::Reduce, send, recv, op, root)
-    }
-
-    /// Adds an AllGather (see [`Communicator::all_gather`]).
-    pub fn all_gather<T: Element>(
-        &mut self,
-        comm: &'a Communicator,
-        send: impl Into<In<'a, T>>,
-        recv: impl Into<Out<'a, T>>,
-    ) -> Result<()> {
-        self.collective(comm, CollKind::AllGather, send, recv, RedOp::Sum, 0)
-    }
-
-    /// Adds a ReduceScatter (see [`Communicator::reduce_scatter`]).
-    pub fn reduce_scatter<T: Element>(
-        &mut self,
-        comm: &'a Communicator,
-        send: impl Into<In<'a, T>>,
-        recv: impl Into<Out<'a, T>>,
-        op: RedOp,
-    ) -> Result<()> {
-        self.collective(comm, CollKind::ReduceScatter, send, recv, op, 0)
-    }
-
-    /// Adds an AllToAll (see [`Communicator::all_to_all`]).
-    pub fn all_to_all<T: Element>(
-        &mut self,
-        comm: &'a Communicator,
-        send: impl Into<In<'a, T>>,
-        recv: impl Into<Out<'a, T>>,
-    ) -> Result<()> {
-        self.collective(comm, CollKind::AllToAll, send, recv, RedOp::Sum, 0)
-    }
-
-    /// Adds a Gather to `root` (see [`Communicator::gather`]).
-    pub fn gather<T: Element>(
-        &mut self,
-        comm: &'a Communicator,
-        send: impl Into<In<'a, T>>,
-        recv: impl Into<Out<'a, T>>,
-        root: u32,
-    ) -> Result<()> {
-        self.collective(comm, CollKind::Gather, send, recv, RedOp::Sum, root)
-    }
-
-    /// Adds a Scatter from `root` (see [`Communicator::scatter`]).
-    pub fn scatter<T: Element>(
-        &mut self,
-        comm: &'a Communicator,
-        send: impl Into<In<'a, T>>,
-        recv: impl Into<Out<'a, T>>,
-        root: u32,
-    ) -> Result<()> {
-        self.collective(comm, CollKind::Scatter, send, recv, RedOp::Sum, root)
-    }
+    typed_helper!(
+        /// Adds an AllReduce (see [`Communicator::all_reduce`]).
+        all_reduce, AllReduce, (op: RedOp) => op, 0
+    );
+    typed_helper!(
+        /// Adds a Broadcast from `root` (see [`Communicator::broadcast`]).
+        broadcast, Broadcast, (root: u32) => RedOp::Sum, root
+    );
+    typed_helper!(
+        /// Adds a Reduce to `root` (see [`Communicator::reduce`]).
+        reduce, Reduce, (op: RedOp, root: u32) => op, root
+    );
+    typed_helper!(
+        /// Adds an AllGather (see [`Communicator::all_gather`]).
+        all_gather, AllGather, () => RedOp::Sum, 0
+    );
+    typed_helper!(
+        /// Adds a ReduceScatter (see [`Communicator::reduce_scatter`]).
+        reduce_scatter, ReduceScatter, (op: RedOp) => op, 0
+    );
+    typed_helper!(
+        /// Adds an AllToAll (see [`Communicator::all_to_all`]).
+        all_to_all, AllToAll, () => RedOp::Sum, 0
+    );
+    typed_helper!(
+        /// Adds a Gather to `root` (see [`Communicator::gather`]).
+        gather, Gather, (root: u32) => RedOp::Sum, root
+    );
+    typed_helper!(
+        /// Adds a Scatter from `root` (see [`Communicator::scatter`]).
+        scatter, Scatter, (root: u32) => RedOp::Sum, root
+    );
 
     fn push(&mut self, comm: &'a Communicator, dtype: DataType, pending: Pending) {
         self.entries.push(Entry {

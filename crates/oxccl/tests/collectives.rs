@@ -5,7 +5,7 @@
 
 use oxccl::core::testkit::{self, COLLECTIVES, OPS};
 use oxccl::core::{with_dtype, Collective};
-use oxccl::{BackendKind, CollKind, Communicator, Config, DataType, Element, RedOp};
+use oxccl::{CollKind, Communicator, DataType, Element, RedOp};
 
 mod common;
 use common::host;
@@ -125,17 +125,9 @@ fn host_every_case_1_rank() {
 
 #[test]
 fn cuda_every_case() {
-    if oxccl::backend::cuda::device_or_skip("cuda_every_case").is_none() {
+    let Some(comms) = common::cuda("cuda_every_case", 2) else {
         return;
-    }
-    let comms = oxccl::init_all_with(
-        2,
-        Config {
-            backend: BackendKind::Cuda,
-            ..Config::default()
-        },
-    )
-    .unwrap();
+    };
     all_cases(&comms, 1000);
 }
 

@@ -4,7 +4,7 @@
 mod common;
 use common::{host, on_ranks};
 
-use oxccl::{BackendKind, Config, Error, RedOp};
+use oxccl::{Error, RedOp};
 
 #[test]
 fn host_buffers_have_zero_copy_views() {
@@ -43,17 +43,9 @@ fn copies_say_shorter_is_fine_and_longer_is_not() {
 
 #[test]
 fn cuda_buffers_refuse_host_views() {
-    if oxccl::backend::cuda::device_or_skip("cuda_buffers_refuse_host_views").is_none() {
+    let Some(comms) = common::cuda("cuda_buffers_refuse_host_views", 1) else {
         return;
-    }
-    let comms = oxccl::init_all_with(
-        1,
-        Config {
-            backend: BackendKind::Cuda,
-            ..Config::default()
-        },
-    )
-    .unwrap();
+    };
     let mut b = comms[0].alloc::<f32>(4).unwrap();
     assert!(matches!(b.as_slice(), Err(Error::ForeignBuffer { .. })));
     assert!(matches!(b.as_mut_slice(), Err(Error::ForeignBuffer { .. })));

@@ -10,14 +10,7 @@ use oxccl_core::{CollKind, DataType, RedOp};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Call {
     /// One collective.
-    Coll {
-        kind: CollKind,
-        dtype: DataType,
-        count: u64,
-        /// The op's kind (`RedOp::name` index); `None` for non-reductions.
-        op: Option<u8>,
-        root: Option<u32>,
-    },
+    Coll(CollCall),
     /// A group holding `colls` collectives, compared by a digest of their
     /// fingerprints in issue order.
     Group { colls: u32, digest: u64 },
@@ -32,6 +25,17 @@ pub(crate) enum Call {
         count: u64,
         dtype: DataType,
     },
+}
+
+/// One collective as its fingerprint holds it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct CollCall {
+    kind: CollKind,
+    dtype: DataType,
+    count: u64,
+    /// The op's kind (`RedOp::name` index); `None` for non-reductions.
+    op: Option<u8>,
+    root: Option<u32>,
 }
 
 /// Names of the ops in the order of their code in a fingerprint.
@@ -61,13 +65,13 @@ impl Call {
     /// A collective's fingerprint (`op` ignored for non-reductions,
     /// `root` for rootless collectives).
     pub fn coll(kind: CollKind, dtype: DataType, count: usize, op: RedOp, root: u32) -> Call {
-        Call::Coll {
+        Call::Coll(CollCall {
             kind,
             dtype,
             count: count as u64,
             op: kind.is_reduction().then(|| op_code(op)),
             root: kind.has_root().then_some(root),
-        }
+        })
     }
 
     /// The fingerprint of a group of collectives, in issue order.
@@ -92,21 +96,15 @@ impl Call {
     pub fn encode(&self, registered: bool) -> [u64; 3] {
         let reg = if registered { REGISTERED } else { 0 };
         match *self {
-            Call::Coll {
-                kind,
-                dtype,
-                count,
-                op,
-                root,
-            } => [
+            Call::Coll(c) => [
                 TAG_COLL
-                    | (kind as u64) << 8
-                    | (dtype as u64) << 16
-                    | u64::from(op.map_or(0xff, |o| o)) << 24
-                    | u64::from(root.is_some()) << 32
+                    | (c.kind as u64) << 8
+                    | (c.dtype as u64) << 16
+                    | u64::from(c.op.map_or(0xff, |o| o)) << 24
+                    | u64::from(c.root.is_some()) << 32
                     | reg,
-                count,
-                u64::from(root.unwrap_or(0)),
+                c.count,
+                u64::from(c.root.unwrap_or(0)),
             ],
             Call::Group { colls, digest } => [TAG_GROUP | reg, digest, u64::from(colls)],
             Call::Barrier => [TAG_BARRIER | reg, 0, 0],
@@ -129,13 +127,13 @@ impl Call {
         let byte = |shift: u32| (w[0] >> shift) as u8;
         let dtype = || DataType::ALL.get(usize::from(byte(16))).copied();
         let call = match w[0] & 0xff {
-            TAG_COLL => Call::Coll {
+            TAG_COLL => Call::Coll(CollCall {
                 kind: *CollKind::ALL.get(usize::from(byte(8)))?,
                 dtype: dtype()?,
                 count: w[1],
                 op: (byte(24) != 0xff).then(|| byte(24)),
                 root: (w[0] >> 32 & 1 == 1).then_some(w[2] as u32),
-            },
+            }),
             TAG_GROUP => Call::Group {
                 colls: w[2] as u32,
                 digest: w[1],
@@ -156,21 +154,15 @@ impl Call {
 impl fmt::Display for Call {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match *self {
-            Call::Coll {
-                kind,
-                dtype,
-                count,
-                op,
-                root,
-            } => {
-                write!(f, "{kind}")?;
-                match (op, root) {
+            Call::Coll(c) => {
+                write!(f, "{}", c.kind)?;
+                match (c.op, c.root) {
                     (Some(o), Some(r)) => write!(f, "({}, root {r})", OPS[usize::from(o)])?,
                     (Some(o), None) => write!(f, "({})", OPS[usize::from(o)])?,
                     (None, Some(r)) => write!(f, "(root {r})")?,
                     (None, None) => {}
                 }
-                write!(f, " of {count} x {dtype}")
+                write!(f, " of {} x {}", c.count, c.dtype)
             }
             Call::Group { colls, digest } => {
                 write!(f, "a group of {colls} collective(s) [digest {digest:016x}]")

@@ -18,6 +18,19 @@ pub fn host(n: u32) -> Vec<Communicator> {
     .unwrap()
 }
 
+/// `n` communicators on the CUDA backend (default configuration), or
+/// `None` after `test`'s `skipped: no CUDA device` line where there is no
+/// driver (under `OXCCL_REQUIRE_GPU=1` that panics instead).
+#[allow(dead_code)] // not every test binary has CUDA tests
+pub fn cuda(test: &str, n: u32) -> Option<Vec<Communicator>> {
+    oxccl::backend::cuda::device_or_skip(test)?;
+    let config = Config {
+        backend: BackendKind::Cuda,
+        ..Config::default()
+    };
+    Some(oxccl::init_all_with(n, config).expect("CUDA communicators"))
+}
+
 /// Runs `f` on every rank's own thread; results in rank order.
 #[allow(dead_code)] // not every test binary runs ranks on threads
 pub fn on_ranks<R: Send>(comms: &[Communicator], f: impl Fn(&Communicator) -> R + Sync) -> Vec<R> {
