@@ -211,6 +211,22 @@ fn ops() -> Vec<Op> {
             p.b.synchronize().map_err(|e| e.to_string())
         }),
     ));
+    // The sizes issue 10's random loop zeroed (4 x count bytes, any count).
+    for bytes in [148usize, 1_200_004] {
+        v.push((
+            format!("cuMemsetD8Async {bytes} B on stream B + sync B"),
+            Box::new(move |p: &Probe| {
+                // SAFETY: `scratch` holds 4 MiB and lives as long as the process.
+                unsafe {
+                    check(
+                        "cuMemsetD8Async",
+                        sys::cuMemsetD8Async(p.scratch, 0, bytes, p.b.raw),
+                    )?
+                };
+                p.b.synchronize().map_err(|e| e.to_string())
+            }),
+        ));
+    }
     v.push((
         "cuMemcpyHtoD 1 MiB pageable (legacy stream, synchronous)".into(),
         Box::new(|p| {
@@ -314,8 +330,7 @@ fn ops() -> Vec<Op> {
                 .with(|c| c.borrow().clone())
                 .ok_or("lazy module not preloaded")?;
             let f = m.function("probe_lazy2").map_err(|e| e.to_string())?;
-            // SAFETY: `f` is a function of a loaded module.
-            unsafe { check("cuFuncLoad", sys::cuFuncLoad(f.raw())) }
+            f.load().map_err(|e| e.to_string())
         }),
     ));
     v

@@ -76,6 +76,38 @@ fn widen_hardware_queues() {
     }
 }
 
+/// The oldest driver oxccl runs on, as `cuDriverGetVersion` reports it
+/// (CUDA 12.0, driver R525): the driver API level the crate is built
+/// against (cudarc's `cuda-12000`), so every entry point it calls exists.
+pub const MIN_DRIVER: i32 = 12000;
+
+/// The first driver with `cuFuncLoad` (CUDA 12.4).
+const FUNC_LOAD_DRIVER: i32 = 12040;
+
+/// The CUDA version the installed driver supports (`12040` for 12.4),
+/// readable before `cuInit`.
+pub fn driver_version() -> Result<i32> {
+    guarded("cuDriverGetVersion", || {
+        let mut v = 0;
+        // SAFETY: valid out-pointer; needs no initialisation.
+        unsafe { check("cuDriverGetVersion", sys::cuDriverGetVersion(&mut v))? };
+        Ok(v)
+    })
+}
+
+/// Drivers before CUDA 12.4 cannot load a function ahead of its first
+/// launch (`cuFuncLoad`), and from 12.2 they load lazily by default, so a
+/// first launch would wait for peers' spinning kernels: ask for eager
+/// loading (read by `cuInit`) unless the user chose.
+fn load_modules_eagerly() {
+    const VAR: &str = "CUDA_MODULE_LOADING";
+    if std::env::var_os(VAR).is_none() {
+        // Same reasoning as `widen_hardware_queues` for setting it here.
+        std::env::set_var(VAR, "EAGER");
+        tracing::debug!("{VAR}=EAGER set (driver without cuFuncLoad)");
+    }
+}
+
 /// Loads libcuda and calls `cuInit` once per process.
 pub fn init() -> Result<()> {
     static INIT: OnceLock<Result<()>> = OnceLock::new();
@@ -87,7 +119,18 @@ pub fn init() -> Result<()> {
                     "libcuda.so could not be loaded (no NVIDIA driver on this machine)".into(),
                 ));
             }
+            let version = driver_version()?;
+            if version < MIN_DRIVER {
+                return Err(CudaError::DriverTooOld {
+                    found: version,
+                    need: MIN_DRIVER,
+                    what: "oxccl's CUDA backend (its driver API level)",
+                });
+            }
             widen_hardware_queues();
+            if version < FUNC_LOAD_DRIVER {
+                load_modules_eagerly();
+            }
             result::init().map_err(init_error)
         })
     })
@@ -638,20 +681,21 @@ impl Function {
     /// whole deadline, on the H200's driver 580); a rank doing that while
     /// a peer's kernel spins waiting for its launch would stall both until
     /// the deadline. `cuFuncLoad` itself returned in 0.06 ms beside a
-    /// running kernel. Drivers before CUDA 12.4 lack it: then nothing is
-    /// done (they load at the first launch, as before) and a debug line
-    /// says so.
+    /// running kernel. Drivers before CUDA 12.4 lack it (it is looked up
+    /// by name, since the bindings are CUDA 12.0's): then nothing is done,
+    /// and [`init`] has asked for eager loading on such drivers, so no
+    /// launch loads code there either.
     pub fn load(&self) -> Result<()> {
-        let r = guarded("cuFuncLoad", || {
-            // SAFETY: a function of a loaded module.
-            check("cuFuncLoad", unsafe { sys::cuFuncLoad(self.0) })
-        });
-        match r {
-            Err(CudaError::NoDriver(why)) => {
-                tracing::debug!("cuFuncLoad unavailable ({why}); functions load at first launch");
+        match func_load() {
+            // SAFETY: a function of a loaded module; the symbol has
+            // cuFuncLoad's C signature.
+            Some(f) => check("cuFuncLoad", unsafe { f(self.0) }),
+            None => {
+                tracing::debug!(
+                    "cuFuncLoad absent (driver before CUDA 12.4); modules load eagerly"
+                );
                 Ok(())
             }
-            other => other,
         }
     }
 
@@ -695,6 +739,23 @@ impl Function {
         }
         .map_err(|e| CudaError::driver("cuLaunchKernel", e))
     }
+}
+
+/// `cuFuncLoad` (CUDA 12.4), looked up once in the loaded driver.
+fn func_load() -> Option<unsafe extern "C" fn(sys::CUfunction) -> sys::CUresult> {
+    static SYM: OnceLock<Option<unsafe extern "C" fn(sys::CUfunction) -> sys::CUresult>> =
+        OnceLock::new();
+    *SYM.get_or_init(|| {
+        // SAFETY: `init` succeeded (the library is loaded); the symbol, if
+        // present, has this C signature and lives as long as the library,
+        // which cudarc keeps loaded for the process's life.
+        unsafe {
+            sys::culib()
+                .get::<unsafe extern "C" fn(sys::CUfunction) -> sys::CUresult>(b"cuFuncLoad\0")
+                .ok()
+                .map(|f| *f)
+        }
+    })
 }
 
 /// A captured and instantiated CUDA graph.

@@ -13,6 +13,16 @@ pub enum CudaError {
     /// `libnvrtc` could not be loaded.
     #[error("no NVRTC (CUDA runtime compiler): {0}")]
     NoNvrtc(String),
+    /// The installed driver is older than what oxccl needs.
+    #[error(
+        "the NVIDIA driver supports CUDA {}.{}; {what} needs CUDA {}.{} or newer (driver R525 or later for 12.0): update the driver",
+        found / 1000, found % 1000 / 10, need / 1000, need % 1000 / 10
+    )]
+    DriverTooOld {
+        found: i32,
+        need: i32,
+        what: &'static str,
+    },
     /// A driver call failed.
     #[error("CUDA driver call {call} failed: {detail}")]
     Driver { call: &'static str, detail: String },
@@ -51,3 +61,20 @@ impl CudaError {
 
 /// Shorthand.
 pub type Result<T, E = CudaError> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::CudaError;
+
+    #[test]
+    fn an_old_driver_is_named_with_what_is_needed() {
+        let e = CudaError::DriverTooOld {
+            found: 11080,
+            need: 12000,
+            what: "oxccl",
+        };
+        let m = e.to_string();
+        assert!(m.contains("supports CUDA 11.8"), "{m}");
+        assert!(m.contains("needs CUDA 12.0 or newer"), "{m}");
+    }
+}

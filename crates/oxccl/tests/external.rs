@@ -272,6 +272,11 @@ fn cuda_every_collective_on_external_memory() {
         let Some(comms) = cuda("cuda_every_collective_on_external_memory", n) else {
             return;
         };
+        println!(
+            "driver supports CUDA {:?} (cuDriverGetVersion); bindings at API level {}",
+            oxccl_cuda::driver::driver_version(),
+            oxccl_cuda::driver::MIN_DRIVER
+        );
         for kind in [Kind::Alloc, Kind::Pool, Kind::Vmm] {
             let mem = CudaMem::new(kind, n);
             let t = std::time::Instant::now();

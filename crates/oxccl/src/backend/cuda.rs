@@ -91,7 +91,7 @@ struct Procs {
 /// Maps a CUDA backend error onto the facade's.
 pub(crate) fn map_error(e: CudaError) -> Error {
     match e {
-        e @ (CudaError::NoDriver(_) | CudaError::NoNvrtc(_)) => {
+        e @ (CudaError::NoDriver(_) | CudaError::NoNvrtc(_) | CudaError::DriverTooOld { .. }) => {
             Error::BackendUnavailable(e.to_string())
         }
         CudaError::Wait(f) => Error::Wait(f),
