@@ -135,6 +135,8 @@ mod debug;
 pub mod error;
 pub mod group;
 mod init;
+#[cfg(feature = "cudarc")]
+mod interop;
 mod ops;
 mod plans;
 mod raw;

@@ -94,7 +94,7 @@ macro_rules! with_element {
 
 /// Which argument of a call, for messages.
 #[derive(Clone, Copy)]
-enum Role {
+pub(crate) enum Role {
     Send,
     Recv,
 }
@@ -114,7 +114,7 @@ impl Communicator {
     /// pointer is an empty argument (a buffer the rank's part ignores is
     /// then bound to the communicator's own sink; one it uses is refused
     /// by validation as too short).
-    fn raw_arg(&self, role: Role, ptr: u64, len: usize, dtype: DataType) -> Result<Arg> {
+    pub(crate) fn raw_arg(&self, role: Role, ptr: u64, len: usize, dtype: DataType) -> Result<Arg> {
         let es = dtype.size();
         if ptr == 0 {
             return Ok(Arg {
