@@ -400,17 +400,24 @@ fn build_job(
     }))
 }
 
+/// Channels of a Send/Recv plan unless configured (at most what the
+/// backend holds): 16 is every channel 8 ranks get on an H200 (132 SMs).
+const P2P_CHANNELS: u32 = 16;
+
 /// The Send/Recv part of this rank, from its own operations alone
 /// (`gen::p2p::rank_plan`; matching the peers' lists is their contract).
 fn p2p_part(comm: &Communicator, ops: &[P2pOp], bufs: Vec<RawBuf>, es: usize) -> Result<Prepared> {
     let cl = comm.clique();
     let chunk = (crate::comm::fifo_bytes(&cl.config, cl.backend.chunk_bytes()) / es).max(1);
     // Every rank must use the same channel count whatever its own traffic,
-    // so it does not depend on sizes.
+    // so it does not depend on sizes: the most the device holds. Each
+    // operation then uses as many of them as it has FIFO pieces
+    // (`p2p::op_channels`, which both ends compute alike), so a small
+    // send stays on one channel and a large one uses them all.
     let channels = cl
         .config
         .channels
-        .unwrap_or(2)
+        .unwrap_or(P2P_CHANNELS)
         .clamp(1, cl.backend.max_channels());
     let plan =
         p2p::rank_plan(comm.nranks(), comm.rank(), ops, chunk, channels).map_err(|e| match e {

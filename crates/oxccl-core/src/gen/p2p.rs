@@ -3,8 +3,15 @@
 //! Every operation has its own buffer (an input for a send, an output for a
 //! receive), numbered in the order the rank listed its operations. The k-th
 //! send from a to b matches the k-th receive on b from a, and their counts
-//! must be equal. Each channel carries its `split` share of every
-//! operation, in pieces of at most `chunk` elements.
+//! must be equal. An operation of `count` elements uses
+//! [`op_channels`]`(count, chunk, channels)` channels, one per `chunk`-sized
+//! piece up to the plan's channel count, and each of those carries its
+//! `split` share in pieces of at most `chunk` elements. Both ends of an
+//! operation know its count, so they agree on its channels without
+//! talking; small operations stay on channel 0 (no extra handshakes),
+//! large ones spread over every channel (a FIFO connection moves a piece
+//! at a time per channel, so one or two channels cap a large transfer at
+//! one or two blocks' copy rate).
 //!
 //! Schedule (deadlock-free at FIFO depth 1 per connection and round): the
 //! sends from a to b form one stream of pieces, the receives on b from a
@@ -98,6 +105,13 @@ fn counts(list: &[P2pOp], peer: Rank, sends: bool) -> Vec<usize> {
         .collect()
 }
 
+/// Channels an operation of `count` elements uses in a plan of `nch`
+/// channels with `chunk`-element pieces: one per piece, at least 1, at
+/// most `nch`.
+pub fn op_channels(count: usize, chunk: usize, nch: usize) -> usize {
+    count.div_ceil(chunk.max(1)).clamp(1, nch.max(1))
+}
+
 /// The pieces, on channel `ch`, of the operations of `list` towards
 /// `peer` in one direction, in order.
 fn stream(
@@ -113,7 +127,13 @@ fn stream(
         .filter(|(_, o)| o.peer() == peer && o.is_send() == sends)
         .flat_map(|(i, o)| {
             let buf = BufId(i as u16);
-            pieces(split(o.count(), nch)[ch].clone(), chunk).map(move |p| (buf, p.start, p.len()))
+            let used = op_channels(o.count(), chunk, nch);
+            let share = if ch < used {
+                split(o.count(), used)[ch].clone()
+            } else {
+                0..0
+            };
+            pieces(share, chunk).map(move |p| (buf, p.start, p.len()))
         })
         .collect()
 }
