@@ -29,9 +29,11 @@ pub extern "C" fn ncclGroupEnd() -> NcclResult {
         for c in &st.inits {
             c.join_init();
         }
+        let split = super::init::finish_splits(std::mem::take(&mut st.splits));
         if let Some(e) = st.error.take() {
             return Err(e);
         }
+        split?;
         for c in &st.inits {
             c.get()?;
         }
@@ -64,12 +66,13 @@ fn close() -> CResult<Option<group::State>> {
 pub unsafe extern "C" fn ncclGroupSimulateEnd(sim_info: *mut NcclSimInfo) -> NcclResult {
     guard("ncclGroupSimulateEnd", || {
         let p = out(sim_info, "simInfo")?;
-        let Some(st) = close()? else {
+        let Some(mut st) = close()? else {
             return Ok(SUCCESS);
         };
         for c in &st.inits {
             c.join_init();
         }
+        super::init::finish_splits(std::mem::take(&mut st.splits))?;
         if let Some(e) = st.error {
             return Err(e);
         }

@@ -296,27 +296,72 @@ pub unsafe extern "C" fn ncclCommSplit(
     })
 }
 
-/// Runs a split and publishes the child (NULL for no color).
+/// Runs a split and publishes the child (NULL for no color). Inside a
+/// group it runs on its own thread and the group's end writes the child,
+/// so one thread can split several communicators of one clique (each
+/// rank's split waits for the others').
 fn split_into(
-    c: &CComm,
+    c: &Arc<CComm>,
     color: Option<u32>,
     key: c_int,
     cc: &CommConfig,
     outp: *mut NcclCommT,
 ) -> CResult<NcclResult> {
+    if group::active() {
+        let (parent, cc) = (c.clone(), cc.clone());
+        let t = std::thread::Builder::new()
+            .name(format!("oxccl-split-r{}", c.rank))
+            .spawn(move || split_now(&parent, color, key, &cc))
+            .map_err(|e| CError {
+                code: abi::SYSTEM_ERROR,
+                msg: format!("could not start the split thread: {e}"),
+            })?;
+        group::with(|g| g.splits.push((t, outp as usize)));
+        return Ok(SUCCESS);
+    }
+    let h = split_now(c, color, key, cc)?;
+    // SAFETY: checked by the caller through `out`.
+    unsafe { outp.write(h as NcclCommT) };
+    Ok(SUCCESS)
+}
+
+/// The split itself; the child's handle as an address (0: no color).
+fn split_now(c: &CComm, color: Option<u32>, key: c_int, cc: &CommConfig) -> CResult<usize> {
     let child = c.get()?.split(color, key)?;
-    let h = match child {
-        None => std::ptr::null_mut(),
+    Ok(match child {
+        None => 0,
         Some(x) => {
             let blocking = cc.blocking.unwrap_or(c.blocking);
             let k = Arc::new(CComm::new(x.nranks(), x.rank(), blocking, cc.name.clone()));
             k.finish_init(Ok(x));
-            handle::publish(k)
+            handle::publish(k) as usize
         }
-    };
-    // SAFETY: checked by the caller through `out`.
-    unsafe { outp.write(h) };
-    Ok(SUCCESS)
+    })
+}
+
+/// Waits for the splits started in a group and writes their children
+/// (NULL for a failed one); the first failure is returned.
+pub(crate) fn finish_splits(splits: Vec<(group::SplitThread, usize)>) -> CResult<()> {
+    let mut first = None;
+    for (t, outp) in splits {
+        let r = t.join().unwrap_or_else(|_| {
+            Err(CError {
+                code: abi::INTERNAL_ERROR,
+                msg: "split panicked".into(),
+            })
+        });
+        let h = match r {
+            Ok(h) => h,
+            Err(e) => {
+                first.get_or_insert(e);
+                0
+            }
+        };
+        // SAFETY: `out` checked the pointer when the split was issued, and
+        // NCCL's contract keeps it valid until the group's end.
+        unsafe { (outp as *mut NcclCommT).write(h as NcclCommT) };
+    }
+    first.map_or(Ok(()), Err)
 }
 
 /// A communicator without the excluded ranks. oxccl builds it as a split,

@@ -4,7 +4,7 @@
 
 mod coll;
 mod group;
-mod init;
+pub(crate) mod init;
 mod mem;
 mod query;
 

@@ -380,6 +380,22 @@ static void scenario_groups(void) {
   NCCL_OK(ncclAllReduce(x[1], x[1], 16, ncclFloat32, ncclSum, two[1], NULL));
   NCCL_OK(ncclGroupEnd());
   CHECK(x[0][15] == 3 && x[1][0] == 3, "initall group: %g %g", x[0][15], x[1][0]);
+  /* Both ranks split from this one thread, grouped (each rank's split
+   * waits for the other's): the children are written at the group's end. */
+  ncclComm_t kids[2] = {NULL, NULL};
+  NCCL_OK(ncclGroupStart());
+  NCCL_OK(ncclCommSplit(two[0], 0, 1, &kids[0], NULL));
+  NCCL_OK(ncclCommSplit(two[1], 0, 0, &kids[1], NULL));
+  NCCL_OK(ncclGroupEnd());
+  CHECK(kids[0] != NULL && kids[1] != NULL, "grouped split gave %p %p", (void *)kids[0], (void *)kids[1]);
+  if (kids[0] && kids[1]) {
+    int k0 = -1, k1 = -1;
+    NCCL_OK(ncclCommUserRank(kids[0], &k0));
+    NCCL_OK(ncclCommUserRank(kids[1], &k1));
+    CHECK(k0 == 1 && k1 == 0, "keys reorder the children: %d %d", k0, k1);
+    NCCL_OK(ncclCommDestroy(kids[0]));
+    NCCL_OK(ncclCommDestroy(kids[1]));
+  }
   NCCL_OK(ncclCommDestroy(two[0]));
   NCCL_OK(ncclCommDestroy(two[1]));
   /* A 1-rank communicator from an id nobody generated (PyTorch's self
