@@ -463,6 +463,15 @@ fn every_collective_over_the_network_transport() {
 }
 
 #[test]
+fn a_send_right_before_exit_is_delivered_over_the_network() {
+    // Rank 0's Send completes once its data is in the FIFO; its process
+    // then drops the communicator and exits at once. The proxy must still
+    // send what is in the FIFO before closing the connections.
+    let lines = run_ranks_with("send_exit", 2, "host", OVER_NET);
+    assert_eq!(ok_lines(&lines).len(), 2, "{lines:#?}");
+}
+
+#[test]
 fn a_killed_process_over_the_network_is_named() {
     killed_process_is_named_with("host", OVER_NET);
 }
@@ -839,6 +848,31 @@ fn child_abort() {
     }
 }
 
+/// Rank 0 sends 8 MiB to rank 1 and exits at once; rank 1 checks it.
+fn child_send_exit() {
+    let c = child_comm(Duration::from_secs(60));
+    let n = 1 << 20;
+    if c.rank() == 0 {
+        let data: Vec<f64> = (0..n).map(|i| i as f64).collect();
+        c.send(&data[..], 1).unwrap();
+        drop(c);
+        println!("OK rank 0: sent");
+    } else {
+        let mut got = vec![0.0f64; n];
+        c.recv(&mut got[..], 0).unwrap();
+        let wrong = got
+            .iter()
+            .enumerate()
+            .filter(|&(i, &v)| v != i as f64)
+            .count();
+        if wrong > 0 {
+            println!("WRONG rank 1: {wrong} wrong");
+            std::process::exit(2);
+        }
+        println!("OK rank 1: received");
+    }
+}
+
 fn child_init() {
     match Communicator::init_rank(
         &UniqueId::from_bytes(&unhex(&std::env::var("OXCCL_MP_ID").unwrap())).unwrap(),
@@ -921,6 +955,7 @@ fn child() {
         Ok("loop") => child_loop(),
         Ok("abort") => child_abort(),
         Ok("init") => child_init(),
+        Ok("send_exit") => child_send_exit(),
         Ok("ns") => child_ns(),
         other => panic!("{ROLE}={other:?}: run by the other tests only"),
     }

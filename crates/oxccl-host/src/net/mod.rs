@@ -49,6 +49,8 @@ pub(crate) struct NetPart {
     slots: usize,
     proxy: Mutex<Option<JoinHandle<()>>>,
     closed: Mutex<bool>,
+    /// How long a clean shutdown waits for published messages to leave.
+    flush: Duration,
     /// How connections are named in logs: `NET/Socket/0`.
     pub via: String,
     /// This rank's address on the network.
@@ -183,6 +185,8 @@ impl NetPart {
             me,
             lost: (0..n).map(|_| Mutex::new(None)).collect(),
             stop: Default::default(),
+            draining: Default::default(),
+            drained: Default::default(),
             rank,
             proxy: parker.unparker().clone(),
         });
@@ -206,6 +210,7 @@ impl NetPart {
             slots: cfg.slots,
             proxy: Mutex::new(Some(proxy)),
             closed: Mutex::new(false),
+            flush: cfg.deadline.min(oxccl_bootstrap::MAX_LIMIT),
             via,
             ip,
         })
@@ -251,6 +256,9 @@ impl NetPart {
         }
         *closed = true;
         let net = &*self.sh.net;
+        if reason.is_none() {
+            self.flush_sends();
+        }
         if let Some(reason) = reason {
             let mut bytes = reason.as_bytes().to_vec();
             bytes.truncate(REASON_BYTES);
@@ -285,6 +293,38 @@ impl NetPart {
             if h.thread().id() != std::thread::current().id() {
                 let _ = h.join();
             }
+        }
+    }
+}
+
+impl NetPart {
+    /// A clean shutdown first lets the proxy send every message the
+    /// executor published: a rank's last Send may still sit in its FIFO
+    /// when its communicator is dropped (a send completes once its data is
+    /// in the FIFO, as in NCCL), and closing at once would lose it, so the
+    /// peer would see the connection closed instead of its data. Bounded by
+    /// the communicator's deadline; a failed connection counts as flushed.
+    fn flush_sends(&self) {
+        let on_proxy = self
+            .proxy
+            .lock()
+            .as_ref()
+            .is_none_or(|h| h.thread().id() == std::thread::current().id() || h.is_finished());
+        if on_proxy {
+            return;
+        }
+        self.sh.draining.store(true, Ordering::Release);
+        let until = Instant::now() + self.flush;
+        while !self.sh.drained.load(Ordering::Acquire) && Instant::now() < until {
+            self.kick();
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        if !self.sh.drained.load(Ordering::Acquire) {
+            tracing::warn!(
+                rank = self.me,
+                "oxccl-host: closing network connections with messages unsent after {:?}",
+                self.flush
+            );
         }
     }
 }

@@ -41,6 +41,10 @@ pub(crate) struct Shared {
     /// Why each peer is lost, once it is.
     pub lost: Box<[Mutex<Option<Lost>>]>,
     pub stop: AtomicBool,
+    /// Set by a clean shutdown: the proxy reports `drained` once every
+    /// message the executor published has left (or its connection failed).
+    pub draining: AtomicBool,
+    pub drained: AtomicBool,
     /// Wakes this process's rank (the executor parks on it).
     pub rank: Unparker,
     /// Wakes the proxy.
@@ -132,6 +136,18 @@ impl Entry {
             ),
             false,
         );
+    }
+
+    /// A sending end with nothing published left to send and nothing in
+    /// flight (or a dead one: nothing more will leave); receiving ends
+    /// hold nothing a peer waits for.
+    fn drained(&self) -> bool {
+        match self.end {
+            End::Send(_) => {
+                self.dead || (self.inflight.is_empty() && self.link.published(self.next).is_none())
+            }
+            End::Recv(_) => true,
+        }
     }
 
     /// Moves what can move now; `true` if anything did.
@@ -299,6 +315,9 @@ pub(crate) fn run(
         }
         for e in &mut entries {
             moved |= e.progress(&sh);
+        }
+        if sh.draining.load(Ordering::Acquire) && !moved && entries.iter().all(Entry::drained) {
+            sh.drained.store(true, Ordering::Release);
         }
         if moved {
             backoff.reset();
