@@ -105,13 +105,7 @@ fn from_env_ranks_under_open_mpi_and_slurm_variables() {
                     .args(["--coll", "allreduce,alltoall", "--from-env"])
                     .stdout(Stdio::piped())
                     .stderr(Stdio::piped());
-                for v in [
-                    "RANK",
-                    "WORLD_SIZE",
-                    "MASTER_ADDR",
-                    "MASTER_PORT",
-                    "NCCL_COMM_ID",
-                ] {
+                for v in oxccl::LaunchEnv::vars() {
                     c.env_remove(v);
                 }
                 for (k, v) in vars(r, n, port) {

@@ -25,6 +25,7 @@
 //! names) and `NCCL_SOCKET_FAMILY` (`AF_INET`/`AF_INET6`); see [`iface`].
 
 mod desc;
+pub mod env;
 mod error;
 mod fdpass;
 mod id;

@@ -12,7 +12,7 @@ mod common;
 use common::{is_sync, plan_check_error};
 use oxccl_core::gen::split;
 use oxccl_core::interp::check_in_place;
-use oxccl_core::plan::{Plan, Step};
+use oxccl_core::plan::{Loc, Plan, Rank, Step};
 use oxccl_core::{generate, Algo, CollKind, Collective, DataType, PlanRequest, RedOp};
 use proptest::prelude::*;
 
@@ -60,6 +60,20 @@ impl Traffic {
     }
 }
 
+/// A swap step's fields: this rank's range, the peer, the peer's range,
+/// the length.
+fn swap(s: &Step) -> Option<(Loc, Rank, Loc, usize)> {
+    match *s {
+        Step::Swap {
+            at,
+            peer,
+            peer_at,
+            len,
+        } => Some((at, peer, peer_at, len)),
+        _ => None,
+    }
+}
+
 /// How often each element of each rank's buffer is read and written, by
 /// whichever rank's steps.
 fn buffer_accesses(p: &Plan) -> (Vec<Vec<u32>>, Vec<Vec<u32>>) {
@@ -68,13 +82,7 @@ fn buffer_accesses(p: &Plan) -> (Vec<Vec<u32>>, Vec<Vec<u32>>) {
     let mut writes = reads.clone();
     for rp in &p.ranks {
         for s in rp.channels.iter().flat_map(|c| &c.steps) {
-            let Step::Swap {
-                at,
-                peer,
-                peer_at,
-                len,
-            } = *s
-            else {
+            let Some((at, peer, peer_at, len)) = swap(s) else {
                 continue;
             };
             for (owner, l) in [(rp.rank, at), (peer, peer_at)] {
@@ -117,13 +125,7 @@ fn shape(p: &Plan, count: usize, channels: u32, chunk: usize, what: &str) {
                 "{what}: exit"
             );
             for s in &ch.steps[k..ch.steps.len() - k] {
-                let Step::Swap {
-                    at,
-                    peer,
-                    peer_at,
-                    len,
-                } = *s
-                else {
+                let Some((at, peer, peer_at, len)) = swap(s) else {
                     panic!("{what}: {s:?}")
                 };
                 let q = peer as usize;

@@ -19,6 +19,7 @@ use crate::compile::{ODst, OSrc, Op, Program, XOp};
 use crate::error::HostError;
 use crate::fabric::{Calls, HostFabric};
 use crate::kernel::{transfer, In, TypedOp};
+use crate::remote::RemoteAccess;
 
 /// What a call did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -330,8 +331,15 @@ impl<T: Element> Runner<'_, T> {
         off: usize,
         len: usize,
     ) -> Result<usize, HostError> {
+        let access = RemoteAccess {
+            call: self.calls.synced,
+            buf,
+            off,
+            len,
+            elem: size_of::<T>(),
+        };
         self.fab
-            .remote(peer, self.calls.synced, buf, off, len, size_of::<T>())
+            .remote(peer, &access)
             .map_err(|d| self.mismatch(peer, c, s, d))
     }
 

@@ -18,6 +18,7 @@ use crate::exec::{run, ExecStats};
 use crate::fifo::Link;
 use crate::net::NetPart;
 use crate::procs::Procs;
+use crate::remote::RemoteAccess;
 use crate::shm::RankCtl;
 use crate::HostBuf;
 
@@ -612,19 +613,10 @@ impl HostFabric {
             .collect()
     }
 
-    /// Address of `len` elements at `off` of `peer`'s buffer `buf` in call
-    /// `call`, or why not.
-    pub(crate) fn remote(
-        &self,
-        peer: Rank,
-        call: u64,
-        buf: usize,
-        off: usize,
-        len: usize,
-        elem: usize,
-    ) -> Result<usize, String> {
+    /// Address of `peer`'s elements that `a` names, or why not.
+    pub(crate) fn remote(&self, peer: Rank, a: &RemoteAccess) -> Result<usize, String> {
         if let Some(procs) = &self.procs {
-            return procs.remote(peer, call, buf, off, len, elem);
+            return procs.remote(peer, a);
         }
         if self.net.is_some() {
             return Err(
@@ -632,18 +624,9 @@ impl HostFabric {
             );
         }
         let p = self.ranks[peer as usize].published.lock();
-        if p.call != call {
-            return Err(format!(
-                "remote access to a peer in call {} from call {call}: the plan lacks a signal/wait before it",
-                p.call
-            ));
-        }
-        match p.bufs.get(buf) {
-            Some(&(addr, blen)) if off.checked_add(len).is_some_and(|e| e <= blen) => {
-                Ok(addr + off * elem)
-            }
-            _ => Err(format!("remote buffer {buf} has no elements {off}..+{len}")),
-        }
+        a.resolve(p.call, || {
+            p.bufs.get(a.buf).copied().ok_or_else(|| a.out_of_range())
+        })
     }
 
     /// Waits (bounded by the deadline) until no rank is inside a call, so

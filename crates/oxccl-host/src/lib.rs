@@ -29,6 +29,7 @@ mod fifo;
 mod kernel;
 mod net;
 mod procs;
+mod remote;
 mod shm;
 mod widened;
 

@@ -18,6 +18,7 @@ use rustix::thread::futex;
 use crate::error::HostError;
 use crate::fabric::HostFabric;
 use crate::fifo::Link;
+use crate::remote::RemoteAccess;
 use crate::shm::{
     GlobalCtl, Heap, Layout, LinkCtr, RankCtl, Segment, MAX_CHANNELS, MAX_PUB, RANK_CTL,
 };
@@ -185,38 +186,23 @@ impl Procs {
         ctl.pub_call.store(call, Ordering::Release);
     }
 
-    /// Address in this process of `len` elements at `off` of `peer`'s
-    /// buffer `buf` in call `call`.
-    pub fn remote(
-        &self,
-        peer: Rank,
-        call: u64,
-        buf: usize,
-        off: usize,
-        len: usize,
-        elem: usize,
-    ) -> Result<usize, String> {
+    /// Address in this process of `peer`'s elements that `a` names.
+    pub fn remote(&self, peer: Rank, a: &RemoteAccess) -> Result<usize, String> {
         let ctl = self.rank(peer);
-        let pc = ctl.pub_call.load(Ordering::Acquire);
-        if pc != call {
-            return Err(format!(
-                "remote access to a peer in call {pc} from call {call}: the plan lacks a signal/wait before it"
-            ));
-        }
-        if buf >= ctl.pub_n.load(Ordering::Relaxed) as usize {
-            return Err(format!("remote buffer {buf} was not published"));
-        }
-        let at = ctl.pub_bufs[buf][0].load(Ordering::Relaxed);
-        let blen = ctl.pub_bufs[buf][1].load(Ordering::Relaxed) as usize;
-        if at == 0 {
-            return Err(format!(
-                "the peer's buffer {buf} is not in shared memory: across processes, direct plans need buffers from Communicator::alloc"
-            ));
-        }
-        if off.checked_add(len).is_none_or(|e| e > blen) {
-            return Err(format!("remote buffer {buf} has no elements {off}..+{len}"));
-        }
-        Ok(self.segs[peer as usize].base() as usize + (at - 1) as usize + off * elem)
+        let buf = a.buf;
+        a.resolve(ctl.pub_call.load(Ordering::Acquire), || {
+            if buf >= ctl.pub_n.load(Ordering::Relaxed) as usize {
+                return Err(format!("remote buffer {buf} was not published"));
+            }
+            let at = ctl.pub_bufs[buf][0].load(Ordering::Relaxed);
+            let blen = ctl.pub_bufs[buf][1].load(Ordering::Relaxed) as usize;
+            if at == 0 {
+                return Err(format!(
+                    "the peer's buffer {buf} is not in shared memory: across processes, direct plans need buffers from Communicator::alloc"
+                ));
+            }
+            Ok((self.segs[peer as usize].base() as usize + (at - 1) as usize, blen))
+        })
     }
 
     /// Rings `r`'s doorbell; wakes it if it sleeps.

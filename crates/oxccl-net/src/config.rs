@@ -128,15 +128,7 @@ pub fn forced_by_env() -> Result<bool, NetError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::HashMap;
-
-    fn vars(kv: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-        let m: HashMap<String, String> = kv
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        move |k| m.get(k).cloned()
-    }
+    use oxccl_bootstrap::env::from_pairs as vars;
 
     #[test]
     fn nccl_names_and_twins_are_read_and_checked() {

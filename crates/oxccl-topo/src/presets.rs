@@ -61,14 +61,8 @@ struct Builder {
     nodes: Vec<Node>,
 }
 
-/// GPU `index` of its host: device number `index`, at bus
-/// [`gpu_bus`]`(host, index)`.
-struct GpuDecl {
-    index: usize,
-    spec: GpuSpec,
-    gen: u8,
-    nvlinks: Vec<(String, u32, &'static str)>,
-}
+/// NVLinks of a GPU: target bus id, link count, the target's PCI class.
+type NvLinks = Vec<(String, u32, &'static str)>;
 
 impl Builder {
     fn push(&mut self, n: Node) -> NodeId {
@@ -104,24 +98,27 @@ impl Builder {
         })
     }
 
-    fn gpu(&mut self, parent: NodeId, d: GpuDecl) -> NodeId {
+    /// GPU `index` of its host: device number `index`, at bus
+    /// [`gpu_bus`]`(host, index)`.
+    fn gpu(
+        &mut self,
+        parent: NodeId,
+        index: usize,
+        spec: GpuSpec,
+        gen: u8,
+        nvlinks: NvLinks,
+    ) -> NodeId {
         let h = self.nodes[parent].host;
-        let dev = d.index.to_string();
-        let sm = d.spec.sm.to_string();
-        let nvlinks = d
-            .nvlinks
+        let dev = index.to_string();
+        let sm = spec.sm.to_string();
+        let nvlinks = nvlinks
             .iter()
             .map(|(t, c, class)| {
                 Attrs::from_pairs(&[("target", t), ("count", &c.to_string()), ("tclass", class)])
             })
             .collect();
         self.push(Node {
-            attrs: pci_attrs(
-                &gpu_bus(h, d.index),
-                "0x030200",
-                Some(d.spec.device_id),
-                d.gen,
-            ),
+            attrs: pci_attrs(&gpu_bus(h, index), "0x030200", Some(spec.device_id), gen),
             gpu: Some(GpuInfo {
                 attrs: Attrs::from_pairs(&[("dev", &dev), ("sm", &sm), ("gdr", "1")]),
                 nvlinks,
@@ -209,33 +206,40 @@ fn build_host(b: &mut Builder, which: &str, host: NodeId) {
             .map(|(k, &c)| (format!("{:04x}:{:02x}:00.0", h, 0xc0 + k), c, "0x068000"))
             .collect()
     };
+    // The 8-GPU machines: two CPUs, each with `nsw / 2` PCIe switches
+    // (numbered across both CPUs); `fill` hangs GPUs and NICs off switch
+    // `swn`, `after_cpu` what hangs off CPU `cpu_i` once its switches are
+    // built. Nodes are pushed in that order.
+    let two_sockets = |b: &mut Builder,
+                       intel: bool,
+                       nsw: usize,
+                       gen: u8,
+                       fill: &mut dyn FnMut(&mut Builder, NodeId, usize),
+                       after_cpu: &mut dyn FnMut(&mut Builder, NodeId, u32)| {
+        for cpu_i in 0..2u32 {
+            let cpu = b.cpu(host, cpu_i, intel);
+            for sw_k in 0..nsw / 2 {
+                let swn = cpu_i as usize * (nsw / 2) + sw_k;
+                let sw = b.switch(cpu, &sw_bus(swn), gen);
+                fill(b, sw, swn);
+            }
+            after_cpu(b, cpu, cpu_i);
+        }
+    };
     match which {
         "dgx1" => {
             let s = spec(0x1db1);
-            for cpu_i in 0..2u32 {
-                let cpu = b.cpu(host, cpu_i, true);
-                for sw_i in 0..2usize {
-                    let swn = cpu_i as usize * 2 + sw_i;
-                    let sw = b.switch(cpu, &sw_bus(swn), 3);
-                    for k in 0..2 {
-                        let g = swn * 2 + k;
-                        let nvlinks = (0..8)
-                            .filter(|&o| DGX1_NV[g][o] > 0)
-                            .map(|o| (gpu_bus(h, o), DGX1_NV[g][o], "0x030200"))
-                            .collect();
-                        b.gpu(
-                            sw,
-                            GpuDecl {
-                                index: g,
-                                spec: s,
-                                gen: 3,
-                                nvlinks,
-                            },
-                        );
-                    }
-                    b.nic(sw, &nic_bus(swn), 100, 3, swn as u32);
+            let mut fill = |b: &mut Builder, sw: NodeId, swn: usize| {
+                for (g, row) in DGX1_NV.iter().enumerate().skip(swn * 2).take(2) {
+                    let nvlinks = (0..8)
+                        .filter(|&o| row[o] > 0)
+                        .map(|o| (gpu_bus(h, o), row[o], "0x030200"))
+                        .collect();
+                    b.gpu(sw, g, s, 3, nvlinks);
                 }
-            }
+                b.nic(sw, &nic_bus(swn), 100, 3, swn as u32);
+            };
+            two_sockets(b, true, 4, 3, &mut fill, &mut |_, _, _| {});
         }
         "dgx-a100" | "hgx-h100" | "hgx-h200" | "hgx-b200" => {
             let (id, counts, gen, per_sw, intel, nic_gbps): (u32, &[u32], u8, usize, bool, u32) =
@@ -246,72 +250,33 @@ fn build_host(b: &mut Builder, which: &str, host: NodeId) {
                     _ => (0x2901, &[9, 9], 5, 1, true, 400),
                 };
             let s = spec(id);
-            let nsw = 8 / per_sw;
-            for cpu_i in 0..2u32 {
-                let cpu = b.cpu(host, cpu_i, intel);
-                for sw_k in 0..nsw / 2 {
-                    let swn = cpu_i as usize * (nsw / 2) + sw_k;
-                    let sw = b.switch(cpu, &sw_bus(swn), gen);
-                    for k in 0..per_sw {
-                        let g = swn * per_sw + k;
-                        let nvlinks = nvswitch_links(s, counts);
-                        b.gpu(
-                            sw,
-                            GpuDecl {
-                                index: g,
-                                spec: s,
-                                gen,
-                                nvlinks,
-                            },
-                        );
-                        b.nic(
-                            sw,
-                            &format!("{:04x}:{:02x}:00.0", h, 0x1a + 0x10 * g),
-                            nic_gbps,
-                            gen,
-                            g as u32,
-                        );
-                    }
+            let mut fill = |b: &mut Builder, sw: NodeId, swn: usize| {
+                for g in swn * per_sw..(swn + 1) * per_sw {
+                    b.gpu(sw, g, s, gen, nvswitch_links(s, counts));
+                    let bus = format!("{:04x}:{:02x}:00.0", h, 0x1a + 0x10 * g);
+                    b.nic(sw, &bus, nic_gbps, gen, g as u32);
                 }
-            }
+            };
+            two_sockets(b, intel, 8 / per_sw, gen, &mut fill, &mut |_, _, _| {});
         }
         "pcie-8gpu" => {
             let s = spec(0x20b5);
-            for cpu_i in 0..2u32 {
-                let cpu = b.cpu(host, cpu_i, true);
-                for sw_k in 0..2usize {
-                    let swn = cpu_i as usize * 2 + sw_k;
-                    let sw = b.switch(cpu, &sw_bus(swn), 4);
-                    for k in 0..2 {
-                        let g = swn * 2 + k;
-                        b.gpu(
-                            sw,
-                            GpuDecl {
-                                index: g,
-                                spec: s,
-                                gen: 4,
-                                nvlinks: vec![],
-                            },
-                        );
-                    }
+            let mut fill = |b: &mut Builder, sw: NodeId, swn: usize| {
+                for g in swn * 2..swn * 2 + 2 {
+                    b.gpu(sw, g, s, 4, vec![]);
                 }
+            };
+            let mut nics = |b: &mut Builder, cpu: NodeId, cpu_i: u32| {
                 b.nic(cpu, &nic_bus(4 + cpu_i as usize), 100, 4, cpu_i);
-            }
+            };
+            two_sockets(b, true, 4, 4, &mut fill, &mut nics);
         }
         "nvlink-bridge" => {
             let s = spec(0x2230);
             let cpu = b.cpu(host, 0, true);
             for g in 0..2usize {
                 let nvlinks = vec![(gpu_bus(h, 1 - g), 4, "0x030200")];
-                b.gpu(
-                    cpu,
-                    GpuDecl {
-                        index: g,
-                        spec: s,
-                        gen: 4,
-                        nvlinks,
-                    },
-                );
+                b.gpu(cpu, g, s, 4, nvlinks);
             }
             b.nic(cpu, &nic_bus(2), 100, 4, 0);
         }
@@ -319,15 +284,7 @@ fn build_host(b: &mut Builder, which: &str, host: NodeId) {
             let s = spec(0x2335);
             let cpu = b.cpu(host, 0, true);
             let sw = b.switch(cpu, &sw_bus(0), 5);
-            b.gpu(
-                sw,
-                GpuDecl {
-                    index: 0,
-                    spec: s,
-                    gen: 5,
-                    nvlinks: vec![],
-                },
-            );
+            b.gpu(sw, 0, s, 5, vec![]);
             b.nic(sw, &nic_bus(0), 400, 5, 0);
         }
     }

@@ -305,7 +305,7 @@ impl Config {
 
     /// Defaults overridden by the process environment.
     pub fn from_env() -> Result<Config> {
-        Config::from_vars(|k| std::env::var(k).ok())
+        Config::from_vars(oxccl_bootstrap::env::process)
     }
 
     /// Defaults overridden by the variables `get` returns (a pure function

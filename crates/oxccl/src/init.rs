@@ -229,7 +229,33 @@ pub struct LaunchEnv {
     pub root: String,
 }
 
+/// The launchers' conventions [`LaunchEnv::from_vars`] knows, in the order
+/// it tries them: name, then the rank, rank count and local rank variables.
+const LAUNCHERS: [(&str, [&str; 3]); 3] = [
+    ("torchrun", ["RANK", "WORLD_SIZE", "LOCAL_RANK"]),
+    (
+        "openmpi",
+        [
+            "OMPI_COMM_WORLD_RANK",
+            "OMPI_COMM_WORLD_SIZE",
+            "OMPI_COMM_WORLD_LOCAL_RANK",
+        ],
+    ),
+    ("slurm", ["SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"]),
+];
+
+/// Where the root listens: `NCCL_COMM_ID`, else `MASTER_ADDR` and
+/// `MASTER_PORT`.
+const ROOT_VARS: [&str; 3] = ["NCCL_COMM_ID", "MASTER_ADDR", "MASTER_PORT"];
+
 impl LaunchEnv {
+    /// Every variable [`LaunchEnv::from_vars`] reads: what a program that
+    /// starts ranks as child processes clears before it sets its own
+    /// convention, so that none inherited from its own launcher takes over.
+    pub fn vars() -> impl Iterator<Item = &'static str> {
+        LAUNCHERS.into_iter().flat_map(|(_, v)| v).chain(ROOT_VARS)
+    }
+
     /// Reads a launcher's variables through `get`. The first convention
     /// present wins: torchrun (`RANK`, `WORLD_SIZE`, `LOCAL_RANK`), Open MPI
     /// (`OMPI_COMM_WORLD_RANK`, `_SIZE`, `_LOCAL_RANK`), Slurm
@@ -237,18 +263,6 @@ impl LaunchEnv {
     /// `NCCL_COMM_ID` if set, else `MASTER_ADDR` and `MASTER_PORT` + 1
     /// (under torchrun `MASTER_PORT` itself is torch's own store).
     pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<LaunchEnv> {
-        const CONVENTIONS: [(&str, [&str; 3]); 3] = [
-            ("torchrun", ["RANK", "WORLD_SIZE", "LOCAL_RANK"]),
-            (
-                "openmpi",
-                [
-                    "OMPI_COMM_WORLD_RANK",
-                    "OMPI_COMM_WORLD_SIZE",
-                    "OMPI_COMM_WORLD_LOCAL_RANK",
-                ],
-            ),
-            ("slurm", ["SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"]),
-        ];
         let num = |var: &str, v: String| {
             v.trim().parse::<u32>().map_err(|_| Error::Config {
                 var: var.into(),
@@ -256,7 +270,7 @@ impl LaunchEnv {
                 reason: "expected a non-negative integer".into(),
             })
         };
-        let (launcher, [rv, nv, lv]) = CONVENTIONS
+        let (launcher, [rv, nv, lv]) = LAUNCHERS
             .into_iter()
             .find(|(_, [r, n, _])| get(r).is_some() && get(n).is_some())
             .ok_or_else(|| Error::Config {
@@ -325,7 +339,7 @@ pub fn init_from_env() -> Result<Communicator> {
 /// [`init_from_env`] with the caller's configuration (tools that take
 /// their settings from flags, such as the sweep).
 pub fn init_from_env_with(config: Config) -> Result<Communicator> {
-    let env = LaunchEnv::from_vars(|k| std::env::var(k).ok())?;
+    let env = LaunchEnv::from_vars(oxccl_bootstrap::env::process)?;
     tracing::info!(launcher = env.launcher, rank = env.rank, nranks = env.nranks, local_rank = env.local_rank, root = %env.root, "oxccl: init from the launcher's environment");
     let id = if env.nranks == 1 {
         UniqueId::from_raw([0; UniqueId::BYTES])
@@ -338,15 +352,7 @@ pub fn init_from_env_with(config: Config) -> Result<Communicator> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::HashMap;
-
-    fn vars(kv: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-        let m: HashMap<String, String> = kv
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        move |k| m.get(k).cloned()
-    }
+    use oxccl_bootstrap::env::from_pairs as vars;
 
     #[test]
     fn each_launcher_convention_is_read() {

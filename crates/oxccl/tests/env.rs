@@ -1,20 +1,11 @@
 //! NCCL_ALGO / NCCL_PROTO syntax and the OXCCL_ twins, through pure
 //! functions (the process environment is never touched).
 
-use std::collections::HashMap;
-
 use std::time::Duration;
 
 use oxccl::config::{parse_algo_filter, parse_proto_filter, DebugLevel, NO_DEADLINE};
 use oxccl::{Algo, BackendKind, CollKind, Config, Error, Proto, RedOp};
-
-fn vars(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-    let m: HashMap<String, String> = pairs
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    move |k| m.get(k).cloned()
-}
+use oxccl_bootstrap::env::from_pairs as vars;
 
 #[test]
 fn comma_list_allows_only_those() {

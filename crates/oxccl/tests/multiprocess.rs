@@ -78,20 +78,7 @@ fn spawn_via(
     .env(ROLE, role)
     .stdout(Stdio::piped())
     .stderr(Stdio::piped());
-    for v in [
-        "RANK",
-        "WORLD_SIZE",
-        "LOCAL_RANK",
-        "MASTER_ADDR",
-        "MASTER_PORT",
-        "OMPI_COMM_WORLD_RANK",
-        "OMPI_COMM_WORLD_SIZE",
-        "OMPI_COMM_WORLD_LOCAL_RANK",
-        "SLURM_PROCID",
-        "SLURM_NTASKS",
-        "SLURM_LOCALID",
-        "NCCL_COMM_ID",
-    ] {
+    for v in oxccl::LaunchEnv::vars() {
         cmd.env_remove(v);
     }
     for (k, v) in vars {

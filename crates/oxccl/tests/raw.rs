@@ -241,31 +241,24 @@ fn one_stream_per_communicator_in_a_group() {
     let a = [1.0f32; 4];
     let mut b = [0.0f32; 4];
     let e = oxccl::group(|g| {
-        // SAFETY: valid 4-element buffers, alive past the group.
-        unsafe {
-            g.collective_raw(
-                c,
-                CollKind::AllReduce,
-                a.as_ptr().cast(),
-                b.as_mut_ptr().cast(),
-                4,
-                DataType::F32,
-                RedOp::Sum,
-                0,
-                RawStream(1),
-            )?;
-            g.collective_raw(
-                c,
-                CollKind::AllReduce,
-                a.as_ptr().cast(),
-                b.as_mut_ptr().cast(),
-                4,
-                DataType::F32,
-                RedOp::Sum,
-                0,
-                RawStream(2),
-            )
+        // The same call on two streams: the second is refused.
+        for stream in [RawStream(1), RawStream(2)] {
+            // SAFETY: valid 4-element buffers, alive past the group.
+            unsafe {
+                g.collective_raw(
+                    c,
+                    CollKind::AllReduce,
+                    a.as_ptr().cast(),
+                    b.as_mut_ptr().cast(),
+                    4,
+                    DataType::F32,
+                    RedOp::Sum,
+                    0,
+                    stream,
+                )?;
+            }
         }
+        Ok(())
     })
     .unwrap_err();
     assert!(e.to_string().contains("one stream"), "{e}");

@@ -205,18 +205,6 @@ impl Record {
     }
 }
 
-/// Launcher variables a child must not inherit: the torchrun ones are set
-/// fresh, and any other convention (or `NCCL_COMM_ID`) would take over.
-const FOREIGN: &[&str] = &[
-    "OMPI_COMM_WORLD_RANK",
-    "OMPI_COMM_WORLD_SIZE",
-    "OMPI_COMM_WORLD_LOCAL_RANK",
-    "SLURM_PROCID",
-    "SLURM_NTASKS",
-    "SLURM_LOCALID",
-    "NCCL_COMM_ID",
-];
-
 /// How long the other ranks get to fail on their own, after one rank has
 /// failed, before they are killed (their waits have the configured
 /// deadline, which may be longer).
@@ -236,6 +224,11 @@ pub(super) fn launch(list: &str) -> anyhow::Result<()> {
         let mut kids: Vec<(u32, Child)> = Vec::new();
         for r in 0..n {
             let mut cmd = Command::new(&exe);
+            // No launcher variable is inherited: another convention (or
+            // `NCCL_COMM_ID`) would take over from the torchrun ones set here.
+            for v in oxccl::LaunchEnv::vars() {
+                cmd.env_remove(v);
+            }
             cmd.args(&args)
                 .env("RANK", r.to_string())
                 .env("WORLD_SIZE", n.to_string())
@@ -248,9 +241,6 @@ pub(super) fn launch(list: &str) -> anyhow::Result<()> {
                 } else {
                     Stdio::null()
                 });
-            for v in FOREIGN {
-                cmd.env_remove(v);
-            }
             let kid = cmd
                 .spawn()
                 .with_context(|| format!("starting rank {r} of {n}"))?;

@@ -284,23 +284,15 @@ mod tests {
 
     #[test]
     fn messages_name_what_the_call_has() {
-        let c = |k, op, root| Call::coll(k, DataType::F32, 1024, op, root).to_string();
-        assert_eq!(
-            c(CollKind::AllReduce, RedOp::Sum, 2),
-            "allreduce(sum) of 1024 x float"
-        );
-        assert_eq!(
-            c(CollKind::Broadcast, RedOp::Sum, 2),
-            "broadcast(root 2) of 1024 x float"
-        );
-        assert_eq!(
-            c(CollKind::Reduce, RedOp::Min, 1),
-            "reduce(min, root 1) of 1024 x float"
-        );
-        assert_eq!(
-            c(CollKind::AllGather, RedOp::Sum, 1),
-            "allgather of 1024 x float"
-        );
+        for (k, op, root, want) in [
+            (CollKind::AllReduce, RedOp::Sum, 2, "allreduce(sum)"),
+            (CollKind::Broadcast, RedOp::Sum, 2, "broadcast(root 2)"),
+            (CollKind::Reduce, RedOp::Min, 1, "reduce(min, root 1)"),
+            (CollKind::AllGather, RedOp::Sum, 1, "allgather"),
+        ] {
+            let got = Call::coll(k, DataType::F32, 1024, op, root).to_string();
+            assert_eq!(got, format!("{want} of 1024 x float"));
+        }
         assert_eq!(describe_ranks(&[0, 2, 3, 4, 7]), "0, 2-4, 7");
         assert_eq!(describe_ranks(&[5]), "5");
     }
