@@ -76,27 +76,7 @@ fn free_port() -> u16 {
 
 #[test]
 fn from_env_ranks_under_open_mpi_and_slurm_variables() {
-    type Vars = fn(u32, u32, u16) -> Vec<(&'static str, String)>;
-    let conventions: [Vars; 2] = [
-        |r, n, p| {
-            vec![
-                ("OMPI_COMM_WORLD_RANK", r.to_string()),
-                ("OMPI_COMM_WORLD_SIZE", n.to_string()),
-                ("OMPI_COMM_WORLD_LOCAL_RANK", r.to_string()),
-                ("NCCL_COMM_ID", format!("127.0.0.1:{p}")),
-            ]
-        },
-        |r, n, p| {
-            vec![
-                ("SLURM_PROCID", r.to_string()),
-                ("SLURM_NTASKS", n.to_string()),
-                ("SLURM_LOCALID", r.to_string()),
-                ("MASTER_ADDR", "127.0.0.1".into()),
-                ("MASTER_PORT", (p - 1).to_string()),
-            ]
-        },
-    ];
-    for vars in conventions {
+    for launcher in ["openmpi", "slurm"] {
         let (n, port) = (2u32, free_port());
         let kids: Vec<_> = (0..n)
             .map(|r| {
@@ -108,9 +88,14 @@ fn from_env_ranks_under_open_mpi_and_slurm_variables() {
                 for v in oxccl::LaunchEnv::vars() {
                     c.env_remove(v);
                 }
-                for (k, v) in vars(r, n, port) {
-                    c.env(k, v);
-                }
+                let env = oxccl::LaunchEnv {
+                    launcher,
+                    rank: r,
+                    nranks: n,
+                    local_rank: r,
+                    root: format!("127.0.0.1:{port}"),
+                };
+                c.envs(env.to_vars().unwrap());
                 c.spawn().unwrap()
             })
             .collect();

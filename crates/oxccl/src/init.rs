@@ -327,6 +327,46 @@ impl LaunchEnv {
             root,
         })
     }
+
+    /// What `launcher` sets for this rank, so that [`LaunchEnv::from_vars`]
+    /// reads this back: the inverse, for programs that start ranks as
+    /// child processes. The root goes in `NCCL_COMM_ID` under Open MPI and
+    /// as `MASTER_ADDR` with `MASTER_PORT` one below the root's port under
+    /// torchrun and Slurm (none where `root` is empty).
+    pub fn to_vars(&self) -> Result<Vec<(&'static str, String)>> {
+        let (_, names) = LAUNCHERS
+            .into_iter()
+            .find(|(l, _)| *l == self.launcher)
+            .ok_or_else(|| {
+                Error::InvalidUsage(format!(
+                    "unknown launcher {:?}: expected torchrun, openmpi or slurm",
+                    self.launcher
+                ))
+            })?;
+        let mut v: Vec<(&'static str, String)> = names
+            .into_iter()
+            .zip([self.rank, self.nranks, self.local_rank])
+            .map(|(k, x)| (k, x.to_string()))
+            .collect();
+        if self.root.is_empty() {
+            return Ok(v);
+        }
+        if self.launcher == "openmpi" {
+            v.push(("NCCL_COMM_ID", self.root.clone()));
+            return Ok(v);
+        }
+        let bad = || Error::InvalidUsage(format!("root {:?} is not host:port", self.root));
+        let (host, port) = self.root.rsplit_once(':').ok_or_else(bad)?;
+        let port = port
+            .parse::<u16>()
+            .ok()
+            .filter(|&p| p > 0)
+            .ok_or_else(bad)?;
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        v.push(("MASTER_ADDR", host.to_string()));
+        v.push(("MASTER_PORT", (port - 1).to_string()));
+        Ok(v)
+    }
 }
 
 /// This process's rank of a communicator described by a launcher's
@@ -388,6 +428,34 @@ mod tests {
         ]))
         .unwrap();
         assert_eq!((s.launcher, s.root.as_str()), ("slurm", "[::1]:7001"));
+    }
+
+    #[test]
+    fn to_vars_is_read_back_by_from_vars() {
+        for (launcher, root) in [
+            ("torchrun", "10.0.0.1:29501"),
+            ("openmpi", "host:1234"),
+            ("slurm", "[::1]:7001"),
+            ("slurm", ""),
+        ] {
+            let nranks = if root.is_empty() { 1 } else { 8 };
+            let e = LaunchEnv {
+                launcher,
+                rank: nranks - 1,
+                nranks,
+                local_rank: 0,
+                root: root.into(),
+            };
+            let v = e.to_vars().unwrap();
+            let pairs: Vec<(&str, &str)> = v.iter().map(|(k, x)| (*k, x.as_str())).collect();
+            assert_eq!(LaunchEnv::from_vars(vars(&pairs)).unwrap(), e, "{pairs:?}");
+        }
+        let mut e = LaunchEnv::from_vars(vars(&[("RANK", "0"), ("WORLD_SIZE", "1")])).unwrap();
+        e.launcher = "mpich";
+        assert!(matches!(e.to_vars(), Err(Error::InvalidUsage(_))));
+        e.launcher = "torchrun";
+        e.root = "no-port".into();
+        assert!(matches!(e.to_vars(), Err(Error::InvalidUsage(_))));
     }
 
     #[test]

@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 
 use oxccl::core::testkit;
 use oxccl::core::{with_dtype, Collective};
-use oxccl::{BackendKind, CollKind, Communicator, Config, DataType, Element, RedOp, UniqueId};
+use oxccl::{
+    BackendKind, CollKind, Communicator, Config, DataType, Element, LaunchEnv, RedOp, UniqueId,
+};
 
 const ROLE: &str = "OXCCL_MP_ROLE";
 /// Bound on every wait of the parent: a hang guard, never a measurement.
@@ -266,40 +268,24 @@ fn free_port() -> u16 {
 #[test]
 fn init_from_env_under_each_launcher_convention() {
     let n = 3u32;
-    type Vars = fn(u32, u32, u16) -> Vec<(&'static str, String)>;
-    let conventions: [(&str, Vars); 3] = [
-        ("torchrun", |r, n, p| {
-            vec![
-                ("RANK", r.to_string()),
-                ("WORLD_SIZE", n.to_string()),
-                ("LOCAL_RANK", r.to_string()),
-                ("MASTER_ADDR", "127.0.0.1".into()),
-                ("MASTER_PORT", (p - 1).to_string()),
-            ]
-        }),
-        ("openmpi", |r, n, p| {
-            vec![
-                ("OMPI_COMM_WORLD_RANK", r.to_string()),
-                ("OMPI_COMM_WORLD_SIZE", n.to_string()),
-                ("OMPI_COMM_WORLD_LOCAL_RANK", r.to_string()),
-                ("NCCL_COMM_ID", format!("127.0.0.1:{p}")),
-            ]
-        }),
-        ("slurm", |r, n, p| {
-            vec![
-                ("SLURM_PROCID", r.to_string()),
-                ("SLURM_NTASKS", n.to_string()),
-                ("SLURM_LOCALID", r.to_string()),
-                ("MASTER_ADDR", "127.0.0.1".into()),
-                ("MASTER_PORT", (p - 1).to_string()),
-            ]
-        }),
-    ];
-    for (name, vars) in conventions {
+    // Open MPI's ranks find the root through NCCL_COMM_ID, torchrun's and
+    // Slurm's through MASTER_ADDR and MASTER_PORT (LaunchEnv::to_vars).
+    for name in ["torchrun", "openmpi", "slurm"] {
         let port = free_port();
         let (tx, rx) = mpsc::channel();
         let kids: Vec<Child> = (0..n)
-            .map(|r| spawn("env", &vars(r, n, port), &tx, r as usize))
+            .map(|r| {
+                let vars = LaunchEnv {
+                    launcher: name,
+                    rank: r,
+                    nranks: n,
+                    local_rank: r,
+                    root: format!("127.0.0.1:{port}"),
+                }
+                .to_vars()
+                .unwrap();
+                spawn("env", &vars, &tx, r as usize)
+            })
             .collect();
         let (codes, lines) = finish(kids, &rx);
         assert!(

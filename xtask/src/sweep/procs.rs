@@ -229,18 +229,18 @@ pub(super) fn launch(list: &str) -> anyhow::Result<()> {
             for v in oxccl::LaunchEnv::vars() {
                 cmd.env_remove(v);
             }
-            cmd.args(&args)
-                .env("RANK", r.to_string())
-                .env("WORLD_SIZE", n.to_string())
-                .env("LOCAL_RANK", r.to_string())
-                .env("MASTER_ADDR", "127.0.0.1")
-                // The root listens on MASTER_PORT + 1 (LaunchEnv).
-                .env("MASTER_PORT", (port - 1).to_string())
-                .stdout(if r == 0 {
-                    Stdio::inherit()
-                } else {
-                    Stdio::null()
-                });
+            let env = oxccl::LaunchEnv {
+                launcher: "torchrun",
+                rank: r,
+                nranks: n,
+                local_rank: r,
+                root: format!("127.0.0.1:{port}"),
+            };
+            cmd.args(&args).envs(env.to_vars()?).stdout(if r == 0 {
+                Stdio::inherit()
+            } else {
+                Stdio::null()
+            });
             let kid = cmd
                 .spawn()
                 .with_context(|| format!("starting rank {r} of {n}"))?;
