@@ -10,7 +10,7 @@
 use std::ffi::{c_int, c_void};
 use std::sync::Arc;
 
-use oxccl::{CollKind, DataType, Element, Group, RawStream, RedOp};
+use oxccl::{CollKind, DataType, Element, Group, RawColl, RawStream, RedOp};
 
 use crate::abi::CudaStream;
 use crate::error::{CError, CResult};
@@ -37,6 +37,21 @@ pub struct Call {
     pub root: u32,
     /// The caller's `cudaStream_t` (ignored on the host backend).
     pub stream: usize,
+}
+
+impl Call {
+    /// This call as the raw collective `kind`.
+    fn coll(&self, kind: CollKind) -> RawColl {
+        RawColl {
+            kind,
+            send: self.send as *const c_void,
+            recv: self.recv as *mut c_void,
+            count: self.count,
+            dtype: self.dtype,
+            op: self.op,
+            root: self.root,
+        }
+    }
 }
 
 /// The data type behind an `ncclDataType_t` value.
@@ -174,9 +189,7 @@ pub fn run(c: &Arc<CComm>, call: &Call) -> CResult<()> {
     // alone until the stream has passed the call.
     let r = unsafe {
         match call.what {
-            What::Coll(k) => {
-                comm.collective_raw(k, send, recv, call.count, call.dtype, call.op, call.root, s)
-            }
+            What::Coll(k) => comm.collective_raw(call.coll(k), s),
             What::Send => comm.send_raw(send, call.count, call.dtype, call.root, s),
             What::Recv => comm.recv_raw(recv, call.count, call.dtype, call.root, s),
         }
@@ -208,9 +221,7 @@ pub fn run_group(ops: &[Pending]) -> CResult<()> {
         // SAFETY: as in `run`, until the stream has passed the group's end.
         let r = unsafe {
             match c.what {
-                What::Coll(k) => {
-                    g.collective_raw(comm, k, send, recv, c.count, c.dtype, c.op, c.root, s)
-                }
+                What::Coll(k) => g.collective_raw(comm, c.coll(k), s),
                 What::Send => g.send_raw(comm, send, c.count, c.dtype, c.root, s),
                 What::Recv => g.recv_raw(comm, recv, c.count, c.dtype, c.root, s),
             }

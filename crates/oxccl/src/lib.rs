@@ -155,6 +155,7 @@ pub use config::{Config, ConfigBuilder};
 pub use error::{Error, Result};
 pub use group::{group, Group};
 pub use init::{init_from_env, init_from_env_with, LaunchEnv, UniqueId};
+pub use raw::RawColl;
 pub use register::Registration;
 pub use select::{Choice, Transport};
 

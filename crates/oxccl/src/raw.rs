@@ -108,6 +108,27 @@ impl Role {
     }
 }
 
+/// One raw collective: NCCL's arguments as a value (what
+/// [`Communicator::collective_raw`] and [`Group::collective_raw`] take).
+#[derive(Clone, Copy, Debug)]
+pub struct RawColl {
+    /// Which collective: NCCL's `ncclAllReduce`, `ncclBroadcast`, ...
+    pub kind: CollKind,
+    /// The input; may be null where this rank's part ignores it (a
+    /// non-root's send buffer of Broadcast or Scatter).
+    pub send: *const c_void,
+    /// The output; may be null where this rank's part ignores it (a
+    /// non-root's receive buffer of Reduce or Gather).
+    pub recv: *mut c_void,
+    /// NCCL's count: per rank where NCCL's is (see the module docs).
+    pub count: usize,
+    pub dtype: DataType,
+    /// Ignored by non-reductions.
+    pub op: RedOp,
+    /// Ignored by rootless collectives.
+    pub root: u32,
+}
+
 impl Communicator {
     /// `len` elements of `dtype` at `ptr` as an argument: external memory,
     /// registered where a registration of this rank covers it. A null
@@ -169,10 +190,8 @@ impl Communicator {
 
     /// Any collective on memory the caller allocated, enqueued on the
     /// caller's stream: NCCL's `ncclAllReduce`, `ncclBroadcast`, ... with
-    /// `kind` naming which. `count` is NCCL's count (per rank where NCCL's
-    /// is; see the module docs), `op` is ignored by non-reductions and
-    /// `root` by rootless collectives. Returns once the call is enqueued
-    /// (CUDA) or done (host). A count of 0 does nothing.
+    /// `call.kind` naming which (see [`RawColl`]). Returns once the call
+    /// is enqueued (CUDA) or done (host). A count of 0 does nothing.
     ///
     /// In place as in NCCL: `send == recv` (AllReduce, Broadcast, Reduce,
     /// AllToAll), `send` at this rank's block of `recv` (AllGather,
@@ -203,43 +222,32 @@ impl Communicator {
     ///   the legacy default stream. On the host backend it is ignored.
     /// - Registered memory (see [`Communicator::register`]) may be read
     ///   and written by every rank's kernel during the call.
-    #[allow(clippy::too_many_arguments)]
-    pub unsafe fn collective_raw(
-        &self,
-        kind: CollKind,
-        send: *const c_void,
-        recv: *mut c_void,
-        count: usize,
-        dtype: DataType,
-        op: RedOp,
-        root: u32,
-        stream: RawStream,
-    ) -> Result<()> {
-        let (send, recv) = self.raw_pair(kind, send as u64, recv as u64, count, dtype, root)?;
+    pub unsafe fn collective_raw(&self, call: RawColl, stream: RawStream) -> Result<()> {
+        let (send, recv) = self.raw_pair(&call)?;
         // SAFETY: caller's contract.
         unsafe {
             self.on_stream(stream, || {
-                with_element!(dtype, T => self.collective::<T>(
-                    kind,
+                with_element!(call.dtype, T => self.collective::<T>(
+                    call.kind,
                     In::from_arg(send),
                     Out::from_arg(recv),
-                    op,
-                    root,
+                    call.op,
+                    call.root,
                 ))
             })
         }
     }
 
     /// The two arguments of a raw collective, sized from NCCL's count.
-    fn raw_pair(
-        &self,
-        kind: CollKind,
-        send: u64,
-        recv: u64,
-        count: usize,
-        dtype: DataType,
-        root: u32,
-    ) -> Result<(Arg, Arg)> {
+    fn raw_pair(&self, call: &RawColl) -> Result<(Arg, Arg)> {
+        let RawColl {
+            kind,
+            count,
+            dtype,
+            root,
+            ..
+        } = *call;
+        let (send, recv) = (call.send as u64, call.recv as u64);
         if kind == CollKind::SendRecv {
             return Err(Error::InvalidUsage(
                 "Send/Recv go through send_raw() and recv_raw()".into(),
@@ -310,28 +318,17 @@ impl<'a> Group<'a> {
     /// # Safety
     /// As [`Communicator::collective_raw`], until `stream` has passed the
     /// group's end.
-    #[allow(clippy::too_many_arguments)]
     pub unsafe fn collective_raw(
         &mut self,
         comm: &'a Communicator,
-        kind: CollKind,
-        send: *const c_void,
-        recv: *mut c_void,
-        count: usize,
-        dtype: DataType,
-        op: RedOp,
-        root: u32,
+        call: RawColl,
         stream: RawStream,
     ) -> Result<()> {
-        let (send, recv) = comm.raw_pair(kind, send as u64, recv as u64, count, dtype, root)?;
+        let (send, recv) = comm.raw_pair(&call)?;
         self.check_stream(comm, stream)?;
-        with_element!(dtype, T => self.collective::<T>(
-            comm,
-            kind,
-            In::from_arg(send),
-            Out::from_arg(recv),
-            op,
-            root,
+        let (kind, op, root) = (call.kind, call.op, call.root);
+        with_element!(call.dtype, T => self.collective::<T>(
+            comm, kind, In::from_arg(send), Out::from_arg(recv), op, root
         ))?;
         self.set_stream(comm, stream);
         Ok(())

@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex};
 
 use common::raw::{bytes_of, bytes_of_mut, run_collective, run_ring, Mem};
 use cudarc::driver::sys;
-use oxccl::{BackendKind, CollKind, Communicator, Config, DataType, RawStream, RedOp};
+use oxccl::{BackendKind, CollKind, Communicator, Config, DataType, RawColl, RawStream, RedOp};
 use oxccl_cuda::driver::Ctx;
 
 fn ck(what: &str, r: sys::CUresult) {
@@ -395,13 +395,15 @@ fn graph_loop(
         // live to the end; `s` is this rank's caller stream.
         unsafe {
             c.collective_raw(
-                CollKind::AllReduce,
-                send as *const _,
-                recv as *mut _,
-                count,
-                DataType::F32,
-                RedOp::Sum,
-                0,
+                RawColl {
+                    kind: CollKind::AllReduce,
+                    send: send as *const _,
+                    recv: recv as *mut _,
+                    count,
+                    dtype: DataType::F32,
+                    op: RedOp::Sum,
+                    root: 0,
+                },
                 s,
             )
         }

@@ -9,7 +9,7 @@ mod common;
 use std::sync::Mutex;
 
 use common::raw::{run_collective, run_ring, Mem};
-use oxccl::{CollKind, DataType, Error, RawStream, RedOp};
+use oxccl::{CollKind, DataType, Error, RawColl, RawStream, RedOp};
 
 /// Host memory the test owns (8-byte aligned), copies by hand.
 #[derive(Default)]
@@ -113,46 +113,38 @@ fn ignored_buffers_may_be_null() {
         let mut out = vec![0.0f32; 8];
         let input = [c.rank() as f32 + 1.0; 8];
         let root = 0;
-        let (send, recv): (*const f32, *mut f32) = if c.rank() == root {
-            (input.as_ptr(), out.as_mut_ptr())
-        } else {
-            (input.as_ptr(), std::ptr::null_mut())
-        };
-        // SAFETY: 8 elements each, alive for the call (host: it completes
-        // before returning).
-        unsafe {
-            c.collective_raw(
-                CollKind::Reduce,
-                send.cast(),
-                recv.cast(),
-                8,
-                DataType::F32,
-                RedOp::Sum,
-                root,
-                RawStream::DEFAULT,
-            )
-        }
-        .unwrap();
-        let bsend: *const f32 = if c.rank() == root {
-            input.as_ptr()
-        } else {
-            std::ptr::null()
-        };
+        let at_root = c.rank() == root;
         let mut bout = vec![0.0f32; 8];
-        // SAFETY: as above.
-        unsafe {
-            c.collective_raw(
-                CollKind::Broadcast,
-                bsend.cast(),
-                bout.as_mut_ptr().cast(),
-                8,
-                DataType::F32,
-                RedOp::Sum,
-                root,
-                RawStream::DEFAULT,
-            )
+        // Reduce with a null receive buffer off the root, then Broadcast
+        // with a null send buffer off the root.
+        let reduce = RawColl {
+            kind: CollKind::Reduce,
+            send: input.as_ptr().cast(),
+            recv: if at_root {
+                out.as_mut_ptr().cast()
+            } else {
+                std::ptr::null_mut()
+            },
+            count: 8,
+            dtype: DataType::F32,
+            op: RedOp::Sum,
+            root,
+        };
+        let broadcast = RawColl {
+            kind: CollKind::Broadcast,
+            send: if at_root {
+                input.as_ptr().cast()
+            } else {
+                std::ptr::null()
+            },
+            recv: bout.as_mut_ptr().cast(),
+            ..reduce
+        };
+        for call in [reduce, broadcast] {
+            // SAFETY: 8 elements each, alive for the call (host: it
+            // completes before returning).
+            unsafe { c.collective_raw(call, RawStream::DEFAULT) }.unwrap();
         }
-        .unwrap();
         (out, bout)
     });
     assert_eq!(res[0].0, vec![6.0; 8], "Reduce at the root");
@@ -174,13 +166,15 @@ fn misuse_is_refused_and_nothing_is_written() {
         // calls are refused before touching the others.
         unsafe {
             c.collective_raw(
-                kind,
-                send.cast(),
-                recv.cast(),
-                count,
-                DataType::F32,
-                RedOp::Sum,
-                root,
+                RawColl {
+                    kind,
+                    send: send.cast(),
+                    recv: recv.cast(),
+                    count,
+                    dtype: DataType::F32,
+                    op: RedOp::Sum,
+                    root,
+                },
                 RawStream::DEFAULT,
             )
         }
@@ -247,13 +241,15 @@ fn one_stream_per_communicator_in_a_group() {
             unsafe {
                 g.collective_raw(
                     c,
-                    CollKind::AllReduce,
-                    a.as_ptr().cast(),
-                    b.as_mut_ptr().cast(),
-                    4,
-                    DataType::F32,
-                    RedOp::Sum,
-                    0,
+                    RawColl {
+                        kind: CollKind::AllReduce,
+                        send: a.as_ptr().cast(),
+                        recv: b.as_mut_ptr().cast(),
+                        count: 4,
+                        dtype: DataType::F32,
+                        op: RedOp::Sum,
+                        root: 0,
+                    },
                     stream,
                 )?;
             }

@@ -40,253 +40,116 @@ fn issue(comm: NcclCommT, raw: Raw) -> CResult<NcclResult> {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn raw(
-    what: What,
-    send: *const c_void,
-    recv: *mut c_void,
-    count: usize,
-    dtype: NcclDataType,
-    op: NcclRedOp,
-    root: c_int,
-    stream: CudaStream,
-) -> Raw {
-    Raw {
-        what,
-        send,
-        recv,
-        count,
-        dtype,
-        op,
-        root,
-        stream,
+/// Writes exported NCCL calls: each takes its C parameters in NCCL's
+/// order (then `comm` and `stream`, last in every one), becomes one [`Raw`]
+/// and goes through [`issue`] inside [`guard`]. The fields name which
+/// parameter is which argument; a constant stands where the C call has no
+/// such parameter.
+macro_rules! nccl_calls {
+    ($(
+        $(#[$doc:meta])*
+        fn $name:ident($($p:ident: $t:ty),*) => { $($field:ident: $value:expr),* $(,)? }
+    )*) => {$(
+        $(#[$doc])*
+        #[no_mangle]
+        #[allow(clippy::too_many_arguments)]
+        pub unsafe extern "C" fn $name($($p: $t,)* comm: NcclCommT, stream: CudaStream) -> NcclResult {
+            guard(stringify!($name), || issue(comm, Raw { $($field: $value,)* stream }))
+        }
+    )*};
+}
+
+const fn coll(k: CollKind) -> What {
+    What::Coll(k)
+}
+
+nccl_calls! {
+    /// # Safety
+    /// Buffers as NCCL documents them: device memory (host memory on the
+    /// host backend) of the sizes the call implies, valid until the work
+    /// completes.
+    fn ncclAllReduce(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize,
+                     datatype: NcclDataType, op: NcclRedOp) => {
+        what: coll(CollKind::AllReduce), send: sendbuff, recv: recvbuff, count: count,
+        dtype: datatype, op: op, root: 0,
     }
-}
 
-/// # Safety
-/// Buffers as NCCL documents them: device memory (host memory on the host
-/// backend) of the sizes the call implies, valid until the work completes.
-#[no_mangle]
-pub unsafe extern "C" fn ncclAllReduce(
-    sendbuff: *const c_void,
-    recvbuff: *mut c_void,
-    count: usize,
-    datatype: NcclDataType,
-    op: NcclRedOp,
-    comm: NcclCommT,
-    stream: CudaStream,
-) -> NcclResult {
-    let w = What::Coll(CollKind::AllReduce);
-    guard("ncclAllReduce", || {
-        issue(
-            comm,
-            raw(w, sendbuff, recvbuff, count, datatype, op, 0, stream),
-        )
-    })
-}
+    /// # Safety
+    /// As for `ncclAllReduce`.
+    fn ncclReduce(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize,
+                  datatype: NcclDataType, op: NcclRedOp, root: c_int) => {
+        what: coll(CollKind::Reduce), send: sendbuff, recv: recvbuff, count: count, dtype: datatype,
+        op: op, root: root,
+    }
 
-/// # Safety
-/// As for `ncclAllReduce`.
-#[no_mangle]
-#[allow(clippy::too_many_arguments)]
-pub unsafe extern "C" fn ncclReduce(
-    sendbuff: *const c_void,
-    recvbuff: *mut c_void,
-    count: usize,
-    datatype: NcclDataType,
-    op: NcclRedOp,
-    root: c_int,
-    comm: NcclCommT,
-    stream: CudaStream,
-) -> NcclResult {
-    let w = What::Coll(CollKind::Reduce);
-    guard("ncclReduce", || {
-        issue(
-            comm,
-            raw(w, sendbuff, recvbuff, count, datatype, op, root, stream),
-        )
-    })
-}
+    /// # Safety
+    /// As for `ncclAllReduce`.
+    fn ncclBroadcast(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize,
+                     datatype: NcclDataType, root: c_int) => {
+        what: coll(CollKind::Broadcast), send: sendbuff, recv: recvbuff, count: count,
+        dtype: datatype, op: 0, root: root,
+    }
 
-/// # Safety
-/// As for `ncclAllReduce`.
-#[no_mangle]
-pub unsafe extern "C" fn ncclBroadcast(
-    sendbuff: *const c_void,
-    recvbuff: *mut c_void,
-    count: usize,
-    datatype: NcclDataType,
-    root: c_int,
-    comm: NcclCommT,
-    stream: CudaStream,
-) -> NcclResult {
-    let w = What::Coll(CollKind::Broadcast);
-    guard("ncclBroadcast", || {
-        issue(
-            comm,
-            raw(w, sendbuff, recvbuff, count, datatype, 0, root, stream),
-        )
-    })
-}
+    /// In-place Broadcast (the legacy name).
+    ///
+    /// # Safety
+    /// As for `ncclAllReduce`.
+    fn ncclBcast(buff: *mut c_void, count: usize, datatype: NcclDataType, root: c_int) => {
+        what: coll(CollKind::Broadcast), send: buff, recv: buff, count: count, dtype: datatype,
+        op: 0, root: root,
+    }
 
-/// In-place Broadcast (the legacy name).
-///
-/// # Safety
-/// As for `ncclAllReduce`.
-#[no_mangle]
-pub unsafe extern "C" fn ncclBcast(
-    buff: *mut c_void,
-    count: usize,
-    datatype: NcclDataType,
-    root: c_int,
-    comm: NcclCommT,
-    stream: CudaStream,
-) -> NcclResult {
-    let w = What::Coll(CollKind::Broadcast);
-    guard("ncclBcast", || {
-        issue(comm, raw(w, buff, buff, count, datatype, 0, root, stream))
-    })
-}
+    /// # Safety
+    /// As for `ncclAllReduce`.
+    fn ncclReduceScatter(sendbuff: *const c_void, recvbuff: *mut c_void, recvcount: usize,
+                         datatype: NcclDataType, op: NcclRedOp) => {
+        what: coll(CollKind::ReduceScatter), send: sendbuff, recv: recvbuff, count: recvcount,
+        dtype: datatype, op: op, root: 0,
+    }
 
-/// # Safety
-/// As for `ncclAllReduce`.
-#[no_mangle]
-pub unsafe extern "C" fn ncclReduceScatter(
-    sendbuff: *const c_void,
-    recvbuff: *mut c_void,
-    recvcount: usize,
-    datatype: NcclDataType,
-    op: NcclRedOp,
-    comm: NcclCommT,
-    stream: CudaStream,
-) -> NcclResult {
-    let w = What::Coll(CollKind::ReduceScatter);
-    guard("ncclReduceScatter", || {
-        issue(
-            comm,
-            raw(w, sendbuff, recvbuff, recvcount, datatype, op, 0, stream),
-        )
-    })
-}
+    /// # Safety
+    /// As for `ncclAllReduce`.
+    fn ncclAllGather(sendbuff: *const c_void, recvbuff: *mut c_void, sendcount: usize,
+                     datatype: NcclDataType) => {
+        what: coll(CollKind::AllGather), send: sendbuff, recv: recvbuff, count: sendcount,
+        dtype: datatype, op: 0, root: 0,
+    }
 
-/// # Safety
-/// As for `ncclAllReduce`.
-#[no_mangle]
-pub unsafe extern "C" fn ncclAllGather(
-    sendbuff: *const c_void,
-    recvbuff: *mut c_void,
-    sendcount: usize,
-    datatype: NcclDataType,
-    comm: NcclCommT,
-    stream: CudaStream,
-) -> NcclResult {
-    let w = What::Coll(CollKind::AllGather);
-    guard("ncclAllGather", || {
-        issue(
-            comm,
-            raw(w, sendbuff, recvbuff, sendcount, datatype, 0, 0, stream),
-        )
-    })
-}
+    /// # Safety
+    /// As for `ncclAllReduce`.
+    fn ncclAlltoAll(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize,
+                    datatype: NcclDataType) => {
+        what: coll(CollKind::AllToAll), send: sendbuff, recv: recvbuff, count: count,
+        dtype: datatype, op: 0, root: 0,
+    }
 
-/// # Safety
-/// As for `ncclAllReduce`.
-#[no_mangle]
-pub unsafe extern "C" fn ncclAlltoAll(
-    sendbuff: *const c_void,
-    recvbuff: *mut c_void,
-    count: usize,
-    datatype: NcclDataType,
-    comm: NcclCommT,
-    stream: CudaStream,
-) -> NcclResult {
-    let w = What::Coll(CollKind::AllToAll);
-    guard("ncclAlltoAll", || {
-        issue(
-            comm,
-            raw(w, sendbuff, recvbuff, count, datatype, 0, 0, stream),
-        )
-    })
-}
+    /// # Safety
+    /// As for `ncclAllReduce`.
+    fn ncclGather(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize,
+                  datatype: NcclDataType, root: c_int) => {
+        what: coll(CollKind::Gather), send: sendbuff, recv: recvbuff, count: count, dtype: datatype,
+        op: 0, root: root,
+    }
 
-/// # Safety
-/// As for `ncclAllReduce`.
-#[no_mangle]
-pub unsafe extern "C" fn ncclGather(
-    sendbuff: *const c_void,
-    recvbuff: *mut c_void,
-    count: usize,
-    datatype: NcclDataType,
-    root: c_int,
-    comm: NcclCommT,
-    stream: CudaStream,
-) -> NcclResult {
-    let w = What::Coll(CollKind::Gather);
-    guard("ncclGather", || {
-        issue(
-            comm,
-            raw(w, sendbuff, recvbuff, count, datatype, 0, root, stream),
-        )
-    })
-}
+    /// # Safety
+    /// As for `ncclAllReduce`.
+    fn ncclScatter(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize,
+                   datatype: NcclDataType, root: c_int) => {
+        what: coll(CollKind::Scatter), send: sendbuff, recv: recvbuff, count: count,
+        dtype: datatype, op: 0, root: root,
+    }
 
-/// # Safety
-/// As for `ncclAllReduce`.
-#[no_mangle]
-pub unsafe extern "C" fn ncclScatter(
-    sendbuff: *const c_void,
-    recvbuff: *mut c_void,
-    count: usize,
-    datatype: NcclDataType,
-    root: c_int,
-    comm: NcclCommT,
-    stream: CudaStream,
-) -> NcclResult {
-    let w = What::Coll(CollKind::Scatter);
-    guard("ncclScatter", || {
-        issue(
-            comm,
-            raw(w, sendbuff, recvbuff, count, datatype, 0, root, stream),
-        )
-    })
-}
+    /// # Safety
+    /// As for `ncclAllReduce`.
+    fn ncclSend(sendbuff: *const c_void, count: usize, datatype: NcclDataType, peer: c_int) => {
+        what: What::Send, send: sendbuff, recv: std::ptr::null_mut(), count: count, dtype: datatype,
+        op: 0, root: peer,
+    }
 
-/// # Safety
-/// As for `ncclAllReduce`.
-#[no_mangle]
-pub unsafe extern "C" fn ncclSend(
-    sendbuff: *const c_void,
-    count: usize,
-    datatype: NcclDataType,
-    peer: c_int,
-    comm: NcclCommT,
-    stream: CudaStream,
-) -> NcclResult {
-    let null = std::ptr::null_mut();
-    guard("ncclSend", || {
-        issue(
-            comm,
-            raw(What::Send, sendbuff, null, count, datatype, 0, peer, stream),
-        )
-    })
-}
-
-/// # Safety
-/// As for `ncclAllReduce`.
-#[no_mangle]
-pub unsafe extern "C" fn ncclRecv(
-    recvbuff: *mut c_void,
-    count: usize,
-    datatype: NcclDataType,
-    peer: c_int,
-    comm: NcclCommT,
-    stream: CudaStream,
-) -> NcclResult {
-    let null = std::ptr::null();
-    guard("ncclRecv", || {
-        issue(
-            comm,
-            raw(What::Recv, null, recvbuff, count, datatype, 0, peer, stream),
-        )
-    })
+    /// # Safety
+    /// As for `ncclAllReduce`.
+    fn ncclRecv(recvbuff: *mut c_void, count: usize, datatype: NcclDataType, peer: c_int) => {
+        what: What::Recv, send: std::ptr::null(), recv: recvbuff, count: count, dtype: datatype,
+        op: 0, root: peer,
+    }
 }

@@ -4,7 +4,7 @@
 
 use oxccl::core::testkit;
 use oxccl::core::Collective;
-use oxccl::{CollKind, Communicator, Element, RawStream, RedOp};
+use oxccl::{CollKind, Communicator, Element, RawColl, RawStream, RedOp};
 
 /// Memory the caller allocates and copies, as an application would.
 pub trait Mem: Sync {
@@ -94,13 +94,15 @@ pub fn run_collective<T: Element, M: Mem>(
         // stream is the rank's caller stream.
         let res = unsafe {
             c.collective_raw(
-                kind,
-                send as *const _,
-                recv as *mut _,
-                count,
-                T::DTYPE,
-                op,
-                root,
+                RawColl {
+                    kind,
+                    send: send as *const _,
+                    recv: recv as *mut _,
+                    count,
+                    dtype: T::DTYPE,
+                    op,
+                    root,
+                },
                 mem.stream(r),
             )
         };
