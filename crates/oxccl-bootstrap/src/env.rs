@@ -7,6 +7,19 @@
 
 use std::collections::HashMap;
 
+use thiserror::Error;
+
+/// A bad environment variable: its name, its value and what was expected
+/// (the `Config` variant of the bootstrap's and the network transport's
+/// errors; the facade's `Error::Config` carries the same three).
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+#[error("{var}={value:?}: {reason}")]
+pub struct BadVar {
+    pub var: &'static str,
+    pub value: String,
+    pub reason: String,
+}
+
 /// The process environment (unset or not Unicode: `None`).
 pub fn process(name: &str) -> Option<String> {
     std::env::var(name).ok()

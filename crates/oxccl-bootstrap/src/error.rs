@@ -4,13 +4,16 @@ use std::time::Duration;
 
 use thiserror::Error;
 
-/// What can be wrong with bytes read from a bootstrap connection. Every
-/// malformed input maps to one of these; none panics.
+use crate::env::BadVar;
+
+/// What can be wrong with bytes read from a connection (the bootstrap's,
+/// or the network transport's). Every malformed input maps to one of
+/// these; none panics.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum WireError {
-    /// The frame does not start with this communicator's magic: a stranger,
-    /// garbage, or a rank holding another unique id.
-    #[error("wrong magic {got:#018x} (expected {expected:#018x}): the peer holds another unique id, or is not an oxccl bootstrap")]
+    /// The bytes do not start with this communicator's magic: a stranger,
+    /// garbage, or a rank of another communicator (another unique id).
+    #[error("wrong magic {got:#018x} (expected {expected:#018x}): the peer belongs to another communicator, or is not oxccl")]
     WrongMagic { expected: u64, got: u64 },
     /// The connection ended, or the bytes ran out, inside `what`.
     #[error("truncated {what}: {got} of {want} bytes")]
@@ -40,12 +43,8 @@ pub enum BootstrapError {
     #[error("invalid unique id: {0}")]
     InvalidId(String),
     /// A bad environment variable.
-    #[error("{var}={value:?}: {reason}")]
-    Config {
-        var: &'static str,
-        value: String,
-        reason: String,
-    },
+    #[error(transparent)]
+    Config(#[from] BadVar),
     /// No network interface matches `NCCL_SOCKET_IFNAME`/`NCCL_SOCKET_FAMILY`.
     #[error("no usable network interface: {0}")]
     NoInterface(String),

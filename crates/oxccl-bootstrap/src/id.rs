@@ -10,6 +10,7 @@ use std::hash::{BuildHasher, Hasher};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, ToSocketAddrs};
 use std::time::Duration;
 
+use crate::env::BadVar;
 use crate::error::BootstrapError;
 use crate::{iface, root, sock};
 
@@ -66,10 +67,12 @@ impl UniqueId {
 
     /// The id for `NCCL_COMM_ID`'s `host:port` (`[v6]:port` for IPv6).
     pub fn from_comm_id(v: &str) -> Result<UniqueId, BootstrapError> {
-        let bad = |reason: String| BootstrapError::Config {
-            var: "NCCL_COMM_ID",
-            value: v.into(),
-            reason,
+        let bad = |reason: String| {
+            BootstrapError::Config(BadVar {
+                var: "NCCL_COMM_ID",
+                value: v.into(),
+                reason,
+            })
         };
         let fam = iface::parse_family(&std::env::var("NCCL_SOCKET_FAMILY").unwrap_or_default())?;
         let addrs: Vec<SocketAddr> = v
@@ -223,10 +226,7 @@ mod tests {
         assert_eq!(i.magic, COMM_ID_MAGIC);
         for bad in ["nohost", "127.0.0.1:0", "127.0.0.1:notaport"] {
             assert!(
-                matches!(
-                    UniqueId::from_comm_id(bad),
-                    Err(BootstrapError::Config { .. })
-                ),
+                matches!(UniqueId::from_comm_id(bad), Err(BootstrapError::Config(_))),
                 "{bad}"
             );
         }

@@ -4,6 +4,7 @@
 
 use std::net::IpAddr;
 
+use crate::env::BadVar;
 use crate::error::BootstrapError;
 
 /// An interface address.
@@ -70,11 +71,11 @@ pub fn parse_family(s: &str) -> Result<Option<Family>, BootstrapError> {
         "" => Ok(None),
         "AF_INET" | "INET" | "4" | "IPV4" => Ok(Some(Family::V4)),
         "AF_INET6" | "INET6" | "6" | "IPV6" => Ok(Some(Family::V6)),
-        _ => Err(BootstrapError::Config {
+        _ => Err(BootstrapError::Config(BadVar {
             var: "NCCL_SOCKET_FAMILY",
             value: s.into(),
             reason: "expected AF_INET or AF_INET6".into(),
-        }),
+        })),
     }
 }
 

@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use oxccl_bootstrap::env::BadVar;
+
 use crate::error::NetError;
 use crate::wire::MAX_SOCKS;
 
@@ -37,10 +39,12 @@ fn number(var: &'static str, v: &str, lo: usize, hi: usize) -> Result<usize, Net
         .parse::<usize>()
         .ok()
         .filter(|n| (lo..=hi).contains(n))
-        .ok_or_else(|| NetError::Config {
-            var,
-            value: v.into(),
-            reason: format!("expected an integer from {lo} to {hi}"),
+        .ok_or_else(|| {
+            NetError::Config(BadVar {
+                var,
+                value: v.into(),
+                reason: format!("expected an integer from {lo} to {hi}"),
+            })
         })
 }
 
@@ -74,14 +78,14 @@ impl TcpConfig {
             c.nsocks_per_thread = number(var, &v, 1, MAX_SOCKS)?;
         }
         if c.nsocks() > MAX_SOCKS {
-            return Err(NetError::Config {
+            return Err(NetError::Config(BadVar {
                 var: "NCCL_NSOCKS_PERTHREAD",
                 value: c.nsocks_per_thread.to_string(),
                 reason: format!(
                     "{} threads × {} sockets exceeds {MAX_SOCKS} sockets per connection",
                     c.nthreads, c.nsocks_per_thread
                 ),
-            });
+            }));
         }
         Ok(c)
     }
@@ -108,11 +112,11 @@ pub fn forced(get: impl Fn(&str) -> Option<String>) -> Result<bool, NetError> {
             Some((var, v)) => match v.trim() {
                 "1" => Ok(true),
                 "0" => Ok(false),
-                _ => Err(NetError::Config {
+                _ => Err(NetError::Config(BadVar {
                     var,
                     value: v,
                     reason: "expected 0 or 1".into(),
-                }),
+                })),
             },
         }
     };
@@ -161,7 +165,7 @@ mod tests {
         ] {
             assert!(matches!(
                 TcpConfig::from_vars(vars(&bad), d),
-                Err(NetError::Config { .. })
+                Err(NetError::Config(_))
             ));
         }
     }

@@ -2,27 +2,14 @@
 
 use std::time::Duration;
 
+use oxccl_bootstrap::env::BadVar;
 use thiserror::Error;
 
-/// What can be wrong with bytes read from a network connection. Every
-/// malformed input maps to one of these; none panics.
-#[derive(Debug, Error, Clone, PartialEq, Eq)]
-pub enum WireError {
-    /// The connection does not start with this communicator's magic: a
-    /// stranger, garbage, or a rank of another communicator.
-    #[error("wrong magic {got:#018x} (expected {expected:#018x}): the peer belongs to another communicator, or is not oxccl")]
-    WrongMagic { expected: u64, got: u64 },
-    /// The bytes ran out inside `what`.
-    #[error("truncated {what}: {got} of {want} bytes")]
-    Truncated {
-        what: &'static str,
-        got: usize,
-        want: usize,
-    },
-    /// Fields that do not parse or do not fit together.
-    #[error("malformed {what}: {detail}")]
-    Malformed { what: &'static str, detail: String },
-}
+/// What can be wrong with bytes read from a network connection: the
+/// bootstrap's type, whose `WrongMagic`, `Truncated` and `Malformed` the
+/// transport uses. Every malformed input maps to one of these; none
+/// panics.
+pub use oxccl_bootstrap::WireError;
 
 /// Everything that can go wrong in oxccl-net. `conn` names the connection
 /// (local and remote address, socket index); the layer above adds the
@@ -37,12 +24,8 @@ pub enum NetError {
     #[error("the {net} transport does not support {what}")]
     Unsupported { net: &'static str, what: String },
     /// A bad environment variable.
-    #[error("{var}={value:?}: {reason}")]
-    Config {
-        var: &'static str,
-        value: String,
-        reason: String,
-    },
+    #[error(transparent)]
+    Config(#[from] BadVar),
     /// No network interface to listen on.
     #[error("no usable network interface: {0}")]
     NoInterface(String),

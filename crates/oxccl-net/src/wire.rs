@@ -47,12 +47,42 @@ fn exact<const N: usize>(b: &[u8], what: &'static str) -> Result<[u8; N], WireEr
     })
 }
 
+/// `N` zero bytes but for `magic` and `listen_id` at 0 and 8: the start of
+/// a handle and of a hello.
+fn start<const N: usize>(magic: u64, listen_id: u64) -> [u8; N] {
+    let mut b = [0u8; N];
+    b[0..8].copy_from_slice(&magic.to_le_bytes());
+    b[8..16].copy_from_slice(&listen_id.to_le_bytes());
+    b
+}
+
+/// `bytes` as exactly `N` bytes that start with `magic`, or why not.
+fn with_magic<const N: usize>(
+    bytes: &[u8],
+    magic: u64,
+    what: &'static str,
+) -> Result<[u8; N], WireError> {
+    let b: [u8; N] = exact(bytes, what)?;
+    let got = u64_at(&b, 0);
+    if got != magic {
+        return Err(WireError::WrongMagic {
+            expected: magic,
+            got,
+        });
+    }
+    Ok(b)
+}
+
+/// The error for a malformed `what`, given the detail.
+fn malformed(what: &'static str) -> impl Fn(String) -> WireError {
+    move |detail| WireError::Malformed { what, detail }
+}
+
 fn nsocks_ok(n: u16, what: &'static str) -> Result<u16, WireError> {
     if n == 0 || n as usize > MAX_SOCKS {
-        return Err(WireError::Malformed {
-            what,
-            detail: format!("{n} sockets (1 to {MAX_SOCKS} allowed)"),
-        });
+        return Err(malformed(what)(format!(
+            "{n} sockets (1 to {MAX_SOCKS} allowed)"
+        )));
     }
     Ok(n)
 }
@@ -71,9 +101,7 @@ impl Handle {
     pub const BYTES: usize = 64;
 
     pub fn encode(&self) -> [u8; Handle::BYTES] {
-        let mut b = [0u8; Handle::BYTES];
-        b[0..8].copy_from_slice(&self.magic.to_le_bytes());
-        b[8..16].copy_from_slice(&self.listen_id.to_le_bytes());
+        let mut b: [u8; Handle::BYTES] = start(self.magic, self.listen_id);
         match self.addr.ip() {
             IpAddr::V4(ip) => {
                 b[16] = 4;
@@ -92,18 +120,8 @@ impl Handle {
     /// A handle from `bytes`, which must be exactly [`Handle::BYTES`] long,
     /// carry `magic`, a known address family and zeros where unused.
     pub fn decode(bytes: &[u8], magic: u64) -> Result<Handle, WireError> {
-        let b: [u8; Handle::BYTES] = exact(bytes, "handle")?;
-        let got = u64_at(&b, 0);
-        if got != magic {
-            return Err(WireError::WrongMagic {
-                expected: magic,
-                got,
-            });
-        }
-        let bad = |detail: String| WireError::Malformed {
-            what: "handle",
-            detail,
-        };
+        let b: [u8; Handle::BYTES] = with_magic(bytes, magic, "handle")?;
+        let bad = malformed("handle");
         let port = u16_at(&b, 18);
         let ip = match b[16] {
             4 if b[24..36].iter().all(|&x| x == 0) => {
@@ -141,9 +159,7 @@ impl Hello {
     pub const BYTES: usize = 24;
 
     pub fn encode(&self) -> [u8; Hello::BYTES] {
-        let mut b = [0u8; Hello::BYTES];
-        b[0..8].copy_from_slice(&self.magic.to_le_bytes());
-        b[8..16].copy_from_slice(&self.listen_id.to_le_bytes());
+        let mut b: [u8; Hello::BYTES] = start(self.magic, self.listen_id);
         b[16..18].copy_from_slice(&self.index.to_le_bytes());
         b[18..20].copy_from_slice(&self.nsocks.to_le_bytes());
         b[20..22].copy_from_slice(&VERSION.to_le_bytes());
@@ -152,18 +168,8 @@ impl Hello {
 
     /// A hello from exactly [`Hello::BYTES`] bytes carrying `magic`.
     pub fn decode(bytes: &[u8], magic: u64) -> Result<Hello, WireError> {
-        let b: [u8; Hello::BYTES] = exact(bytes, "hello")?;
-        let got = u64_at(&b, 0);
-        if got != magic {
-            return Err(WireError::WrongMagic {
-                expected: magic,
-                got,
-            });
-        }
-        let bad = |detail: String| WireError::Malformed {
-            what: "hello",
-            detail,
-        };
+        let b: [u8; Hello::BYTES] = with_magic(bytes, magic, "hello")?;
+        let bad = malformed("hello");
         let version = u16_at(&b, 20);
         if version != VERSION {
             return Err(bad(format!("version {version}, this is {VERSION}")));
@@ -214,10 +220,10 @@ impl PartHeader {
             size: u64_at(&b, 8),
         };
         if h.size > MAX_MESSAGE {
-            return Err(WireError::Malformed {
-                what: "part header",
-                detail: format!("a message of {} bytes (at most {MAX_MESSAGE})", h.size),
-            });
+            return Err(malformed("part header")(format!(
+                "a message of {} bytes (at most {MAX_MESSAGE})",
+                h.size
+            )));
         }
         Ok(h)
     }

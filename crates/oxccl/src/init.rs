@@ -11,6 +11,7 @@
 
 use std::sync::Arc;
 
+use oxccl_bootstrap::env::BadVar;
 use oxccl_bootstrap::{Bootstrap, BootstrapError, DeviceInfo};
 
 use crate::backend::{self, cuda_procs, BackendKind, BackendOptions};
@@ -62,7 +63,7 @@ impl UniqueId {
 pub(crate) fn map_bootstrap(e: BootstrapError) -> Error {
     match e {
         BootstrapError::InvalidArgument(m) | BootstrapError::InvalidId(m) => Error::InvalidUsage(m),
-        BootstrapError::Config { var, value, reason } => Error::Config {
+        BootstrapError::Config(BadVar { var, value, reason }) => Error::Config {
             var: var.into(),
             value,
             reason,
