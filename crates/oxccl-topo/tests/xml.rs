@@ -46,37 +46,10 @@ fn shared_files_round_trip() {
     }
 }
 
-const FULL_DUMP: &str = r#"<?xml version="1.0"?>
-<system version="1" extra="kept">
-  <cpu numaid="0" affinity="ffff" arch="x86_64" vendor="GenuineIntel" familyid="6" modelid="143" future="x">
-    <pci busid="0000:17:00.0" class="0x060400" link_speed="32.0 GT/s PCIe" link_width="16">
-      <pci busid="0000:18:00.0" class="0x030200" vendor="0x10de" device="0x2330" link_speed="32.0 GT/s PCIe" link_width="16">
-        <gpu dev="0" sm="90" rank="0" gdr="1">
-          <nvlink target="0000:c1:00.0" count="5" tclass="0x068000"/>
-          <nvlink target="0000:c2:00.0" count="4" tclass="0x068000"/>
-          <nvlink target="0000:c3:00.0" count="4" tclass="0x068000"/>
-          <nvlink target="0000:c4:00.0" count="5" tclass="0x068000"/>
-          <c2c bw="1" />
-        </gpu>
-      </pci>
-      <pci busid="0000:19:00.0" class="0x020700" vendor="0x15b3" device="0x1021" link_speed="32.0 GT/s PCIe" link_width="16">
-        <nic>
-          <net name="mlx5_0" dev="0" speed="400000" port="1" latency="0.000000" guid="0x1" maxconn="131072" gdr="1" coll="1"/>
-        </nic>
-      </pci>
-    </pci>
-    <pci busid="0000:2a:00.0" class="0x030200" vendor="0x10de" device="0x2330" link_speed="32.0 GT/s PCIe" link_width="16">
-      <gpu dev="1" sm="90" rank="1" gdr="1">
-        <nvlink target="0000:c1:00.0" count="5" tclass="0x068000"/>
-        <nvlink target="0000:c2:00.0" count="4" tclass="0x068000"/>
-        <nvlink target="0000:c3:00.0" count="4" tclass="0x068000"/>
-        <nvlink target="0000:c4:00.0" count="5" tclass="0x068000"/>
-      </gpu>
-    </pci>
-  </cpu>
-  <unknown_element/>
-</system>
-"#;
+/// An `NCCL_TOPO_DUMP_FILE`-style dump with an NVSwitch system, a C2C
+/// link, and attributes and elements the parser does not know (kept on
+/// write).
+const FULL_DUMP: &str = include_str!("fixtures/full_dump.xml");
 
 #[test]
 fn full_dump_with_nvswitch_and_unknowns() {
