@@ -260,6 +260,12 @@ impl Communicator {
         self.clique.nranks
     }
 
+    /// The CUDA device ordinal this rank runs on (NCCL's
+    /// `ncclCommCuDevice`); `None` on the host backend.
+    pub fn cuda_device(&self) -> Option<i32> {
+        self.clique.backend.device_of(self.rank)
+    }
+
     /// The backend this communicator runs on (`Host` or `Cuda`).
     pub fn backend(&self) -> BackendKind {
         self.clique.backend.kind()

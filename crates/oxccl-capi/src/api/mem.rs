@@ -2,7 +2,7 @@
 //! not supported yet (symmetric windows, device communicators).
 
 use std::alloc::Layout;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ffi::{c_int, c_void};
 
 use parking_lot::Mutex;
@@ -170,13 +170,19 @@ pub extern "C" fn ncclCommDeregister(comm: NcclCommT, handle: *mut c_void) -> Nc
 /// Host allocations of `ncclMemAlloc`: address → layout.
 static HOST_ALLOCS: Mutex<Option<HashMap<usize, Layout>>> = Mutex::new(None);
 
+/// Device allocations of `ncclMemAlloc` (addresses), so `ncclMemFree`
+/// frees only what it handed out.
+static DEVICE_ALLOCS: Mutex<Option<HashSet<u64>>> = Mutex::new(None);
+
 fn host_backend() -> CResult<bool> {
     let cfg = super::init::facade_config(&Default::default())?;
     Ok(cfg.backend == oxccl::BackendKind::Host)
 }
 
-/// Memory for buffers: page-aligned host memory on the host backend;
-/// device memory is not built yet (`ncclInvalidUsage`: use cudaMalloc).
+/// Memory for buffers: device memory of the calling thread's current CUDA
+/// context (`cuMemAlloc`; make the device current first, as NCCL
+/// requires), or page-aligned zeroed host memory on the host backend.
+/// Either kind goes to every collective and to `ncclCommRegister`.
 ///
 /// # Safety
 /// `ptr` null or writable.
@@ -187,43 +193,67 @@ pub unsafe extern "C" fn ncclMemAlloc(ptr: *mut *mut c_void, size: usize) -> Ncc
         if size == 0 {
             return Err(CError::arg("size is 0"));
         }
-        if !host_backend()? {
-            return Err(CError::usage(
-                "ncclMemAlloc of device memory is not supported yet: allocate with cudaMalloc (the library takes any device memory)",
-            ));
-        }
-        let layout = Layout::from_size_align(size, 4096)
-            .map_err(|e| CError::arg(format!("size {size}: {e}")))?;
-        // SAFETY: a non-zero size.
-        let p = unsafe { std::alloc::alloc_zeroed(layout) };
-        if p.is_null() {
-            return Err(CError {
-                code: abi::SYSTEM_ERROR,
-                msg: format!("out of host memory for {size} bytes"),
-            });
-        }
-        HOST_ALLOCS
-            .lock()
-            .get_or_insert_with(HashMap::new)
-            .insert(p as usize, layout);
+        let p = if host_backend()? {
+            host_alloc(size)?
+        } else {
+            let d = oxccl::backend::cuda::alloc_current(size)?;
+            DEVICE_ALLOCS
+                .lock()
+                .get_or_insert_with(HashSet::new)
+                .insert(d);
+            d as usize as *mut c_void
+        };
         // SAFETY: checked by `out`.
-        unsafe { outp.write(p as *mut c_void) };
+        unsafe { outp.write(p) };
         Ok(SUCCESS)
     })
+}
+
+fn host_alloc(size: usize) -> CResult<*mut c_void> {
+    let layout = Layout::from_size_align(size, 4096)
+        .map_err(|e| CError::arg(format!("size {size}: {e}")))?;
+    // SAFETY: a non-zero size.
+    let p = unsafe { std::alloc::alloc_zeroed(layout) };
+    if p.is_null() {
+        return Err(CError {
+            code: abi::SYSTEM_ERROR,
+            msg: format!("out of host memory for {size} bytes"),
+        });
+    }
+    HOST_ALLOCS
+        .lock()
+        .get_or_insert_with(HashMap::new)
+        .insert(p as usize, layout);
+    Ok(p.cast())
 }
 
 /// Frees memory from `ncclMemAlloc`; any other pointer is refused.
 #[no_mangle]
 pub extern "C" fn ncclMemFree(ptr: *mut c_void) -> NcclResult {
     guard("ncclMemFree", || {
-        let layout = HOST_ALLOCS
+        let host = HOST_ALLOCS
             .lock()
             .as_mut()
-            .and_then(|m| m.remove(&(ptr as usize)))
-            .ok_or_else(|| CError::arg(format!("{ptr:p} was not allocated by ncclMemAlloc")))?;
-        // SAFETY: allocated with this layout in ncclMemAlloc, freed once
-        // (removed from the table above).
-        unsafe { std::alloc::dealloc(ptr as *mut u8, layout) };
+            .and_then(|m| m.remove(&(ptr as usize)));
+        if let Some(layout) = host {
+            // SAFETY: allocated with this layout in ncclMemAlloc, freed
+            // once (removed from the table above).
+            unsafe { std::alloc::dealloc(ptr as *mut u8, layout) };
+            return Ok(SUCCESS);
+        }
+        let addr = ptr as usize as u64;
+        let device = DEVICE_ALLOCS
+            .lock()
+            .as_mut()
+            .is_some_and(|s| s.remove(&addr));
+        if !device {
+            return Err(CError::arg(format!(
+                "{ptr:p} was not allocated by ncclMemAlloc"
+            )));
+        }
+        // SAFETY: from `alloc_current` in ncclMemAlloc, freed once (removed
+        // from the table above); cuMemFree waits for the device's work.
+        unsafe { oxccl::backend::cuda::free_current(addr) }?;
         Ok(SUCCESS)
     })
 }

@@ -87,19 +87,19 @@ pub unsafe extern "C" fn ncclCommUserRank(comm: NcclCommT, rank: *mut c_int) -> 
     })
 }
 
-/// The CUDA device of the communicator: 0, the device every rank of this
-/// process uses (oxccl runs a process's ranks on its current device), and
-/// 0 on the host backend too.
+/// The CUDA device ordinal the communicator's rank runs on; 0 on the host
+/// backend.
 ///
 /// # Safety
 /// `device` must be null or point to a writable int.
 #[no_mangle]
 pub unsafe extern "C" fn ncclCommCuDevice(comm: NcclCommT, device: *mut c_int) -> NcclResult {
     guard("ncclCommCuDevice", || {
-        let _c = handle::lookup(comm)?;
+        let c = handle::lookup(comm)?;
         let p = out(device, "device")?;
+        let dev = c.get()?.cuda_device().unwrap_or(0);
         // SAFETY: checked.
-        unsafe { p.write(0) };
+        unsafe { p.write(dev) };
         Ok(SUCCESS)
     })
 }

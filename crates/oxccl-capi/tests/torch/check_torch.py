@@ -123,6 +123,29 @@ def collectives(dist, torch, c, n, r, dev):
     dist.barrier()
 
 
+def mem_pool(dist, torch, c, n, r, dev):
+    """A tensor from torch's NCCL memory pool (ncclMemAlloc behind
+    torch.cuda.MemPool), registered with the communicator (ncclCommRegister
+    through register_mem_pool), then an all_reduce on it."""
+    try:
+        backend = dist.group.WORLD._get_backend(dev)
+        alloc = backend.mem_allocator
+        pool = torch.cuda.MemPool(alloc)
+    except (AttributeError, RuntimeError, TypeError) as e:
+        print(f"rank {r}: mem pool check skipped: this torch has no NCCL mem pool ({e})", flush=True)
+        return
+    k = 1 << 20
+    with torch.cuda.use_mem_pool(pool):
+        x = torch.full((k,), float(r + 1), device=dev)
+    backend.register_mem_pool(pool)
+    dist.all_reduce(x)
+    c.eq("all_reduce on ncclMemAlloc memory, registered", x,
+         torch.full((k,), n * (n + 1) / 2, device=dev))
+    backend.deregister_mem_pool(pool)
+    torch.cuda.synchronize()
+    del x
+
+
 def ddp(dist, torch, c, n, r, dev):
     from torch.nn.parallel import DistributedDataParallel as DDP
     steps, per = 20, 16
@@ -197,6 +220,7 @@ def rank_main(args):
     ver = torch.cuda.nccl.version()
     t0 = time.time()
     collectives(dist, torch, c, n, r, dev)
+    mem_pool(dist, torch, c, n, r, dev)
     ddp_diff = ddp(dist, torch, c, n, r, dev)
     out = {"rank": r, "procs": n, "nccl_version": list(ver) if isinstance(ver, tuple) else ver,
            "passed": c.passed, "failed": c.failed, "ddp_max_abs_diff": ddp_diff,

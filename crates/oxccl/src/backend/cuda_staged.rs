@@ -132,6 +132,10 @@ impl Backend for CudaStaged {
         BackendKind::Cuda
     }
 
+    fn device_of(&self, rank: u32) -> Option<i32> {
+        (rank == self.rank).then_some(self.device)
+    }
+
     fn describe(&self) -> String {
         format!(
             "cuda, rank {} of {} processes on device {} ({} here), staged through host memory ({})",

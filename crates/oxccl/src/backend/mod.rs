@@ -389,6 +389,13 @@ pub trait Backend: Send + Sync + Debug {
         None
     }
 
+    /// The device `rank` runs on, where ranks have devices and this
+    /// process knows it (a rank staged through host memory knows only its
+    /// own).
+    fn device_of(&self, rank: u32) -> Option<i32> {
+        self.rank_devices()?.get(rank as usize).copied()
+    }
+
     fn busiest_memory_ranks(&self) -> Option<u32> {
         None
     }
