@@ -31,6 +31,6 @@ pub use device::{
     REQUIRE_GPU_VAR,
 };
 pub use error::{CudaError, Result};
-pub use world::{Exchange, Prepared, World, WorldConfig};
+pub use world::{Exchange, GateMode, Prepared, World, WorldConfig, MAX_RESIDENT_KERNELS};
 pub mod topo_probe;
 pub use topo_probe::{detect_topology, driver_facts};

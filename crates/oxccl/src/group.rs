@@ -12,7 +12,9 @@
 //! One thread may drive several communicators in one group. On the host
 //! backend, where execution blocks, each communicator's plan then runs on
 //! its own scoped thread, so the ranks progress together; on CUDA the
-//! launches are enqueued one after the other on each rank's stream.
+//! launches are enqueued one after the other on each rank's stream, except
+//! where a launch waits for the other ranks of its GPU to launch (more
+//! ranks on a GPU than hardware queues): then on scoped threads too.
 
 use std::collections::BTreeMap;
 
@@ -256,9 +258,13 @@ impl<'a> Group<'a> {
                 Ok((*comm, build_jobs(comm, entries, registered)?))
             })
             .collect::<Result<Vec<_>>>()?;
-        let blocking = jobs
-            .first()
-            .is_some_and(|(c, _)| c.clique().backend.blocking());
+        // A launch that waits for the other ranks of its GPU (CUDA past the
+        // hardware queues) needs them on threads of their own, as a
+        // blocking backend's plans do.
+        let blocking = jobs.first().is_some_and(|(c, _)| {
+            let b = &c.clique().backend;
+            b.blocking() || b.launches_in_step()
+        });
         if jobs.len() > 1 && blocking {
             std::thread::scope(|s| {
                 let handles: Vec<_> = jobs

@@ -123,6 +123,32 @@ fn host_every_case_1_rank() {
     all_cases(&host(1), 5);
 }
 
+/// Many ranks as threads (issue 16: up to 128 ranks per GPU): every
+/// collective, out of and in place, f32 Sum, small counts so it stays
+/// fast; one wrong element fails it.
+#[test]
+fn host_every_collective_128_ranks() {
+    let comms = host(128);
+    let n = comms.len() as u32;
+    let mut failures = Vec::new();
+    for kind in COLLECTIVES {
+        for in_place in [false, true] {
+            let root = if kind.has_root() { n - 1 } else { 0 };
+            let (wrong, first) = run_case::<f32>(&comms, kind, 256, RedOp::Sum, root, in_place);
+            if wrong > 0 {
+                failures.push(format!(
+                    "{kind} in_place={in_place}: {wrong} wrong, {first:?}"
+                ));
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "on 128 ranks:\n{}",
+        failures.join("\n")
+    );
+}
+
 #[test]
 fn cuda_every_case() {
     let Some(comms) = common::cuda("cuda_every_case", 2) else {

@@ -1,7 +1,7 @@
 //! The executor kernel of a rank's device and one launch of a prepared
 //! plan: the `OxDesc` parameter filled and the kernel enqueued.
 
-use oxccl_core::{BaseOp, DataType, LoweredOp, Proto};
+use oxccl_core::{Awaited, BaseOp, DataType, FaultCause, LoweredOp, Proto, WaitFault};
 
 use crate::driver::{Function, Module};
 use crate::error::{CudaError, Result};
@@ -92,7 +92,62 @@ impl World {
     /// registered memory every rank can reach when the plan has remote
     /// steps) valid for the plan's length until the stream reaches the
     /// kernel.
+    ///
+    /// On a gated device (`gate`) it returns once every rank of the device
+    /// has launched as many times (a rendezvous of their threads).
     pub unsafe fn launch(
+        &self,
+        p: &Prepared,
+        rank: u32,
+        bufs: &[u64],
+        dtype: DataType,
+        op: &LoweredOp,
+    ) -> Result<()> {
+        // SAFETY: the caller's contract, passed on.
+        let r = unsafe { self.enqueue(p, rank, bufs, dtype, op) };
+        let gated = self
+            .dev(rank)?
+            .gate
+            .as_ref()
+            .and_then(|g| Some((g, g.slot(rank)?)));
+        let Some((gate, slot)) = gated else {
+            return r;
+        };
+        if r.is_err() {
+            // Nothing reached the stream: the peers must not wait for it.
+            gate.count(slot);
+            return r;
+        }
+        let deadline = (self.cfg.timeout != std::time::Duration::MAX).then_some(self.cfg.timeout);
+        gate.pass(slot, deadline, || self.failed()).map_err(|f| {
+            if f.aborted {
+                return self.failure().unwrap_or(CudaError::Aborted);
+            }
+            tracing::warn!(
+                rank,
+                absent = ?f.absent,
+                "oxccl: with more ranks on one GPU than it has hardware queues, a launch \
+                 returns once every rank of the GPU has launched the call: call from one \
+                 thread per rank, or issue several ranks' calls in one group"
+            );
+            CudaError::Wait(WaitFault {
+                cause: FaultCause::Deadline,
+                rank,
+                peer: f.absent.first().copied().unwrap_or(rank),
+                channel: 0,
+                step: 0,
+                awaited: Awaited::Unknown,
+                waited: f.waited,
+                absent: f.absent,
+            })
+        })
+    }
+
+    /// [`World::launch`] without the gate.
+    ///
+    /// # Safety
+    /// As [`World::launch`].
+    unsafe fn enqueue(
         &self,
         p: &Prepared,
         rank: u32,

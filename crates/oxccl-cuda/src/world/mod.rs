@@ -19,6 +19,7 @@
 
 mod external;
 mod failure;
+mod gate;
 mod launch;
 mod links;
 mod memory;
@@ -38,6 +39,7 @@ use crate::error::{CudaError, Result};
 use crate::kernels;
 use crate::layout::MAX_BUFS;
 
+pub use gate::GateMode;
 pub use launch::scale_bits;
 use links::LinkKind;
 pub use procs::Exchange;
@@ -61,7 +63,15 @@ pub struct WorldConfig {
     /// a chain of block barriers and round trips, and a barrier over fewer
     /// threads is cheaper.
     pub small_threads: u32,
+    /// Whether a launch waits until every rank of its device has launched
+    /// as many times (`gate`): where the device's hardware queues run out.
+    pub launch_gate: GateMode,
 }
+
+/// Kernels a device runs at once ("maximum number of resident grids per
+/// device" in the CUDA programming guide: 128 from compute capability 7.0
+/// on); each rank on a device has one kernel running per call.
+pub const MAX_RESIDENT_KERNELS: u32 = 128;
 
 /// Largest transfer, in bytes, of a plan that runs with
 /// [`WorldConfig::small_threads`]: a 64-thread block moves it in a few
@@ -78,6 +88,7 @@ impl WorldConfig {
             nslots: 4,
             timeout,
             small_threads: 64,
+            launch_gate: GateMode::from_env(),
         }
     }
 }
@@ -102,6 +113,8 @@ struct DeviceState {
     arch: u32,
     sm_count: u32,
     ranks_here: u32,
+    /// Set where launches on this device wait for each other (`gate`).
+    gate: Option<gate::Gate>,
     /// Per entry of `kernels::DTYPES`: the loaded module and its kernels
     /// (in `kernels::OPS` order). Set once; read without a lock on every
     /// launch, since all of a device's ranks launch at the same time.
@@ -141,7 +154,36 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl World {
     pub fn new(cfg: WorldConfig) -> Result<Arc<World>> {
-        World::make(cfg, None).map(Arc::new)
+        let w = World::make(cfg, None)?;
+        w.check_residency()?;
+        Ok(Arc::new(w))
+    }
+
+    /// Refuses, at creation, a device with more ranks than can run at once:
+    /// every rank's kernel spins until its peers' kernels run, so all of
+    /// them, each with at least one block, must be resident together.
+    /// Past that a call could only end at its deadline.
+    fn check_residency(&self) -> Result<()> {
+        for (d, dev) in self.devices.iter().enumerate() {
+            let n = dev.ranks_here;
+            let mut cap = MAX_RESIDENT_KERNELS;
+            if n > dev.sm_count.min(cap) {
+                // Only now load the executor to ask for its occupancy (one
+                // block per SM always fits).
+                let first = self.rank_dev.iter().position(|&x| x == d).unwrap_or(0) as u32;
+                cap = cap.min(dev.sm_count * self.blocks_per_sm(first)?.max(1));
+            }
+            if n > cap {
+                return Err(CudaError::Invalid(format!(
+                    "{n} ranks on device {}: at most {cap} can run there at once ({} SMs, \
+                     at most {MAX_RESIDENT_KERNELS} concurrent kernels), and every rank's kernel \
+                     must be resident while it waits for its peers; spread the ranks over more \
+                     GPUs (WorldConfig::devices, CUDA_VISIBLE_DEVICES) or run at most {cap} per GPU",
+                    dev.ctx.ordinal, dev.sm_count
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// `first`: the rank whose stream is made right after the devices'
@@ -174,14 +216,22 @@ impl World {
             )));
         }
         let mut devices = Vec::new();
+        let queues = gate::hardware_queues();
         for &o in &ordinals {
+            let here: Vec<u32> = (0..cfg.devices.len() as u32)
+                .filter(|&r| cfg.devices[r as usize] == o)
+                .collect();
+            // Ranks as processes (`first`): one rank of this process, the
+            // others elsewhere, so there is nothing to rendezvous with.
+            let gated = first.is_none() && cfg.launch_gate.gates(here.len() as u32, queues);
             let ctx = Ctx::new(o)?;
             let major = ctx.attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
             let minor = ctx.attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
             let sm_count = ctx.attr(A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32;
             let setup = Stream::new(&ctx)?;
             devices.push(DeviceState {
-                ranks_here: cfg.devices.iter().filter(|&&d| d == o).count() as u32,
+                ranks_here: here.len() as u32,
+                gate: gated.then(|| gate::Gate::new(here)),
                 ctx,
                 setup,
                 arch: (major * 10 + minor) as u32,
@@ -283,6 +333,13 @@ impl World {
             .map(|d| (d.sm_count / d.ranks_here.max(1)).clamp(1, 32))
             .min()
             .unwrap_or(1)
+    }
+
+    /// Whether a launch on some device waits for that device's other
+    /// ranks to launch the call (`gate`): the ranks of a device must then
+    /// call from threads of their own.
+    pub fn launches_in_step(&self) -> bool {
+        self.devices.iter().any(|d| d.gate.is_some())
     }
 
     /// Bytes per FIFO slot.

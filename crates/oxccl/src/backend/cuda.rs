@@ -172,6 +172,10 @@ impl Backend for CudaBackend {
         false
     }
 
+    fn launches_in_step(&self) -> bool {
+        self.world.launches_in_step()
+    }
+
     fn registered_alloc(&self) -> bool {
         // `alloc` is cuMemAlloc in a context with peer access to every
         // other rank's device (or the same device): peers can load/store it.

@@ -213,6 +213,14 @@ pub trait Backend: Send + Sync + Debug {
     /// group runs blocking backends' plans on scoped threads.
     fn blocking(&self) -> bool;
 
+    /// Whether `execute` returns only once the other ranks of its device
+    /// have executed the call too (CUDA with more ranks on a GPU than it has
+    /// hardware queues). A group then also runs each communicator's
+    /// launches on a thread of its own.
+    fn launches_in_step(&self) -> bool {
+        false
+    }
+
     /// Whether memory from [`Backend::alloc`] is registered, i.e. every rank
     /// can address every other rank's buffers, so plans with direct
     /// (remote get/put) steps may be used on it.
