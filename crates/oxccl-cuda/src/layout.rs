@@ -20,8 +20,12 @@ use std::fmt::Write as _;
 pub const THREADS: u32 = 512;
 /// Buffers one rank's plan may name (`OX_MAX_BUFS`).
 pub const MAX_BUFS: usize = 64;
-/// Sources or destinations one transfer may have (`OX_MAX_OPERANDS`).
-pub const MAX_OPERANDS: usize = 32;
+/// Sources or destinations one transfer may have (`OX_MAX_OPERANDS`): the
+/// direct plans read every rank's input in one step (one-shot, two-shot,
+/// all-pairs), so as many as ranks can share a GPU
+/// ([`MAX_RESIDENT_KERNELS`](crate::world::MAX_RESIDENT_KERNELS)). A block
+/// resolves one operand per thread, so it must not exceed [`THREADS`].
+pub const MAX_OPERANDS: usize = 128;
 /// Channel records a launch parameter holds, one block each
 /// (`OX_MAX_CHANNELS`).
 pub const MAX_CHANNELS: usize = 32;
@@ -306,6 +310,8 @@ impl Default for OxChan {
 }
 
 const _: () = assert!(std::mem::size_of::<OxConn>() == CONN_HEADER);
+// A thread per operand of a step, and the step record's u8 counts.
+const _: () = assert!(2 * MAX_OPERANDS <= THREADS as usize && MAX_OPERANDS <= u8::MAX as usize);
 const _: () = assert!(std::mem::size_of::<OxSem>() == SEM_BYTES);
 
 /// Copies `bytes` into `b` at `at`.

@@ -10,9 +10,9 @@
 //!
 //! FIFO connections run the Simple or the LL protocol, chosen per plan
 //! upload ([`World::prepare_proto`]). Before `cuInit`, [`driver::init`]
-//! sets `CUDA_DEVICE_MAX_CONNECTIONS=32` unless the user set it, so rank
-//! streams never share a hardware queue (ranks on one GPU spin on each
-//! other). [`topo_probe`] gives the driver's view of the topology. The
+//! sets `CUDA_DEVICE_MAX_CONNECTIONS=32` unless the user set it, so up to
+//! 31 rank streams of a GPU never share a hardware queue (ranks on one GPU
+//! spin on each other); past that, launches go in step (`world/gate.rs`). [`topo_probe`] gives the driver's view of the topology. The
 //! NCCL baseline and the latency experiments live in `oxccl-bench`.
 //! See docs/ARCHITECTURE.md, section oxccl-cuda.
 #![doc = include_str!("BACKEND.md")]
