@@ -103,8 +103,65 @@ impl World {
         dtype: DataType,
         op: &LoweredOp,
     ) -> Result<()> {
-        // SAFETY: the caller's contract, passed on.
-        let r = unsafe { self.enqueue(p, rank, bufs, dtype, op) };
+        let enqueued = (|| -> Result<()> {
+            let st = self.rank(rank)?;
+            if bufs.len() != p.scratch_offsets.len() {
+                return Err(CudaError::Invalid(format!(
+                    "{} buffer addresses for a plan with {} buffers",
+                    bufs.len(),
+                    p.scratch_offsets.len()
+                )));
+            }
+            if dtype.size() != p.elem_size {
+                return Err(CudaError::Invalid(format!(
+                    "plan prepared for {}-byte elements, launched with {dtype}",
+                    p.elem_size
+                )));
+            }
+            let scratch_base = if p.scratch_bytes > 0 {
+                self.scratch(rank, p.scratch_bytes)?
+            } else {
+                0
+            };
+            let (f, _) = self.kernel(rank, dtype, op.base)?;
+            let mut d = OxDesc {
+                steps: p.blob.ptr,
+                ops: p.blob.ptr + p.layout.ops as u64,
+                ptr_table: self.ptr_table.ptr,
+                abort_flag: self.host_words.dev_ptr + (W_ABORT * 4) as u64,
+                world_fail: self.host_words.dev_ptr + (W_FAIL * 4) as u64,
+                err: st.err.ptr,
+                scale_bits: op.pre_scale.map_or(0, |s| scale_bits(dtype, s)),
+                timeout_ns: u64::try_from(self.cfg.timeout.as_nanos()).unwrap_or(u64::MAX),
+                slot_bytes: self.fifo_slot_bytes(p.proto) as u64,
+                rank,
+                nranks: self.nranks(),
+                nbufs: bufs.len() as u32,
+                flags: if op.pre_scale.is_some() { D_PRE } else { 0 }
+                    | if self.devices.len() > 1 { D_SYS } else { 0 }
+                    | if p.proto == Proto::LL { D_LL } else { 0 },
+                post_div: op.post_div.unwrap_or(0),
+                nslots: self.cfg.nslots as u32,
+                bufs: [0; MAX_BUFS],
+                chans: p.chans,
+            };
+            for (i, (&a, o)) in bufs.iter().zip(&p.scratch_offsets).enumerate() {
+                d.bufs[i] = match o {
+                    Some(off) => scratch_base + *off as u64,
+                    None => a,
+                };
+            }
+            // SAFETY: `OxDesc` is the kernel's parameter type (crate::layout);
+            // the plan blob, links and tables live as long as the clique; the
+            // caller guarantees the buffers.
+            unsafe { f.launch(p.nchannels, p.threads, &st.stream, &d) }
+        })();
+        self.in_step(rank, enqueued)
+    }
+
+    /// After `rank`'s launch (`r`), on a gated device (`gate`): wait until
+    /// every rank of the device has launched as many times.
+    fn in_step(&self, rank: u32, r: Result<()>) -> Result<()> {
         let gated = self
             .dev(rank)?
             .gate
@@ -141,70 +198,5 @@ impl World {
                 absent: f.absent,
             })
         })
-    }
-
-    /// [`World::launch`] without the gate.
-    ///
-    /// # Safety
-    /// As [`World::launch`].
-    unsafe fn enqueue(
-        &self,
-        p: &Prepared,
-        rank: u32,
-        bufs: &[u64],
-        dtype: DataType,
-        op: &LoweredOp,
-    ) -> Result<()> {
-        let st = self.rank(rank)?;
-        if bufs.len() != p.scratch_offsets.len() {
-            return Err(CudaError::Invalid(format!(
-                "{} buffer addresses for a plan with {} buffers",
-                bufs.len(),
-                p.scratch_offsets.len()
-            )));
-        }
-        if dtype.size() != p.elem_size {
-            return Err(CudaError::Invalid(format!(
-                "plan prepared for {}-byte elements, launched with {dtype}",
-                p.elem_size
-            )));
-        }
-        let scratch_base = if p.scratch_bytes > 0 {
-            self.scratch(rank, p.scratch_bytes)?
-        } else {
-            0
-        };
-        let (f, _) = self.kernel(rank, dtype, op.base)?;
-        let mut d = OxDesc {
-            steps: p.blob.ptr,
-            ops: p.blob.ptr + p.layout.ops as u64,
-            ptr_table: self.ptr_table.ptr,
-            abort_flag: self.host_words.dev_ptr + (W_ABORT * 4) as u64,
-            world_fail: self.host_words.dev_ptr + (W_FAIL * 4) as u64,
-            err: st.err.ptr,
-            scale_bits: op.pre_scale.map_or(0, |s| scale_bits(dtype, s)),
-            timeout_ns: u64::try_from(self.cfg.timeout.as_nanos()).unwrap_or(u64::MAX),
-            slot_bytes: self.fifo_slot_bytes(p.proto) as u64,
-            rank,
-            nranks: self.nranks(),
-            nbufs: bufs.len() as u32,
-            flags: if op.pre_scale.is_some() { D_PRE } else { 0 }
-                | if self.devices.len() > 1 { D_SYS } else { 0 }
-                | if p.proto == Proto::LL { D_LL } else { 0 },
-            post_div: op.post_div.unwrap_or(0),
-            nslots: self.cfg.nslots as u32,
-            bufs: [0; MAX_BUFS],
-            chans: p.chans,
-        };
-        for (i, (&a, o)) in bufs.iter().zip(&p.scratch_offsets).enumerate() {
-            d.bufs[i] = match o {
-                Some(off) => scratch_base + *off as u64,
-                None => a,
-            };
-        }
-        // SAFETY: `OxDesc` is the kernel's parameter type (crate::layout);
-        // the plan blob, links and tables live as long as the clique; the
-        // caller guarantees the buffers.
-        unsafe { f.launch(p.nchannels, p.threads, &st.stream, &d) }
     }
 }
