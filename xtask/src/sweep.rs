@@ -321,7 +321,8 @@ pub fn run(a: SweepArgs) -> anyhow::Result<()> {
                 let m = with_dtype!(dt, T => {
                     let most = largest_elems(&colls, &sizes, dt.size(), n);
                     let pool = pools.get::<T>(&comms, most)?;
-                    measure::<T>(&comms, pool, &coll, op, in_place, &a, &nccl)
+                    let case = Case { coll: &coll, op, in_place, a: &a, nccl: &nccl };
+                    measure::<T>(&comms, pool, case)
                 })?;
                 let time = m.time.as_secs_f64().max(1e-9);
                 let bytes = coll.bytes(n, dt.size());
@@ -603,6 +604,17 @@ fn format_row(
     s
 }
 
+/// One measurement: what runs (collective, op, layout), under which flags,
+/// with which NCCL baseline beside it.
+#[derive(Clone, Copy)]
+struct Case<'a> {
+    coll: &'a Collective,
+    op: RedOp,
+    in_place: bool,
+    a: &'a SweepArgs,
+    nccl: &'a crate::nccl_cols::Baseline,
+}
+
 /// What one configuration measured.
 struct Measured {
     time: Duration,
@@ -618,31 +630,22 @@ struct Measured {
 fn measure<T: Element>(
     comms: &[Communicator],
     pool: &mut Pool<T>,
-    coll: &Collective,
-    op: RedOp,
-    in_place: bool,
-    a: &SweepArgs,
-    nccl: &crate::nccl_cols::Baseline,
+    case: Case<'_>,
 ) -> anyhow::Result<Measured> {
-    let run = check::run_collective::<T>;
-    measure_with(comms, pool, coll, op, in_place, a, nccl, &run)
+    measure_with(comms, pool, case, &check::run_collective::<T>)
 }
 
 /// [`measure`] with every call made by `run` (tests pass faulty ones).
-#[allow(clippy::too_many_arguments)] // reason: measure's arguments plus the call seam; a struct would only rename them
 fn measure_with<T: Element>(
     comms: &[Communicator],
     pool: &mut Pool<T>,
-    coll: &Collective,
-    op: RedOp,
-    in_place: bool,
-    a: &SweepArgs,
-    nccl: &crate::nccl_cols::Baseline,
+    case: Case<'_>,
     run: &check::Runner<T>,
 ) -> anyhow::Result<Measured> {
-    if a.from_env {
-        return procs::measure_rank(&comms[0], pool, coll, op, in_place, a, nccl, run);
+    if case.a.from_env {
+        return procs::measure_rank(&comms[0], pool, case, run);
     }
+    let (coll, op, a, nccl) = (case.coll, case.op, case.a, case.nccl);
     let n = comms.len() as u32;
     let barrier = Barrier::new(comms.len());
     let nrow = nccl.row::<T>(coll, op, n, a.warmup, a.iters, a.check != 0);
@@ -658,7 +661,7 @@ fn measure_with<T: Element>(
                     let bufs = bufs.context("sweep buffers missing")?;
                     // Inputs are made on the rank threads, in parallel.
                     let input = testkit::input::<T>(coll, n, c.rank(), op, 1);
-                    let r = rank_run(c, &bufs, coll, &input, op, in_place, a, barrier, nrow, run);
+                    let r = rank_run(c, &bufs, case, &input, barrier, nrow, run);
                     Ok((r, input, bufs))
                 })
             })
@@ -808,15 +811,13 @@ struct RankDone<T> {
 fn rank_run<T: Element>(
     c: &Communicator,
     (main, other): &(Buffer<T>, Buffer<T>),
-    coll: &Collective,
+    case: Case<'_>,
     input: &[T],
-    op: RedOp,
-    in_place: bool,
-    a: &SweepArgs,
     barrier: &dyn Meet,
     nccl: &crate::nccl_cols::RowRun<'_, T>,
     run: &check::Runner<T>,
 ) -> anyhow::Result<RankDone<T>> {
+    let (coll, op, in_place, a) = (case.coll, case.op, case.in_place, case.a);
     let n = c.nranks();
     let (ilen, olen) = (coll.input_len(n), coll.output_len(n));
     let (in_off, out_off) = if in_place {
@@ -958,7 +959,14 @@ mod tests {
         let mut pools = Pools::default();
         let pool = pools.get::<f32>(&comms, 3000).unwrap();
         let mut go = |run: &Runner<f32>| {
-            measure_with::<f32>(&comms, pool, &coll, RedOp::Sum, in_place, &a, &nccl, run).unwrap()
+            let case = Case {
+                coll: &coll,
+                op: RedOp::Sum,
+                in_place,
+                a: &a,
+                nccl: &nccl,
+            };
+            measure_with::<f32>(&comms, pool, case, run).unwrap()
         };
         let real = go(&run_collective::<f32>);
         assert_eq!(real.wrong, 0, "{kind}: {:?}", real.first_wrong);

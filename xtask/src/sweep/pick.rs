@@ -18,7 +18,7 @@ use oxccl::core::{gen, with_dtype, Algo, Collective};
 use oxccl::{CollKind, Communicator, Config, DataType, RedOp};
 use oxccl_topo::consts::is_direct;
 
-use super::{count_for, largest_elems, measure, Pools, SweepArgs};
+use super::{count_for, largest_elems, measure, Case, Pools, SweepArgs};
 
 /// What one variant measured for one (collective, size).
 #[derive(Clone, Debug)]
@@ -109,7 +109,8 @@ pub(crate) fn run_on(
                     let nccl = crate::nccl_cols::Baseline::open(&none, comms, &mut Vec::new())?;
                     let m = with_dtype!(dt, T => {
                         let pool = pools.get::<T>(comms, most)?;
-                        measure::<T>(comms, pool, &coll, RedOp::Sum, false, a, &nccl)
+                        let case = Case { coll: &coll, op: RedOp::Sum, in_place: false, a, nccl: &nccl };
+                        measure::<T>(comms, pool, case)
                     })?;
                     if m.wrong > 0 {
                         bail!(

@@ -21,7 +21,7 @@ use oxccl::core::testkit;
 use oxccl::core::Collective;
 use oxccl::{CollKind, Communicator, Element, RedOp};
 
-use super::{check, rank_run, Measured, Pool, SweepArgs};
+use super::{check, rank_run, Case, Measured, Pool};
 
 /// Where the ranks of one row wait for each other between phases.
 pub(crate) trait Meet: Sync {
@@ -46,37 +46,24 @@ impl Meet for ProcMeet<'_> {
 }
 
 /// One rank's row, then every rank's result swapped: see the module docs.
-#[allow(clippy::too_many_arguments)] // reason: measure_with's arguments, passed through
 pub(super) fn measure_rank<T: Element>(
     c: &Communicator,
     pool: &mut Pool<T>,
-    coll: &Collective,
-    op: RedOp,
-    in_place: bool,
-    a: &SweepArgs,
-    nccl: &crate::nccl_cols::Baseline,
+    case: Case<'_>,
     run: &check::Runner<T>,
 ) -> anyhow::Result<Measured> {
+    let (coll, op, a) = (case.coll, case.op, case.a);
     let (n, me) = (c.nranks(), c.rank());
-    let nrow = nccl.row::<T>(coll, op, n, a.warmup, a.iters, a.check != 0);
+    let nrow = case
+        .nccl
+        .row::<T>(coll, op, n, a.warmup, a.iters, a.check != 0);
     let slot = pool.first_mut().context("sweep buffers missing")?;
     let bufs = slot.take().context("sweep buffers missing")?;
     let inputs: Vec<Vec<T>> = (0..n)
         .map(|r| testkit::input::<T>(coll, n, r, op, 1))
         .collect();
     let meet = ProcMeet(c);
-    let r = rank_run(
-        c,
-        &bufs,
-        coll,
-        &inputs[me as usize],
-        op,
-        in_place,
-        a,
-        &meet,
-        &nrow,
-        run,
-    );
+    let r = rank_run(c, &bufs, case, &inputs[me as usize], &meet, &nrow, run);
     *slot = Some(bufs);
     let mine = match r {
         Ok(done) => {
