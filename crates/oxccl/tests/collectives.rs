@@ -123,18 +123,16 @@ fn host_every_case_1_rank() {
     all_cases(&host(1), 5);
 }
 
-/// Many ranks as threads (issue 16: up to 128 ranks per GPU): every
-/// collective, out of and in place, f32 Sum, small counts so it stays
-/// fast; one wrong element fails it.
-#[test]
-fn host_every_collective_128_ranks() {
-    let comms = host(128);
+/// Every collective, out of and in place, f32 Sum, small counts: the
+/// many-ranks check (issue 16: up to 128 ranks per GPU), fast enough for
+/// CI; one wrong element fails it.
+fn every_collective_f32(comms: &[Communicator]) {
     let n = comms.len() as u32;
     let mut failures = Vec::new();
     for kind in COLLECTIVES {
         for in_place in [false, true] {
             let root = if kind.has_root() { n - 1 } else { 0 };
-            let (wrong, first) = run_case::<f32>(&comms, kind, 256, RedOp::Sum, root, in_place);
+            let (wrong, first) = run_case::<f32>(comms, kind, 256, RedOp::Sum, root, in_place);
             if wrong > 0 {
                 failures.push(format!(
                     "{kind} in_place={in_place}: {wrong} wrong, {first:?}"
@@ -144,9 +142,30 @@ fn host_every_collective_128_ranks() {
     }
     assert!(
         failures.is_empty(),
-        "on 128 ranks:\n{}",
+        "on {n} ranks:\n{}",
         failures.join("\n")
     );
+}
+
+#[test]
+fn host_every_collective_128_ranks() {
+    every_collective_f32(&host(128));
+}
+
+/// 64 ranks on one GPU: more rank streams than hardware queues (the launch
+/// gate) and direct plans of 64 sources per step. A 30 s deadline, so a
+/// hang fails instead of holding the device.
+#[test]
+fn cuda_every_collective_64_ranks() {
+    if oxccl::backend::cuda::device_or_skip("cuda_every_collective_64_ranks").is_none() {
+        return;
+    }
+    let config = oxccl::Config {
+        backend: oxccl::BackendKind::Cuda,
+        deadline: std::time::Duration::from_secs(30),
+        ..oxccl::Config::default()
+    };
+    every_collective_f32(&oxccl::init_all_with(64, config).expect("64 CUDA ranks"));
 }
 
 #[test]
