@@ -19,8 +19,6 @@ fn same(a: f64, b: f64) -> bool {
     a == b || (a.is_nan() && b.is_nan())
 }
 
-const P2: RedOp = RedOp::PreMulSum(2.0);
-
 /// One hand-computed case: three ranks' inputs (one row each) and the
 /// AllReduce result, element by element.
 struct Row {
@@ -30,101 +28,58 @@ struct Row {
     want: [f64; 3],
 }
 
-const fn row(dt: DataType, op: RedOp, ranks: [[f64; 3]; 3], want: [f64; 3]) -> Row {
-    Row {
-        dt,
-        op,
-        ranks,
-        want,
+/// A value of the table: a decimal, `2^e`, `p/q` or `inf`, maybe negated.
+fn value(s: &str) -> f64 {
+    if let Some(v) = s.strip_prefix('-') {
+        return -value(v);
     }
+    if s == "inf" {
+        return f64::INFINITY;
+    }
+    if let Some(e) = s.strip_prefix("2^") {
+        return 2f64.powi(e.parse().unwrap());
+    }
+    if let Some((p, q)) = s.split_once('/') {
+        return value(p) / value(q);
+    }
+    s.parse()
+        .unwrap_or_else(|_| panic!("golden table: bad value {s:?}"))
 }
 
-const INF: f64 = f64::INFINITY;
+fn three(s: &str) -> [f64; 3] {
+    let v: Vec<f64> = s.split_whitespace().map(value).collect();
+    v.try_into()
+        .unwrap_or_else(|v| panic!("golden table: {v:?} is not three values"))
+}
 
+/// The rows of `tests/data/golden_allreduce.txt` (its header says how it
+/// reads).
 fn hand_rows() -> Vec<Row> {
-    use DataType::*;
-    use RedOp::*;
-    let p = |e: i32| 2f64.powi(e);
-    let i8_in = [[100.0, -7.0, 3.0], [50.0, 2.0, -128.0], [-20.0, 9.0, 5.0]];
-    let u8_in = [[200.0, 7.0, 3.0], [100.0, 2.0, 255.0], [10.0, 9.0, 5.0]];
-    let i32_in = [[2e9, -1.0, 7.0], [2e9, 1.0, 3.0], [1.0, -5.0, -2.0]];
-    let f16_in = [
-        [2048.0, 1.0, 65504.0],
-        [1.0, p(-11), 16.0],
-        [1.0, p(-11), 1.0],
-    ];
-    let bf16_in = [[256.0, 1.0, 3.0], [1.0, p(-8), 5.0], [1.0, p(-8), 7.0]];
-    let e4_in = [[16.0, 1.0, 192.0], [1.0, 0.125, 288.0], [1.0, 0.125, 1.0]];
-    let e5_in = [[8.0, 1.0, 0.25], [1.0, 0.25, 3.0], [1.0, 0.25, 5.0]];
-    let f32_in = [
-        [p(24), 1.0, 1.0],
-        [1.0, p(-24), p(-30)],
-        [1.0, p(-24), -1.0],
-    ];
-    let f64_in = [
-        [p(53), 1.0, 1.0],
-        [1.0, p(-53), p(-60)],
-        [1.0, p(-53), -1.0],
-    ];
-    vec![
-        // i8 wraps: 100 + 50 − 20 = 130 → −126; 3·(−128)·5 = −1920 → −128.
-        row(I8, Sum, i8_in, [-126.0, 4.0, -120.0]),
-        row(I8, Prod, i8_in, [96.0, -126.0, -128.0]),
-        row(I8, Max, i8_in, [100.0, 9.0, 5.0]),
-        row(I8, Min, i8_in, [-20.0, -7.0, -128.0]),
-        // Avg divides the wrapped sum, truncating toward zero.
-        row(I8, Avg, i8_in, [-42.0, 1.0, -40.0]),
-        // Each term doubled and wrapped first: 200 → −56; −256 → 0.
-        row(I8, P2, i8_in, [4.0, 8.0, 16.0]),
-        row(U8, Sum, u8_in, [54.0, 18.0, 7.0]),
-        row(U8, Prod, u8_in, [64.0, 126.0, 241.0]),
-        row(U8, Max, u8_in, [200.0, 9.0, 255.0]),
-        row(U8, Min, u8_in, [10.0, 2.0, 3.0]),
-        row(U8, Avg, u8_in, [18.0, 6.0, 2.0]),
-        row(U8, P2, u8_in, [108.0, 36.0, 14.0]),
-        // 4e9 + 1 wraps to −294 967 295.
-        row(I32, Sum, i32_in, [-294_967_295.0, -5.0, 8.0]),
-        row(I32, Avg, i32_in, [-98_322_431.0, -1.0, 2.0]),
-        row(I32, Max, i32_in, [2e9, 1.0, 7.0]),
-        row(I32, Min, i32_in, [1.0, -5.0, -2.0]),
-        // f16: 2048 + 1 ties to 2048 (another order gives 2050); 65504 + 16
-        // ties up to 65536, which overflows.
-        row(F16, Sum, f16_in, [2048.0, 1.0, INF]),
-        row(F16, Prod, f16_in, [2048.0, p(-22), INF]),
-        row(F16, Max, f16_in, [2048.0, 1.0, 65504.0]),
-        row(F16, Min, f16_in, [1.0, p(-11), 1.0]),
-        // 1/3 → 1365/4096. 682.5 + s → 683; + s → 683.5. s + 1365·2^-23
-        // → 1366/4096, then 1367/4096. 65504·s → 21824, + 5.33 and + s stay.
-        row(F16, Avg, f16_in, [683.5, 1367.0 / 4096.0, 21824.0]),
-        // 4096 + 2 ties to 4096; 2 + 2^-10 ties to 2; 2·65504 overflows.
-        row(F16, P2, f16_in, [4096.0, 2.0, INF]),
-        row(Bf16, Sum, bf16_in, [256.0, 1.0, 15.0]),
-        row(Bf16, Prod, bf16_in, [256.0, p(-16), 105.0]),
-        row(Bf16, Max, bf16_in, [256.0, 1.0, 7.0]),
-        row(Bf16, Min, bf16_in, [1.0, p(-8), 3.0]),
-        // E4M3: 17 ties to 16; 192 + 288 = 480 saturates to 448.
-        row(F8E4M3, Sum, e4_in, [16.0, 1.25, 448.0]),
-        row(F8E4M3, Prod, e4_in, [16.0, p(-6), 448.0]),
-        row(F8E4M3, Max, e4_in, [16.0, 1.0, 288.0]),
-        row(F8E4M3, Min, e4_in, [1.0, 0.125, 1.0]),
-        // 1/3 → 0.34375. 5.5 + s → 6, + s → 6.5. s + 0.04296875 → 0.375,
-        // then 0.40625. 192·s = 66 → 64, 288·s = 99 → 96; 160 + s → 160.
-        row(F8E4M3, Avg, e4_in, [6.5, 0.40625, 160.0]),
-        // E5M2: 9 ties to 8; 3.25 ties to 3; 0.75·5 = 3.75 ties to 4.
-        row(F8E5M2, Sum, e5_in, [8.0, 1.5, 8.0]),
-        row(F8E5M2, Prod, e5_in, [8.0, 0.0625, 4.0]),
-        row(F8E5M2, Max, e5_in, [8.0, 1.0, 5.0]),
-        row(F8E5M2, Min, e5_in, [1.0, 0.25, 0.25]),
-        // f32/f64: 2^p + 1 ties down; 1 + 2^-30 rounds to 1, then − 1 = 0.
-        row(F32, Sum, f32_in, [p(24), 1.0, 0.0]),
-        row(F32, Prod, f32_in, [p(24), p(-48), -p(-30)]),
-        row(F32, Max, f32_in, [p(24), 1.0, 1.0]),
-        row(F32, Min, f32_in, [1.0, p(-24), -1.0]),
-        row(F64, Sum, f64_in, [p(53), 1.0, 0.0]),
-        row(F64, Prod, f64_in, [p(53), p(-106), -p(-60)]),
-        row(F64, Max, f64_in, [p(53), 1.0, 1.0]),
-        row(F64, Min, f64_in, [1.0, p(-53), -1.0]),
-    ]
+    let mut inputs = std::collections::HashMap::new();
+    let mut rows = Vec::new();
+    let text = include_str!("data/golden_allreduce.txt");
+    for line in text.lines().map(str::trim) {
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let (head, vals) = line.split_once(':').expect("golden table: no ':'");
+        let words: Vec<&str> = head.split_whitespace().collect();
+        match words[..] {
+            ["in", dt] => {
+                let ranks: Vec<[f64; 3]> = vals.split('|').map(three).collect();
+                let ranks: [[f64; 3]; 3] = ranks.try_into().expect("three ranks");
+                inputs.insert(dt.to_string(), ranks);
+            }
+            [dt, op] => rows.push(Row {
+                dt: dt.parse().unwrap(),
+                op: op.parse().unwrap(),
+                ranks: inputs[dt],
+                want: three(vals),
+            }),
+            _ => panic!("golden table: bad line {line:?}"),
+        }
+    }
+    rows
 }
 
 /// The reference's AllReduce of `ranks` in type `T`, as f64.
