@@ -204,6 +204,24 @@ pub struct Ctx {
     ctx: sys::CUcontext,
 }
 
+/// What to say when a context cannot be made because the MPS server of the
+/// GPU serves no more clients: a hard limit of the device, met at
+/// communicator creation rather than as a deadline at the first call.
+fn mps_full(code: sys::cudaError_enum) -> Option<&'static str> {
+    use sys::cudaError_enum as E;
+    matches!(
+        code,
+        E::CUDA_ERROR_MPS_MAX_CLIENTS_REACHED | E::CUDA_ERROR_MPS_MAX_CONNECTIONS_REACHED
+    )
+    .then_some(
+        "the GPU's MPS server has no room for another client process (MPS serves a bounded \
+         number of clients per GPU, fewer the more hardware queues each asks for with \
+         CUDA_DEVICE_MAX_CONNECTIONS); run fewer rank processes per GPU, ask for fewer queues \
+         (CUDA_DEVICE_MAX_CONNECTIONS=2), run the ranks as threads of one process (no such \
+         limit), or stop MPS (ranks as processes then go through host memory)",
+    )
+}
+
 // SAFETY: a CUcontext handle may be used from any thread once made current
 // there; `bind` does that before every use.
 unsafe impl Send for Ctx {}
@@ -215,8 +233,13 @@ impl Ctx {
         init()?;
         let dev = result::device::get(ordinal).map_err(|e| CudaError::driver("cuDeviceGet", e))?;
         // SAFETY: `dev` came from cuDeviceGet.
-        let ctx = unsafe { result::primary_ctx::retain(dev) }
-            .map_err(|e| CudaError::driver("cuDevicePrimaryCtxRetain", e))?;
+        let ctx = unsafe { result::primary_ctx::retain(dev) }.map_err(|e| CudaError::Driver {
+            call: "cuDevicePrimaryCtxRetain",
+            detail: match mps_full(e.0) {
+                Some(why) => format!("{e:?}: {why}"),
+                None => format!("{e:?}"),
+            },
+        })?;
         let c = Arc::new(Ctx { ordinal, dev, ctx });
         c.bind()?;
         Ok(c)
@@ -856,5 +879,23 @@ impl Drop for Graph {
                 let _ = sys::cuGraphDestroy(self.graph);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{mps_full, sys::cudaError_enum as E};
+
+    #[test]
+    fn a_full_mps_server_is_named_with_the_ways_around_it() {
+        for code in [
+            E::CUDA_ERROR_MPS_MAX_CLIENTS_REACHED,
+            E::CUDA_ERROR_MPS_MAX_CONNECTIONS_REACHED,
+        ] {
+            let why = mps_full(code).expect("an MPS limit");
+            assert!(why.contains("fewer rank processes per GPU"), "{why}");
+            assert!(why.contains("CUDA_DEVICE_MAX_CONNECTIONS"), "{why}");
+        }
+        assert_eq!(mps_full(E::CUDA_ERROR_OUT_OF_MEMORY), None);
     }
 }

@@ -13,7 +13,8 @@
 //! One job per file: [`memory`] (user buffers, the pool, scratch), [`links`]
 //! (FIFO and semaphore memory between ranks), [`upload`] (a plan encoded
 //! and cached per rank), [`launch`] (the kernel and its parameter),
-//! [`streams`] (calls on a caller's stream: fork and join with events),
+//! [`gate`] (launches in step where a device's rank streams outnumber its
+//! hardware queues), [`streams`] (calls on a caller's stream: fork and join with events),
 //! [`external`] (memory the caller allocated: checks for registration) and
 //! [`failure`] (the device error records, abort and the failure word).
 
