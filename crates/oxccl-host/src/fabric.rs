@@ -193,9 +193,7 @@ impl HostFabric {
     /// environment (`NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1`, or `OXCCL_`
     /// twins). Every rank must agree (checked).
     fn over_network(boot: &Bootstrap, cfg: &HostConfig) -> Result<bool, HostError> {
-        let forced = cfg.force_network
-            || oxccl_net::config::forced_by_env().map_err(|e| HostError::Net(e.to_string()))?;
-        let mine = forced || !boot.all_local();
+        let mine = cfg.force_network || Self::network_wanted(boot)?;
         for (r, v) in boot.all_gather(&[mine as u8])?.iter().enumerate() {
             if v.as_slice() != [mine as u8] {
                 return Err(HostError::Net(format!(
@@ -207,6 +205,18 @@ impl HostFabric {
             }
         }
         Ok(mine)
+    }
+
+    /// Whether this rank asks for the network (before the ranks agree, as
+    /// [`HostFabric::across_processes`] makes them): some rank is on
+    /// another host, or the environment forces it (`NCCL_P2P_DISABLE=1
+    /// NCCL_SHM_DISABLE=1`, or `OXCCL_` twins). Backends that stage their
+    /// data through this fabric (CUDA ranks as processes) ask it before
+    /// choosing a path that would bypass the network.
+    pub fn network_wanted(boot: &Bootstrap) -> Result<bool, HostError> {
+        let forced =
+            oxccl_net::config::forced_by_env().map_err(|e| HostError::Net(e.to_string()))?;
+        Ok(forced || !boot.all_local())
     }
 
     /// The rank this process holds, when ranks are processes.

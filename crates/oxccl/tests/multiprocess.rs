@@ -435,6 +435,41 @@ fn every_collective_over_the_network_transport() {
     }
 }
 
+/// CUDA ranks as processes forced onto the network: the staged path
+/// (device buffers through host memory) carried by the transport's proxy,
+/// whatever MPS says; the backend names the transport.
+#[test]
+fn every_collective_over_the_network_on_cuda() {
+    if oxccl::backend::cuda::device_or_skip("every_collective_over_the_network_on_cuda").is_none() {
+        return;
+    }
+    let lines = run_ranks_with("all", 2, "cuda", OVER_NET);
+    assert_eq!(ok_lines(&lines).len(), 2, "{lines:#?}");
+    for (r, l) in lines.iter().enumerate() {
+        let b = tagged(l, "BACKEND ");
+        assert!(
+            b.iter()
+                .any(|b| b.contains("staged") && b.contains("over NET/Socket/0")),
+            "rank {r}: {b:?}"
+        );
+    }
+    // Asking for the device path as well is a configuration error.
+    let (codes, lines) = spawn_ranks("all", 2, |_| {
+        let mut v = owned(OVER_NET);
+        v.push((BACKEND, "cuda".into()));
+        v.push(("OXCCL_CUDA_PROCS", "device".into()));
+        v
+    });
+    assert!(codes.iter().all(|c| *c != Some(0)), "{lines:#?}");
+    assert!(
+        lines
+            .iter()
+            .flatten()
+            .any(|l| l.contains("OXCCL_CUDA_PROCS")),
+        "{lines:#?}"
+    );
+}
+
 #[test]
 fn a_send_right_before_exit_is_delivered_over_the_network() {
     // Rank 0's Send completes once its data is in the FIFO; its process

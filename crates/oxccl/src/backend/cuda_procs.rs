@@ -97,18 +97,36 @@ fn mps_serves(dir: &std::path::Path) -> bool {
     }
 }
 
-/// This rank's wish: `device` or `staged`, from [`PATH_VAR`], else from
-/// MPS and whether its GPU is shared.
-fn wish(shared_gpu: bool) -> Result<bool, Error> {
-    match std::env::var(PATH_VAR).ok().as_deref().map(str::trim) {
-        None | Some("") => Ok(!shared_gpu || mps_active()),
-        Some("device") => Ok(true),
-        Some("staged") => Ok(false),
-        Some(v) => Err(Error::Config {
+/// This rank's wish: `device` (true) or `staged`, from [`PATH_VAR`]
+/// (`var`), else from MPS and whether its GPU is shared. Over the network
+/// (ranks on several hosts, or `NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1`)
+/// only `staged` carries the data, through the host backend's network
+/// transport: the device path's IPC links work within one host only and
+/// would bypass the transport the user forced.
+fn wish(var: Option<&str>, shared_gpu: bool, mps: bool, network: bool) -> Result<bool, Error> {
+    let asked = match var.map(str::trim) {
+        None | Some("") => None,
+        Some("device") => Some(true),
+        Some("staged") => Some(false),
+        Some(v) => {
+            return Err(Error::Config {
+                var: PATH_VAR.into(),
+                value: v.into(),
+                reason: "expected device or staged".into(),
+            })
+        }
+    };
+    match asked {
+        Some(true) if network => Err(Error::Config {
             var: PATH_VAR.into(),
-            value: v.into(),
-            reason: "expected device or staged".into(),
+            value: "device".into(),
+            reason: "the ranks talk over the network (ranks on several hosts, or \
+                     NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1), which only the staged path uses"
+                .into(),
         }),
+        _ if network => Ok(false),
+        Some(d) => Ok(d),
+        None => Ok(!shared_gpu || mps),
     }
 }
 
@@ -121,7 +139,9 @@ pub(crate) fn create(boot: &Bootstrap, opts: &BackendOptions) -> Result<Arc<dyn 
         .collect();
     let (device, here) = places[boot.rank() as usize];
     let any_shared = places.iter().any(|p| p.1 > 1);
-    let mine = wish(any_shared);
+    let network = oxccl_host::HostFabric::network_wanted(boot).map_err(super::host::map_error)?;
+    let var = std::env::var(PATH_VAR).ok();
+    let mine = wish(var.as_deref(), any_shared, mps_active(), network);
     let all = boot
         .all_gather(&[u8::from(*mine.as_ref().unwrap_or(&false))])
         .map_err(map_bootstrap)?;
@@ -143,6 +163,38 @@ pub(crate) fn create(boot: &Bootstrap, opts: &BackendOptions) -> Result<Arc<dyn 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_network_takes_the_staged_path() {
+        // (var, shared GPU, MPS, network) -> device?
+        for (var, shared, mps, want) in [
+            (None, false, false, true),
+            (None, true, false, false),
+            (None, true, true, true),
+            (Some(""), true, true, true),
+            (Some(" staged "), false, true, false),
+            (Some("device"), true, false, true),
+        ] {
+            assert_eq!(
+                wish(var, shared, mps, false).unwrap(),
+                want,
+                "{var:?} {shared} {mps}"
+            );
+            // Over the network: staged, whatever MPS or the GPUs say.
+            if var != Some("device") {
+                assert!(
+                    !wish(var, shared, mps, true).unwrap(),
+                    "{var:?} {shared} {mps}"
+                );
+            }
+        }
+        let e = wish(Some("device"), false, true, true)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("network") && e.contains(PATH_VAR), "{e}");
+        assert!(wish(Some("gpu"), false, false, false).is_err());
+        assert!(wish(Some("gpu"), false, false, true).is_err());
+    }
 
     #[test]
     fn mps_is_active_only_with_a_live_daemon() {

@@ -138,11 +138,13 @@ impl Backend for CudaStaged {
 
     fn describe(&self) -> String {
         format!(
-            "cuda, rank {} of {} processes on device {} ({} here), staged through host memory ({})",
+            "cuda, rank {} of {} processes on device {} ({} here), staged through host memory \
+             ({}; {})",
             self.rank,
             self.nranks,
             self.device,
             self.on_device,
+            self.host.describe(),
             self.world.describe()
         )
     }

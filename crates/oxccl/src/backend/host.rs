@@ -80,15 +80,38 @@ pub(crate) fn map_error(e: HostError) -> Error {
     }
 }
 
-fn layout(bytes: usize) -> Result<std::alloc::Layout, Error> {
-    std::alloc::Layout::from_size_align(bytes, ALIGN)
-        .map_err(|e| Error::Backend(format!("cannot allocate {bytes} bytes: {e}")))
+/// Page size assumed for page-aligned allocations.
+const PAGE: usize = 4096;
+
+/// The layout of a private allocation of `bytes`. Ranks as processes over
+/// the network (`paged`) get whole pages: a CUDA rank staged through this
+/// backend page-locks its staging areas (`cuMemHostRegister`), which
+/// refuses two registrations sharing a page.
+fn layout(bytes: usize, paged: bool) -> Result<std::alloc::Layout, Error> {
+    let err =
+        |e: &dyn std::fmt::Display| Error::Backend(format!("cannot allocate {bytes} bytes: {e}"));
+    let (size, align) = if paged {
+        let size = bytes
+            .checked_next_multiple_of(PAGE)
+            .ok_or_else(|| err(&"too large"))?;
+        (size, PAGE)
+    } else {
+        (bytes, ALIGN)
+    };
+    std::alloc::Layout::from_size_align(size, align).map_err(|e| err(&e))
 }
 
 fn host_buf(raw: RawBuf) -> HostBuf {
     HostBuf {
         ptr: raw.addr as usize as *mut u8,
         bytes: raw.bytes,
+    }
+}
+
+impl HostBackend {
+    /// Whether private allocations take whole pages (see [`layout`]).
+    fn paged(&self) -> bool {
+        self.proc_rank.is_some() && !self.shared
     }
 }
 
@@ -184,7 +207,7 @@ impl Backend for HostBackend {
                 bytes,
             });
         }
-        let layout = layout(bytes.max(1))?;
+        let layout = layout(bytes.max(1), self.paged())?;
         // SAFETY: the layout has a non-zero size.
         let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
         if ptr.is_null() {
@@ -203,7 +226,7 @@ impl Backend for HostBackend {
             self.fabric.free_shared(buf.addr as usize as *mut u8);
             return;
         }
-        if let Ok(layout) = layout(buf.bytes.max(1)) {
+        if let Ok(layout) = layout(buf.bytes.max(1), self.paged()) {
             // SAFETY: `buf` came from `alloc` with this very layout
             // (caller's contract), and is not used afterwards.
             unsafe { std::alloc::dealloc(buf.addr as usize as *mut u8, layout) };
@@ -287,5 +310,22 @@ impl Timer for HostTimer {
             .take()
             .map(|s| s.elapsed())
             .ok_or_else(|| Error::InvalidUsage("timer stopped before it was started".into()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paged_layouts_take_whole_pages() {
+        for bytes in [1, 64, 4095, 4096, 4097, 1 << 20] {
+            let l = layout(bytes, true).unwrap();
+            assert_eq!((l.align(), l.size() % PAGE), (PAGE, 0), "{bytes}");
+            assert!(l.size() >= bytes);
+            let l = layout(bytes, false).unwrap();
+            assert_eq!((l.align(), l.size()), (ALIGN, bytes));
+        }
+        assert!(layout(usize::MAX - 10, true).is_err());
     }
 }
