@@ -3,7 +3,7 @@
 
 use oxccl_core::{Algo, CollKind, Proto};
 use oxccl_topo::select::Selector;
-use oxccl_topo::Topology;
+use oxccl_topo::{NetPlacement, Policy, Topology, Transport};
 use plotters::prelude::*;
 
 use crate::topo::{human, placement};
@@ -30,6 +30,18 @@ pub struct SimulateArgs {
     /// no backend runs it yet).
     #[arg(long, value_delimiter = ',', default_value = "simple,ll")]
     pub protos: Vec<String>,
+    /// Instead of the preset: ranks as processes over a network of this
+    /// many GB/s per host (the host backend's model, `Policy::network`),
+    /// `--ranks-per-gpu` of them per host; one rank per host is also what
+    /// ranks of one machine forced onto the network are. Compare with
+    /// `xtask sweep --procs N` over the transport (its `--baseline` is one
+    /// TCP stream's GB/s).
+    #[arg(long)]
+    pub net: Option<f64>,
+    /// With `--net`: one network hop's latency in µs (default: the model's
+    /// NET constant).
+    #[arg(long)]
+    pub net_hop_us: Option<f64>,
     /// Also plot busbw against size (one line per host count, the pick) and
     /// small-message time against ranks (ring, trees, pick) to this SVG.
     #[arg(long)]
@@ -75,14 +87,20 @@ pub fn run(a: SimulateArgs) -> anyhow::Result<()> {
     let mut curves: Vec<(u32, Vec<(f64, f64)>)> = Vec::new();
     let mut small: Vec<(u32, [Option<f64>; 4])> = Vec::new();
     for &nodes in &a.nodes {
-        let t = Topology::preset(&a.preset, nodes)?;
-        let ranks = placement(&t, a.ranks_per_gpu);
-        let n = ranks.len() as u32;
-        let sel = Selector::new(&t, &ranks);
-        println!(
-            "\n{} × {nodes} host(s), {n} ranks, {kind}: time µs / busbw GB/s",
-            a.preset
-        );
+        let (sel, what, n) = match a.net {
+            Some(bw) => (
+                net_selector(nodes, a.ranks_per_gpu, bw, a.net_hop_us),
+                format!("processes over a {bw} GB/s network"),
+                nodes.max(1) * a.ranks_per_gpu.max(1),
+            ),
+            None => {
+                let t = Topology::preset(&a.preset, nodes)?;
+                let ranks = placement(&t, a.ranks_per_gpu);
+                let n = ranks.len() as u32;
+                (Selector::new(&t, &ranks), a.preset.clone(), n)
+            }
+        };
+        println!("\n{what} × {nodes} host(s), {n} ranks, {kind}: time µs / busbw GB/s");
         print!("{:>9}", "size");
         for (name, _) in COLUMNS {
             print!(" {:>20}", name);
@@ -144,6 +162,23 @@ pub fn run(a: SimulateArgs) -> anyhow::Result<()> {
         println!("\nwrote {path}");
     }
     Ok(())
+}
+
+/// The host backend's selector for `nodes` hosts of `per_host` rank
+/// processes each over a network of `bw` GB/s (two channels, the
+/// transport's default).
+fn net_selector(nodes: u32, per_host: u32, bw: f64, hop_us: Option<f64>) -> Selector {
+    let host_of: Vec<u32> = (0..nodes.max(1))
+        .flat_map(|h| std::iter::repeat_n(h, per_host.max(1) as usize))
+        .collect();
+    let p = NetPlacement {
+        host_of,
+        bw,
+        hop_us,
+    };
+    Policy::network(&p, 2)
+        .selector(false, Algo::Ring, Transport::Fifo)
+        .clone()
 }
 
 fn plot(

@@ -57,7 +57,22 @@ impl RankDesc {
 
 /// Which machine this is: host name plus the kernel's boot id, so two
 /// containers sharing a host name but not a kernel are told apart.
+/// `OXCCL_HOSTID` (or NCCL's `NCCL_HOSTID`), when set and not empty,
+/// replaces it, as NCCL's does: ranks given different ids are placed, and
+/// talk, as if on different hosts (over the network), which lets one
+/// machine stand for several.
 pub fn host_identity() -> String {
+    host_identity_with(|k| std::env::var(k).ok())
+}
+
+/// [`host_identity`] with the environment read through `get`.
+pub fn host_identity_with(get: impl Fn(&str) -> Option<String>) -> String {
+    if let Some(id) = ["OXCCL_HOSTID", "NCCL_HOSTID"]
+        .iter()
+        .find_map(|k| get(k).filter(|v| !v.trim().is_empty()))
+    {
+        return format!("hostid:{}", id.trim());
+    }
     let read = |p: &str| {
         std::fs::read_to_string(p)
             .map(|s| s.trim().to_string())
@@ -142,4 +157,27 @@ pub fn decode_peer(b: &[u8]) -> Result<(u32, u32), WireError> {
 /// A refusal's reason.
 pub fn decode_fail(b: &[u8]) -> String {
     String::from_utf8_lossy(&b[..b.len().min(crate::wire::MAX_STR)]).into_owned()
+}
+
+#[cfg(test)]
+mod host_tests {
+    use super::host_identity_with;
+
+    #[test]
+    fn a_host_id_from_the_environment_replaces_the_machine() {
+        let env = |kv: &'static [(&'static str, &'static str)]| {
+            move |k: &str| kv.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())
+        };
+        let machine = host_identity_with(env(&[]));
+        assert!(machine.contains('/'), "{machine}");
+        assert_eq!(host_identity_with(env(&[("NCCL_HOSTID", "a")])), "hostid:a");
+        // The OXCCL_ twin wins; an empty value is no value.
+        let both = &[("NCCL_HOSTID", "a"), ("OXCCL_HOSTID", " b ")];
+        assert_eq!(host_identity_with(env(both)), "hostid:b");
+        assert_eq!(host_identity_with(env(&[("NCCL_HOSTID", " ")])), machine);
+        assert_ne!(
+            host_identity_with(env(&[("NCCL_HOSTID", "a")])),
+            host_identity_with(env(&[("NCCL_HOSTID", "b")]))
+        );
+    }
 }

@@ -36,7 +36,7 @@ mod sock;
 mod watch;
 pub mod wire;
 
-pub use desc::{host_identity, DeviceInfo, RankDesc, MAX_RANKS};
+pub use desc::{host_identity, host_identity_with, DeviceInfo, RankDesc, MAX_RANKS};
 pub use error::{BootstrapError, WireError};
 pub use fdpass::{FdMailbox, MAX_FDS};
 pub use id::{IdInfo, UniqueId, COMM_ID_MAGIC};

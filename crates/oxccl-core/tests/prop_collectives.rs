@@ -54,6 +54,8 @@ struct Case {
     channels: u32,
     chunk: usize,
     rings: u8,
+    /// 0: one host; else ranks spread over this many hosts (by the seed).
+    hosts: u8,
     seed: u64,
 }
 
@@ -80,21 +82,25 @@ fn case() -> impl Strategy<Value = Case> {
         1u32..=4,
         prop_oneof![1usize..8, 8usize..100, Just(1 << 16)],
         0u8..3,
+        0u8..5,
         any::<u64>(),
     )
         .prop_map(
-            |((n, count), root, algo, dtype, op, in_place, channels, chunk, rings, seed)| Case {
-                n,
-                count,
-                root: root % n,
-                algo,
-                dtype,
-                op,
-                in_place,
-                channels,
-                chunk,
-                rings,
-                seed,
+            |((n, count), root, algo, dtype, op, in_place, channels, chunk, rings, hosts, seed)| {
+                Case {
+                    n,
+                    count,
+                    root: root % n,
+                    algo,
+                    dtype,
+                    op,
+                    in_place,
+                    channels,
+                    chunk,
+                    rings,
+                    hosts,
+                    seed,
+                }
             },
         )
 }
@@ -117,6 +123,13 @@ fn run(kind: CollKind, c: &Case) -> Result<(), TestCaseError> {
     req.rings = (0..c.rings)
         .map(|i| ring(c.n, c.seed ^ u64::from(i) << 32))
         .collect();
+    if c.hosts > 0 {
+        // Any grouping, contiguous in the rings or not.
+        let mix = |r: u32| (c.seed ^ u64::from(r).wrapping_mul(0x9e37_79b9_7f4a_7c15)) >> 7;
+        req.hosts = (0..c.n)
+            .map(|r| (mix(r) % u64::from(c.hosts)) as u32)
+            .collect();
+    }
     common::run_dtype(&req, c.dtype, op, c.seed)
         .map(drop)
         .map_err(|e| TestCaseError::fail(format!("{algo} registered={registered} {op}: {e}")))

@@ -233,6 +233,12 @@ impl HostFabric {
         self.net.as_ref().map(|n| n.via.as_str())
     }
 
+    /// Over the network: the bandwidth per host every rank agreed on at
+    /// setup for the cost model, GB/s (0 where unknown); `None` otherwise.
+    pub fn network_bandwidth(&self) -> Option<f64> {
+        self.net.as_ref().map(|n| n.bw_gbps)
+    }
+
     /// Over the network: the throughput in GB/s of one plain TCP stream
     /// of `bytes` bytes on this rank's interface, measured now (the
     /// transport's ceiling per connection); `None` otherwise.

@@ -52,5 +52,5 @@ pub use driver::{DriverFacts, DriverGpu, P2pFacts};
 pub use error::{Result, TopoError};
 pub use graph::{Attrs, LinkKind, Node, NodeId, NodeKind, NvLinkGen, Topology};
 pub use paths::{Path, PathClass};
-pub use policy::Policy;
+pub use policy::{NetPlacement, Policy};
 pub use select::{Choice, Selector, Transport};

@@ -185,6 +185,40 @@ pub fn fifo_variants(algos: &[Algo], protos: &[Proto]) -> Vec<(Algo, Proto)> {
         .collect()
 }
 
+/// Where ranks that talk over the network are, and what the network gives
+/// (the host backend's ranks as processes over `oxccl-net`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct NetPlacement {
+    /// Each rank's host (any labels; equal labels, one host). Ranks of one
+    /// host forced onto the network each count as a host of their own:
+    /// every hop of theirs crosses it.
+    pub host_of: Vec<u32>,
+    /// One host's network bandwidth, GB/s (0: unknown, the model's
+    /// default [`crate::consts::NET_DEFAULT_BW`]).
+    pub bw: f64,
+    /// One network hop's latency, µs (`None`: the model's constant).
+    pub hop_us: Option<f64>,
+}
+
+/// The model's constants for ranks as processes over the network. A FIFO
+/// message costs host memory passes inside a host (as [`host_constants`])
+/// and the network's bandwidth between hosts, whichever is slower; one
+/// proxy thread per process carries every channel, so channels add no
+/// bandwidth (the fewest within 1% win). No plan is registered there:
+/// only FIFO plans are timed.
+pub fn net_constants(p: &NetPlacement) -> Constants {
+    let mut c = Constants {
+        chan_cap: [1e9; 3],
+        ..Constants::default()
+    };
+    if let Some(h) = p.hop_us {
+        for fam in &mut c.hop_lat {
+            fam[2] = [h; 3];
+        }
+    }
+    c
+}
+
 /// The policy of one communicator set: its two selectors.
 #[derive(Clone, Debug)]
 pub struct Policy {
@@ -206,6 +240,34 @@ impl Policy {
             fifo: selector.with_constants(host_constants(nranks, false)),
             nranks,
         }
+    }
+
+    /// The policy of ranks as processes over the network ([`NetPlacement`]):
+    /// rings and trees follow the hosts, a FIFO hop inside a host costs
+    /// three memory passes per byte, one between hosts the network's
+    /// bandwidth.
+    pub fn network(p: &NetPlacement, max_channels: u32) -> Policy {
+        let n = p.host_of.len().max(1);
+        let bw = if p.bw > 0.0 {
+            p.bw
+        } else {
+            crate::consts::NET_DEFAULT_BW
+        };
+        let selector = Selector::new(&Topology::empty(), &vec![0; n])
+            .with_max_channels(max_channels)
+            .with_hosts(&p.host_of, HOST_PASS_GBPS / 3.0, bw)
+            .with_constants(net_constants(p));
+        Policy {
+            registered: selector.clone(),
+            fifo: selector,
+            nranks: n as u32,
+        }
+    }
+
+    /// Each rank's host position for plans across hosts (empty on one
+    /// host): the double binary tree's chains and network edges follow it.
+    pub fn hosts(&self) -> Vec<u32> {
+        self.fifo.hosts()
     }
 
     /// A GPU backend's policy: rank `r` on GPU `gpus[r]` of `topo`.
@@ -389,6 +451,65 @@ mod tests {
             ..gpu_constants(&sel, 16)
         };
         assert_eq!(reg.constants(), &want);
+    }
+
+    #[test]
+    fn rings_cross_each_host_boundary_once_per_channel() {
+        // 8 ranks on 3 hosts, interleaved in rank order.
+        let host_of = [0, 1, 2, 0, 1, 2, 0, 1];
+        let p = NetPlacement {
+            host_of: host_of.to_vec(),
+            bw: 3.0,
+            hop_us: Some(30.0),
+        };
+        let pol = Policy::network(&p, 4);
+        let rings = pol.rings();
+        assert_eq!(rings.len(), 4);
+        for ring in &rings {
+            let mut sorted = ring.clone();
+            sorted.sort_unstable();
+            assert_eq!(sorted, (0..8).collect::<Vec<u32>>(), "{ring:?}");
+            let crossings = (0..8)
+                .filter(|&i| host_of[ring[i] as usize] != host_of[ring[(i + 1) % 8] as usize])
+                .count();
+            assert_eq!(crossings, 3, "{ring:?}");
+        }
+        assert_eq!(pol.hosts(), host_of.to_vec());
+        // One host: no host list; the network's speed and latency count.
+        let one = Policy::network(
+            &NetPlacement {
+                host_of: vec![0; 4],
+                bw: 3.0,
+                hop_us: None,
+            },
+            4,
+        );
+        assert!(one.hosts().is_empty());
+        let at = |bw: f64, hop: f64, bytes: usize| {
+            let p = Policy::network(
+                &NetPlacement {
+                    host_of: vec![0, 1],
+                    bw,
+                    hop_us: Some(hop),
+                },
+                4,
+            );
+            p.best(
+                CollKind::AllReduce,
+                bytes,
+                false,
+                &Algo::ALL,
+                &[Proto::Simple],
+            )
+            .us()
+        };
+        // 64 MiB on 2 hosts: bandwidth-bound at the network's 1 GB/s
+        // (busbw = algbw on 2 ranks), and faster on a faster network.
+        let t = at(1.0, 10.0, 64 << 20);
+        assert!((t / 67_108.864 - 1.0).abs() < 0.05, "{t}");
+        assert!(at(2.0, 10.0, 64 << 20) < t * 0.6);
+        // 8 B: latency-bound, by the hop's latency.
+        assert!(at(1.0, 100.0, 8) > at(1.0, 10.0, 8) + 100.0);
     }
 
     #[test]

@@ -227,6 +227,58 @@ impl Selector {
         }
     }
 
+    /// Places the ranks on hosts that talk over the network: `host_of[r]`
+    /// is rank `r`'s host (any labels; equal labels, one host), each rank
+    /// its own position there. A host's ranks sit together in every ring,
+    /// hosts in order of first appearance, so each ring crosses each host
+    /// boundary once per channel; the double binary tree runs across
+    /// hosts with chains inside. Inside a host a hop carries `intra_bw`
+    /// (GB/s), between hosts the host's network `net_bw`. Ignored (with a
+    /// warning) when `host_of` does not give one host per rank.
+    pub fn with_hosts(mut self, host_of: &[u32], intra_bw: f64, net_bw: f64) -> Self {
+        if host_of.len() != self.nranks as usize {
+            tracing::warn!(
+                "selector: {} hosts given for {} ranks; keeping one host",
+                host_of.len(),
+                self.nranks
+            );
+            return self;
+        }
+        let mut hosts: Vec<(u32, Vec<Vec<u32>>)> = Vec::new();
+        for (r, &h) in host_of.iter().enumerate() {
+            match hosts.iter_mut().find(|x| x.0 == h) {
+                Some(x) => x.1.push(vec![r as u32]),
+                None => hosts.push((h, vec![vec![r as u32]])),
+            }
+        }
+        self.shape.nnodes = hosts.len() as u32;
+        self.shape.ranks_per_node = hosts.iter().map(|h| h.1.len()).max().unwrap_or(1) as u32;
+        self.shape.intra_bw = intra_bw;
+        self.shape.inter_bw = net_bw;
+        self.shape.direct_ok = false;
+        self.shape.ll128_ok = false;
+        self.host_ranks = hosts.into_iter().map(|h| h.1).collect();
+        self.gpu_rings = vec![vec![0]];
+        self
+    }
+
+    /// Each rank's host position (in order of first appearance), for
+    /// ranks on more than one host; empty on one host.
+    pub fn hosts(&self) -> Vec<u32> {
+        if self.host_ranks.len() <= 1 {
+            return Vec::new();
+        }
+        let mut v = vec![0; self.nranks as usize];
+        for (h, gpus) in self.host_ranks.iter().enumerate() {
+            for &r in gpus.iter().flatten() {
+                if let Some(x) = v.get_mut(r as usize) {
+                    *x = h as u32;
+                }
+            }
+        }
+        v
+    }
+
     /// Uses other constants (e.g. from [`crate::calibrate`]).
     pub fn with_constants(mut self, consts: Constants) -> Self {
         self.consts = consts;

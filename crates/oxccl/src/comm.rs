@@ -121,7 +121,13 @@ impl Clique {
         tracing::info!(nranks = n, backend = %backend.describe(), "oxccl: communicators created");
         check_algorithms(&config)?;
         let chooser = Chooser::new(&config, backend.as_ref(), n)?;
-        let plans = PlanCache::new(chooser.rings());
+        let rings = chooser.rings();
+        // As NCCL logs its channels' rings at init.
+        for (c, ring) in rings.iter().enumerate() {
+            let order: Vec<String> = ring.iter().map(u32::to_string).collect();
+            tracing::info!("oxccl: Ring {c:02} : {}", order.join(" "));
+        }
+        let plans = PlanCache::new(rings, chooser.hosts());
         Ok(Arc::new(Clique {
             id: NEXT_CLIQUE.fetch_add(1, Ordering::Relaxed),
             nranks: n,

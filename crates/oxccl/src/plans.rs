@@ -86,13 +86,18 @@ impl PlanEntry {
 #[derive(Debug, Default)]
 pub(crate) struct PlanCache {
     rings: Vec<Vec<Rank>>,
+    /// Each rank's host, for ranks on several hosts (empty: one host).
+    hosts: Vec<u32>,
     plans: RwLock<HashMap<PlanKey, Arc<PlanEntry>>>,
 }
 
 impl PlanCache {
-    pub fn new(rings: Vec<Vec<Rank>>) -> Self {
+    /// The cache of a clique with these rings, whose ranks are on the
+    /// hosts `hosts` (empty: one host).
+    pub fn new(rings: Vec<Vec<Rank>>, hosts: Vec<u32>) -> Self {
         PlanCache {
             rings,
+            hosts,
             plans: RwLock::default(),
         }
     }
@@ -125,6 +130,7 @@ impl PlanCache {
             in_place: key.in_place,
             registered: key.registered,
             rings: self.rings.clone(),
+            hosts: self.hosts.clone(),
             ..PlanRequest::new(key.coll, nranks, key.algo)
         }
     }
@@ -157,7 +163,7 @@ mod tests {
     #[test]
     fn a_plan_is_generated_and_prepared_once_per_protocol() {
         let backend = NullBackend::new(4, 1 << 10);
-        let cache = PlanCache::new(vec![vec![0, 1, 2, 3]; 2]);
+        let cache = PlanCache::new(vec![vec![0, 1, 2, 3]; 2], Vec::new());
         for _ in 0..100 {
             for rank in 0..4 {
                 let e = cache.get(4, key(1000)).unwrap();
@@ -177,7 +183,7 @@ mod tests {
 
     #[test]
     fn registered_direct_plans_take_large_pieces_fifo_plans_do_not() {
-        let cache = PlanCache::new(vec![vec![0, 1, 2, 3]; 2]);
+        let cache = PlanCache::new(vec![vec![0, 1, 2, 3]; 2], Vec::new());
         // One-shot on registered buffers moves no FIFO message: one piece
         // per channel of 500 elements, above the 256-element FIFO chunk.
         let direct = cache.get(4, key(1000)).unwrap();
@@ -193,7 +199,7 @@ mod tests {
             .unwrap();
         // Ring moves FIFO messages: regenerated at the FIFO chunk.
         assert!(ring.plan.ranks.iter().all(|r| r.max_message() <= 256));
-        let small = PlanCache::new(vec![vec![0, 1, 2, 3]; 2])
+        let small = PlanCache::new(vec![vec![0, 1, 2, 3]; 2], Vec::new())
             .get(
                 4,
                 PlanKey {

@@ -85,9 +85,15 @@ impl Chooser {
             }
         }
         let max_channels = backend.max_channels().clamp(1, MAX_CHANNELS);
-        let policy = match placement(config, backend.kind(), nranks) {
-            Some((topo, gpus)) => Policy::gpu(&topo, &gpus, max_channels),
-            None => Policy::host(nranks, max_channels),
+        let policy = match (
+            backend.net_placement(),
+            placement(config, backend.kind(), nranks),
+        ) {
+            // Over the network the host backend runs every plan (staged
+            // CUDA ranks too), between hosts at the network's speed.
+            (Some(net), _) => Policy::network(&net, max_channels),
+            (None, Some((topo, gpus))) => Policy::gpu(&topo, &gpus, max_channels),
+            (None, None) => Policy::host(nranks, max_channels),
         };
         Ok(Chooser {
             policy,
@@ -105,6 +111,11 @@ impl Chooser {
     /// One rank order per channel, as the topology search found them.
     pub fn rings(&self) -> Vec<Vec<u32>> {
         self.policy.rings()
+    }
+
+    /// Each rank's host position for plans across hosts (empty: one host).
+    pub fn hosts(&self) -> Vec<u32> {
+        self.policy.hosts()
     }
 
     /// Chooses for a call of `kind` moving `bytes` (nccl-tests' size) on

@@ -470,6 +470,42 @@ fn every_collective_over_the_network_on_cuda() {
     );
 }
 
+/// Four processes standing for two hosts (`NCCL_HOSTID`, ranks 0 and 2
+/// on `a`, 1 and 3 on `b`): they talk over the network without being
+/// forced, plans follow the hosts (rings cross each boundary once per
+/// channel, the double binary tree across hosts with chains inside), and
+/// every collective is right, with the trees forced for AllReduce too.
+#[test]
+fn ranks_on_two_hosts_plan_by_host() {
+    for algo in ["", "allreduce:tree"] {
+        let (codes, lines) = spawn_ranks("all", 4, |r| {
+            let mut v = owned(&[("NCCL_SOCKET_IFNAME", "lo"), ("NCCL_DEBUG", "INFO")]);
+            v.push(("NCCL_HOSTID", if r % 2 == 0 { "a" } else { "b" }.into()));
+            v.push(("NCCL_ALGO", algo.into()));
+            v.push((BACKEND, "host".into()));
+            v
+        });
+        assert!(
+            codes.iter().all(|c| *c == Some(0)),
+            "NCCL_ALGO={algo:?}: exit codes {codes:?}\n{lines:#?}"
+        );
+        assert_eq!(ok_lines(&lines).len(), 4, "{lines:#?}");
+        for (r, l) in lines.iter().enumerate() {
+            let b = tagged(l, "BACKEND ");
+            assert!(
+                b.iter().any(|b| b.contains("over NET/Socket/0")),
+                "rank {r}: {b:?}"
+            );
+            // The rings: each host's ranks together.
+            let rings = tagged(l, "Ring 00 :");
+            assert!(
+                rings.iter().any(|x| x.contains("0 2 1 3")),
+                "rank {r}: {rings:?}"
+            );
+        }
+    }
+}
+
 #[test]
 fn a_send_right_before_exit_is_delivered_over_the_network() {
     // Rank 0's Send completes once its data is in the FIFO; its process

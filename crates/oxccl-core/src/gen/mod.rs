@@ -34,6 +34,10 @@ pub struct PlanRequest {
     pub in_place: bool,
     /// Rank orders for rings, one per channel (cycled). Empty: `0..n`.
     pub rings: Vec<Vec<Rank>>,
+    /// Each rank's host (indexed by rank), for ranks on several hosts:
+    /// the double binary tree then runs across hosts with chains inside
+    /// (`tree::Tree::double_binary_hosts`). Empty: one host.
+    pub hosts: Vec<u32>,
     /// Whether every rank's input, output and scratch are registered
     /// (addressable by every peer). The one-shot, two-shot and all-pairs
     /// generators then read peers' buffers directly instead of going
@@ -52,6 +56,7 @@ impl PlanRequest {
             chunk: 1 << 16,
             in_place: false,
             rings: Vec::new(),
+            hosts: Vec::new(),
             registered: false,
         }
     }
@@ -132,6 +137,13 @@ fn validate(req: &PlanRequest) -> Result<(), CoreError> {
         return bad(format!(
             "root {} out of range for {} ranks",
             req.coll.root, req.nranks
+        ));
+    }
+    if !req.hosts.is_empty() && req.hosts.len() != req.nranks as usize {
+        return bad(format!(
+            "{} hosts given for {} ranks: one per rank",
+            req.hosts.len(),
+            req.nranks
         ));
     }
     for ring in &req.rings {

@@ -95,6 +95,58 @@ impl Tree {
         (Tree::binary(order), Tree::binary(&second))
     }
 
+    /// NCCL's tree across hosts: ranks of `order` grouped by `host_of`
+    /// (hosts in order of first appearance, each host's ranks in
+    /// `order`'s order); across hosts the double binary tree over the
+    /// hosts, inside each a chain. In the first tree a host's first rank
+    /// heads its chain and carries its network edges; in the second the
+    /// chain runs the other way, headed by the host's last rank, so the
+    /// two trees' network traffic leaves from different ranks (and a
+    /// host's head is interior in at most one tree's network part).
+    /// `host_of` is indexed by rank; with one host this is two chains.
+    pub fn double_binary_hosts(order: &[Rank], host_of: &[u32]) -> (Tree, Tree) {
+        let mut groups: Vec<(u32, Vec<Rank>)> = Vec::new();
+        for &r in order {
+            let h = host_of.get(r as usize).copied().unwrap_or(0);
+            match groups.iter_mut().find(|g| g.0 == h) {
+                Some(g) => g.1.push(r),
+                None => groups.push((h, vec![r])),
+            }
+        }
+        let hosts: Vec<Rank> = (0..groups.len() as Rank).collect();
+        let (ta, tb) = Tree::double_binary(&hosts);
+        let build = |across: &Tree, reversed: bool| {
+            let n = order.len();
+            let chain = |g: &[Rank]| -> Vec<Rank> {
+                if reversed {
+                    g.iter().rev().copied().collect()
+                } else {
+                    g.to_vec()
+                }
+            };
+            let chains: Vec<Vec<Rank>> = groups.iter().map(|g| chain(&g.1)).collect();
+            let mut t = Tree {
+                root: chains[across.root as usize][0],
+                parent: vec![None; n],
+                children: vec![Vec::new(); n],
+            };
+            let mut edge = |p: Rank, c: Rank| {
+                t.children[p as usize].push(c);
+                t.parent[c as usize] = Some(p);
+            };
+            for (h, ch) in chains.iter().enumerate() {
+                for &k in &across.children[h] {
+                    edge(ch[0], chains[k as usize][0]);
+                }
+                for w in ch.windows(2) {
+                    edge(w[0], w[1]);
+                }
+            }
+            t
+        };
+        (build(&ta, false), build(&tb, true))
+    }
+
     pub fn is_leaf(&self, r: Rank) -> bool {
         self.children[r as usize].is_empty()
     }
@@ -143,7 +195,12 @@ pub(super) fn build(req: &PlanRequest, rank: Rank, rp: &mut RankPlan) -> Result<
         .enumerate()
     {
         if req.algo == Algo::DoubleBinaryTree {
-            let (t1, t2) = Tree::double_binary(&req.ring(ch as u32));
+            let ring = req.ring(ch as u32);
+            let (t1, t2) = if req.hosts.is_empty() {
+                Tree::double_binary(&ring)
+            } else {
+                Tree::double_binary_hosts(&ring, &req.hosts)
+            };
             let halves = split(range.len(), 2);
             for (t, h) in [t1, t2].iter().zip(halves) {
                 let part = range.start + h.start..range.start + h.end;
@@ -257,6 +314,51 @@ mod tests {
                 a.depth() <= log as usize && b.depth() <= log as usize,
                 "n={n}"
             );
+        }
+    }
+
+    #[test]
+    fn across_hosts_trees_span_cross_each_boundary_once_and_chain_inside() {
+        // (ranks per host, hosts), hosts interleaved in rank order.
+        for (per, nh) in [
+            (1usize, 1usize),
+            (1, 5),
+            (3, 1),
+            (2, 2),
+            (4, 3),
+            (3, 8),
+            (8, 16),
+        ] {
+            let n = per * nh;
+            let host_of: Vec<u32> = (0..n).map(|r| (r % nh) as u32).collect();
+            let order = identity(n);
+            let (a, b) = Tree::double_binary_hosts(&order, &host_of);
+            for (t, name) in [(&a, "first"), (&b, "second")] {
+                assert_tree(t, n, 3);
+                let mut crossings = 0;
+                for r in 0..n {
+                    for &c in &t.children[r] {
+                        if host_of[r] != host_of[c as usize] {
+                            crossings += 1;
+                        } else {
+                            // Inside a host: a chain (one child there).
+                            let inside = t.children[r]
+                                .iter()
+                                .filter(|&&k| host_of[k as usize] == host_of[r])
+                                .count();
+                            assert_eq!(inside, 1, "{name} tree, rank {r}");
+                        }
+                    }
+                }
+                // A spanning tree over hosts: nh - 1 network edges.
+                assert_eq!(crossings, nh - 1, "{name} tree, {per} x {nh}");
+                let log = (usize::BITS - nh.leading_zeros()) as usize;
+                assert!(t.depth() <= per - 1 + log, "{name} tree, {per} x {nh}");
+            }
+            // Different ranks carry the two trees' network edges.
+            if per > 1 && nh > 1 {
+                assert_ne!(a.root, b.root);
+            }
         }
     }
 

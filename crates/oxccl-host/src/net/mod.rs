@@ -55,6 +55,25 @@ pub(crate) struct NetPart {
     pub via: String,
     /// This rank's address on the network.
     pub ip: std::net::IpAddr,
+    /// The network's bandwidth per host as every rank agreed it (the
+    /// slowest rank's [`link_bandwidth`]), GB/s; 0 where unknown.
+    pub bw_gbps: f64,
+}
+
+/// Bytes of the stream measured where the interface's speed is unknown:
+/// enough to leave the slow start behind, short enough for setup.
+const PROBE_BYTES: usize = 4 << 20;
+
+/// This rank's network bandwidth, GB/s, for the cost model: the
+/// interface's speed (NCCL's `speed`) where the system states one, else
+/// (loopback, virtual interfaces) one TCP stream measured on it now, the
+/// best of three; 0 if even that fails.
+fn link_bandwidth(net: &dyn Net, ip: std::net::IpAddr, deadline: Duration) -> f64 {
+    match net.properties(0) {
+        Ok(p) if p.speed_mbps > 0 => f64::from(p.speed_mbps) / 8000.0,
+        _ => oxccl_net::stream_throughput(ip, PROBE_BYTES, 3, deadline.min(Duration::from_secs(5)))
+            .unwrap_or(0.0),
+    }
 }
 
 fn net_err(e: NetError) -> HostError {
@@ -99,9 +118,10 @@ impl NetPart {
         );
         let peers: Vec<Rank> = (0..n).filter(|&p| p != me).collect();
         let mut listens = Vec::new();
-        let mut record = Vec::with_capacity(key.len() + 4 + peers.len() * conns * Handle::BYTES);
+        let mut record = Vec::with_capacity(key.len() + 12 + peers.len() * conns * Handle::BYTES);
         record.extend_from_slice(&(key.len() as u32).to_le_bytes());
         record.extend_from_slice(key.as_bytes());
+        record.extend_from_slice(&link_bandwidth(&*net, ip, cfg.deadline).to_le_bytes());
         for &p in &peers {
             for c in 0..conns {
                 let (h, l) = net.listen(0).map_err(net_err)?;
@@ -111,6 +131,22 @@ impl NetPart {
         }
         let all = boot.all_gather(&record)?;
         let deadline = Instant::now() + cfg.deadline.min(oxccl_bootstrap::MAX_LIMIT);
+        // The slowest rank's figure, so every rank models the same network.
+        let bw_gbps = all
+            .iter()
+            .map(|rec| {
+                let klen = rec.get(..4).map_or(0, |b| {
+                    u32::from_le_bytes(b.try_into().expect("4 bytes")) as usize
+                });
+                rec.get(4 + klen..12 + klen)
+                    .map_or(0.0, |b| f64::from_le_bytes(b.try_into().expect("8 bytes")))
+            })
+            .fold(f64::INFINITY, f64::min);
+        let bw_gbps = if bw_gbps.is_finite() {
+            bw_gbps.max(0.0)
+        } else {
+            0.0
+        };
         let mut sends = HashMap::new();
         for &q in &peers {
             let rec = &all[q as usize];
@@ -127,7 +163,7 @@ impl NetPart {
             // Our place among q's peers (q lists every rank but itself).
             let slot = if me < q { me } else { me - 1 } as usize;
             for c in 0..conns {
-                let at = 4 + klen + (slot * conns + c) * Handle::BYTES;
+                let at = 12 + klen + (slot * conns + c) * Handle::BYTES;
                 let bytes = rec.get(at..at + Handle::BYTES).unwrap_or_default();
                 let h = Handle::decode(bytes, boot.magic()).map_err(|e| {
                     HostError::Net(format!("rank {q} sent a bad handle for channel {c}: {e}"))
@@ -213,6 +249,7 @@ impl NetPart {
             flush: cfg.deadline.min(oxccl_bootstrap::MAX_LIMIT),
             via,
             ip,
+            bw_gbps,
         })
     }
 

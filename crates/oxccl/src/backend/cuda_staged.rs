@@ -304,6 +304,11 @@ impl Backend for CudaStaged {
         self.host.stream_bandwidth(bytes)
     }
 
+    fn net_placement(&self) -> Option<oxccl_topo::NetPlacement> {
+        // The plans run on the host backend, over its transport.
+        self.host.net_placement()
+    }
+
     fn copy_bandwidth(&self, bytes: usize) -> Result<f64, Error> {
         let secs = self
             .world

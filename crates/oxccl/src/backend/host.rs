@@ -29,6 +29,30 @@ pub struct HostBackend {
     /// Ranks as processes over shared memory (not the network): `alloc`
     /// comes from the rank's shared heap.
     shared: bool,
+    /// Ranks as processes: each rank's host, from the bootstrap (labels
+    /// in order of first appearance).
+    host_of: Vec<u32>,
+}
+
+/// Each rank's host as a label (in order of first appearance) from the
+/// bootstrap's host identities. Over the network with every rank on one
+/// host (forced), each rank is a host of its own: every hop of its
+/// crosses the network.
+fn hosts_of(boot: &oxccl_bootstrap::Bootstrap, network: bool) -> Vec<u32> {
+    if network && boot.all_local() {
+        return (0..boot.nranks()).collect();
+    }
+    let mut seen: Vec<&str> = Vec::new();
+    boot.descs()
+        .iter()
+        .map(|d| match seen.iter().position(|h| *h == d.host) {
+            Some(i) => i as u32,
+            None => {
+                seen.push(&d.host);
+                seen.len() as u32 - 1
+            }
+        })
+        .collect()
 }
 
 /// Creates the host backend for `opts.nranks` ranks.
@@ -42,6 +66,7 @@ pub fn create(opts: &BackendOptions) -> Result<Arc<dyn Backend>, Error> {
         nranks: opts.nranks,
         proc_rank: None,
         shared: false,
+        host_of: Vec::new(),
     }))
 }
 
@@ -56,8 +81,10 @@ pub fn create_procs(
         ..HostConfig::default()
     };
     let fabric = HostFabric::across_processes(boot, cfg).map_err(map_error)?;
+    let network = fabric.network().is_some();
     Ok(Arc::new(HostBackend {
-        shared: fabric.network().is_none(),
+        shared: !network,
+        host_of: hosts_of(boot, network),
         fabric,
         nranks: opts.nranks,
         proc_rank: Some(boot.rank()),
@@ -275,6 +302,14 @@ impl Backend for HostBackend {
         self.fabric
             .stream_bandwidth(bytes)
             .map(|r| r.map_err(map_error))
+    }
+
+    fn net_placement(&self) -> Option<oxccl_topo::NetPlacement> {
+        Some(oxccl_topo::NetPlacement {
+            host_of: self.host_of.clone(),
+            bw: self.fabric.network_bandwidth()?,
+            hop_us: None,
+        })
     }
 
     fn copy_bandwidth(&self, bytes: usize) -> Result<f64, Error> {

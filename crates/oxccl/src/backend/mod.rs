@@ -420,4 +420,11 @@ pub trait Backend: Send + Sync + Debug {
     fn stream_bandwidth(&self, _bytes: usize) -> Option<Result<f64, Error>> {
         None
     }
+
+    /// Ranks over the network: where they are (each rank's host) and what
+    /// the network gives, for the cost model, rings and trees; `None`
+    /// when the ranks do not talk over the network.
+    fn net_placement(&self) -> Option<oxccl_topo::NetPlacement> {
+        None
+    }
 }
