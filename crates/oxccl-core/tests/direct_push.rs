@@ -13,7 +13,7 @@ use common::{is_sync, moved, own_blocks, plan_check_error};
 use oxccl_core::gen::{split, MAX_PUSH_RANKS};
 use oxccl_core::interp::check_in_place;
 use oxccl_core::plan::{Dst, Loc, Plan, Src, Step};
-use oxccl_core::testkit::{op_applies, OPS};
+use oxccl_core::testkit::{op_defined, OPS};
 use oxccl_core::{generate, Algo, CollKind, Collective, DataType, PlanRequest};
 use proptest::prelude::*;
 
@@ -323,7 +323,7 @@ fn in_place_writes_never_touch_what_another_rank_reads() {
 fn every_type_op_root_and_placement() {
     for kind in KINDS {
         for dtype in DataType::ALL {
-            for op in OPS.into_iter().filter(|&o| op_applies(kind, o)) {
+            for op in OPS.into_iter().filter(|&o| op_defined(kind, dtype, o)) {
                 for in_place in [false, true] {
                     for (n, count, root, shape) in [
                         (8, 61, 7, (2, 3)),

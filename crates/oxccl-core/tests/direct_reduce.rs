@@ -11,8 +11,8 @@ use common::{is_sync, moved, own_blocks, plan_check_error};
 use oxccl_core::gen::split;
 use oxccl_core::interp::check_in_place;
 use oxccl_core::plan::{Dst, Loc, Plan, Src, Step};
-use oxccl_core::testkit::{op_applies, OPS};
-use oxccl_core::{generate, Algo, CollKind, Collective, DataType, PlanRequest};
+use oxccl_core::testkit::{op_defined, OPS};
+use oxccl_core::{generate, Algo, CollKind, Collective, DataType, Element, PlanRequest, RedOp};
 use proptest::prelude::*;
 
 fn request(n: u32, count: usize, root: u32, shape: (u32, usize), in_place: bool) -> PlanRequest {
@@ -150,7 +150,10 @@ fn in_place_root_blocks_are_private_to_their_reducer() {
 #[test]
 fn every_type_op_root_and_placement() {
     for dtype in DataType::ALL {
-        for op in OPS.into_iter().filter(|&o| op_applies(CollKind::Reduce, o)) {
+        for op in OPS
+            .into_iter()
+            .filter(|&o| op_defined(CollKind::Reduce, dtype, o))
+        {
             for in_place in [false, true] {
                 for (n, count, root, shape) in [(8, 61, 7, (2, 3)), (3, 2, 0, (2, 1))] {
                     let req = request(n, count, root, shape, in_place);
@@ -163,12 +166,47 @@ fn every_type_op_root_and_placement() {
     }
 }
 
+/// PreMulSum(0.5) on i8 is not a case: its scalar converts to 0, so every
+/// output is 0 and a dropped or doubled rank goes unseen (the facade
+/// refuses the op); an integer scalar is, and a wrong plan then shows.
+#[test]
+fn premulsum_half_on_i8_is_not_a_case() {
+    let (half, two) = (RedOp::PreMulSum(0.5), RedOp::PreMulSum(2.0));
+    assert!(!op_defined(CollKind::Reduce, DataType::I8, half));
+    assert!(op_defined(CollKind::Reduce, DataType::I8, two));
+    assert!(op_defined(CollKind::Reduce, DataType::F32, half));
+    assert_eq!(
+        half.lower(DataType::I8, 4).pre_scale.map(i8::from_f64),
+        Some(0)
+    );
+    // With the integer scalar, a plan that drops rank 0's sources is
+    // reported wrong; with 0.5 it would not be.
+    let req = request(4, 40, 1, (1, 1 << 16), false);
+    let p = plan(4, 40, 1, (1, 1 << 16), false);
+    let mut bad = p.clone();
+    for rp in &mut bad.ranks {
+        for s in &mut rp.channels[0].steps {
+            if let Step::Xfer(x) = s {
+                x.srcs.remove(0);
+            }
+        }
+    }
+    let run = |plan: &Plan, op| common::run_plan::<i8>(&req, plan, op, 3);
+    assert!(run(&p, two).is_ok());
+    let e = run(&bad, two).expect_err("a dropped rank with PreMulSum(2)");
+    assert!(e.contains("wrong"), "{e}");
+    assert_eq!(run(&bad, half), Ok(()), "with PreMulSum(0.5) it passes");
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
     /// Random shapes and roots, up to and past 32 ranks, checked and
     /// compared with the reference.
     #[test]
     fn registered_reduce_random(c in common::random_case(CollKind::Reduce), root in any::<u32>()) {
+        // Only ops the type defines: PreMulSum(0.5) on i8 would scale
+        // every input to 0 and pass whatever the plan did.
+        prop_assert!(op_defined(CollKind::Reduce, c.dtype, c.op), "{} {}", c.dtype, c.op);
         let req = request(c.n, c.count, root % c.n, (c.channels, c.chunk), c.in_place);
         common::run_dtype(&req, c.dtype, c.op, c.seed).map_err(TestCaseError::fail)?;
     }

@@ -11,7 +11,7 @@
 mod common;
 
 use oxccl_core::gen::supports;
-use oxccl_core::testkit::op_applies;
+use oxccl_core::testkit::op_defined;
 use oxccl_core::testkit::OPS;
 use oxccl_core::{Algo, CollKind, Collective, DataType, PlanRequest, RedOp};
 use proptest::prelude::*;
@@ -109,7 +109,7 @@ fn run(kind: CollKind, c: &Case) -> Result<(), TestCaseError> {
     let choices = algos(kind);
     let (algo, registered) = choices[c.algo % choices.len()];
     // An op the collective or the type does not take: Sum instead.
-    let op = if op_applies(kind, c.op) && c.op.undefined_reason(c.dtype).is_none() {
+    let op = if op_defined(kind, c.dtype, c.op) {
         c.op
     } else {
         RedOp::Sum
@@ -166,8 +166,7 @@ fn every_combination_once() {
         }
         for (algo, registered) in algos(kind) {
             for dtype in DataType::ALL {
-                let defined =
-                    |o: &RedOp| op_applies(kind, *o) && o.undefined_reason(dtype).is_none();
+                let defined = |o: &RedOp| op_defined(kind, dtype, *o);
                 for op in OPS.into_iter().filter(defined) {
                     for in_place in [false, true] {
                         let mut req = PlanRequest::new(Collective::new(kind, 11, 2), 5, algo);

@@ -16,7 +16,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use oxccl_core::testkit::{self, op_applies, Tolerance, COLLECTIVES, OPS};
+use oxccl_core::testkit::{self, Tolerance, COLLECTIVES, OPS};
 use oxccl_core::{reference, with_dtype, CollKind, Collective, DataType, Element, RedOp};
 
 /// Every rank count the suites use: the interpreter's property tests run
@@ -329,7 +329,7 @@ fn run_all(dtypes: &[DataType]) -> Outcome {
             for kind in COLLECTIVES {
                 for op in ops()
                     .into_iter()
-                    .filter(|&o| op_applies(kind, o) && o.undefined_reason(dt).is_none())
+                    .filter(|&o| testkit::op_defined(kind, dt, o))
                 {
                     with_dtype!(dt, T => one_case::<T>(kind, n, op, &mut local, &mut missed));
                 }

@@ -18,11 +18,20 @@ pub use compare::compare;
 pub use input::input;
 
 use crate::coll::CollKind;
+use crate::dtype::DataType;
 use crate::redop::RedOp;
 
 /// Whether `op` is defined for collective `kind` (reductions only take ops).
 pub fn op_applies(kind: CollKind, op: RedOp) -> bool {
     kind.is_reduction() || op == RedOp::Sum
+}
+
+/// Whether the suites run `op` with `kind` on `dtype`: it applies to the
+/// collective and is defined on the type. PreMulSum(0.5) on an integer
+/// type is not (its scalar would become 0 and every result 0, a run no
+/// dropped or doubled rank could fail; the facade refuses it).
+pub fn op_defined(kind: CollKind, dtype: DataType, op: RedOp) -> bool {
+    op_applies(kind, op) && op.undefined_reason(dtype).is_none()
 }
 
 /// Every collective the shared suites run: [`CollKind::ALL`] but its

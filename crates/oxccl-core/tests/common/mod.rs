@@ -158,7 +158,7 @@ pub fn random_case(kind: CollKind) -> impl proptest::strategy::Strategy<Value = 
                 chunk,
                 in_place,
                 dtype,
-                op: if testkit::op_applies(kind, op) {
+                op: if testkit::op_defined(kind, dtype, op) {
                     op
                 } else {
                     RedOp::Sum
