@@ -473,7 +473,11 @@ __device__ void ox_exec(const OxDesc& d) {
         if (o.kind == OXK_LOCAL) {
           p = (char*)d.bufs[o.buf] + o.off * sizeof(T);
         } else if (o.kind == OXK_REMOTE) {
-          p = (char*)ox_ld_volatile(&d.ptr_table[o.idx * OX_MAX_BUFS + o.buf]) + o.off * sizeof(T);
+          // Across processes the peer published its own address; its
+          // heap lies elsewhere in this process (a fixed delta per peer).
+          const i64 delta = d.heap_delta ? d.heap_delta[o.idx] : 0;
+          p = (char*)(ox_ld_volatile(&d.ptr_table[o.idx * OX_MAX_BUFS + o.buf]) + delta) +
+              o.off * sizeof(T);
         } else {
           cn = (OxConn*)o.off;
           // A side's own counter and the other side's are loaded together

@@ -315,6 +315,9 @@ pub struct DevMem {
     pub ptr: u64,
     pub bytes: usize,
     ctx: Arc<Ctx>,
+    /// False for a part of a larger allocation ([`DevMem::part`]), which
+    /// its owner frees.
+    owned: bool,
 }
 
 impl DevMem {
@@ -329,6 +332,25 @@ impl DevMem {
             ptr,
             bytes,
             ctx: ctx.clone(),
+            owned: true,
+        })
+    }
+
+    /// `bytes` at `offset` into `self`, as memory that is never freed on
+    /// its own (the allocation it lies in is freed when `self` drops, and
+    /// the caller keeps `self` alive as long as the part is used).
+    pub fn part(&self, offset: usize, bytes: usize) -> Result<DevMem> {
+        if offset.checked_add(bytes).is_none_or(|end| end > self.bytes) {
+            return Err(CudaError::Invalid(format!(
+                "{bytes} bytes at {offset} outside an allocation of {}",
+                self.bytes
+            )));
+        }
+        Ok(DevMem {
+            ptr: self.ptr + offset as u64,
+            bytes,
+            ctx: self.ctx.clone(),
+            owned: false,
         })
     }
 
@@ -367,7 +389,7 @@ impl DevMem {
 
 impl Drop for DevMem {
     fn drop(&mut self) {
-        if self.ctx.bind().is_ok() {
+        if self.owned && self.ctx.bind().is_ok() {
             // SAFETY: `ptr` came from cuMemAlloc and is freed once.
             let _ = unsafe { result::free_sync(self.ptr) };
         }

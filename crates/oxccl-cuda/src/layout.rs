@@ -275,7 +275,11 @@ device_record! {
     /// `ptr_table`: `[nranks][OX_MAX_BUFS]` buffer bases, for remote steps;
     /// `abort_flag`: host-mapped, non-zero aborts; `world_fail`: set by
     /// any rank that failed, polled by all; `scale_bits`: the pre-scale as
-    /// the element type's bits.
+    /// the element type's bits; `heap_delta`: null when ranks are threads
+    /// of one process, else `[nranks]` byte offsets added to a peer's
+    /// published base, its heap's address here minus its address in the
+    /// peer's own process (ranks as processes: each maps the others' heaps
+    /// where its driver chose).
     OxDesc {
         steps: u64 => "const OxStep* steps",
         ops: u64 => "const OxOperand* ops",
@@ -286,6 +290,7 @@ device_record! {
         scale_bits: u64 => "u64 scale_bits",
         timeout_ns: u64 => "u64 timeout_ns",
         slot_bytes: u64 => "u64 slot_bytes",
+        heap_delta: u64 => "const i64* heap_delta",
         rank: u32 => "u32 rank",
         nranks: u32 => "u32 nranks",
         nbufs: u32 => "u32 nbufs",
@@ -489,11 +494,11 @@ mod tests {
         assert_eq!(check::<OxConn>(), CONN_HEADER);
         assert_eq!(check::<OxSem>(), SEM_BYTES);
         assert_eq!(check::<OxError>(), 32);
-        assert_eq!(check::<OxDesc>(), 1120);
+        assert_eq!(check::<OxDesc>(), 1128);
         // Offsets the host relies on when it reads device memory.
         assert_eq!(std::mem::offset_of!(OxConn, head), 128);
         assert_eq!(std::mem::offset_of!(OxError, waited_ns), 24);
-        assert_eq!(std::mem::offset_of!(OxDesc, chans), 608);
+        assert_eq!(std::mem::offset_of!(OxDesc, chans), 616);
     }
 
     #[test]
@@ -528,7 +533,7 @@ mod tests {
         for f in OxDesc::fields() {
             assert!(h.contains(&format!("  {};\n", f.c_decl)), "{}", f.name);
         }
-        assert!(h.contains("static_assert(sizeof(OxDesc) == 1120,"));
+        assert!(h.contains("static_assert(sizeof(OxDesc) == 1128,"));
     }
 
     #[test]

@@ -31,6 +31,9 @@ pub use device::{
     REQUIRE_GPU_VAR,
 };
 pub use error::{CudaError, Result};
-pub use world::{Exchange, GateMode, Prepared, World, WorldConfig, MAX_RESIDENT_KERNELS};
+pub use world::{
+    default_heap_bytes, Exchange, GateMode, Prepared, World, WorldConfig, HEAP_VAR,
+    MAX_RESIDENT_KERNELS,
+};
 pub mod topo_probe;
 pub use topo_probe::{detect_topology, driver_facts};

@@ -230,6 +230,7 @@ fn every_collective_across_two_and_four_processes() {
 /// round-robin): the same cases on device buffers.
 #[test]
 fn every_collective_across_processes_on_cuda() {
+    oxccl::backend::cuda::prefer_process_rank_queues();
     if oxccl::backend::cuda::device_or_skip("every_collective_across_processes_on_cuda").is_none() {
         return;
     }
@@ -240,6 +241,22 @@ fn every_collective_across_processes_on_cuda() {
         for l in oks {
             let cases: usize = l.split_whitespace().nth(3).unwrap().parse().unwrap();
             assert!(cases >= 50, "{l}");
+        }
+        // The device path (MPS, or a GPU per rank) shares each rank's heap,
+        // so direct plans run across processes too.
+        for l in &lines {
+            if tagged(l, "BACKEND ")
+                .iter()
+                .any(|b| b.contains("heaps shared"))
+            {
+                let direct = tagged(l, "DIRECT ");
+                let k: usize = direct
+                    .first()
+                    .and_then(|d| d.split_whitespace().nth(1))
+                    .and_then(|k| k.parse().ok())
+                    .unwrap_or_else(|| panic!("no DIRECT line: {l:#?}"));
+                assert!(k > 0, "no direct plan ran on the device path: {l:#?}");
+            }
         }
     }
 }
@@ -319,6 +336,7 @@ fn a_killed_process_fails_the_others_naming_it() {
 
 #[test]
 fn a_killed_cuda_process_fails_the_others_naming_it() {
+    oxccl::backend::cuda::prefer_process_rank_queues();
     if oxccl::backend::cuda::device_or_skip("a_killed_cuda_process_fails_the_others_naming_it")
         .is_none()
     {
@@ -769,6 +787,7 @@ fn child_all() {
     println!("BACKEND {}", c.describe_backend());
     let on_device = c.backend() == BackendKind::Cuda;
     let (mut cases, mut wrong, mut first) = (0usize, 0u64, None);
+    let mut direct = 0usize;
     for kind in testkit::COLLECTIVES {
         let ops: &[RedOp] = if kind.is_reduction() {
             &[RedOp::Sum, RedOp::Max, RedOp::Avg]
@@ -791,6 +810,7 @@ fn child_all() {
                 {
                     let (w, f) = with_dtype!(dt, T => check_one::<T>(&c, kind, count, op, in_place, registered));
                     cases += 1;
+                    direct += usize::from(c.last_choice().is_some_and(|ch| ch.is_direct()));
                     wrong += w;
                     if w > 0 && first.is_none() {
                         first = Some(format!("{kind} {dt} {op} count {count} in_place={in_place} registered={registered}: {}", f.unwrap_or_default()));
@@ -799,6 +819,7 @@ fn child_all() {
             }
         }
     }
+    println!("DIRECT {direct} calls");
     // Send/Recv: even ranks send to the next odd one (host slices).
     let me = c.rank();
     if on_device {

@@ -91,7 +91,7 @@ impl World {
                 lock(&dev.events).push(f.done);
                 f.mem
             }
-            None => DevMem::uninit(&dev.ctx, class)?,
+            None => self.fresh(rank, class)?,
         };
         // SAFETY: `mem` holds `class` >= `bytes` bytes and is owned by the
         // clique (in `live`) until freed, which orders after this memset.
@@ -146,12 +146,34 @@ impl World {
                 return Ok(m.ptr);
             }
         }
-        let m = DevMem::zeroed(&self.dev(rank)?.ctx, bytes.next_power_of_two())?;
+        let dev = self.dev(rank)?;
+        let bytes = bytes.next_power_of_two();
+        let m = match &self.shared {
+            None => DevMem::zeroed(&dev.ctx, bytes)?,
+            Some(sh) => {
+                let m = sh.heap.carve(rank, bytes)?;
+                // SAFETY: `m` holds `bytes` bytes; waiting for the setup
+                // stream waits for this memset only, never a rank's kernels.
+                unsafe { dev.setup.zero_async(m.ptr, bytes)? };
+                dev.setup.synchronize()?;
+                m
+            }
+        };
         let ptr = m.ptr;
         if let Some(old) = s.replace(m) {
             lock(&st.retired).push(old);
         }
         Ok(ptr)
+    }
+
+    /// `bytes` of new memory every rank can address (contents undefined):
+    /// `cuMemAlloc` on the rank's device, or, when ranks are processes,
+    /// part of the rank's heap that every peer process maps.
+    fn fresh(&self, rank: u32, bytes: usize) -> Result<DevMem> {
+        match &self.shared {
+            Some(sh) => sh.heap.carve(rank, bytes),
+            None => DevMem::uninit(&self.dev(rank)?.ctx, bytes),
+        }
     }
 
     /// Copies `bytes` device-to-device on `rank`'s stream `iters` times and

@@ -21,6 +21,7 @@
 mod external;
 mod failure;
 mod gate;
+mod heap;
 mod launch;
 mod links;
 mod memory;
@@ -41,6 +42,7 @@ use crate::kernels;
 use crate::layout::MAX_BUFS;
 
 pub use gate::GateMode;
+pub use heap::{default_heap_bytes, HEAP_VAR};
 pub use launch::scale_bits;
 use links::LinkKind;
 pub use procs::Exchange;
@@ -67,6 +69,10 @@ pub struct WorldConfig {
     /// Whether a launch waits until every rank of its device has launched
     /// as many times (`gate`): where the device's hardware queues run out.
     pub launch_gate: GateMode,
+    /// Ranks as processes only: bytes of each rank's heap shared with its
+    /// peers (user buffers and scratch; `heap`), 0 for
+    /// [`default_heap_bytes`].
+    pub heap_bytes: usize,
 }
 
 /// Kernels a device runs at once ("maximum number of resident grids per
@@ -81,7 +87,8 @@ pub const SMALL_STEP_BYTES: u64 = 2048;
 
 impl WorldConfig {
     /// `nranks` ranks round-robin over `ndevices` devices, 512 KiB slots,
-    /// 4 slots per connection, 64 threads per block for small plans.
+    /// 4 slots per connection, 64 threads per block for small plans, the
+    /// default heap for ranks as processes.
     pub fn round_robin(nranks: u32, ndevices: i32, timeout: Duration) -> Self {
         WorldConfig {
             devices: (0..nranks as i32).map(|r| r % ndevices.max(1)).collect(),
@@ -90,6 +97,7 @@ impl WorldConfig {
             timeout,
             small_threads: 64,
             launch_gate: GateMode::from_env(),
+            heap_bytes: 0,
         }
     }
 }

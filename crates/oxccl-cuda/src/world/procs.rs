@@ -13,18 +13,23 @@
 //! is zeroed once. The cost is memory: about 6 MiB per entry with the
 //! default 512 KiB slots (768 MiB per rank for 8 ranks × 16 channels).
 //!
-//! Plans with direct steps on peers' buffers are not offered across
-//! processes (a buffer's address differs per process, and kernels publish
-//! raw pointers), so nothing else is shared. Kernels of different
-//! processes spin on each other's counters: that needs MPS on a shared
-//! GPU (the facade chooses; see `oxccl::backend::cuda_procs`).
+//! Plans with direct steps on peers' buffers need more: each rank's user
+//! buffers and scratch come from a heap every peer maps (`heap`), the
+//! table where kernels publish their buffers' addresses lies in rank 0's
+//! arena (one table for the clique, as in one process), and each process
+//! holds, per peer, the delta from the peer's address of its heap to this
+//! process's mapping of it, which kernels add to what the peer published.
+//! Kernels of different processes spin on each other's counters: that
+//! needs MPS on a shared GPU (the facade chooses; see
+//! `oxccl::backend::cuda_procs`).
 
 use crate::driver::DevMem;
 use crate::encode::LinkKey;
 use crate::error::{CudaError, Result};
-use crate::ipc::{export, Imported};
-use crate::layout::{CONN_HEADER, SEM_BYTES};
+use crate::ipc::{export, Imported, HANDLE_BYTES};
+use crate::layout::{CONN_HEADER, MAX_BUFS, SEM_BYTES};
 
+use super::heap::{default_heap_bytes, Heap};
 use super::{LinkKind, World, WorldConfig};
 use oxccl_core::Proto;
 
@@ -42,9 +47,20 @@ pub(super) struct SharedLinks {
     simple_at: usize,
     ll_at: usize,
     channels: u32,
+    /// The clique's table of published buffer addresses (in rank 0's
+    /// arena), as mapped here.
+    pub(super) table: u64,
+    /// This rank's heap, and per rank the delta kernels add to its
+    /// published addresses (`[nranks]` i64, this process's device).
+    pub(super) heap: Heap,
+    pub(super) delta: DevMem,
     _own: DevMem,
     _peers: Vec<Imported>,
 }
+
+/// What each rank sends in the first exchange: its link arena's handle,
+/// its heap's handle and the heap's address in its own process.
+const RECORD: usize = 2 * HANDLE_BYTES + 8;
 
 fn round256(b: usize) -> usize {
     b.div_ceil(256) * 256
@@ -86,7 +102,7 @@ impl World {
             return Err(CudaError::Invalid(format!("rank {me} of {n}")));
         }
         // Local failures still take part in both exchanges (an empty
-        // handle, then the reason), so no peer waits for this rank.
+        // record, then the reason), so no peer waits for this rank.
         let local = (|| {
             let w = World::make(cfg, Some(me))?;
             let channels = w.max_channels();
@@ -94,46 +110,94 @@ impl World {
             let ll_at =
                 simple_at + round256(CONN_HEADER + w.cfg.nslots * w.fifo_slot_bytes(Proto::Simple));
             let entry = ll_at + round256(CONN_HEADER + w.cfg.nslots * w.fifo_slot_bytes(Proto::LL));
-            let ctx = w.dev(me)?.ctx.clone();
-            let own = DevMem::zeroed(&ctx, entry * channels as usize * n)?;
-            let handle = export(&own, &ctx)?;
-            Ok((w, ctx, own, handle, entry, simple_at, ll_at, channels))
+            let table_at = entry * channels as usize * n;
+            let dev = w.dev(me)?;
+            let ctx = dev.ctx.clone();
+            let own = DevMem::zeroed(&ctx, table_at + n * MAX_BUFS * 8)?;
+            let heap_bytes = match w.cfg.heap_bytes {
+                0 => default_heap_bytes(
+                    crate::device::device_info(ctx.ordinal)?.total_mem,
+                    dev.ranks_here,
+                ),
+                b => b,
+            };
+            let heap = Heap::new(DevMem::uninit(&ctx, heap_bytes)?);
+            let mut record = export(&own, &ctx)?.to_vec();
+            record.extend(export(heap.arena(), &ctx)?);
+            record.extend(heap.base().to_le_bytes());
+            Ok((
+                w, ctx, own, heap, record, entry, simple_at, ll_at, channels, table_at,
+            ))
         })();
-        let fail = |e: String| CudaError::Invalid(format!("exchanging link arenas: {e}"));
-        let handles = exchange(local.as_ref().map_or(&[][..], |l| &l.3[..])).map_err(fail)?;
+        let fail = |e: String| CudaError::Invalid(format!("exchanging link arenas and heaps: {e}"));
+        let records = exchange(local.as_ref().map_or(&[][..], |l| &l.4[..])).map_err(fail)?;
         let mut peers = Vec::new();
         let mut bases = vec![0u64; n];
+        let mut deltas = vec![0i64; n];
         let mut err = local.as_ref().err().map(|e| format!("rank {me}: {e}"));
         if let Ok((_, ctx, own, ..)) = &local {
-            for (r, h) in handles.iter().enumerate() {
+            for (r, rec) in records.iter().enumerate() {
                 if r == me as usize {
                     bases[r] = own.ptr;
                     continue;
                 }
-                match Imported::open(ctx, h) {
-                    Ok(m) => {
-                        bases[r] = m.ptr;
-                        peers.push(m);
+                if rec.len() != RECORD {
+                    err = Some(format!("rank {me}: rank {r} sent no link arena"));
+                    break;
+                }
+                let (links, rest) = rec.split_at(HANDLE_BYTES);
+                let (heap, at) = rest.split_at(HANDLE_BYTES);
+                let opened = Imported::open(ctx, links).and_then(|l| {
+                    let h = Imported::open(ctx, heap)?;
+                    Ok((l, h))
+                });
+                match opened {
+                    Ok((l, h)) => {
+                        bases[r] = l.ptr;
+                        let theirs = u64::from_le_bytes(at.try_into().unwrap_or_default());
+                        deltas[r] = h.ptr.wrapping_sub(theirs) as i64;
+                        peers.push(l);
+                        peers.push(h);
                     }
                     Err(e) => {
-                        err = Some(format!("rank {me} opening rank {r}'s link arena: {e}"));
+                        err = Some(format!(
+                            "rank {me} opening rank {r}'s link arena or heap: {e}"
+                        ));
                         break;
                     }
                 }
             }
         }
+        let delta = match (&local, &err) {
+            (Ok((_, ctx, ..)), None) => {
+                let bytes: Vec<u8> = deltas.iter().flat_map(|d| d.to_le_bytes()).collect();
+                let m = DevMem::uninit(ctx, bytes.len());
+                match m.and_then(|m| m.upload(&bytes).map(|()| m)) {
+                    Ok(m) => Some(m),
+                    Err(e) => {
+                        err = Some(format!("rank {me}: {e}"));
+                        None
+                    }
+                }
+            }
+            _ => None,
+        };
         // Everyone learns whether everyone mapped everything.
         let verdicts = exchange(err.as_deref().unwrap_or("").as_bytes()).map_err(fail)?;
         if let Some(v) = verdicts.iter().find(|v| !v.is_empty()) {
             return Err(CudaError::Invalid(String::from_utf8_lossy(v).into_owned()));
         }
-        let (mut w, _, own, _, entry, simple_at, ll_at, channels) = local?;
+        let (mut w, _, own, heap, _, entry, simple_at, ll_at, channels, table_at) = local?;
+        let delta = delta.ok_or_else(|| CudaError::Invalid("no heap deltas".into()))?;
         w.shared = Some(SharedLinks {
+            table: bases[0] + table_at as u64,
             bases,
             entry,
             simple_at,
             ll_at,
             channels,
+            heap,
+            delta,
             _own: own,
             _peers: peers,
         });

@@ -44,6 +44,13 @@ pub unsafe fn free_current(ptr: u64) -> Result<(), Error> {
     unsafe { oxccl_cuda::driver::free_device_memory(ptr) }.map_err(map_error)
 }
 
+/// Asks for few hardware queues when this process first uses CUDA: a
+/// process that drives no rank of a thread clique (a launcher, a test
+/// spawning rank processes) leaves MPS room for its ranks' clients (with
+/// the wide default, a parent plus 4 rank processes exhausted it on the
+/// H200: `cuDevicePrimaryCtxRetain` failed with out of memory).
+pub use oxccl_cuda::driver::prefer_process_rank_queues;
+
 /// Creates the CUDA backend for a clique of `opts.nranks` ranks (ranks
 /// round-robin over the visible devices).
 pub fn create(opts: &BackendOptions) -> Result<Arc<dyn Backend>, Error> {
@@ -67,9 +74,10 @@ fn create_with(cfg: WorldConfig) -> Result<Arc<dyn Backend>, Error> {
 
 /// The CUDA backend of this process's rank of a process clique whose
 /// kernels may wait on each other (MPS, or one rank per GPU): `devices`
-/// has every rank's ordinal. Links are shared by IPC
-/// (`World::across_processes`); a watcher aborts this rank's waits when a
-/// peer process exits. Every rank fails alike if any cannot share.
+/// has every rank's ordinal. Links and each rank's heap (`alloc`) are
+/// shared by IPC (`World::across_processes`), so direct plans run as in
+/// one process; a watcher aborts this rank's waits when a peer process
+/// exits. Every rank fails alike if any cannot share.
 pub(crate) fn create_procs(
     boot: &oxccl_bootstrap::Bootstrap,
     opts: &BackendOptions,
@@ -77,6 +85,7 @@ pub(crate) fn create_procs(
 ) -> Result<Arc<dyn Backend>, Error> {
     let mut cfg = WorldConfig::round_robin(opts.nranks, 1, opts.deadline);
     cfg.devices = devices;
+    cfg.heap_bytes = heap_bytes()?;
     let me = boot.rank();
     let mut ex = |m: &[u8]| boot.all_gather(m).map_err(|e| e.to_string());
     let world = World::across_processes(cfg, me, &mut ex).map_err(map_error)?;
@@ -95,6 +104,25 @@ pub(crate) fn create_procs(
         world,
         procs: Some(Procs { me, watch }),
     }))
+}
+
+/// Bytes of each rank's heap from [`oxccl_cuda::HEAP_VAR`] (K/M/G), 0
+/// (the default share of the device) when unset.
+fn heap_bytes() -> Result<usize, Error> {
+    let var = oxccl_cuda::HEAP_VAR;
+    match std::env::var(var).ok().as_deref().map(str::trim) {
+        None | Some("") => Ok(0),
+        Some(v) => crate::config::parse_size(v)
+            .and_then(|b| match b {
+                0 => Err("must be at least 1".into()),
+                b => Ok(b),
+            })
+            .map_err(|reason| Error::Config {
+                var: var.into(),
+                value: v.into(),
+                reason,
+            }),
+    }
 }
 
 /// What a rank of a process clique adds.
@@ -159,7 +187,7 @@ impl Backend for CudaBackend {
     fn describe(&self) -> String {
         match &self.procs {
             Some(p) => format!(
-                "cuda, rank {} of {} processes, links shared by IPC, {}",
+                "cuda, rank {} of {} processes, links and heaps shared by IPC, {}",
                 p.me,
                 self.world.nranks(),
                 self.world.describe()
@@ -179,9 +207,9 @@ impl Backend for CudaBackend {
     fn registered_alloc(&self) -> bool {
         // `alloc` is cuMemAlloc in a context with peer access to every
         // other rank's device (or the same device): peers can load/store it.
-        // Not across processes: kernels publish raw pointers, which mean
-        // nothing in another process.
-        self.procs.is_none()
+        // Across processes it is part of the rank's heap, which every peer
+        // process maps (kernels translate published addresses).
+        true
     }
 
     fn chunk_bytes(&self) -> usize {
