@@ -14,6 +14,10 @@
 //! (peer access for `cuMemAlloc`, `cuMemPoolSetAccess` for pool memory,
 //! `cuMemSetAccess` for VMM), which registration checks.
 //!
+//! CUDA ranks as processes accept registrations but run FIFO plans on
+//! them: a peer process reaches only a rank's `alloc` heap, which it
+//! mapped at creation (`docs/CUDA_PROCESSES.md`).
+//!
 //! A raw call uses a direct plan only where both of its buffers lie in
 //! ranges this rank registered and every rank agrees (the call check
 //! compares each rank's answer and falls back to the FIFO plan on every
@@ -130,8 +134,12 @@ impl Communicator {
         }
     }
 
-    /// Whether `raw` lies inside one range this rank registered.
+    /// Whether `raw` lies inside one range this rank registered, on a
+    /// backend whose peers reach registered memory.
     pub(crate) fn registered(&self, raw: RawBuf) -> bool {
+        if !self.clique().backend.registered_external() {
+            return false;
+        }
         let regs = self.regs.read();
         regs.ranges
             .iter()

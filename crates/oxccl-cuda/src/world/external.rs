@@ -67,10 +67,9 @@ fn vmm_device(ptr: u64) -> Result<i32> {
 impl World {
     /// Checks that `bytes` bytes at `ptr` are device memory on `rank`'s
     /// device that every rank of the clique may load and store, as a
-    /// registered range must be. Nothing is changed. When ranks are
-    /// processes, peers reach only this rank's heap (memory from
-    /// [`World::alloc`]): other memory is refused, and raw calls on it run
-    /// FIFO plans.
+    /// registered range must be. Nothing is changed. (When ranks are
+    /// processes, peers reach only the ranks' heaps, so the facade runs
+    /// FIFO plans on registered memory anyway.)
     pub fn check_external(&self, rank: u32, ptr: u64, bytes: usize) -> Result<()> {
         let dev = self.dev(rank)?;
         dev.ctx.bind()?;
@@ -79,19 +78,6 @@ impl World {
                 "register {bytes} bytes at {ptr:#x} on rank {rank}: {why}"
             ))
         };
-        if let Some(sh) = &self.shared {
-            let heap = sh.heap.arena();
-            let end = ptr.checked_add(bytes as u64);
-            if ptr < heap.ptr || end.is_none_or(|e| e > heap.ptr + heap.bytes as u64) {
-                return Err(bad(
-                    "ranks are processes: peers reach only memory from the communicator's \
-                     alloc (its heap shared by IPC); raw calls on other memory run \
-                     unregistered (FIFO plans)"
-                        .into(),
-                ));
-            }
-            return Ok(());
-        }
         // SAFETY: DEVICE_ORDINAL is an int.
         let ordinal: i32 = match unsafe { attr(P::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, ptr) } {
             Ok(o) => o,

@@ -212,6 +212,12 @@ impl Backend for CudaBackend {
         true
     }
 
+    fn registered_external(&self) -> bool {
+        // Across processes a peer reaches only a rank's heap (`alloc`),
+        // not memory the caller allocated and registered.
+        self.procs.is_none()
+    }
+
     fn chunk_bytes(&self) -> usize {
         self.world.slot_bytes()
     }

@@ -226,6 +226,13 @@ pub trait Backend: Send + Sync + Debug {
     /// (remote get/put) steps may be used on it.
     fn registered_alloc(&self) -> bool;
 
+    /// Whether memory registered with [`Backend::check_external`] may run
+    /// direct plans (every rank reaches it). Not for CUDA ranks as
+    /// processes: peers map only each rank's `alloc` heap.
+    fn registered_external(&self) -> bool {
+        true
+    }
+
     /// Whether memory from [`Backend::alloc`] is host memory of this
     /// process that Rust code may read and write directly (zero-copy
     /// views of a `Buffer`). Only a backend that knows it says yes.
