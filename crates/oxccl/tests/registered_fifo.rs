@@ -13,7 +13,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use oxccl::backend::{self, Backend, BackendOptions, Launch, PlanHandle, RawBuf, Timer};
+use oxccl::backend::{self, Backend, BackendOptions, Launch, PreparedPlan, RawBuf, Timer};
 use oxccl::core::Plan;
 use oxccl::{Algo, BackendKind, CollKind, Config, DataType, Error, Proto, RedOp};
 
@@ -44,12 +44,7 @@ impl Backend for HostAsGpu {
     fn protocols(&self) -> &'static [Proto] {
         &[Proto::Simple, Proto::LL]
     }
-    fn prepare_plan(
-        &self,
-        plan: &Plan,
-        elem_size: usize,
-        proto: Proto,
-    ) -> Result<Option<PlanHandle>, Error> {
+    fn prepare_plan(&self, plan: &Plan, elem_size: usize, proto: Proto) -> PreparedPlan {
         self.0.prepare_plan(plan, elem_size, proto)
     }
     unsafe fn execute(&self, launch: &Launch<'_>) -> Result<(), Error> {

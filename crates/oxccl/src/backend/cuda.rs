@@ -13,7 +13,8 @@ use oxccl_cuda::layout::MAX_BUFS;
 use oxccl_cuda::{CudaError, Prepared, World, WorldConfig};
 
 use super::{
-    Backend, BackendKind, BackendOptions, Completion, Launch, PlanHandle, RawBuf, RawStream, Timer,
+    Backend, BackendKind, BackendOptions, Completion, Launch, PreparedPlan, RawBuf, RawStream,
+    Timer,
 };
 use crate::error::Error;
 
@@ -146,7 +147,7 @@ pub(crate) fn map_error(e: CudaError) -> Error {
     }
 }
 
-/// Every rank's upload of one plan, by rank (a [`PlanHandle`]); ranks of
+/// Every rank's upload of one plan, by rank (a [`super::PlanHandle`]); ranks of
 /// other processes have none.
 #[derive(Debug)]
 struct Uploads(Vec<Option<Arc<Prepared>>>);
@@ -230,12 +231,7 @@ impl Backend for CudaBackend {
         &[oxccl_core::Proto::Simple, oxccl_core::Proto::LL]
     }
 
-    fn prepare_plan(
-        &self,
-        plan: &Plan,
-        elem_size: usize,
-        proto: Proto,
-    ) -> Result<Option<PlanHandle>, Error> {
+    fn prepare_plan(&self, plan: &Plan, elem_size: usize, proto: Proto) -> PreparedPlan {
         // Every rank's upload (blob, connections, semaphores, scratch) now,
         // so no launch of this plan allocates or copies synchronously.
         let mine = |r: u32| self.procs.as_ref().is_none_or(|p| p.me == r);

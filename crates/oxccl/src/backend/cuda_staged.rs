@@ -23,14 +23,14 @@
 use std::sync::Arc;
 
 use oxccl_core::plan::BufRole;
-use oxccl_core::Proto;
+use oxccl_core::{Plan, Proto};
 use oxccl_cuda::ipc::Pinned;
 use oxccl_cuda::{World, WorldConfig};
 use parking_lot::Mutex;
 
 use super::cuda::map_error;
 use super::host::HostTimer;
-use super::{Backend, BackendKind, BackendOptions, Launch, PlanHandle, RawBuf, Timer};
+use super::{Backend, BackendKind, BackendOptions, Launch, PreparedPlan, RawBuf, Timer};
 use crate::error::Error;
 
 /// This process's rank as the world's only rank.
@@ -178,12 +178,7 @@ impl Backend for CudaStaged {
         self.host.protocols()
     }
 
-    fn prepare_plan(
-        &self,
-        plan: &oxccl_core::Plan,
-        elem_size: usize,
-        proto: Proto,
-    ) -> Result<Option<PlanHandle>, Error> {
+    fn prepare_plan(&self, plan: &Plan, elem_size: usize, proto: Proto) -> PreparedPlan {
         self.host.prepare_plan(plan, elem_size, proto)
     }
 

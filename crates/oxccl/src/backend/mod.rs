@@ -153,6 +153,10 @@ pub struct Launch<'a> {
 /// once by [`Backend::prepare_plan`] and handed back on every launch.
 pub type PlanHandle = std::sync::Arc<dyn std::any::Any + Send + Sync>;
 
+/// What [`Backend::prepare_plan`] returns: the plan's handle, `None` when
+/// the backend keeps nothing for it.
+pub type PreparedPlan = Result<Option<PlanHandle>, Error>;
+
 /// What a backend is told when a clique is created.
 #[derive(Clone, Debug)]
 pub struct BackendOptions {
@@ -260,12 +264,7 @@ pub trait Backend: Send + Sync + Debug {
     /// once per plan, when it is first used, so launches only enqueue.
     /// The facade calls it from one rank's thread, before any rank launches
     /// the plan. The default keeps nothing.
-    fn prepare_plan(
-        &self,
-        plan: &Plan,
-        elem_size: usize,
-        proto: Proto,
-    ) -> Result<Option<PlanHandle>, Error> {
+    fn prepare_plan(&self, plan: &Plan, elem_size: usize, proto: Proto) -> PreparedPlan {
         let _ = (plan, elem_size, proto);
         Ok(None)
     }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use oxccl_core::{Plan, Proto};
 
-use super::{Backend, BackendKind, Launch, PlanHandle, RawBuf, Timer};
+use super::{Backend, BackendKind, Launch, PreparedPlan, RawBuf, Timer};
 use crate::error::Error;
 
 /// The null backend. `max_channels` and `chunk_bytes` are what it reports.
@@ -63,7 +63,7 @@ impl Backend for NullBackend {
     fn protocols(&self) -> &'static [Proto] {
         &[Proto::Simple, Proto::LL]
     }
-    fn prepare_plan(&self, plan: &Plan, _: usize, _: Proto) -> Result<Option<PlanHandle>, Error> {
+    fn prepare_plan(&self, plan: &Plan, _: usize, _: Proto) -> PreparedPlan {
         // As a device refuses a plan with more blocks than fit at once.
         if let Some(rp) = plan
             .ranks
