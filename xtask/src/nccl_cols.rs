@@ -406,6 +406,7 @@ mod tests {
             algbw_gbps: busbw,
             busbw_gbps: busbw,
             in_place: false,
+            memory: "alloc".into(),
             wrong: 0,
             floor_ratio: None,
             nccl,

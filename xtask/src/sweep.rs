@@ -57,7 +57,9 @@ use oxccl::{BackendKind, Buffer, CollKind, Communicator, Config, DataType, Eleme
 use serde::Serialize;
 
 mod check;
+mod external;
 mod pick;
+pub use external::Memory;
 mod procs;
 pub(crate) use procs::Meet;
 pub(crate) mod plot;
@@ -136,6 +138,14 @@ pub struct SweepArgs {
     /// data type), with the worst ratio last.
     #[arg(long)]
     pick: bool,
+    /// Memory the calls run on, a comma list: `alloc` (`comm.alloc`
+    /// buffers, the typed entry points on the rank's stream) or `external`
+    /// (CUDA memory the caller allocates with cudarc, `cuMemAllocAsync`,
+    /// registered, through the raw entry points on a caller's stream).
+    /// With both, every row runs on each, same run, the row's last column
+    /// names it, and the worst external/alloc time ratio ends the table.
+    #[arg(long, value_delimiter = ',', default_value = "alloc")]
+    memory: Vec<Memory>,
 }
 
 /// One measured configuration, as the JSON report holds it.
@@ -155,6 +165,8 @@ pub struct Row {
     pub algbw_gbps: f64,
     pub busbw_gbps: f64,
     pub in_place: bool,
+    /// `alloc` or `external` (see `--memory`).
+    pub memory: String,
     pub wrong: u64,
     /// Floor time / measured time (with `--baseline`).
     pub floor_ratio: Option<f64>,
@@ -313,65 +325,74 @@ pub fn run(a: SweepArgs) -> anyhow::Result<()> {
             };
             let root = if kind.has_root() { a.root } else { 0 };
             let coll = Collective::new(kind, count, root);
-            let mut pair = Vec::new();
-            for in_place in [false, true] {
-                if kind == CollKind::SendRecv && in_place {
-                    continue;
-                }
-                let m = with_dtype!(dt, T => {
-                    let most = largest_elems(&colls, &sizes, dt.size(), n);
-                    let pool = pools.get::<T>(&comms, most)?;
-                    let case = Case { coll: &coll, op, in_place, a: &a, nccl: &nccl };
-                    measure::<T>(&comms, pool, case)
-                })?;
-                let time = m.time.as_secs_f64().max(1e-9);
-                let bytes = coll.bytes(n, dt.size());
-                let algbw = bytes as f64 / time / 1e9;
-                // Send/Recv groups do not go through the selector; the last
-                // choice would be an earlier collective's.
-                let choice = comms[0]
-                    .last_choice()
-                    .filter(|_| kind != CollKind::SendRecv);
-                pair.push(Row {
-                    coll: kind.name().into(),
-                    dtype: dt.name().into(),
-                    op: op.name().into(),
-                    bytes,
-                    count,
-                    algo: choice.map_or("p2p".into(), |c| c.algo.name().into()),
-                    proto: choice.map_or("simple".into(), |c| c.proto.name().into()),
-                    channels: choice.map_or(0, |c| c.channels),
-                    predicted_us: choice.and_then(|c| c.predicted_us),
-                    time_us: time * 1e6,
-                    algbw_gbps: algbw,
-                    busbw_gbps: algbw * kind.busbw_factor(n),
-                    in_place,
-                    wrong: m.wrong,
-                    floor_ratio: copy_gbps.map(|c| {
-                        if over_net {
-                            return algbw * kind.busbw_factor(n) / c;
-                        }
-                        let fb = floor_bytes(kind, n, mem_ranks, bytes as f64, in_place);
-                        // C counts read + write: twice the copy ceiling.
-                        fb / (2.0 * c * 1e9) / time
-                    }),
-                    nccl: nccl.cols(
-                        &m.nccl,
+            for &memory in &a.memory {
+                let mut pair = Vec::new();
+                for in_place in [false, true] {
+                    if kind == CollKind::SendRecv && in_place {
+                        continue;
+                    }
+                    let m = with_dtype!(dt, T => {
+                        let most = largest_elems(&colls, &sizes, dt.size(), n);
+                        let pool = pools.get_for::<T>(&comms, most, memory)?;
+                        let case = Case { coll: &coll, op, in_place, a: &a, nccl: &nccl };
+                        measure::<T>(&comms, pool, case)
+                    })?;
+                    let time = m.time.as_secs_f64().max(1e-9);
+                    let bytes = coll.bytes(n, dt.size());
+                    let algbw = bytes as f64 / time / 1e9;
+                    // Send/Recv groups do not go through the selector; the last
+                    // choice would be an earlier collective's.
+                    let choice = comms[0]
+                        .last_choice()
+                        .filter(|_| kind != CollKind::SendRecv);
+                    pair.push(Row {
+                        coll: kind.name().into(),
+                        dtype: dt.name().into(),
+                        op: op.name().into(),
                         bytes,
-                        kind.busbw_factor(n),
-                        algbw * kind.busbw_factor(n),
-                    ),
-                });
-                if let Some(first) = m.first_wrong {
-                    bar.suspend(|| {
-                        eprintln!("# WRONG {kind} {dt} {op} {size}B in_place={in_place}: {first}")
+                        count,
+                        algo: choice.map_or("p2p".into(), |c| c.algo.name().into()),
+                        proto: choice.map_or("simple".into(), |c| c.proto.name().into()),
+                        channels: choice.map_or(0, |c| c.channels),
+                        predicted_us: choice.and_then(|c| c.predicted_us),
+                        time_us: time * 1e6,
+                        algbw_gbps: algbw,
+                        busbw_gbps: algbw * kind.busbw_factor(n),
+                        in_place,
+                        memory: memory.name().into(),
+                        wrong: m.wrong,
+                        floor_ratio: copy_gbps.map(|c| {
+                            if over_net {
+                                return algbw * kind.busbw_factor(n) / c;
+                            }
+                            let fb = floor_bytes(kind, n, mem_ranks, bytes as f64, in_place);
+                            // C counts read + write: twice the copy ceiling.
+                            fb / (2.0 * c * 1e9) / time
+                        }),
+                        nccl: nccl.cols(
+                            &m.nccl,
+                            bytes,
+                            kind.busbw_factor(n),
+                            algbw * kind.busbw_factor(n),
+                        ),
                     });
+                    if let Some(first) = m.first_wrong {
+                        bar.suspend(|| {
+                        eprintln!(
+                            "# WRONG {kind} {dt} {op} {size}B in_place={in_place} memory={}: {first}",
+                            memory.name()
+                        )
+                    });
+                    }
                 }
+                let mut line = format_row(&coll, dt, op, kind.is_reduction(), &pair, copy_gbps)
+                    + &nccl.format(&pair);
+                if a.memory != [Memory::Alloc] {
+                    line += &format!("  {:>8}", memory.name());
+                }
+                bar.suspend(|| writeln!(out, "{line}"))?;
+                rows.extend(pair);
             }
-            let line = format_row(&coll, dt, op, kind.is_reduction(), &pair, copy_gbps)
-                + &nccl.format(&pair);
-            bar.suspend(|| writeln!(out, "{line}"))?;
-            rows.extend(pair);
         }
     }
     bar.finish_and_clear();
@@ -383,6 +404,10 @@ pub fn run(a: SweepArgs) -> anyhow::Result<()> {
         if wrong == 0 { "OK" } else { "FAILED" }
     )?;
     writeln!(out, "# Avg bus bandwidth    : {avg_bus:.4} ")?;
+    if let Some(w) = external::worst_ratio(&rows) {
+        writeln!(out, "# external / alloc time, worst row: {w}")?;
+    }
+    pools.release(&comms)?;
     if let Some(path) = a.json.as_ref().filter(|_| lead) {
         let rep = Report {
             machine,
@@ -447,12 +472,63 @@ fn largest_elems(colls: &[CollKind], sizes: &[usize], es: usize, n: u32) -> usiz
 /// Per data type, every rank's two buffers (main and out-of-place output),
 /// allocated once at the sweep's largest size plus the check's guard.
 #[derive(Default)]
-struct Pools(std::collections::HashMap<DataType, Box<dyn std::any::Any>>);
+struct Pools(
+    std::collections::HashMap<DataType, Box<dyn std::any::Any>>,
+    /// The mirrors' registrations, by communicator index: ended before
+    /// their memory is dropped.
+    Vec<(usize, oxccl::Registration)>,
+);
 
-/// One data type's buffers, by rank: `(main, other)`.
-type Pool<T> = Vec<Option<(Buffer<T>, Buffer<T>)>>;
+/// One rank's sweep buffers: the call's input (and in place its output)
+/// lies in `main`, an out-of-place output in `other`; with `--memory
+/// external` the calls run on `mirror`'s copies of both instead.
+pub(crate) struct RankBufs<T: Element> {
+    main: Buffer<T>,
+    other: Buffer<T>,
+    mirror: Option<external::Mirror>,
+    /// Whether this row's calls run on `mirror`.
+    external: bool,
+}
+
+/// One data type's buffers, by rank.
+type Pool<T> = Vec<Option<RankBufs<T>>>;
 
 impl Pools {
+    /// [`Pools::get`] for calls on `memory`: external memory mirrors the
+    /// buffers (allocated and registered on first use).
+    fn get_for<T: Element>(
+        &mut self,
+        comms: &[Communicator],
+        elems: usize,
+        memory: Memory,
+    ) -> anyhow::Result<&mut Pool<T>> {
+        let pool = self.get::<T>(comms, elems)?;
+        let external = memory == Memory::External;
+        let mut regs = Vec::new();
+        for (i, (c, slot)) in comms.iter().zip(pool.iter_mut()).enumerate() {
+            let b = slot.as_mut().context("sweep buffers missing")?;
+            if external && b.mirror.is_none() {
+                let at = [b.main.full().addr(), b.other.full().addr()];
+                let bytes = b.main.len() * T::DTYPE.size();
+                let (m, r) = external::Mirror::new(c, at, bytes)?;
+                b.mirror = Some(m);
+                regs.extend(r.into_iter().map(|r| (i, r)));
+            }
+            b.external = external;
+        }
+        self.1.extend(regs);
+        self.get::<T>(comms, elems)
+    }
+
+    /// Ends every mirror's registrations (their calls are complete: each
+    /// row synchronizes).
+    fn release(&mut self, comms: &[Communicator]) -> anyhow::Result<()> {
+        for (i, r) in self.1.drain(..) {
+            comms[i].deregister(r)?;
+        }
+        Ok(())
+    }
+
     fn get<T: Element>(
         &mut self,
         comms: &[Communicator],
@@ -460,13 +536,19 @@ impl Pools {
     ) -> anyhow::Result<&mut Pool<T>> {
         if !self.0.contains_key(&T::DTYPE) {
             // Drop other types' buffers first: only one type runs at a time.
+            self.release(comms)?;
             self.0.clear();
             let pool: Pool<T> = comms
                 .iter()
                 .map(|c| {
                     // Room for the check's guard past the largest output.
                     let len = elems + check::GUARD;
-                    Ok(Some((c.alloc::<T>(len)?, c.alloc::<T>(len)?)))
+                    Ok(Some(RankBufs {
+                        main: c.alloc::<T>(len)?,
+                        other: c.alloc::<T>(len)?,
+                        mirror: None,
+                        external: false,
+                    }))
                 })
                 .collect::<oxccl::Result<_>>()?;
             self.0.insert(T::DTYPE, Box::new(pool));
@@ -649,7 +731,7 @@ fn measure_with<T: Element>(
     let n = comms.len() as u32;
     let barrier = Barrier::new(comms.len());
     let nrow = nccl.row::<T>(coll, op, n, a.warmup, a.iters, a.check != 0);
-    type RankOut<T> = (anyhow::Result<RankDone<T>>, Vec<T>, (Buffer<T>, Buffer<T>));
+    type RankOut<T> = (anyhow::Result<RankDone<T>>, Vec<T>, RankBufs<T>);
     let results: Vec<anyhow::Result<RankOut<T>>> = std::thread::scope(|s| {
         let hs: Vec<_> = comms
             .iter()
@@ -810,7 +892,7 @@ struct RankDone<T> {
 #[allow(clippy::too_many_arguments)] // reason: one rank's view of `measure`'s arguments; a struct would only rename them
 fn rank_run<T: Element>(
     c: &Communicator,
-    (main, other): &(Buffer<T>, Buffer<T>),
+    bufs: &RankBufs<T>,
     case: Case<'_>,
     input: &[T],
     barrier: &dyn Meet,
@@ -825,7 +907,10 @@ fn rank_run<T: Element>(
     } else {
         (0, 0)
     };
+    let (main, other) = (&bufs.main, &bufs.other);
+    let mirror = bufs.mirror.as_ref().filter(|_| bufs.external);
     let view = check::RankView {
+        mirror,
         send: main.slice(in_off..in_off + ilen),
         recv: if in_place {
             main.slice(out_off..out_off + olen)
@@ -855,6 +940,9 @@ fn rank_run<T: Element>(
     let mut timer = None;
     phase(&mut ok, &mut || {
         send.copy_from_slice(input)?;
+        if let Some(m) = mirror {
+            m.push(c)?;
+        }
         timer = Some(c.timer()?);
         Ok(())
     });
@@ -863,7 +951,8 @@ fn rank_run<T: Element>(
         for _ in 0..a.warmup {
             call()?;
         }
-        c.synchronize()
+        c.synchronize()?;
+        mirror.map_or(Ok(()), |m| m.synchronize())
     });
     barrier.meet();
     let mut t = Duration::ZERO;
@@ -899,11 +988,17 @@ fn rank_run<T: Element>(
         // output, then run once more.
         let watched = check::watched(&view, in_place);
         let before = check::prepared(&view, input, in_place);
-        phase(&mut ok, &mut || check::prepare(&view, input, in_place));
+        phase(&mut ok, &mut || {
+            check::prepare(&view, input, in_place)?;
+            mirror.map_or(Ok(()), |m| m.push(c))
+        });
         barrier.meet();
         phase(&mut ok, &mut || {
             call()?;
             c.synchronize()?;
+            if let Some(m) = mirror {
+                m.pull()?;
+            }
             out = recv.to_vec()?;
             let after = check::snapshot(&watched)?;
             outside = check::changed(c.rank(), &watched, &before, &after);

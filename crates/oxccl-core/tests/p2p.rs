@@ -1,17 +1,32 @@
 //! Send/Recv groups: random sets of point-to-point operations.
 
-use oxccl_core::gen::p2p::{self, P2pOp};
+use oxccl_core::gen::p2p::{self, P2pOp, Path};
 use oxccl_core::interp::{self, InterpOptions, RankMem};
 use oxccl_core::plan::{BufId, BufRole};
 use oxccl_core::Plan;
 use oxccl_core::{CoreError, DataType, RedOp};
 use proptest::prelude::*;
 
-/// `(from, to, count)` messages, in the order ranks list them.
+/// `(from, to, count)` messages, in the order ranks list them, all
+/// through FIFOs.
 fn run(
     n: u32,
     msgs: &[(u32, u32, usize)],
     recv_first: u64,
+    chunk: usize,
+    channels: u32,
+    seed: u64,
+) {
+    run_paths(n, msgs, recv_first, 0, chunk, channels, seed);
+}
+
+/// [`run`] with message i direct (read from the sender's buffer) where
+/// bit i of `direct` is set.
+fn run_paths(
+    n: u32,
+    msgs: &[(u32, u32, usize)],
+    recv_first: u64,
+    direct: u64,
     chunk: usize,
     channels: u32,
     seed: u64,
@@ -44,14 +59,30 @@ fn run(
             }
         }
     }
-    let plan = p2p::plan(n, &ops, chunk, channels).unwrap();
+    // The k-th message from a to b is the k-th of msgs with that pair.
+    let paths = p2p::paths(&ops, |a, b, k, _| {
+        let i = msgs
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| (m.0, m.1) == (a, b))
+            .nth(k)
+            .map(|(i, _)| i);
+        i.is_some_and(|i| i < 64 && (direct >> i) & 1 == 1)
+    });
+    let plan = p2p::plan_with_paths(n, &ops, &paths, chunk, channels).unwrap();
+    if direct == 0 {
+        assert_eq!(plan, p2p::plan(n, &ops, chunk, channels).unwrap());
+    }
     // Each rank's part built alone (as a communicator builds it, seeing
-    // only its own list) must make a plan that checks and moves the same
-    // data: an independent test of `rank_plan`, not a comparison of the
-    // two builders' shared code.
+    // only its own list and paths) must make a plan that checks and moves
+    // the same data: an independent test of `rank_plan`, not a comparison
+    // of the two builders' shared code.
     let alone = Plan {
         ranks: (0..n)
-            .map(|r| p2p::rank_plan(n, r, &ops[r as usize], chunk, channels).unwrap())
+            .map(|r| {
+                let i = r as usize;
+                p2p::rank_plan_with_paths(n, r, &ops[i], &paths[i], chunk, channels).unwrap()
+            })
             .collect(),
         ..plan.clone()
     };
@@ -107,6 +138,86 @@ proptest! {
     ) {
         let msgs: Vec<_> = raw.into_iter().map(|(a, b, c)| (a % n, b % n, c)).collect();
         run(n, &msgs, recv_first, chunk, channels, seed);
+    }
+
+    /// Some messages direct (the receiver reads the sender's buffer), the
+    /// others through FIFOs, in one plan.
+    #[test]
+    fn random_groups_with_direct_messages(
+        n in 1u32..=8,
+        raw in prop::collection::vec((0u32..64, 0u32..64, 0usize..40), 0..12),
+        recv_first in any::<u64>(),
+        direct in any::<u64>(),
+        chunk in 1usize..16,
+        channels in 1u32..4,
+        seed in any::<u64>(),
+    ) {
+        let msgs: Vec<_> = raw.into_iter().map(|(a, b, c)| (a % n, b % n, c)).collect();
+        run_paths(n, &msgs, recv_first, direct, chunk, channels, seed);
+    }
+}
+
+#[test]
+fn ring_exchange_direct_both_orders_and_both_ways() {
+    // The sweep's ring exchange read straight from the senders' buffers;
+    // then every pair exchanging both ways, direct, on one semaphore pair.
+    let n = 5;
+    let ring: Vec<_> = (0..n).map(|r| (r, (r + 1) % n, 100)).collect();
+    run_paths(n, &ring, u64::MAX, u64::MAX, 7, 3, 3);
+    run_paths(n, &ring, 0, u64::MAX, 7, 3, 4);
+    let both: Vec<_> = (0..n)
+        .flat_map(|a| (0..n).map(move |b| (a, b, 30)))
+        .chain((0..n).map(|r| (r, (r + 2) % n, 45)))
+        .collect();
+    run_paths(n, &both, 0x5a5a, 0b1011_0110_1101_1011_0111, 8, 2, 5);
+}
+
+#[test]
+fn a_direct_plan_reads_the_senders_buffer_and_waits_for_the_reader() {
+    // Two ranks, 0 sends 12 elements to 1 directly over 2 channels of
+    // pieces of 4: rank 1 reads rank 0's buffer 0 (no FIFO step), and
+    // rank 0 signals before and waits after on each channel it uses.
+    use oxccl_core::plan::{Src, Step};
+    let ops = vec![
+        vec![P2pOp::Send { peer: 1, count: 12 }],
+        vec![P2pOp::Recv { peer: 0, count: 12 }],
+    ];
+    let paths = p2p::paths(&ops, |_, _, _, _| true);
+    assert_eq!(paths[1], vec![Path::Direct(BufId(0))]);
+    let plan = p2p::plan_with_paths(2, &ops, &paths, 4, 2).unwrap();
+    for ch in &plan.ranks[0].channels {
+        assert_eq!(
+            ch.steps,
+            vec![Step::Signal { peer: 1 }, Step::Wait { peer: 1 }]
+        );
+    }
+    for ch in &plan.ranks[1].channels {
+        let reads = ch
+            .steps
+            .iter()
+            .filter(
+                |s| matches!(s, Step::Xfer(x) if matches!(x.srcs[0], Src::Remote { peer: 0, .. })),
+            )
+            .count();
+        assert_eq!(reads, 2, "{:?}", ch.steps);
+        assert!(matches!(ch.steps.first(), Some(Step::Wait { peer: 0 })));
+        assert!(matches!(ch.steps.last(), Some(Step::Signal { peer: 0 })));
+    }
+    // A rank's paths must cover its list.
+    assert!(p2p::rank_plan_with_paths(2, 1, &ops[1], &[], 4, 2).is_err());
+    // The checker refuses the plan without the reader's wait (it would
+    // read before the sender handed its buffer over) and without the
+    // sender's wait (it would hand the buffer back while it is read).
+    oxccl_core::interp::check(&plan).unwrap();
+    for (rank, wait_at) in [(1usize, 0usize), (0, 1)] {
+        let mut bad = plan.clone();
+        let steps = &mut bad.ranks[rank].channels[0].steps;
+        assert!(matches!(steps[wait_at], Step::Wait { .. }));
+        steps.remove(wait_at);
+        assert!(
+            oxccl_core::interp::check(&bad).is_err(),
+            "rank {rank} without its wait passed the check"
+        );
     }
 }
 

@@ -18,11 +18,12 @@
 
 use std::collections::BTreeMap;
 
-use oxccl_core::gen::p2p::{self, P2pOp};
+use oxccl_core::gen::p2p::{self, P2pOp, Path};
+use oxccl_core::plan::BufId;
 use oxccl_core::{CollKind, DataType, Element, Plan, Proto, RedOp};
 
 use crate::backend::{RawBuf, RawStream};
-use crate::buffer::{Arg, In, Out};
+use crate::buffer::{Arg, In, Out, Space};
 use crate::comm::{Communicator, PlanRef, Prepared};
 use crate::error::{Error, Result};
 use crate::select::Choice;
@@ -40,6 +41,8 @@ pub(crate) enum Pending {
     P2p {
         op: P2pOp,
         raw: RawBuf,
+        /// Backend or registered memory: peers may address it.
+        registered: bool,
     },
 }
 
@@ -140,7 +143,19 @@ impl<'a> Group<'a> {
     ) -> Result<()> {
         comm.check_usable()?;
         validate::p2p(what, arg, peer, &comm.owner())?;
-        self.push(comm, dtype, Pending::P2p { op, raw: arg.raw });
+        let registered = matches!(
+            arg.space,
+            Space::Backend { .. } | Space::External { registered: true }
+        );
+        self.push(
+            comm,
+            dtype,
+            Pending::P2p {
+                op,
+                raw: arg.raw,
+                registered,
+            },
+        );
         Ok(())
     }
 
@@ -254,9 +269,7 @@ impl<'a> Group<'a> {
         let jobs = comms
             .iter()
             .zip(agreed)
-            .map(|((comm, entries), registered)| {
-                Ok((*comm, build_jobs(comm, entries, registered)?))
-            })
+            .map(|((comm, entries), agreed)| Ok((*comm, build_jobs(comm, entries, &agreed)?)))
             .collect::<Result<Vec<_>>>()?;
         // A launch that waits for the other ranks of its GPU (CUDA past the
         // hardware queues) needs them on threads of their own, as a
@@ -307,8 +320,9 @@ fn run_jobs(comm: &Communicator, jobs: &[Job], stream: Option<RawStream>) -> Res
 
 /// Operations of one data type and one reduction op share a launch
 /// (Send/Recv joins any launch of its data type): key `(dtype code, op)`,
-/// value the entries and their op.
-type Launches<'e, 'a> = BTreeMap<(u8, String), (Vec<&'e Entry<'a>>, Option<RedOp>)>;
+/// value the entries (each with its direct buffer id, see
+/// `check::Agreed::direct`) and their op.
+type Launches<'e, 'a> = BTreeMap<(u8, String), (Vec<(&'e Entry<'a>, Option<u16>)>, Option<RedOp>)>;
 
 fn op_key(op: RedOp) -> String {
     match op {
@@ -318,12 +332,16 @@ fn op_key(op: RedOp) -> String {
 }
 
 /// Builds one communicator's launches, in a deterministic order every rank
-/// reproduces.
-/// `registered`: whether every rank agreed its buffers are backend memory.
-fn build_jobs(comm: &Communicator, entries: &[&Entry<'_>], registered: bool) -> Result<Vec<Job>> {
+/// reproduces, from what its ranks agreed.
+fn build_jobs(
+    comm: &Communicator,
+    entries: &[&Entry<'_>],
+    agreed: &check::Agreed,
+) -> Result<Vec<Job>> {
     comm.check_usable()?;
+    let registered = agreed.registered;
     let mut by_key: Launches<'_, '_> = BTreeMap::new();
-    for e in entries {
+    for (e, &direct) in entries.iter().zip(&agreed.direct) {
         let (dt, op) = match &e.pending {
             Pending::Coll { op, .. } => (e.dtype, Some(*op)),
             Pending::P2p { .. } => (e.dtype, None),
@@ -340,7 +358,7 @@ fn build_jobs(comm: &Communicator, entries: &[&Entry<'_>], registered: bool) -> 
             (key.0 as u8, key.1)
         };
         let v = by_key.entry(slot).or_insert_with(|| (Vec::new(), None));
-        v.0.push(e);
+        v.0.push((e, direct));
         if op.is_some() {
             v.1 = op;
         }
@@ -355,17 +373,18 @@ fn build_jobs(comm: &Communicator, entries: &[&Entry<'_>], registered: bool) -> 
 /// Merges one launch's operations into a single rank plan.
 fn build_job(
     comm: &Communicator,
-    list: &[&Entry<'_>],
+    list: &[(&Entry<'_>, Option<u16>)],
     op: RedOp,
     registered: bool,
 ) -> Result<Option<Job>> {
-    let dtype = list[0].dtype;
+    let dtype = list[0].0.dtype;
     let es = dtype.size();
     let mut parts: Vec<Prepared> = Vec::new();
     let mut proto = None::<Proto>;
     let mut p2p_ops = Vec::new();
     let mut p2p_bufs = Vec::new();
-    for e in list {
+    let mut p2p_paths = Vec::new();
+    for &(e, direct) in list {
         match &e.pending {
             Pending::Coll { checked, .. } if checked.coll.count == 0 => {}
             Pending::Coll { checked, .. } => {
@@ -375,19 +394,20 @@ fn build_job(
                 proto.get_or_insert(choice.proto);
                 parts.push(prep);
             }
-            Pending::P2p { op, raw } => {
+            Pending::P2p { op, raw, .. } => {
                 let count = match op {
                     P2pOp::Send { count, .. } | P2pOp::Recv { count, .. } => *count,
                 };
                 if count > 0 {
                     p2p_ops.push(*op);
                     p2p_bufs.push(*raw);
+                    p2p_paths.push(direct.map_or(Path::Fifo, |id| Path::Direct(BufId(id))));
                 }
             }
         }
     }
     if !p2p_ops.is_empty() {
-        parts.push(p2p_part(comm, &p2p_ops, p2p_bufs, es)?);
+        parts.push(p2p_part(comm, &p2p_ops, &p2p_paths, p2p_bufs, es)?);
     }
     if parts.is_empty() {
         return Ok(None);
@@ -410,9 +430,66 @@ fn build_job(
 /// backend holds): 16 is every channel 8 ranks get on an H200 (132 SMs).
 const P2P_CHANNELS: u32 = 16;
 
-/// The Send/Recv part of this rank, from its own operations alone
-/// (`gen::p2p::rank_plan`; matching the peers' lists is their contract).
-fn p2p_part(comm: &Communicator, ops: &[P2pOp], bufs: Vec<RawBuf>, es: usize) -> Result<Prepared> {
+/// Sends at least this large go direct (the receiver reads the sender's
+/// buffer) where both may: below it a message is a few FIFO pieces, whose
+/// handshakes cost what the direct plan's do, and the FIFO plan's timing
+/// is the measured one.
+pub(crate) const P2P_DIRECT_MIN_BYTES: usize = 256 << 10;
+
+/// Per entry, a send's buffer id in this rank's Send/Recv plan where its
+/// receiver is to read it directly (`p2p::Path::Direct`), decided from
+/// what this rank alone knows; the receiver learns it through the call
+/// check (without the check nothing goes direct). A send goes direct when
+/// its buffer is backend or registered memory on a backend whose peers
+/// address such memory, it is at least [`P2P_DIRECT_MIN_BYTES`], goes to
+/// another rank, and its launch holds no collective (so the Send/Recv
+/// part's buffers are numbered from 0 there, as the id says: `merge`
+/// puts collectives first).
+pub(crate) fn direct_sends(comm: &Communicator, entries: &[&Entry<'_>]) -> Vec<Option<u16>> {
+    let able = comm.checking() && comm.clique().backend.registered_alloc();
+    let mut next: BTreeMap<u8, usize> = BTreeMap::new();
+    entries
+        .iter()
+        .map(|e| {
+            let Pending::P2p { op, registered, .. } = &e.pending else {
+                return None;
+            };
+            let (count, send_to) = match *op {
+                P2pOp::Send { peer, count } => (count, Some(peer)),
+                P2pOp::Recv { count, .. } => (count, None),
+            };
+            if count == 0 {
+                return None;
+            }
+            // The operation's index in its launch's Send/Recv part.
+            let slot = next.entry(e.dtype as u8).or_default();
+            let id = *slot;
+            *slot += 1;
+            let alone = !entries
+                .iter()
+                .any(|x| x.dtype == e.dtype && matches!(x.pending, Pending::Coll { .. }));
+            let peer = send_to?;
+            (able
+                && *registered
+                && alone
+                && peer != comm.rank()
+                && count.saturating_mul(e.dtype.size()) >= P2P_DIRECT_MIN_BYTES)
+                .then(|| u16::try_from(id).ok())
+                .flatten()
+        })
+        .collect()
+}
+
+/// The Send/Recv part of this rank, from its own operations alone and
+/// their agreed paths (`gen::p2p::rank_plan_with_paths`; matching the
+/// peers' lists is their contract).
+fn p2p_part(
+    comm: &Communicator,
+    ops: &[P2pOp],
+    paths: &[Path],
+    bufs: Vec<RawBuf>,
+    es: usize,
+) -> Result<Prepared> {
     let cl = comm.clique();
     let chunk = (crate::comm::fifo_bytes(&cl.config, cl.backend.chunk_bytes()) / es).max(1);
     // Every rank must use the same channel count whatever its own traffic,
@@ -425,13 +502,13 @@ fn p2p_part(comm: &Communicator, ops: &[P2pOp], bufs: Vec<RawBuf>, es: usize) ->
         .channels
         .unwrap_or(P2P_CHANNELS)
         .clamp(1, cl.backend.max_channels());
-    let plan =
-        p2p::rank_plan(comm.nranks(), comm.rank(), ops, chunk, channels).map_err(|e| match e {
-            oxccl_core::CoreError::InvalidRequest(m) => Error::InvalidUsage(format!(
-                "this rank's sends to itself and receives from itself do not match: {m}"
-            )),
-            other => other.into(),
-        })?;
+    let plan = p2p::rank_plan_with_paths(comm.nranks(), comm.rank(), ops, paths, chunk, channels)
+        .map_err(|e| match e {
+        oxccl_core::CoreError::InvalidRequest(m) => Error::InvalidUsage(format!(
+            "this rank's sends to itself and receives from itself do not match: {m}"
+        )),
+        other => other.into(),
+    })?;
     Ok(Prepared {
         plan: PlanRef::Own(plan),
         bufs,
@@ -469,5 +546,47 @@ fn merge(comm: &Communicator, parts: Vec<Prepared>) -> Prepared {
     Prepared {
         plan: PlanRef::Own(merged),
         bufs,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{BackendKind, Config};
+
+    /// Which sends go direct, and their ids in the Send/Recv part:
+    /// large sends of backend memory to another rank; not small ones,
+    /// host memory, sends to the rank itself, receives, sends in a launch
+    /// with a collective of their type, or anything without the check.
+    #[test]
+    fn direct_sends_are_large_backend_sends_in_launches_of_their_own() {
+        let decide = |check: bool| {
+            let cfg = Config {
+                backend: BackendKind::Host,
+                check_calls: check,
+                ..Config::default()
+            };
+            let comms = crate::init_all_with(2, cfg).unwrap();
+            let c = &comms[0];
+            let big = P2P_DIRECT_MIN_BYTES / 4;
+            let a = c.alloc::<f32>(big).unwrap();
+            let small = c.alloc::<f32>(big - 1).unwrap();
+            let b = c.alloc::<f64>(big).unwrap();
+            let host = vec![0f32; big];
+            let mut g = Group::new();
+            g.send(c, &a, 1).unwrap(); // f32 id 0: direct
+            g.recv(c, &a, 1).unwrap(); // f32 id 1: a receive
+            g.send(c, &small, 1).unwrap(); // f32 id 2: too small
+            g.send(c, &host, 1).unwrap(); // f32 id 3: host memory
+            g.send(c, &a, 0).unwrap(); // f32 id 4: to itself
+            g.send(c, &a, 1).unwrap(); // f32 id 5: direct
+            g.send(c, &b, 1).unwrap(); // f64: shares a launch with a collective
+            g.all_reduce(c, &b, &b, RedOp::Sum).unwrap();
+            let entries: Vec<&Entry<'_>> = g.entries.iter().collect();
+            direct_sends(c, &entries)
+        };
+        let n = None;
+        assert_eq!(decide(true), vec![Some(0), n, n, n, n, Some(5), n, n]);
+        assert_eq!(decide(false), vec![n; 8]);
     }
 }

@@ -34,6 +34,70 @@ fn ring_exchange() {
     });
 }
 
+/// Send/Recv on `comm.alloc` memory: messages of 256 KiB and more are
+/// read directly from the sender's buffer, smaller ones and those whose
+/// send buffer is the caller's host memory go through FIFOs, all in one
+/// group: a ring both ways (one direct message each way on every pair of
+/// neighbours, plus a small one), and a large message to the next rank
+/// from a plain host slice on odd ranks.
+#[test]
+fn direct_send_recv_on_alloc_memory() {
+    let comms = host(5);
+    each_rank(&comms, |c| {
+        let (r, n) = (c.rank(), c.nranks());
+        let (next, prev) = ((r + 1) % n, (r + n - 1) % n);
+        let big = 300_000usize;
+        let val =
+            |from: u32, tag: u32, i: usize| from * 1_000_000 + tag * 100_000 + i as u32 % 99_991;
+        let fwd = c.alloc::<u32>(big).unwrap();
+        let back = c.alloc::<u32>(big).unwrap();
+        let small = c.alloc::<u32>(100).unwrap();
+        fwd.copy_from_slice(&(0..big).map(|i| val(r, 1, i)).collect::<Vec<_>>())
+            .unwrap();
+        back.copy_from_slice(&(0..big).map(|i| val(r, 2, i)).collect::<Vec<_>>())
+            .unwrap();
+        small
+            .copy_from_slice(&(0..100).map(|i| val(r, 3, i)).collect::<Vec<_>>())
+            .unwrap();
+        let host_src: Vec<u32> = (0..big).map(|i| val(r, 4, i)).collect();
+        let got_fwd = c.alloc::<u32>(big).unwrap();
+        let got_back = c.alloc::<u32>(big).unwrap();
+        let got_small = c.alloc::<u32>(100).unwrap();
+        let mut got_host = vec![0u32; big];
+        oxccl::group(|g| {
+            g.recv(c, &got_back, next)?;
+            g.send(c, &fwd, next)?;
+            g.send(c, &small, next)?;
+            g.send(c, &back, prev)?;
+            g.recv(c, &got_fwd, prev)?;
+            g.recv(c, &got_small, prev)?;
+            if r % 2 == 1 && next != 0 {
+                g.send(c, &host_src, next)?;
+            }
+            if prev % 2 == 1 && r != 0 {
+                g.recv(c, &mut got_host, prev)?;
+            }
+            Ok(())
+        })
+        .unwrap();
+        let want = |from, tag, len| (0..len).map(|i| val(from, tag, i)).collect::<Vec<_>>();
+        assert_eq!(
+            got_fwd.to_vec().unwrap(),
+            want(prev, 1, big),
+            "rank {r} from {prev}"
+        );
+        assert_eq!(
+            got_back.to_vec().unwrap(),
+            want(next, 2, big),
+            "rank {r} from {next}"
+        );
+        assert_eq!(got_small.to_vec().unwrap(), want(prev, 3, 100), "rank {r}");
+        if prev % 2 == 1 && r != 0 {
+            assert_eq!(got_host, want(prev, 4, big), "rank {r} host message");
+        }
+    });
+}
+
 #[test]
 fn all_to_all_by_send_recv() {
     let comms = host(4);

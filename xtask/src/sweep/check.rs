@@ -14,12 +14,17 @@
 use oxccl::core::Collective;
 use oxccl::{Buffer, CollKind, Communicator, Element, RedOp, Slice};
 
+use super::external::Mirror;
+
 /// Elements past every output that a call must leave untouched.
 pub(crate) const GUARD: usize = 256;
 
 /// One rank's buffers for a call.
 #[derive(Debug)]
 pub(crate) struct RankView<'a, T: Element> {
+    /// With `--memory external`: the calls run on this mirror of the
+    /// buffers below (the raw entry points on its stream).
+    pub mirror: Option<&'a Mirror>,
     pub send: Slice<'a, T>,
     pub recv: Slice<'a, T>,
     /// The allocation the output lies in, and the output's offset in it.
@@ -39,6 +44,9 @@ pub(crate) fn run_collective<T: Element>(
     v: &RankView<'_, T>,
     op: RedOp,
 ) -> oxccl::Result<()> {
+    if let Some(m) = v.mirror {
+        return run_raw(c, coll, v, op, m);
+    }
     if coll.kind == CollKind::SendRecv {
         let n = c.nranks();
         oxccl::group(|g| {
@@ -47,6 +55,38 @@ pub(crate) fn run_collective<T: Element>(
         })
     } else {
         c.collective(coll.kind, v.send, v.recv, op, coll.root)
+    }
+}
+
+/// [`run_collective`] through the raw entry points on `m`'s copies of the
+/// view's buffers, on `m`'s stream.
+fn run_raw<T: Element>(
+    c: &Communicator,
+    coll: &Collective,
+    v: &RankView<'_, T>,
+    op: RedOp,
+    m: &Mirror,
+) -> oxccl::Result<()> {
+    let at = |s: &Slice<'_, T>| {
+        m.at(s.addr())
+            .map(|a| a as *mut std::ffi::c_void)
+            .map_err(|e| oxccl::Error::InvalidUsage(e.to_string()))
+    };
+    let (send, recv, stream, dt) = (at(&v.send)?, at(&v.recv)?, m.stream(), T::DTYPE);
+    let n = c.nranks();
+    // SAFETY: both pointers lie in the mirror's registered allocations,
+    // which outlive every call (the sweep synchronizes each row's calls
+    // before it ends the registrations), with the lengths the views have;
+    // the stream is the mirror's live stream of this rank's device.
+    unsafe {
+        if coll.kind == CollKind::SendRecv {
+            oxccl::group(|g| {
+                g.send_raw(c, send, v.send.len(), dt, (c.rank() + 1) % n, stream)?;
+                g.recv_raw(c, recv, v.recv.len(), dt, (c.rank() + n - 1) % n, stream)
+            })
+        } else {
+            c.collective_raw(coll.kind, send, recv, coll.count, dt, op, coll.root, stream)
+        }
     }
 }
 

@@ -19,11 +19,28 @@
 //! j-th piece of every outgoing stream (peers in rotating order from the
 //! rank), then the j-th piece of every incoming stream. A round has one
 //! step per active stream; self send/receive pairs become local copies.
+//!
+//! **Direct messages** ([`Path::Direct`], registered buffers on both
+//! sides as the caller knows them): the receiver copies the message
+//! straight from the sender's buffer (`Src::Remote`), one read and one
+//! write per byte instead of the FIFO's two of each, spread over the same
+//! channels as a FIFO message of its size. Per channel, before the FIFO
+//! rounds: the rank signals every peer it sends a direct message to on
+//! this channel ("my buffers are handed over"), then for every peer it
+//! receives direct messages from: waits for that signal, copies its
+//! pieces, signals back ("done reading"); after the FIFO rounds it waits
+//! for the "done" of every peer it sent direct messages to, so its
+//! buffers are not handed back while a peer still reads them. The first
+//! signals wait for nothing, so the direct part cannot deadlock and adds
+//! nothing the FIFO rounds wait for. On one semaphore (channel, a → b),
+//! a's signals come in the order "ready" then "done", and b's waits on it
+//! in the order "for ready" then "for done": each wait is paired with the
+//! signal it means.
 
 use super::{local, pieces, recv, send, split, Steps};
 use crate::coll::Algo;
 use crate::error::CoreError;
-use crate::plan::{BufDecl, BufId, BufRole, Channel, Dst, Loc, Plan, Rank, RankPlan};
+use crate::plan::{BufDecl, BufId, BufRole, Channel, Dst, Loc, Plan, Rank, RankPlan, Src, Step};
 
 /// One point-to-point operation of a rank.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -51,16 +68,98 @@ impl P2pOp {
 /// A piece of one operation's buffer: `(buffer, offset, length)`.
 type Piece = (BufId, usize, usize);
 
-/// Builds the plan for `ops[r]`, the operations of each rank `r`.
+/// How one operation's data moves. Both ends of a message must name the
+/// same path (for the k-th send from a to b and the k-th receive on b
+/// from a); a message to or from the rank itself is a local copy whatever
+/// its path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Path {
+    /// Through a FIFO connection: any memory.
+    Fifo,
+    /// The receiver reads the sender's buffer directly: the sender's
+    /// buffer must be registered (addressable by the receiver's executor).
+    /// On a receive, the sender's id of that buffer (its operation's
+    /// index in the sender's list); on a send, ignored.
+    Direct(BufId),
+}
+
+/// The paths of every rank's operations when each message `(from, to, k,
+/// count)` (the k-th from `from` to `to`) goes direct where `direct` says:
+/// what a whole-plan caller (and the tests) compute; a communicator learns
+/// its peers' buffer ids from them instead.
+pub fn paths(
+    ops: &[Vec<P2pOp>],
+    direct: impl Fn(Rank, Rank, usize, usize) -> bool,
+) -> Vec<Vec<Path>> {
+    let n = ops.len() as Rank;
+    // The k-th send from a to b: its index in a's list.
+    let sends = |a: Rank, b: Rank| -> Vec<usize> {
+        ops[a as usize]
+            .iter()
+            .enumerate()
+            .filter(|(_, o)| o.is_send() && o.peer() == b)
+            .map(|(i, _)| i)
+            .collect()
+    };
+    (0..n)
+        .map(|r| {
+            let list = &ops[r as usize];
+            list.iter()
+                .enumerate()
+                .map(|(i, o)| {
+                    let (a, b) = if o.is_send() {
+                        (r, o.peer())
+                    } else {
+                        (o.peer(), r)
+                    };
+                    // Which message of its pair this operation is.
+                    let k = list[..i]
+                        .iter()
+                        .filter(|x| x.is_send() == o.is_send() && x.peer() == o.peer())
+                        .count();
+                    if a == b || !direct(a, b, k, o.count()) {
+                        return Path::Fifo;
+                    }
+                    match sends(a, b).get(k) {
+                        Some(&i) => Path::Direct(BufId(i as u16)),
+                        None => Path::Fifo,
+                    }
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// Builds the plan for `ops[r]`, the operations of each rank `r`, every
+/// message through a FIFO.
 pub fn plan(
     nranks: u32,
     ops: &[Vec<P2pOp>],
     chunk: usize,
     channels: u32,
 ) -> Result<Plan, CoreError> {
+    let fifo: Vec<Vec<Path>> = ops.iter().map(|l| vec![Path::Fifo; l.len()]).collect();
+    plan_with_paths(nranks, ops, &fifo, chunk, channels)
+}
+
+/// [`plan`] with each operation's path given (`paths[r][i]` for
+/// `ops[r][i]`; see [`paths`]).
+pub fn plan_with_paths(
+    nranks: u32,
+    ops: &[Vec<P2pOp>],
+    paths: &[Vec<Path>],
+    chunk: usize,
+    channels: u32,
+) -> Result<Plan, CoreError> {
     validate(nranks, ops, chunk, channels)?;
+    if paths.len() != ops.len() || paths.iter().zip(ops).any(|(p, o)| p.len() != o.len()) {
+        return bad("one path per operation needed".into());
+    }
     let ranks = (0..nranks)
-        .map(|r| build_rank(nranks, r, &ops[r as usize], chunk, channels))
+        .map(|r| {
+            let i = r as usize;
+            build_rank(nranks, r, &ops[i], &paths[i], chunk, channels)
+        })
         .collect();
     Ok(Plan {
         algo: Algo::AllPairs,
@@ -113,9 +212,12 @@ pub fn op_channels(count: usize, chunk: usize, nch: usize) -> usize {
 }
 
 /// The pieces, on channel `ch`, of the operations of `list` towards
-/// `peer` in one direction, in order.
+/// `peer` in one direction whose path `keep` accepts, in order.
+#[allow(clippy::too_many_arguments)] // reason: one channel's view of a rank's list; a struct would only rename them
 fn stream(
     list: &[P2pOp],
+    paths: &[Path],
+    keep: impl Fn(Path) -> bool,
     peer: Rank,
     sends: bool,
     chunk: usize,
@@ -123,8 +225,10 @@ fn stream(
     nch: usize,
 ) -> Vec<Piece> {
     list.iter()
+        .zip(paths)
         .enumerate()
-        .filter(|(_, o)| o.peer() == peer && o.is_send() == sends)
+        .filter(|(_, (o, p))| o.peer() == peer && o.is_send() == sends && keep(**p))
+        .map(|(i, (o, _))| (i, o))
         .flat_map(|(i, o)| {
             let buf = BufId(i as u16);
             let used = op_channels(o.count(), chunk, nch);
@@ -152,7 +256,35 @@ pub fn rank_plan(
     chunk: usize,
     channels: u32,
 ) -> Result<RankPlan, CoreError> {
+    rank_plan_with_paths(
+        nranks,
+        rank,
+        list,
+        &vec![Path::Fifo; list.len()],
+        chunk,
+        channels,
+    )
+}
+
+/// [`rank_plan`] with each operation's path given (`paths[i]` for
+/// `list[i]`): equal to `plan_with_paths(..)?.ranks[rank]` for the same
+/// rank's list and paths.
+pub fn rank_plan_with_paths(
+    nranks: u32,
+    rank: Rank,
+    list: &[P2pOp],
+    paths: &[Path],
+    chunk: usize,
+    channels: u32,
+) -> Result<RankPlan, CoreError> {
     validate_list(nranks, rank, list, chunk, channels)?;
+    if paths.len() != list.len() {
+        return bad(format!(
+            "rank {rank}: {} paths for {} operations",
+            paths.len(),
+            list.len()
+        ));
+    }
     if counts(list, rank, true) != counts(list, rank, false) {
         return bad(format!(
             "rank {rank} sends {:?} to itself but receives {:?} from itself",
@@ -160,7 +292,7 @@ pub fn rank_plan(
             counts(list, rank, false)
         ));
     }
-    Ok(build_rank(nranks, rank, list, chunk, channels))
+    Ok(build_rank(nranks, rank, list, paths, chunk, channels))
 }
 
 /// The checks on one rank's list that need no other rank.
@@ -189,7 +321,14 @@ fn validate_list(
 }
 
 /// One rank's steps (inputs already validated).
-fn build_rank(nranks: u32, rank: Rank, list: &[P2pOp], chunk: usize, channels: u32) -> RankPlan {
+fn build_rank(
+    nranks: u32,
+    rank: Rank,
+    list: &[P2pOp],
+    paths: &[Path],
+    chunk: usize,
+    channels: u32,
+) -> RankPlan {
     let bufs = list
         .iter()
         .map(|o| BufDecl {
@@ -205,19 +344,50 @@ fn build_rank(nranks: u32, rank: Rank, list: &[P2pOp], chunk: usize, channels: u
     let nch = channels as usize;
     let peers: Vec<Rank> = (1..nranks).map(|k| (rank + k) % nranks).collect();
     let mut chans = Vec::with_capacity(nch);
+    let fifo = |p: Path| p == Path::Fifo;
+    let direct = |p: Path| p != Path::Fifo;
+    let any = |_: Path| true;
     for ch in 0..nch {
-        let copies: Vec<(Piece, Piece)> = stream(list, rank, true, chunk, ch, nch)
+        let st = |keep: &dyn Fn(Path) -> bool, q: Rank, sends: bool| {
+            stream(list, paths, keep, q, sends, chunk, ch, nch)
+        };
+        let copies: Vec<(Piece, Piece)> = st(&any, rank, true)
             .into_iter()
-            .zip(stream(list, rank, false, chunk, ch, nch))
+            .zip(st(&any, rank, false))
             .collect();
-        let outs: Vec<Vec<Piece>> = peers
+        let outs: Vec<Vec<Piece>> = peers.iter().map(|&q| st(&fifo, q, true)).collect();
+        let ins: Vec<Vec<Piece>> = peers.iter().map(|&q| st(&fifo, q, false)).collect();
+        // Direct: peers this rank hands buffers to on this channel, and
+        // per peer the pieces it reads from that peer's buffers.
+        let handed: Vec<Rank> = peers
             .iter()
-            .map(|&q| stream(list, q, true, chunk, ch, nch))
+            .copied()
+            .filter(|&q| !st(&direct, q, true).is_empty())
             .collect();
-        let ins: Vec<Vec<Piece>> = peers
-            .iter()
-            .map(|&q| stream(list, q, false, chunk, ch, nch))
-            .collect();
+        let mut s = Steps::default();
+        s.0.extend(handed.iter().map(|&peer| Step::Signal { peer }));
+        for &q in &peers {
+            let reads = st(&direct, q, false);
+            if reads.is_empty() {
+                continue;
+            }
+            s.0.push(Step::Wait { peer: q });
+            for (b, o, len) in reads {
+                // Only direct receives were kept: each has the sender's id.
+                let theirs = match paths[b.0 as usize] {
+                    Path::Direct(id) => id,
+                    Path::Fifo => continue,
+                };
+                let at = Loc::new(theirs, o);
+                let src = Src::Remote {
+                    peer: q,
+                    at,
+                    pre: false,
+                };
+                s.mv(src, vec![Dst::Local(Loc::new(b, o))], len);
+            }
+            s.0.push(Step::Signal { peer: q });
+        }
         let rounds = outs
             .iter()
             .chain(&ins)
@@ -225,7 +395,6 @@ fn build_rank(nranks: u32, rank: Rank, list: &[P2pOp], chunk: usize, channels: u
             .chain([copies.len()])
             .max()
             .unwrap_or(0);
-        let mut s = Steps::default();
         for j in 0..rounds {
             if let Some(&((sb, so, len), (rb, ro, _))) = copies.get(j) {
                 s.mv(
@@ -245,6 +414,7 @@ fn build_rank(nranks: u32, rank: Rank, list: &[P2pOp], chunk: usize, channels: u
                 }
             }
         }
+        s.0.extend(handed.iter().map(|&peer| Step::Wait { peer }));
         chans.push(Channel { steps: s.0 });
     }
     RankPlan {

@@ -48,6 +48,10 @@ pub(crate) struct P2pRecord {
     pub send: bool,
     pub count: usize,
     pub dtype: DataType,
+    /// On a send the sender read directly from its buffer by the
+    /// receiver: the buffer's id in the sender's plan (`p2p::Path`).
+    /// Not compared: the receiver takes the sender's word.
+    pub direct: Option<u16>,
 }
 
 impl P2pRecord {
@@ -64,8 +68,9 @@ impl P2pRecord {
 /// Both sides of the k-th message of one ordered pair.
 #[derive(Debug, Default)]
 struct Match {
-    /// Index 0: the sender's record, 1: the receiver's.
-    sides: [Option<(usize, DataType)>; 2],
+    /// Index 0: the sender's record, 1: the receiver's: count, type and
+    /// direct buffer id.
+    sides: [Option<(usize, DataType, Option<u16>)>; 2],
     /// Sides that have compared it (the second removes it).
     seen: u8,
 }
@@ -81,8 +86,9 @@ struct PairLog {
 /// What waiting for the other side of a Send/Recv found.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum P2pOutcome {
-    /// Same count and type.
-    Matched,
+    /// Same count and type; the other side's direct buffer id (a
+    /// sender's, read directly by this receiver).
+    Matched { direct: Option<u16> },
     /// The other side's count and type.
     Differs { count: usize, dtype: DataType },
     /// The peer entered collective `seq`, which this rank has not reached,
@@ -216,7 +222,7 @@ impl Board {
             let log = pairs.entry(rec.pair(rank)).or_default();
             let k = log.posted[side];
             log.posted[side] += 1;
-            log.open.entry(k).or_default().sides[side] = Some((rec.count, rec.dtype));
+            log.open.entry(k).or_default().sides[side] = Some((rec.count, rec.dtype, rec.direct));
             k
         };
         self.wake_all();
@@ -248,14 +254,14 @@ impl Board {
                 let mut pairs = self.pairs.lock();
                 let log = pairs.get_mut(&pair)?;
                 let m = log.open.get_mut(&k)?;
-                if let Some((count, dtype)) = m.sides[other] {
+                if let Some((count, dtype, direct)) = m.sides[other] {
                     m.seen += 1;
                     if m.seen == 2 {
                         log.open.remove(&k);
                     }
                     let same = count == rec.count && dtype == rec.dtype;
                     return Some(Ok(if same {
-                        P2pOutcome::Matched
+                        P2pOutcome::Matched { direct }
                     } else {
                         P2pOutcome::Differs { count, dtype }
                     }));

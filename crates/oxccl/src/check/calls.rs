@@ -138,13 +138,23 @@ impl Communicator {
     }
 
     /// Posts one Send/Recv of a group (before any of them is compared, so
-    /// ranks exchanging both ways never wait on each other's posting).
-    pub(crate) fn post_p2p(&self, peer: u32, send: bool, count: usize, dtype: DataType) -> Posted {
+    /// ranks exchanging both ways never wait on each other's posting);
+    /// `direct`: a send's buffer id where its receiver is to read it
+    /// directly.
+    pub(crate) fn post_p2p(
+        &self,
+        peer: u32,
+        send: bool,
+        count: usize,
+        dtype: DataType,
+        direct: Option<u16>,
+    ) -> Posted {
         let rec = P2pRecord {
             peer,
             send,
             count,
             dtype,
+            direct,
         };
         let k = self.clique().board.post(self.rank(), rec);
         Posted { rec, k }
@@ -154,7 +164,13 @@ impl Communicator {
     /// difference this rank's unmatched records are withdrawn and the
     /// group fails; a peer that entered a collective instead of posting
     /// the other side gets that collective poisoned, so it fails too.
-    pub(crate) fn compare_p2p(&self, seq: &mut CallSeq, posted: &[Posted]) -> Result<()> {
+    /// Returns, per posted record, the other side's direct buffer id.
+    pub(crate) fn compare_p2p(
+        &self,
+        seq: &mut CallSeq,
+        posted: &[Posted],
+    ) -> Result<Vec<Option<u16>>> {
+        let mut theirs = Vec::with_capacity(posted.len());
         let failure = || self.failure();
         let ctx = self.wait_ctx(&failure);
         let board = &self.clique().board;
@@ -171,7 +187,7 @@ impl Communicator {
             };
             let me = self.rank();
             match outcome {
-                P2pOutcome::Matched => {}
+                P2pOutcome::Matched { direct } => theirs.push(direct),
                 P2pOutcome::Differs { count, dtype } => {
                     problem.get_or_insert((
                         Error::Mismatch {
@@ -207,7 +223,7 @@ impl Communicator {
             }
         }
         let Some((err, poison)) = problem else {
-            return Ok(());
+            return Ok(theirs);
         };
         self.withdraw_p2p(posted);
         if let Some(call) = poison {

@@ -19,16 +19,31 @@ type CommOps<'e, 'a> = (&'a Communicator, Vec<&'e Entry<'a>>);
 struct Published {
     call: Option<Call>,
     posted: Vec<Posted>,
+    /// The entry index of each posted record.
+    who: Vec<usize>,
+    /// Per entry, a send's own direct buffer id (see `Agreed::direct`).
+    direct: Vec<Option<u16>>,
     registered: bool,
 }
 
+/// What one communicator's ranks agreed on.
+#[derive(Debug)]
+pub(super) struct Agreed {
+    /// Whether every rank's collective buffers were backend memory.
+    pub registered: bool,
+    /// Per entry: on a send, its buffer id in this rank's plan where the
+    /// receiver reads it directly; on a receive, the sender's id of the
+    /// buffer to read (`p2p::Path::Direct`); `None`: through a FIFO.
+    pub direct: Vec<Option<u16>>,
+}
+
 /// Publishes every communicator's calls first (one thread may drive
-/// ranks that wait for each other), then compares them. Returns, per
-/// communicator, whether every rank's buffers were backend memory.
+/// ranks that wait for each other), then compares them. Returns what
+/// each communicator's ranks agreed on.
 pub(super) fn group(
     comms: &[CommOps<'_, '_>],
     seqs: &mut [MutexGuard<'_, CallSeq>],
-) -> Result<Vec<bool>> {
+) -> Result<Vec<Agreed>> {
     let published: Vec<Published> = comms
         .iter()
         .zip(seqs.iter_mut())
@@ -37,10 +52,11 @@ pub(super) fn group(
     let mut first_err = None;
     let mut agreed = Vec::with_capacity(comms.len());
     for (((comm, _), seq), p) in comms.iter().zip(seqs.iter_mut()).zip(&published) {
-        let r = compare(comm, seq, p);
-        agreed.push(*r.as_ref().unwrap_or(&false));
-        if let Err(e) = r {
-            first_err.get_or_insert(e);
+        match compare(comm, seq, p) {
+            Ok(a) => agreed.push(a),
+            Err(e) => {
+                first_err.get_or_insert(e);
+            }
         }
     }
     match first_err {
@@ -52,6 +68,8 @@ pub(super) fn group(
 fn publish(comm: &Communicator, entries: &[&Entry<'_>], seq: &mut CallSeq) -> Published {
     let mut colls = Vec::new();
     let mut posted = Vec::new();
+    let mut who = Vec::new();
+    let direct = super::direct_sends(comm, entries);
     let mut registered = true;
     // A digest of the group's PreMulSum scalars (0 without any).
     let mut scalars = 0u64;
@@ -70,10 +88,12 @@ fn publish(comm: &Communicator, entries: &[&Entry<'_>], seq: &mut CallSeq) -> Pu
         return Published {
             call: None,
             posted,
+            who,
+            direct: vec![None; entries.len()],
             registered: !entries.iter().any(|e| premul(&e.pending)),
         };
     }
-    for e in entries {
+    for (i, e) in entries.iter().enumerate() {
         match &e.pending {
             Pending::Coll { checked, op } if checked.coll.count > 0 => {
                 let c = &checked.coll;
@@ -91,7 +111,8 @@ fn publish(comm: &Communicator, entries: &[&Entry<'_>], seq: &mut CallSeq) -> Pu
                     P2pOp::Recv { peer, count } => (peer, count, false),
                 };
                 if count > 0 {
-                    posted.push(comm.post_p2p(peer, send, count, e.dtype));
+                    posted.push(comm.post_p2p(peer, send, count, e.dtype, direct[i]));
+                    who.push(i);
                 }
             }
         }
@@ -107,11 +128,13 @@ fn publish(comm: &Communicator, entries: &[&Entry<'_>], seq: &mut CallSeq) -> Pu
     Published {
         call,
         posted,
+        who,
+        direct,
         registered,
     }
 }
 
-fn compare(comm: &Communicator, seq: &mut CallSeq, p: &Published) -> Result<bool> {
+fn compare(comm: &Communicator, seq: &mut CallSeq, p: &Published) -> Result<Agreed> {
     let registered = match p.call {
         Some(c) => match comm.compare_call(seq, c) {
             Ok(a) => a.registered,
@@ -122,6 +145,12 @@ fn compare(comm: &Communicator, seq: &mut CallSeq, p: &Published) -> Result<bool
         },
         None => p.registered,
     };
-    comm.compare_p2p(seq, &p.posted)?;
-    Ok(registered)
+    let theirs = comm.compare_p2p(seq, &p.posted)?;
+    let mut direct = p.direct.clone();
+    for ((&i, post), id) in p.who.iter().zip(&p.posted).zip(theirs) {
+        if !post.rec.send {
+            direct[i] = id;
+        }
+    }
+    Ok(Agreed { registered, direct })
 }
