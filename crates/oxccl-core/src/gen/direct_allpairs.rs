@@ -241,7 +241,17 @@ impl AllPairs<'_> {
 
     /// Owners tell their readers they have entered; readers wait for them.
     fn enter(&self, s: &mut Steps) {
+        self.signal_entry(s);
+        self.await_entry(s);
+    }
+
+    /// The owner's half of [`AllPairs::enter`].
+    fn signal_entry(&self, s: &mut Steps) {
         s.0.extend(self.read_by.iter().map(|&peer| Step::Signal { peer }));
+    }
+
+    /// The reader's half of [`AllPairs::enter`].
+    fn await_entry(&self, s: &mut Steps) {
         s.0.extend(self.reads.iter().map(|&peer| Step::Wait { peer }));
     }
 
@@ -259,8 +269,15 @@ impl AllPairs<'_> {
         }
     }
 
-    /// Everything but in-place AllToAll: local copies first (they need no
-    /// peer, so they overlap the entry handshake), then the pulls.
+    /// Everything but in-place AllToAll: the owner's entry signals, then
+    /// local copies (they need no peer, so they overlap the wait for the
+    /// peers' entry), then the entry waits and the pulls (or Gather's
+    /// pushes). The signals come before the local copies because readers
+    /// wait for them: with the root's own copy first, out-of-place Gather
+    /// and Scatter ran the root's copy of its block and then everyone
+    /// else's transfers one after the other on every channel (H200, 8
+    /// ranks, 256 MiB: 70-71% of the floor against 95.6% in place, where
+    /// the root copies nothing).
     fn channel(&self, range: Range<usize>, s: &mut Steps) {
         let (rank, root, chunk) = (self.rank, self.req.coll.root, self.req.chunk);
         let local_part = |s: &mut Steps| {
@@ -282,8 +299,9 @@ impl AllPairs<'_> {
                 }
             }
         };
+        self.signal_entry(s);
         local_part(s);
-        self.enter(s);
+        self.await_entry(s);
         for p in pieces(range.clone(), chunk) {
             let (o, l) = (p.start, p.len());
             match self.req.coll.kind {
