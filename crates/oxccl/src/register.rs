@@ -28,6 +28,13 @@
 //! registered memory too, where the selector predicts it faster (small
 //! calls under LL) or for a PreMulSum whose scalar the ranks do not share
 //! through the call check.
+//!
+//! Send/Recv: a send of 256 KiB or more whose buffer is registered (or
+//! `comm.alloc` memory) is read by its receiver straight from that buffer
+//! (`gen::p2p::Path::Direct`), whatever the receiver's buffer; the
+//! sender's choice reaches the receiver through the call check, so with
+//! the check off, and for sends that share a group launch with a
+//! collective of their type, Send/Recv stay on FIFOs.
 
 use crate::backend::RawBuf;
 use crate::comm::Communicator;
