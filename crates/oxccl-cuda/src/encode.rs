@@ -228,7 +228,15 @@ pub fn encode(rp: &RankPlan) -> Result<Encoded> {
                         e.ops.push(o);
                     }
                     for o in &e.ops[first_op as usize..] {
-                        if o.kind != K_CONN && o.buf as usize >= rp.bufs.len() {
+                        // A remote operand names the peer's buffer by the
+                        // peer's numbering (Send/Recv plans differ per
+                        // rank): it must only fit the pointer table.
+                        let declared = match o.kind {
+                            K_CONN => continue,
+                            K_REMOTE => MAX_BUFS,
+                            _ => rp.bufs.len(),
+                        };
+                        if o.buf as usize >= declared {
                             return Err(CudaError::Plan(format!(
                                 "channel {c} step {i}: buffer {} not declared",
                                 o.buf
@@ -386,6 +394,38 @@ mod tests {
         assert!(!e.remote);
         let total: usize = e.chans.iter().map(|c| c.nsteps as usize).sum();
         assert_eq!(total, e.steps.len());
+    }
+
+    /// A remote operand names the peer's buffer by the peer's numbering
+    /// (a Send/Recv receiver with one buffer reads the sender's third):
+    /// accepted up to the pointer table's width, refused past it.
+    #[test]
+    fn remote_operands_use_the_peers_buffer_numbering() {
+        let read = |buf: u16| RankPlan {
+            rank: 1,
+            nranks: 2,
+            bufs: vec![BufDecl {
+                role: BufRole::Output,
+                len: 8,
+                must_write: true,
+            }],
+            channels: vec![Channel {
+                steps: vec![Step::Xfer(Xfer {
+                    srcs: vec![Src::Remote {
+                        peer: 0,
+                        at: Loc::new(oxccl_core::plan::BufId(buf), 0),
+                        pre: false,
+                    }],
+                    dsts: vec![Dst::Local(Loc::new(oxccl_core::plan::BufId(0), 0))],
+                    len: 8,
+                    post: false,
+                })],
+            }],
+        };
+        assert!(encode(&read(2)).unwrap().remote);
+        assert!(encode(&read(MAX_BUFS as u16 - 1)).is_ok());
+        let e = encode(&read(MAX_BUFS as u16)).unwrap_err().to_string();
+        assert!(e.contains("not declared"), "{e}");
     }
 
     /// An input of `input` and an output of `output` elements.

@@ -278,8 +278,13 @@ pub(crate) fn compile(
                                 }
                             }
                             Src::Remote { peer, at: l, pre } => {
-                                // Plans are symmetric: the peer's buffer has our declaration.
-                                local(l, x.len, false)?;
+                                // The peer's buffer, by the peer's numbering
+                                // (a Send/Recv plan's lists differ per rank):
+                                // checked against what the peer published,
+                                // at run time (`Fabric::remote`).
+                                l.off
+                                    .checked_add(x.len)
+                                    .ok_or_else(|| at(format!("{l}+{} overflows", x.len)))?;
                                 OSrc::Remote {
                                     peer: peer_ok(peer)?,
                                     buf: l.buf.0 as usize,

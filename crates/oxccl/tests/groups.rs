@@ -98,6 +98,37 @@ fn direct_send_recv_on_alloc_memory() {
     });
 }
 
+/// A direct message whose send is the sender's third operation, read by
+/// a receiver whose plan has a single buffer: the receiver addresses the
+/// sender's buffer by the sender's numbering, not its own.
+#[test]
+fn direct_send_recv_with_different_lists() {
+    let comms = host(2);
+    each_rank(&comms, |c| {
+        let big = 100_000usize;
+        let val = |i: usize| i as u32 * 3 + 1;
+        if c.rank() == 0 {
+            let me = c.alloc::<u32>(10).unwrap();
+            let back = c.alloc::<u32>(10).unwrap();
+            let data = c.alloc::<u32>(big).unwrap();
+            me.copy_from_slice(&[7; 10]).unwrap();
+            data.copy_from_slice(&(0..big).map(val).collect::<Vec<_>>())
+                .unwrap();
+            oxccl::group(|g| {
+                g.send(c, &me, 0)?;
+                g.recv(c, &back, 0)?;
+                g.send(c, &data, 1)
+            })
+            .unwrap();
+            assert_eq!(back.to_vec().unwrap(), vec![7; 10]);
+        } else {
+            let got = c.alloc::<u32>(big).unwrap();
+            oxccl::group(|g| g.recv(c, &got, 0)).unwrap();
+            assert_eq!(got.to_vec().unwrap(), (0..big).map(val).collect::<Vec<_>>());
+        }
+    });
+}
+
 #[test]
 fn all_to_all_by_send_recv() {
     let comms = host(4);
