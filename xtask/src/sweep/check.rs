@@ -85,7 +85,16 @@ fn run_raw<T: Element>(
                 g.recv_raw(c, recv, v.recv.len(), dt, (c.rank() + n - 1) % n, stream)
             })
         } else {
-            c.collective_raw(coll.kind, send, recv, coll.count, dt, op, coll.root, stream)
+            let call = oxccl::RawColl {
+                kind: coll.kind,
+                send,
+                recv,
+                count: coll.count,
+                dtype: dt,
+                op,
+                root: coll.root,
+            };
+            c.collective_raw(call, stream)
         }
     }
 }
