@@ -446,7 +446,8 @@ pub(crate) const P2P_DIRECT_MIN_BYTES: usize = 256 << 10;
 /// part's buffers are numbered from 0 there, as the id says: `merge`
 /// puts collectives first).
 pub(crate) fn direct_sends(comm: &Communicator, entries: &[&Entry<'_>]) -> Vec<Option<u16>> {
-    let able = comm.checking() && comm.clique().backend.registered_alloc();
+    let backend = &comm.clique().backend;
+    let able = comm.checking() && backend.registered_alloc() && direct_p2p_on(backend.kind());
     let mut next: BTreeMap<u8, usize> = BTreeMap::new();
     entries
         .iter()
@@ -478,6 +479,17 @@ pub(crate) fn direct_sends(comm: &Communicator, entries: &[&Entry<'_>]) -> Vec<O
                 .flatten()
         })
         .collect()
+}
+
+/// Whether direct Send/Recv may run on `kind`. It has run on the host
+/// backend (CI) but not yet on a GPU, so on CUDA it waits for
+/// `OXCCL_P2P_DIRECT=1` (read once) until a device run has checked it; the
+/// sender decides and the receiver follows through the call check, so
+/// ranks cannot disagree.
+fn direct_p2p_on(kind: crate::BackendKind) -> bool {
+    static CUDA_OPT_IN: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    kind != crate::BackendKind::Cuda
+        || *CUDA_OPT_IN.get_or_init(|| std::env::var("OXCCL_P2P_DIRECT").is_ok_and(|v| v == "1"))
 }
 
 /// The Send/Recv part of this rank, from its own operations alone and
