@@ -29,7 +29,17 @@ cp $T/release/examples/sync_probe $G/sync_probe
 cp "$(exe -p oxccl --test lifetimes)" $G/lifetimes
 cp "$(exe -p oxccl-cuda --test gpu)" $G/gpu-test
 cp "$(exe -p oxccl --test collectives)" $G/collectives
+cp "$(exe -p oxccl --test external)" $G/external
+cp "$(exe -p oxccl --test multiprocess)" $G/multiprocess
 cp $T/release/examples/call_latency $G/call_latency
-strip $G/call_latency $G/xtask $G/latency $G/compile_kernels $G/nccl_latency $G/sync_floor $G/sync_probe $G/lifetimes $G/gpu-test $G/collectives
+BINS="call_latency xtask latency compile_kernels nccl_latency sync_floor sync_probe lifetimes gpu-test collectives external multiprocess"
+(cd $G && strip $BINS)
+# The kernel cache, compiled here by NVRTC 13.0 (the device's version) when it
+# is unpacked; it saves the device a cold compile (~70 s).
+NVRTC=${NVRTC:-/work/nvrtc/x/nvidia/cu13/lib}
+if [ -d "$NVRTC" ]; then
+  rm -rf $G/cache
+  LD_LIBRARY_PATH=$NVRTC OXCCL_CACHE_DIR=$PWD/$G/cache $T/release/examples/compile_kernels
+fi
 ls -la $G
-du -ch $G/call_latency $G/xtask $G/latency $G/compile_kernels $G/nccl_latency $G/sync_floor $G/sync_probe $G/lifetimes $G/gpu-test $G/collectives $G/cache 2>/dev/null | tail -1
+du -ch $G | tail -1
