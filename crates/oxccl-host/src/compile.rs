@@ -183,7 +183,7 @@ pub(crate) fn compile(
                 d.role, b.bytes
             ));
         }
-        if d.len > 0 && (b.ptr.is_null() || (b.ptr as usize) % elem != 0) {
+        if d.len > 0 && (b.ptr.is_null() || !(b.ptr as usize).is_multiple_of(elem)) {
             return bad(format!(
                 "buffer {i} ({:?}) pointer {:p} is null or not aligned to {elem} bytes",
                 d.role, b.ptr

@@ -2,13 +2,14 @@
 //! `Element`'s per-element operations give (`from_f32(to_f32(a) op
 //! to_f32(b))`, one rounding per fold), but fast:
 //!
-//! - f16 and bf16: one fused loop per fold whose conversions are
-//!   branch-free integer and f32 arithmetic the compiler vectorises; it is
-//!   compiled twice, for the baseline target and with AVX2, and the AVX2
-//!   copy runs where the CPU has it (detected at run time). The `half`
-//!   crate's scalar and slice conversions call a function per element or
-//!   per 8 elements and do not vectorise (`host_reduce_speed`).
-//! - fp8 pairs (256 × 256 values) are looked up in a table of the scalar
+//! - On x86-64 with AVX2 and F16C (detected at run time), whole 16-byte
+//!   groups go through [`lanes`]: eight or sixteen values widened to f32
+//!   in AVX registers, folded, rounded back.
+//! - The rest (a group's tail, other CPUs): f16 and bf16 in one fused loop
+//!   whose conversions are branch-free integer and f32 arithmetic the
+//!   compiler vectorises (the `half` crate's scalar and slice conversions
+//!   call a function per element or per 8 elements and do not vectorise);
+//!   fp8 pairs (256 × 256 values) looked up in a table of the scalar
 //!   results, made on first use.
 //!
 //! Only folds without a pre-scale take these paths (a pre-scale rounds the
@@ -22,52 +23,103 @@ use oxccl_core::half::slice::HalfFloatSliceExt;
 use oxccl_core::half::{bf16, f16};
 use oxccl_core::{BaseOp, Element};
 
+#[cfg(target_arch = "x86_64")]
+mod lanes;
+
+/// Which narrow float a block holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Narrow {
+    F16,
+    Bf16,
+    E4M3,
+    E5M2,
+}
+
+impl Narrow {
+    fn of<T: 'static>() -> Option<Narrow> {
+        let t = TypeId::of::<T>();
+        [
+            (TypeId::of::<f16>(), Narrow::F16),
+            (TypeId::of::<bf16>(), Narrow::Bf16),
+            (TypeId::of::<F8E4M3>(), Narrow::E4M3),
+            (TypeId::of::<F8E5M2>(), Narrow::E5M2),
+        ]
+        .into_iter()
+        .find_map(|(id, n)| (id == t).then_some(n))
+    }
+}
+
 /// `acc[i] = acc[i] (base) src[i]` for a narrow float `T`; `false` when
 /// `T` is not one (the caller then runs the generic loop).
 pub(crate) fn fold<T: Element>(acc: &mut [T], src: &[T], base: BaseOp) -> bool {
-    let t = TypeId::of::<T>();
-    if t == TypeId::of::<f16>() {
-        // SAFETY: `T` is `f16` (same TypeId), so the cast is the identity.
-        let (a, s) = unsafe { cast::<T, f16>(acc, src) };
-        fold16(
-            a.reinterpret_cast_mut(),
-            s.reinterpret_cast(),
-            base,
-            Half::F16,
-        );
-    } else if t == TypeId::of::<bf16>() {
-        // SAFETY: `T` is `bf16`.
-        let (a, s) = unsafe { cast::<T, bf16>(acc, src) };
-        fold16(
-            a.reinterpret_cast_mut(),
-            s.reinterpret_cast(),
-            base,
-            Half::Bf16,
-        );
-    } else if t == TypeId::of::<F8E4M3>() {
-        // SAFETY: `T` is `F8E4M3`.
-        let (a, s) = unsafe { cast::<T, F8E4M3>(acc, src) };
-        fold_table(
-            a,
-            s,
-            table::<F8E4M3>(base),
-            F8E4M3::to_bits,
-            F8E4M3::from_bits,
-        );
-    } else if t == TypeId::of::<F8E5M2>() {
-        // SAFETY: `T` is `F8E5M2`.
-        let (a, s) = unsafe { cast::<T, F8E5M2>(acc, src) };
-        fold_table(
-            a,
-            s,
-            table::<F8E5M2>(base),
-            F8E5M2::to_bits,
-            F8E5M2::from_bits,
-        );
-    } else {
+    fold_via(acc, src, base, true)
+}
+
+/// [`fold`], with the vector path allowed or not (the tests run both).
+fn fold_via<T: Element>(acc: &mut [T], src: &[T], base: BaseOp, vector: bool) -> bool {
+    let Some(kind) = Narrow::of::<T>() else {
         return false;
-    }
+    };
+    let n = acc.len().min(src.len());
+    let (acc, src) = (&mut acc[..n], &src[..n]);
+    let done = if vector {
+        vector_prefix(acc, src, base, kind)
+    } else {
+        0
+    };
+    scalar(&mut acc[done..], &src[done..], base, kind);
     true
+}
+
+/// Folds what the vector path can (a prefix) and returns its length.
+#[cfg(target_arch = "x86_64")]
+fn vector_prefix<T: Element>(acc: &mut [T], src: &[T], base: BaseOp, kind: Narrow) -> usize {
+    if !lanes::available() {
+        return 0;
+    }
+    let bytes = std::mem::size_of_val(acc);
+    // SAFETY: `T` is a narrow float (`kind`), a transparent wrapper of a
+    // u8 or u16: its bytes are initialised and any byte pattern is a value.
+    let a = unsafe { std::slice::from_raw_parts_mut(acc.as_mut_ptr().cast::<u8>(), bytes) };
+    // SAFETY: as above; `src` has as many elements as `acc`.
+    let s = unsafe { std::slice::from_raw_parts(src.as_ptr().cast::<u8>(), bytes) };
+    // SAFETY: the CPU has AVX2 and F16C (checked above).
+    unsafe { lanes::fold(a, s, base, kind) }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn vector_prefix<T: Element>(_: &mut [T], _: &[T], _: BaseOp, _: Narrow) -> usize {
+    0
+}
+
+/// The scalar folds: fused f16/bf16 loops, fp8 pair tables.
+fn scalar<T: Element>(acc: &mut [T], src: &[T], base: BaseOp, kind: Narrow) {
+    match kind {
+        Narrow::F16 => {
+            // SAFETY: `T` is `f16` (`kind` comes from its TypeId).
+            let (a, s) = unsafe { cast::<T, f16>(acc, src) };
+            let (a, s) = (a.reinterpret_cast_mut(), s.reinterpret_cast());
+            fold_bits(a, s, base, f16_to_f32, f32_to_f16);
+        }
+        Narrow::Bf16 => {
+            // SAFETY: `T` is `bf16`.
+            let (a, s) = unsafe { cast::<T, bf16>(acc, src) };
+            let (a, s) = (a.reinterpret_cast_mut(), s.reinterpret_cast());
+            fold_bits(a, s, base, bf16_to_f32, f32_to_bf16);
+        }
+        Narrow::E4M3 => {
+            // SAFETY: `T` is `F8E4M3`.
+            let (a, s) = unsafe { cast::<T, F8E4M3>(acc, src) };
+            let table = table::<F8E4M3>(base);
+            fold_table(a, s, table, F8E4M3::to_bits, F8E4M3::from_bits);
+        }
+        Narrow::E5M2 => {
+            // SAFETY: `T` is `F8E5M2`.
+            let (a, s) = unsafe { cast::<T, F8E5M2>(acc, src) };
+            let table = table::<F8E5M2>(base);
+            fold_table(a, s, table, F8E5M2::to_bits, F8E5M2::from_bits);
+        }
+    }
 }
 
 /// # Safety
@@ -80,13 +132,6 @@ unsafe fn cast<'a, T, U>(acc: &'a mut [T], src: &'a [T]) -> (&'a mut [U], &'a [U
             std::slice::from_raw_parts(src.as_ptr().cast::<U>(), src.len()),
         )
     }
-}
-
-/// Which 16-bit float a block of bits holds.
-#[derive(Clone, Copy)]
-enum Half {
-    F16,
-    Bf16,
 }
 
 /// f16 bits as `f16::to_f32` widens them (NaNs quieted, payload kept).
@@ -173,33 +218,6 @@ fn fold_bits(
     }
 }
 
-#[inline(always)]
-fn fold16_generic(acc: &mut [u16], src: &[u16], base: BaseOp, h: Half) {
-    match h {
-        Half::F16 => fold_bits(acc, src, base, f16_to_f32, f32_to_f16),
-        Half::Bf16 => fold_bits(acc, src, base, bf16_to_f32, f32_to_bf16),
-    }
-}
-
-/// [`fold16_generic`] compiled with AVX2.
-///
-/// # Safety
-/// The CPU must support AVX2.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn fold16_avx2(acc: &mut [u16], src: &[u16], base: BaseOp, h: Half) {
-    fold16_generic(acc, src, base, h)
-}
-
-fn fold16(acc: &mut [u16], src: &[u16], base: BaseOp, h: Half) {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
-        // SAFETY: the CPU has AVX2 (checked just above).
-        return unsafe { fold16_avx2(acc, src, base, h) };
-    }
-    fold16_generic(acc, src, base, h)
-}
-
 fn fold_table<T: Copy>(
     acc: &mut [T],
     src: &[T],
@@ -263,61 +281,121 @@ fp8!(F8E5M2, E5M2_TABLES);
 mod tests {
     use super::*;
 
-    /// Every pair of values of `T`, folded both ways: bit for bit equal
-    /// (NaNs: any NaN).
+    const OPS: [BaseOp; 4] = [BaseOp::Sum, BaseOp::Prod, BaseOp::Max, BaseOp::Min];
+
+    /// `got` is `want` bit for bit, or both are NaN: NaN payloads are not
+    /// specified (which operand's NaN an f32 add propagates is the
+    /// compiler's choice).
+    fn same<T: Element>(got: T, want: T) -> bool {
+        let nan = |x: T| x.to_f64().is_nan();
+        got.bits_eq(want) || (nan(got) && nan(want))
+    }
+
+    /// Every pair of `values`, folded by [`fold_via`] (vector path on and
+    /// off) and by `Element`'s arithmetic: the same (see [`same`]).
     fn agrees<T: Element + std::fmt::Debug>(values: &[T]) {
-        for base in [BaseOp::Sum, BaseOp::Prod, BaseOp::Max, BaseOp::Min] {
-            let n = values.len();
-            let mut acc: Vec<T> = (0..n * n).map(|i| values[i / n]).collect();
-            let src: Vec<T> = (0..n * n).map(|i| values[i % n]).collect();
-            let want: Vec<T> = acc
-                .iter()
-                .zip(&src)
-                .map(|(a, b)| base.apply(*a, *b))
-                .collect();
-            assert!(fold(&mut acc, &src, base));
-            for (i, (g, w)) in acc.iter().zip(&want).enumerate() {
-                // NaN payloads are not specified (which operand's NaN an
-                // f32 add propagates is the compiler's choice): a NaN
-                // must give a NaN, everything else the same bits.
-                let nan = |x: T| x.to_f64().is_nan();
-                assert!(
-                    g.bits_eq(*w) || (nan(*g) && nan(*w)),
-                    "{} {base:?} {:?} {:?}: {g:?} != {w:?} (element {i})",
-                    std::any::type_name::<T>(),
-                    values[i / n],
-                    values[i % n]
-                );
+        for vector in [false, true] {
+            for base in OPS {
+                let n = values.len();
+                let mut acc: Vec<T> = (0..n * n).map(|i| values[i / n]).collect();
+                let src: Vec<T> = (0..n * n).map(|i| values[i % n]).collect();
+                let want: Vec<T> = acc
+                    .iter()
+                    .zip(&src)
+                    .map(|(a, b)| base.apply(*a, *b))
+                    .collect();
+                assert!(fold_via(&mut acc, &src, base, vector));
+                for (i, (g, w)) in acc.iter().zip(&want).enumerate() {
+                    assert!(
+                        same(*g, *w),
+                        "{} {base:?} (vector {vector}) {:?} {:?}: {g:?} != {w:?} (element {i})",
+                        std::any::type_name::<T>(),
+                        values[i / n],
+                        values[i % n]
+                    );
+                }
             }
         }
     }
 
     #[test]
-    fn fp8_tables_match_element_arithmetic_on_every_pair() {
+    fn fp8_folds_match_element_arithmetic_on_every_pair() {
         agrees(&(0..=255).map(F8E4M3::from_bits).collect::<Vec<_>>());
         agrees(&(0..=255).map(F8E5M2::from_bits).collect::<Vec<_>>());
     }
 
+    /// Every 97th bit pattern (normals, subnormals, infinities, NaNs) and
+    /// the edges (zeros, smallest subnormals, largest finite values,
+    /// infinities, quiet and signalling NaNs, both signs).
+    fn halves() -> Vec<u16> {
+        let edges = [
+            0x0000, 0x0001, 0x03ff, 0x0400, 0x7bff, 0x7c00, 0x7c01, 0x7e00,
+        ];
+        let edges16 = [0x0001, 0x007f, 0x0080, 0x7f7f, 0x7f80, 0x7f81, 0x7fc0];
+        let mut v: Vec<u16> = (0..=u16::MAX).step_by(97).collect();
+        for e in edges.into_iter().chain(edges16) {
+            v.extend([e, e | 0x8000]);
+        }
+        v
+    }
+
     #[test]
     fn half_blocks_match_element_arithmetic() {
-        // Every 97th bit pattern (normals, subnormals, infinities, NaNs),
-        // all pairs: 676 values, 457k pairs per op.
-        let f: Vec<f16> = (0..=u16::MAX).step_by(97).map(f16::from_bits).collect();
-        agrees(&f);
+        // 690 values: 476k pairs per op.
+        agrees(&halves().into_iter().map(f16::from_bits).collect::<Vec<_>>());
     }
 
     #[test]
     fn bf16_blocks_match_element_arithmetic() {
-        let f: Vec<bf16> = (0..=u16::MAX).step_by(97).map(bf16::from_bits).collect();
-        agrees(&f);
+        agrees(
+            &halves()
+                .into_iter()
+                .map(bf16::from_bits)
+                .collect::<Vec<_>>(),
+        );
     }
 
-    /// f32 values where rounding to 16 bits is decided: every 4099th bit
-    /// pattern, and for each 16-bit value of `T` (`upper` gives its f32
-    /// bits) the midpoint to the next value and its neighbours.
-    fn hard_f32s(upper: impl Fn(u16) -> u32) -> Vec<f32> {
+    /// Random bits, lengths (tails of every size) and offsets (unaligned
+    /// starts): the vector path and the scalar one agree.
+    fn paths_agree<T: Element + std::fmt::Debug>(
+        from: impl Fn(u16) -> T,
+        bits: &[(u16, u16)],
+        skip: usize,
+        op: usize,
+    ) -> Result<(), proptest::test_runner::TestCaseError> {
+        let base = OPS[op];
+        let bits = &bits[skip.min(bits.len())..];
+        let src: Vec<T> = bits.iter().map(|p| from(p.1)).collect();
+        let mut scalar: Vec<T> = bits.iter().map(|p| from(p.0)).collect();
+        let mut vector = scalar.clone();
+        assert!(fold_via(&mut scalar, &src, base, false));
+        assert!(fold_via(&mut vector, &src, base, true));
+        for (i, (v, s)) in vector.iter().zip(&scalar).enumerate() {
+            proptest::prop_assert!(same(*v, *s), "{base:?} element {i}: {v:?} != {s:?}");
+        }
+        Ok(())
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn vector_and_scalar_paths_agree(
+            bits in proptest::collection::vec((0..=u16::MAX, 0..=u16::MAX), 0..80),
+            skip in 0usize..4,
+            op in 0usize..4,
+        ) {
+            paths_agree(f16::from_bits, &bits, skip, op)?;
+            paths_agree(bf16::from_bits, &bits, skip, op)?;
+            paths_agree(|b| F8E4M3::from_bits(b as u8), &bits, skip, op)?;
+            paths_agree(|b| F8E5M2::from_bits(b as u8), &bits, skip, op)?;
+        }
+    }
+
+    /// f32 values where rounding to a narrow type is decided: every 4099th
+    /// bit pattern, and for each value of `T` up to `last` (`upper` gives
+    /// its f32 bits) the midpoint to the next value and its neighbours.
+    pub(super) fn hard_f32s(last: u16, upper: impl Fn(u16) -> u32) -> Vec<f32> {
         let mut v: Vec<u32> = (0..=u32::MAX).step_by(4099).collect();
-        for h in 0..=u16::MAX {
+        for h in 0..=last {
             let (lo, hi) = (upper(h), upper(h.wrapping_add(1)));
             if hi > lo {
                 let mid = lo + (hi - lo) / 2;
@@ -334,7 +412,7 @@ mod tests {
             assert_eq!(f16_to_f32(h).to_bits(), want, "widen {h:#06x}");
         }
         let upper = |h: u16| f16::from_bits(h).to_f32().to_bits();
-        for f in hard_f32s(upper) {
+        for f in hard_f32s(u16::MAX, upper) {
             let want = f16::from_f32(f).to_bits();
             assert_eq!(f32_to_f16(f), want, "narrow {:#010x}", f.to_bits());
         }
@@ -346,7 +424,7 @@ mod tests {
             let want = bf16::from_bits(b).to_f32().to_bits();
             assert_eq!(bf16_to_f32(b).to_bits(), want, "widen {b:#06x}");
         }
-        for f in hard_f32s(|b| u32::from(b) << 16) {
+        for f in hard_f32s(u16::MAX, |b| u32::from(b) << 16) {
             let want = bf16::from_f32(f).to_bits();
             assert_eq!(f32_to_bf16(f), want, "narrow {:#010x}", f.to_bits());
         }
