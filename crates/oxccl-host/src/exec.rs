@@ -30,6 +30,9 @@ pub struct ExecStats {
     pub messages: usize,
     /// Payload bytes sent.
     pub bytes_sent: usize,
+    /// Messages the network proxy sent straight from this rank's buffers
+    /// (by reference), not from a FIFO slot.
+    pub by_reference: usize,
     /// Times the rank parked waiting for a peer.
     pub parks: usize,
 }
@@ -49,11 +52,27 @@ struct Runner<'a, T> {
     op: TypedOp<T>,
     srcs: Vec<In<T>>,
     dsts: Vec<*mut T>,
-    /// Claimed messages `(link, seq)` and slots `(link, seq)` of a step.
+    /// Claimed messages `(link, seq)` of a step, and its claimed slots
+    /// `(link, seq, peer, by reference from)`.
     recvs: Vec<(usize, u64)>,
-    sends: Vec<(usize, u64)>,
+    sends: Vec<(usize, u64, Rank, Option<usize>)>,
+    /// Messages published by reference and not yet sent: their bytes must
+    /// not be written until they are.
+    refs: Vec<Ref>,
     temp: Vec<T>,
     stats: ExecStats,
+}
+
+/// A message published by reference ([`crate::fifo::Link::publish_ref`]):
+/// bytes `[lo, hi)` of the rank's memory, read by the proxy until the
+/// link hands message `seq` back.
+#[derive(Clone, Copy, Debug)]
+struct Ref {
+    link: usize,
+    seq: u64,
+    peer: Rank,
+    lo: usize,
+    hi: usize,
 }
 
 /// The longest a blocked rank parks before it looks again by itself.
@@ -78,6 +97,7 @@ pub(crate) fn run<T: Element>(
         dsts: Vec::new(),
         recvs: Vec::new(),
         sends: Vec::new(),
+        refs: Vec::new(),
         temp: Vec::new(),
         stats: ExecStats::default(),
     };
@@ -208,6 +228,9 @@ impl<T: Element> Runner<'_, T> {
                 off,
                 len,
             } => {
+                if let Some(b) = self.sending(addr, len * size_of::<T>()) {
+                    return Ok(Some(b));
+                }
                 let theirs = self.remote(peer, c, s, buf, off, len)?;
                 // SAFETY: `addr` was bounds- and alignment-checked by
                 // `compile` against this rank's buffers, `theirs` against
@@ -230,6 +253,13 @@ impl<T: Element> Runner<'_, T> {
         self.sends.clear();
         // Readiness first: nothing is consumed or published unless all of
         // the step can run.
+        for dst in &x.dsts {
+            if let ODst::Local { addr } = *dst {
+                if let Some(b) = self.sending(addr, x.len * elem) {
+                    return Ok(Some(b));
+                }
+            }
+        }
         for src in &x.srcs {
             let (ptr, pre) = match *src {
                 OSrc::Local { addr, pre } => (addr, pre),
@@ -277,7 +307,15 @@ impl<T: Element> Runner<'_, T> {
                             what: Awaited::Slot,
                         }));
                     };
-                    self.sends.push((link, seq));
+                    let by_ref = links[link]
+                        .by_reference()
+                        .then(|| self.left_in_place(x))
+                        .flatten();
+                    self.sends.push((link, seq, peer, by_ref));
+                    if by_ref.is_some() {
+                        // The proxy sends the bytes from where they are.
+                        continue;
+                    }
                     ptr as usize
                 }
                 ODst::Remote { peer, buf, off } => self.remote(peer, c, s, buf, off, x.len)?,
@@ -305,11 +343,22 @@ impl<T: Element> Runner<'_, T> {
         for &(link, seq) in &self.recvs {
             links[link].release(seq);
         }
-        for (&(link, seq), dst) in self.sends.iter().zip(x.dsts.iter().filter_map(|d| match d {
-            ODst::Send { peer, .. } => Some(*peer),
-            _ => None,
-        })) {
-            links[link].publish(seq, x.len * elem);
+        for &(link, seq, dst, by_ref) in &self.sends {
+            let bytes = x.len * elem;
+            match by_ref {
+                Some(addr) => {
+                    links[link].publish_ref(seq, addr, bytes);
+                    self.refs.push(Ref {
+                        link,
+                        seq,
+                        peer: dst,
+                        lo: addr,
+                        hi: addr + bytes,
+                    });
+                    self.stats.by_reference += 1;
+                }
+                None => links[link].publish(seq, bytes),
+            }
             self.fab.wake(dst);
             self.stats.messages += 1;
             self.stats.bytes_sent += x.len * elem;
@@ -320,6 +369,40 @@ impl<T: Element> Runner<'_, T> {
             }
         }
         Ok(None)
+    }
+
+    /// Where step `x` leaves its message in this rank's memory, if it
+    /// does: a local destination holds the result; a plain copy of one
+    /// local range is that range. Empty messages travel in their slot.
+    fn left_in_place(&self, x: &XOp) -> Option<usize> {
+        if x.len == 0 {
+            return None;
+        }
+        let dst = x.dsts.iter().find_map(|d| match *d {
+            ODst::Local { addr } => Some(addr),
+            _ => None,
+        });
+        dst.or_else(|| match x.srcs[..] {
+            [OSrc::Local { addr, pre }] if !x.post && (!pre || !self.op.scales()) => Some(addr),
+            _ => None,
+        })
+    }
+
+    /// If the `bytes` bytes at `addr` overlap a message still being sent
+    /// by reference, what the step waits for: that message to leave.
+    fn sending(&mut self, addr: usize, bytes: usize) -> Option<Blocked> {
+        if self.refs.is_empty() {
+            return None;
+        }
+        let links = &self.prog.links;
+        self.refs.retain(|r| !links[r.link].released(r.seq));
+        self.refs
+            .iter()
+            .find(|r| addr < r.hi && r.lo < addr + bytes)
+            .map(|r| Blocked {
+                peer: r.peer,
+                what: Awaited::Slot,
+            })
     }
 
     fn remote(

@@ -433,7 +433,15 @@ impl HostFabric {
         if res.is_ok() && self.net.is_some() {
             res = self.flush(me, &state.parker).and(res);
         }
-        if res.is_err() {
+        if let Err(e) = &res {
+            // Over the network, the proxy may still be sending from this
+            // call's buffers (messages by reference): failing the fabric
+            // closes every connection, joining the threads that read them,
+            // before the caller gets its buffers back. (Every error of a
+            // run already failed it; this waits for the close to finish.)
+            if self.net.is_some() {
+                self.fail(e.to_string());
+            }
             drop(active);
             drop(_shared_active);
             self.quiesce();

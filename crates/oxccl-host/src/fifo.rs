@@ -21,7 +21,7 @@
 //! receiver touches.
 
 use std::alloc::{self, Layout};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use crate::shm::{LinkCtr, Segment};
@@ -75,6 +75,9 @@ enum Slots {
 struct Owned {
     ctr: LinkCtr,
     lens: Box<[AtomicU64]>,
+    /// Per slot: the address of a message sent by reference (0: the
+    /// message is in the slot). See [`Link::publish_ref`].
+    refs: Box<[AtomicUsize]>,
 }
 
 /// A one-way connection `(channel, from, to)`: counters, slot lengths and
@@ -88,6 +91,9 @@ pub(crate) struct Link {
     nslots: usize,
     slots: Slots,
     stride: usize,
+    /// Set once a network proxy sends this link's messages: the executor
+    /// may then publish messages by reference ([`Link::publish_ref`]).
+    by_ref: AtomicBool,
     _own: Option<Box<Owned>>,
     _seg: Option<Arc<Segment>>,
 }
@@ -104,6 +110,7 @@ impl Link {
         let own = Box::new(Owned {
             ctr: LinkCtr::default(),
             lens: (0..slots).map(|_| AtomicU64::new(0)).collect(),
+            refs: (0..slots).map(|_| AtomicUsize::new(0)).collect(),
         });
         Link {
             ctr: &own.ctr,
@@ -112,6 +119,7 @@ impl Link {
             slots: Slots::Lazy(OnceLock::new()),
             // Keep every slot 64-byte aligned (a cache line; any element type).
             stride: slot_bytes.next_multiple_of(64),
+            by_ref: AtomicBool::new(false),
             _own: Some(own),
             _seg: None,
         }
@@ -137,6 +145,7 @@ impl Link {
             nslots,
             slots: Slots::Fixed(slots),
             stride,
+            by_ref: AtomicBool::new(false),
             _own: None,
             _seg: Some(seg),
         }
@@ -183,8 +192,50 @@ impl Link {
     /// Sender side: publishes slot `seq` (from `try_reserve`) holding
     /// `bytes` bytes.
     pub(crate) fn publish(&self, seq: u64, bytes: usize) {
+        if let Some(r) = self.ref_of(seq) {
+            r.store(0, Ordering::Relaxed);
+        }
         self.len_of(seq).store(bytes as u64, Ordering::Relaxed);
         self.ctr().tail.store(seq + 1, Ordering::Release);
+    }
+
+    fn ref_of(&self, seq: u64) -> Option<&AtomicUsize> {
+        let own = self._own.as_ref()?;
+        own.refs.get((seq % self.slots()) as usize)
+    }
+
+    /// Lets the executor publish messages by reference: called by the
+    /// network proxy that sends this link's messages. Links in shared
+    /// memory never are (their reader is another process).
+    pub(crate) fn send_by_reference(&self) {
+        if self._own.is_some() {
+            self.by_ref.store(true, Ordering::Release);
+        }
+    }
+
+    /// Whether [`Link::publish_ref`] may be used.
+    pub(crate) fn by_reference(&self) -> bool {
+        self.by_ref.load(Ordering::Acquire)
+    }
+
+    /// Sender side, a link the network proxy sends: publishes message
+    /// `seq` (a slot reserved with `try_reserve`, left empty) as the
+    /// `bytes` bytes at `addr` in the rank's own memory, which the proxy
+    /// sends from directly. The sender must not write those bytes until
+    /// [`Link::released`]`(seq)`.
+    pub(crate) fn publish_ref(&self, seq: u64, addr: usize, bytes: usize) {
+        let r = self
+            .ref_of(seq)
+            .expect("publish_ref on a link that sends by reference");
+        r.store(addr, Ordering::Relaxed);
+        self.len_of(seq).store(bytes as u64, Ordering::Relaxed);
+        self.ctr().tail.store(seq + 1, Ordering::Release);
+    }
+
+    /// Sender side: whether message `seq` has been handed back (sent, for
+    /// a network link).
+    pub(crate) fn released(&self, seq: u64) -> bool {
+        self.ctr().head.load(Ordering::Acquire) > seq
     }
 
     /// Receiver side: the next message (sequence, slot, length in bytes),
@@ -203,14 +254,18 @@ impl Link {
         self.ctr().head.store(seq + 1, Ordering::Release);
     }
 
-    /// Network proxy, sending end: message `seq` (slot, length in bytes)
-    /// once the executor has published it. The slot stays the proxy's
-    /// until it [`Link::release`]s it (after the bytes left).
-    pub(crate) fn published(&self, seq: u64) -> Option<(*const u8, usize)> {
+    /// Network proxy, sending end: message `seq` (address, length in
+    /// bytes, whether it is by reference: outside the slots) once the
+    /// executor has published it. The slot (and a referenced range) stays
+    /// the proxy's until it [`Link::release`]s it (after the bytes left).
+    pub(crate) fn published(&self, seq: u64) -> Option<(*const u8, usize, bool)> {
         let t = self.ctr().tail.load(Ordering::Acquire);
         (seq < t).then(|| {
             let len = self.len_of(seq).load(Ordering::Relaxed) as usize;
-            (self.slot_ptr(seq).cast_const(), len)
+            match self.ref_of(seq).map(|r| r.load(Ordering::Relaxed)) {
+                Some(addr) if addr != 0 => (addr as *const u8, len, true),
+                _ => (self.slot_ptr(seq).cast_const(), len, false),
+            }
         })
     }
 

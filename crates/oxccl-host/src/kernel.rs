@@ -42,6 +42,12 @@ impl<T: Element> TypedOp<T> {
             op: *op,
         }
     }
+
+    /// Whether sources marked `pre` are scaled (a copy of one is then no
+    /// plain copy).
+    pub(crate) fn scales(&self) -> bool {
+        self.scale.is_some()
+    }
 }
 
 fn overlaps<T>(a: *const T, b: *const T, len: usize) -> bool {

@@ -47,6 +47,8 @@ pub(crate) struct NetPart {
     ctl_recvs: Vec<RecvComm>,
     tx: Sender<Entry>,
     slots: usize,
+    /// Whether sending links let the executor publish by reference.
+    send_by_reference: bool,
     proxy: Mutex<Option<JoinHandle<()>>>,
     closed: Mutex<bool>,
     /// How long a clean shutdown waits for published messages to leave.
@@ -76,6 +78,27 @@ fn link_bandwidth(net: &dyn Net, ip: std::net::IpAddr, deadline: Duration) -> f6
     }
 }
 
+/// [`HostConfig::net_send_by_reference`], unless `OXCCL_NET_SEND_BY_REF`
+/// (0 or 1) says otherwise.
+fn by_reference(cfg: &HostConfig) -> Result<bool, HostError> {
+    const VAR: &str = "OXCCL_NET_SEND_BY_REF";
+    match oxccl_bootstrap::env::process(VAR) {
+        None => Ok(cfg.net_send_by_reference),
+        Some(v) => match v.trim() {
+            "1" => Ok(true),
+            "0" => Ok(false),
+            _ => Err(HostError::Net(
+                oxccl_bootstrap::env::BadVar {
+                    var: VAR,
+                    value: v,
+                    reason: "expected 0 or 1".into(),
+                }
+                .to_string(),
+            )),
+        },
+    }
+}
+
 fn net_err(e: NetError) -> HostError {
     HostError::Net(e.to_string())
 }
@@ -99,6 +122,7 @@ impl NetPart {
         let conns = nch + 1;
         let ip = boot.descs()[me as usize].listen.ip();
         let tcfg = TcpConfig::from_env(cfg.deadline).map_err(net_err)?;
+        let send_by_reference = by_reference(cfg)?;
         let parker = Parker::new();
         let pu = parker.unparker().clone();
         let waker: oxccl_net::Waker = Arc::new(move || pu.unpark());
@@ -244,6 +268,7 @@ impl NetPart {
             ctl_recvs,
             tx,
             slots: cfg.slots,
+            send_by_reference,
             proxy: Mutex::new(Some(proxy)),
             closed: Mutex::new(false),
             flush: cfg.deadline.min(oxccl_bootstrap::MAX_LIMIT),
@@ -258,7 +283,12 @@ impl NetPart {
     pub fn attach(&self, link: &Arc<Link>, channel: usize, from: Rank, to: Rank) {
         let (end, peer) = if from == self.me {
             match self.sends.get(&(channel, to)) {
-                Some(&s) => (End::Send(s), to),
+                Some(&s) => {
+                    if self.send_by_reference {
+                        link.send_by_reference();
+                    }
+                    (End::Send(s), to)
+                }
                 None => return,
             }
         } else {

@@ -37,6 +37,32 @@ pub fn run_plan<T: Element>(
     op: &oxccl_core::LoweredOp,
     absent: &[Rank],
 ) -> Vec<Option<RankResult<T>>> {
+    run_on(&|_| fab, plan, inputs, in_place, op, absent)
+}
+
+/// [`run_plan`] with every rank on its own fabric (`fabs[rank]`), as ranks
+/// in processes have.
+pub fn run_plan_by_rank<T: Element>(
+    fabs: &[Arc<HostFabric>],
+    plan: &Plan,
+    inputs: &[Vec<T>],
+    in_place: bool,
+    op: &oxccl_core::LoweredOp,
+) -> Vec<RankResult<T>> {
+    run_on(&|r| &fabs[r as usize], plan, inputs, in_place, op, &[])
+        .into_iter()
+        .map(|r| r.expect("every rank ran"))
+        .collect()
+}
+
+fn run_on<'f, T: Element>(
+    fab_of: &(dyn Fn(Rank) -> &'f Arc<HostFabric> + Sync),
+    plan: &Plan,
+    inputs: &[Vec<T>],
+    in_place: bool,
+    op: &oxccl_core::LoweredOp,
+    absent: &[Rank],
+) -> Vec<Option<RankResult<T>>> {
     std::thread::scope(|s| {
         let handles: Vec<_> = plan
             .ranks
@@ -44,7 +70,7 @@ pub fn run_plan<T: Element>(
             .zip(interp::memories(plan, inputs, in_place))
             .map(|(rp, mut mem)| {
                 let skip = absent.contains(&rp.rank);
-                let fab = fab.clone();
+                let fab = fab_of(rp.rank).clone();
                 s.spawn(move || {
                     if skip {
                         return None;

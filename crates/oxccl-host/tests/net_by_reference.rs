@@ -1,0 +1,204 @@
+//! Ranks over the network transport (two fabrics of one process, each its
+//! own rank, forced onto TCP): messages the proxy sends straight from the
+//! rank's buffers (by reference) instead of from a FIFO slot.
+//!
+//! What must hold: results are right with and without it, it is actually
+//! used where a step leaves its message in the rank's memory, and a step
+//! that overwrites a range still being sent by reference waits for it to
+//! leave (else the peer would receive the new bytes).
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::run_plan_by_rank;
+use oxccl_bootstrap::{Bootstrap, DeviceInfo, UniqueId};
+use oxccl_core::plan::{BufDecl, BufRole, Channel, Dst, Loc, RankPlan, Src, Step, Xfer};
+use oxccl_core::{generate, testkit, Algo, CollKind, Collective, DataType, PlanRequest, RedOp};
+use oxccl_host::{ExecStats, HostBuf, HostConfig, HostFabric};
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+/// Two ranks, each with its own fabric over the network (as two processes
+/// would have), made concurrently since setup is collective.
+fn two_ranks(by_reference: bool, slot_bytes: usize) -> Vec<Arc<HostFabric>> {
+    let id = UniqueId::new(LIMIT).expect("a unique id");
+    std::thread::scope(|s| {
+        let hs: Vec<_> = (0..2u32)
+            .map(|r| {
+                let id = &id;
+                s.spawn(move || {
+                    let boot = Bootstrap::init(id, 2, r, &DeviceInfo::default(), LIMIT)
+                        .expect("bootstrap");
+                    let cfg = HostConfig {
+                        deadline: LIMIT,
+                        slots: 2,
+                        slot_bytes,
+                        force_network: true,
+                        net_send_by_reference: by_reference,
+                        ..HostConfig::default()
+                    };
+                    HostFabric::across_processes(&boot, cfg).expect("a network fabric")
+                })
+            })
+            .collect();
+        hs.into_iter()
+            .map(|h| h.join().expect("setup thread"))
+            .collect()
+    })
+}
+
+/// Generated AllReduce and AllGather plans, in place and out of place:
+/// right either way, and sent by reference only when asked.
+#[test]
+fn generated_plans_are_right_and_send_by_reference_when_asked() {
+    for by_ref in [true, false] {
+        let fabs = two_ranks(by_ref, 4096);
+        for kind in [
+            CollKind::AllReduce,
+            CollKind::AllGather,
+            CollKind::Broadcast,
+        ] {
+            for in_place in [false, true] {
+                let coll = Collective::new(kind, 10_000, 1);
+                let mut req = PlanRequest::new(coll, 2, Algo::Ring);
+                req.channels = 2;
+                req.chunk = 4096 / 4;
+                req.in_place = in_place;
+                let plan = generate(&req).expect("a ring plan");
+                let inputs: Vec<Vec<f32>> = (0..2)
+                    .map(|r| testkit::input(&coll, 2, r, RedOp::Sum, 7))
+                    .collect();
+                let op = RedOp::Sum.lower(DataType::F32, 2);
+                let res = run_plan_by_rank(&fabs, &plan, &inputs, in_place, &op);
+                let mut outs = Vec::new();
+                let mut stats = ExecStats::default();
+                for (r, res) in res.into_iter().enumerate() {
+                    let (o, st) = res.unwrap_or_else(|e| panic!("{kind} rank {r}: {e}"));
+                    outs.push(o);
+                    stats.messages += st.messages;
+                    stats.by_reference += st.by_reference;
+                }
+                let (wrong, first) = testkit::compare(&coll, &inputs, &outs, RedOp::Sum);
+                let case = format!("{kind} in_place={in_place} by_reference={by_ref}");
+                assert_eq!(wrong, 0, "{case}: {first:?}");
+                assert!(stats.messages > 4, "{case}: {stats:?}");
+                if by_ref {
+                    // Every message of these plans is a copy of a local
+                    // range or a result also written locally.
+                    assert_eq!(stats.by_reference, stats.messages, "{case}");
+                } else {
+                    assert_eq!(stats.by_reference, 0, "{case}");
+                }
+            }
+        }
+    }
+}
+
+/// Rank 0 sends its output range by reference, then at once overwrites
+/// it; rank 1 receives it. Rank 1 must get the bytes as they were when
+/// sent: the overwrite waits for the message to leave. (Without that wait
+/// the proxy is still reading the range as it changes.)
+#[test]
+fn a_range_sent_by_reference_is_not_overwritten_until_it_left() {
+    const LEN: usize = 256 << 10; // 1 MiB of f32: one slot's message
+    let fabs = two_ranks(true, LEN * 4);
+    let x = |srcs, dsts| Step::Xfer(Xfer::new(srcs, dsts, LEN));
+    let decl = |role, len| BufDecl {
+        role,
+        len,
+        must_write: role == BufRole::Output,
+    };
+    let sender = RankPlan {
+        rank: 0,
+        nranks: 2,
+        bufs: vec![decl(BufRole::Input, 2 * LEN), decl(BufRole::Output, LEN)],
+        channels: vec![Channel {
+            steps: vec![
+                x(
+                    vec![Src::Local {
+                        at: Loc::input(0),
+                        pre: false,
+                    }],
+                    vec![Dst::Local(Loc::output(0))],
+                ),
+                x(
+                    vec![Src::Local {
+                        at: Loc::output(0),
+                        pre: false,
+                    }],
+                    vec![Dst::Send { peer: 1 }],
+                ),
+                x(
+                    vec![Src::Local {
+                        at: Loc::input(LEN),
+                        pre: false,
+                    }],
+                    vec![Dst::Local(Loc::output(0))],
+                ),
+            ],
+        }],
+    };
+    let receiver = RankPlan {
+        rank: 1,
+        nranks: 2,
+        bufs: vec![decl(BufRole::Input, 0), decl(BufRole::Output, LEN)],
+        channels: vec![Channel {
+            steps: vec![x(
+                vec![Src::Recv { peer: 0 }],
+                vec![Dst::Local(Loc::output(0))],
+            )],
+        }],
+    };
+    let first: Vec<f32> = (0..LEN).map(|i| i as f32).collect();
+    let second: Vec<f32> = vec![-1.0; LEN];
+    let op = RedOp::Sum.lower(DataType::F32, 2);
+    for round in 0..3 {
+        let outs: Vec<(Vec<f32>, ExecStats)> = std::thread::scope(|s| {
+            let hs: Vec<_> = [&sender, &receiver]
+                .into_iter()
+                .zip(&fabs)
+                .map(|(rp, fab)| {
+                    let (first, second, op) = (&first, &second, &op);
+                    s.spawn(move || {
+                        let mut input: Vec<f32> = first.iter().chain(second).copied().collect();
+                        let mut out = vec![0.0f32; LEN];
+                        let bufs = [
+                            HostBuf {
+                                ptr: input.as_mut_ptr().cast(),
+                                bytes: rp.bufs[0].len * 4,
+                            },
+                            HostBuf {
+                                ptr: out.as_mut_ptr().cast(),
+                                bytes: LEN * 4,
+                            },
+                        ];
+                        // SAFETY: both buffers live in this thread until
+                        // `execute` returns and nothing else touches them.
+                        let st = unsafe { fab.execute(rp, &bufs, DataType::F32, op) }
+                            .unwrap_or_else(|e| panic!("rank {}: {e}", rp.rank));
+                        (out, st)
+                    })
+                })
+                .collect();
+            hs.into_iter()
+                .map(|h| h.join().expect("rank thread"))
+                .collect()
+        });
+        assert_eq!(
+            outs[0].1.by_reference, 1,
+            "round {round}: sent by reference"
+        );
+        assert!(
+            outs[0].0 == second,
+            "round {round}: the sender's last write"
+        );
+        let got = &outs[1].0;
+        let bad = got.iter().zip(&first).filter(|(a, b)| a != b).count();
+        assert_eq!(
+            bad, 0,
+            "round {round}: {bad} of {LEN} received elements changed"
+        );
+    }
+}
