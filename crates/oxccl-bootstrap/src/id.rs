@@ -93,6 +93,11 @@ impl UniqueId {
         Ok(UniqueId::encode(COMM_ID_MAGIC, *addr, FLAG_ROOT_IN_RANK0))
     }
 
+    /// The id of a root already serving `magic` at `addr`.
+    pub(crate) fn for_root(magic: u64, addr: SocketAddr) -> UniqueId {
+        UniqueId::encode(magic, addr, 0)
+    }
+
     fn encode(magic: u64, addr: SocketAddr, flags: u8) -> UniqueId {
         let mut b = [0u8; UniqueId::BYTES];
         b[..8].copy_from_slice(&magic.to_le_bytes());

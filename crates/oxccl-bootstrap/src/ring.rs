@@ -3,7 +3,8 @@
 //! that later layers make at setup time (shared-memory handles, `split`'s
 //! colors, the C ABI's checks).
 
-use std::net::SocketAddr;
+use std::collections::HashMap;
+use std::net::{SocketAddr, TcpListener};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -30,6 +31,12 @@ pub struct Bootstrap {
     descs: Vec<RankDesc>,
     ring: Mutex<Option<Ring>>,
     mailbox: FdMailbox,
+    /// The ring listener, kept open: a later rendezvous among a subset of
+    /// the ranks ([`Bootstrap::subset_id`]) is served on it.
+    listener: Option<TcpListener>,
+    /// Subset rendezvous started so far, per member list (part of their
+    /// magics).
+    subsets: Mutex<HashMap<Vec<u32>, u64>>,
 }
 
 #[derive(Debug)]
@@ -80,6 +87,8 @@ impl Bootstrap {
                 descs: vec![desc],
                 ring: Mutex::new(None),
                 mailbox: FdMailbox::bind(magic, 0, rank)?,
+                listener: None,
+                subsets: Mutex::new(HashMap::new()),
             });
         }
         let info = id.info()?;
@@ -126,6 +135,8 @@ impl Bootstrap {
             descs,
             ring: Mutex::new(Some(Ring { next, prev, seq: 0 })),
             mailbox,
+            listener: Some(listener),
+            subsets: Mutex::new(HashMap::new()),
         })
     }
 
@@ -241,9 +252,78 @@ impl Bootstrap {
         self.all_gather(&[]).map(|_| ())
     }
 
+    /// The id of a new rendezvous among `members` (ranks of this
+    /// bootstrap, ascending, this rank among them) that the other ranks do
+    /// not join: NCCL's `ncclCommShrink`, where excluded ranks may be dead.
+    /// Nothing is sent over this bootstrap's ring. The lowest member serves
+    /// the rendezvous on its ring listener (kept open since init); the
+    /// magic is derived from this bootstrap's, the member list and how
+    /// many subsets of that list this rank made before, so every member
+    /// computes the same id, and members that disagree on the list meet
+    /// different magics and fail at the deadline instead of mixing. Pass the id to
+    /// [`Bootstrap::init`] with `members.len()` ranks.
+    pub fn subset_id(&self, members: &[u32]) -> Result<UniqueId, BootstrapError> {
+        let bad = |m: String| Err(BootstrapError::InvalidArgument(m));
+        if members.windows(2).any(|w| w[0] >= w[1]) {
+            return bad(format!(
+                "subset {members:?} is not ascending without repeats"
+            ));
+        }
+        if let Some(r) = members.iter().find(|&&r| r >= self.nranks) {
+            return bad(format!(
+                "subset rank {r} is out of range for {} ranks",
+                self.nranks
+            ));
+        }
+        if !members.contains(&self.rank) {
+            return bad(format!(
+                "rank {} is not in the subset {members:?}",
+                self.rank
+            ));
+        }
+        let seq = {
+            let mut m = self.subsets.lock().unwrap_or_else(|p| p.into_inner());
+            let k = m.entry(members.to_vec()).or_insert(0);
+            *k += 1;
+            *k
+        };
+        let magic = subset_magic(self.magic, seq, members);
+        let leader = members[0];
+        let at = self.descs[leader as usize].listen;
+        if members.len() > 1 && leader == self.rank {
+            let l = self.listener.as_ref().ok_or_else(|| {
+                BootstrapError::InvalidArgument("a 1-rank bootstrap has no listener".into())
+            })?;
+            let l = l
+                .try_clone()
+                .map_err(|e| BootstrapError::io(self.rank, "sharing the ring listener", &e))?;
+            root::spawn(l, magic, self.limit);
+        }
+        Ok(UniqueId::for_root(magic, at))
+    }
+
     /// This rank's mailbox for file descriptors from ranks of this machine.
     pub fn mailbox(&self) -> &FdMailbox {
         &self.mailbox
+    }
+}
+
+/// A subset rendezvous's magic: every member computes it alike (SplitMix64
+/// steps over the parent's magic, the sequence number and the members);
+/// never 0 nor NCCL's fixed magic.
+fn subset_magic(parent: u64, seq: u64, members: &[u32]) -> u64 {
+    let mix = |mut z: u64| {
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    };
+    let mut h = mix(parent ^ 0x9e37_79b9_7f4a_7c15);
+    for v in std::iter::once(seq).chain(members.iter().map(|&r| u64::from(r))) {
+        h = mix(h.wrapping_add(v).wrapping_add(0x9e37_79b9_7f4a_7c15));
+    }
+    match h {
+        0 | crate::id::COMM_ID_MAGIC => 1,
+        h => h,
     }
 }
 

@@ -164,22 +164,21 @@ fn a_rank_with_another_magic_is_told_so() {
     );
 }
 
-#[test]
-fn missing_ranks_time_out_naming_what_was_awaited() {
-    let id = UniqueId::new(Duration::from_secs(30)).unwrap();
+/// Rank 0 of `n` joins `id` alone: it must time out promptly, naming
+/// itself.
+fn times_out_alone(id: &UniqueId, n: u32) {
     let t = Instant::now();
-    let r = Bootstrap::init(
-        &id,
-        3,
-        0,
-        &DeviceInfo::default(),
-        Duration::from_millis(600),
-    );
+    let r = Bootstrap::init(id, n, 0, &DeviceInfo::default(), Duration::from_millis(600));
     assert!(
         matches!(r, Err(BootstrapError::Timeout { rank: 0, .. })),
         "{r:?}"
     );
     assert!(t.elapsed() < Duration::from_secs(5));
+}
+
+#[test]
+fn missing_ranks_time_out_naming_what_was_awaited() {
+    times_out_alone(&UniqueId::new(Duration::from_secs(30)).unwrap(), 3);
 }
 
 /// A fake root that answers the first hello with `reply` and then closes.
@@ -319,4 +318,83 @@ fn file_descriptors_travel_between_mailboxes() {
     assert!(matches!(r, Err(BootstrapError::Timeout { .. })));
     // A second mailbox under one name is refused.
     assert!(FdMailbox::bind(magic, 1, 1).is_err());
+}
+
+/// A subset rendezvous among `members` of `bs` (those ranks' threads only).
+fn subset(
+    bs: &[Bootstrap],
+    members: &[u32],
+    limit: Duration,
+) -> Vec<Result<Bootstrap, BootstrapError>> {
+    std::thread::scope(|s| {
+        let hs: Vec<_> = members
+            .iter()
+            .enumerate()
+            .map(|(i, &r)| {
+                let b = &bs[r as usize];
+                s.spawn(move || {
+                    let id = b.subset_id(members)?;
+                    Bootstrap::init(
+                        &id,
+                        members.len() as u32,
+                        i as u32,
+                        &DeviceInfo::default(),
+                        limit,
+                    )
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+#[test]
+fn a_subset_meets_without_the_others() {
+    let id = UniqueId::new(LIMIT).unwrap();
+    let mut bs = ok_all(id, 4);
+    // Rank 0 (the usual leader) is gone: its bootstrap, listener and all.
+    let gone = bs.remove(0);
+    drop(gone);
+    let rest: Vec<Bootstrap> = std::iter::once(ok_all(UniqueId::new(LIMIT).unwrap(), 1).remove(0))
+        .chain(bs)
+        .collect();
+    // `rest[r]` is rank r of the 4 again, rank 0 a stand-in never used.
+    let subs: Vec<Bootstrap> = subset(&rest, &[1, 3], LIMIT)
+        .into_iter()
+        .map(|r| r.unwrap())
+        .collect();
+    assert_eq!(subs.len(), 2);
+    let got: Vec<_> = std::thread::scope(|s| {
+        let hs: Vec<_> = subs
+            .iter()
+            .map(|b| s.spawn(move || b.all_gather(&[b.rank() as u8 + 10]).unwrap()))
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for g in got {
+        assert_eq!(g, vec![vec![10], vec![11]]);
+    }
+    // A second subset of the same ranks is a new rendezvous (another magic).
+    let again = subset(&rest, &[1, 2, 3], LIMIT);
+    assert!(again.iter().all(|r| r.is_ok()), "{again:?}");
+    assert_ne!(again[0].as_ref().unwrap().magic(), subs[0].magic());
+}
+
+#[test]
+fn subset_lists_are_checked_and_a_missing_member_times_out() {
+    let id = UniqueId::new(LIMIT).unwrap();
+    let bs = ok_all(id, 3);
+    for bad in [&[0u32, 0, 1][..], &[2, 1], &[0, 3], &[1, 2]] {
+        assert!(
+            matches!(
+                bs[0].subset_id(bad),
+                Err(BootstrapError::InvalidArgument(_))
+            ),
+            "{bad:?}"
+        );
+    }
+    let r = subset(&bs, &[0], Duration::from_millis(10));
+    assert!(r[0].is_ok(), "a 1-rank subset contacts no one");
+    // Rank 1 never joins the subset {0, 1}: rank 0 fails at the deadline.
+    times_out_alone(&bs[0].subset_id(&[0, 1]).unwrap(), 2);
 }

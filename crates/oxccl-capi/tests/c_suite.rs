@@ -3,8 +3,10 @@
 //! host backend: every collective, type and op, groups, split, abort,
 //! nonblocking init, every config layout, bad arguments.
 
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -41,8 +43,17 @@ fn suite() -> &'static Path {
 /// Runs `scenario` as `n` processes and fails with their output unless
 /// every one exits 0 within `limit`.
 fn run(scenario: &str, n: u32, env: &[(&str, &str)], limit: Duration) {
+    run_killing(scenario, n, env, limit, None)
+}
+
+/// As [`run`], except that rank `killed` must die by SIGKILL (the
+/// scenario kills it) instead of exiting 0.
+fn run_killing(scenario: &str, n: u32, env: &[(&str, &str)], limit: Duration, killed: Option<u32>) {
     let exe = suite();
-    let dir = common::scratch(&format!("{scenario}-{n}"));
+    // A folder per run: tests of one scenario may run at once.
+    static RUNS: AtomicUsize = AtomicUsize::new(0);
+    let k = RUNS.fetch_add(1, Ordering::Relaxed);
+    let dir = common::scratch(&format!("{scenario}-{n}-{k}"));
     let children: Vec<(u32, Child)> = (0..n)
         .map(|r| {
             let mut c = Command::new(exe);
@@ -79,8 +90,10 @@ fn run(scenario: &str, n: u32, env: &[(&str, &str)], limit: Duration) {
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
+        let want_killed = killed == Some(r);
         match status {
-            Some(s) if s.success() => {}
+            Some(s) if want_killed && s.signal() == Some(9) => {}
+            Some(s) if s.success() && !want_killed => {}
             Some(s) => {
                 failed = true;
                 report += &format!("--- rank {r} exited with {s}:\n{text}\n");
@@ -119,6 +132,32 @@ fn groups_send_recv_and_several_communicators() {
 #[test]
 fn split_nocolor_and_shrink() {
     run("split", 4, &[], LIMIT);
+}
+
+#[test]
+fn shrink_without_a_killed_rank() {
+    // Rank 3 is killed; ranks 0-2 shrink it away without it and run an
+    // AllReduce on the new communicator, then shrink again without rank 0.
+    run_killing("shrink_dead", 4, &[], LIMIT, Some(3));
+}
+
+#[test]
+fn shrink_of_threads_without_the_excluded_rank() {
+    // The deadline bounds the shrink whose other survivor never calls.
+    run("shrink_threads", 1, &[("OXCCL_DEADLINE_MS", "3000")], LIMIT);
+}
+
+#[test]
+fn a_killed_rank_that_was_not_expected_fails_the_harness() {
+    // The harness can tell: a scenario whose rank 3 dies unexpectedly, or
+    // whose expected victim survives, is reported.
+    let r = std::panic::catch_unwind(|| run_killing("shrink_dead", 4, &[], LIMIT, None));
+    assert!(r.is_err(), "an unexpected SIGKILL passed");
+    let r = std::panic::catch_unwind(|| run_killing("selftest", 1, &[], LIMIT, Some(0)));
+    assert!(
+        r.is_err(),
+        "a rank expected to be killed exited 0 and passed"
+    );
 }
 
 #[test]

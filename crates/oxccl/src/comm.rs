@@ -306,14 +306,21 @@ impl Communicator {
 
     /// Errors if the communicator was destroyed or its clique failed.
     pub(crate) fn check_usable(&self) -> Result<()> {
-        if self.destroyed.load(Ordering::Acquire) {
-            return Err(Error::Destroyed { rank: self.rank });
-        }
+        self.check_not_destroyed()?;
         if let Some(e) = self.clique.backend.failure() {
             return Err(Error::Failed {
                 rank: self.rank,
                 cause: e.root_cause(),
             });
+        }
+        Ok(())
+    }
+
+    /// Whether the handle is still live (a failed clique may still be
+    /// shrunk: `shrink` checks only this).
+    pub(crate) fn check_not_destroyed(&self) -> Result<()> {
+        if self.destroyed.load(Ordering::Acquire) {
+            return Err(Error::Destroyed { rank: self.rank });
         }
         Ok(())
     }

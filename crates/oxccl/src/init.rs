@@ -93,7 +93,7 @@ impl Communicator {
     }
 
     /// This process's rank of the communicator met through `boot`.
-    fn on_bootstrap(boot: Arc<Bootstrap>, config: Config) -> Result<Communicator> {
+    pub(crate) fn on_bootstrap(boot: Arc<Bootstrap>, config: Config) -> Result<Communicator> {
         let (rank, n) = (boot.rank(), boot.nranks());
         let opts = BackendOptions {
             nranks: n,

@@ -143,6 +143,7 @@ mod raw;
 mod recent;
 mod register;
 mod select;
+mod shrink;
 mod sink;
 mod split_threads;
 mod validate;

@@ -1,10 +1,12 @@
-//! `split` of communicators whose ranks are threads of this process
-//! (`init_all`): every rank's thread deposits its `(color, key)` on the
-//! clique's board; the last to arrive makes one new clique per color (the
-//! members ordered by key, then rank, as across processes) on a backend
-//! of the parent's kind, each member on its parent rank's device, and
-//! every thread takes its own communicator. A rank that never calls makes
-//! the others fail at the configured deadline, naming it.
+//! `split` and `shrink` of communicators whose ranks are threads of this
+//! process (`init_all`): every expected rank's thread deposits its
+//! `(color, key)` on the clique's board (for `split` every rank, for
+//! `shrink` only the remaining ones); the last to arrive makes one new
+//! clique per color (the members ordered by key, then rank, as across
+//! processes) on a backend of the parent's kind, each member on its
+//! parent rank's device, and every thread takes its own communicator. An
+//! expected rank that never calls makes the others fail at the configured
+//! deadline, naming it.
 
 use std::time::Instant;
 
@@ -29,6 +31,8 @@ struct Round {
     /// Ranks of the round being gathered that gave up waiting (not the
     /// ones to blame for the wait).
     quit: Vec<bool>,
+    /// Ranks the round being gathered waits for (set by its first rank).
+    expected: Vec<bool>,
 }
 
 /// A thread clique's split rendezvous.
@@ -36,6 +40,11 @@ struct Round {
 pub(crate) struct SplitBoard {
     round: Mutex<Round>,
     cv: Condvar,
+}
+
+/// The ranks marked in `m`.
+fn ranks_of(m: &[bool]) -> Vec<usize> {
+    (0..m.len()).filter(|&r| m[r]).collect()
 }
 
 /// The children of one finished round, by parent rank.
@@ -80,6 +89,28 @@ pub(crate) fn split(
     color: Option<u32>,
     key: i32,
 ) -> Result<Option<Communicator>> {
+    let all = vec![true; parent.clique().nranks as usize];
+    round(parent, color, key, &all)
+}
+
+/// `parent.shrink(..)` for a thread clique: `members` (ascending, the
+/// caller among them) meet without the others.
+pub(crate) fn shrink(parent: &Communicator, members: &[u32]) -> Result<Communicator> {
+    let mut expected = vec![false; parent.clique().nranks as usize];
+    for &m in members {
+        expected[m as usize] = true;
+    }
+    round(parent, Some(0), parent.rank() as i32, &expected)?
+        .ok_or_else(|| Error::Internal("shrink gave a remaining rank no communicator".into()))
+}
+
+/// One rendezvous of the `expected` ranks on the clique's board.
+fn round(
+    parent: &Communicator,
+    color: Option<u32>,
+    key: i32,
+    expected: &[bool],
+) -> Result<Option<Communicator>> {
     let cl = parent.clique();
     let (me, n) = (parent.rank() as usize, cl.nranks as usize);
     let board = &cl.split;
@@ -93,9 +124,16 @@ pub(crate) fn split(
             )));
         }
     }
-    if g.entries.len() != n {
+    if g.entries.len() != n || g.entries.iter().all(Option::is_none) {
         g.entries = vec![None; n];
         g.quit = vec![false; n];
+        g.expected = expected.to_vec();
+    } else if g.expected != expected {
+        return Err(Error::InvalidUsage(format!(
+            "rank {me}: a split or shrink of other ranks ({:?} expected) is being gathered; \
+             every rank must make the same calls (shrink: the same excluded ranks)",
+            ranks_of(&g.expected)
+        )));
     }
     if g.entries[me].is_some() {
         return Err(Error::InvalidUsage(format!(
@@ -104,7 +142,7 @@ pub(crate) fn split(
     }
     g.entries[me] = Some((color.map_or(-1, i64::from), key));
     g.quit[me] = false;
-    if g.entries.iter().all(Option::is_some) {
+    if (0..n).all(|r| !expected[r] || g.entries[r].is_some()) {
         let entries: Vec<(i64, i32, u32)> = g
             .entries
             .iter()
@@ -112,19 +150,19 @@ pub(crate) fn split(
             .filter_map(|(r, e)| e.map(|(c, k)| (c, k, r as u32)))
             .collect();
         g.done = Some(make_children(parent, &entries));
-        g.left = n as u32;
+        g.left = ranks_of(expected).len() as u32;
         g.entries.clear();
         board.cv.notify_all();
     }
     while g.done.is_none() {
         if board.cv.wait_until(&mut g, deadline).timed_out() {
             let missing: Vec<usize> = (0..n)
-                .filter(|&r| r != me && g.entries[r].is_none() && !g.quit[r])
+                .filter(|&r| expected[r] && r != me && g.entries[r].is_none() && !g.quit[r])
                 .collect();
             g.entries[me] = None;
             g.quit[me] = true;
             return Err(Error::Timeout(format!(
-                "rank {me}: split waited {:?} for ranks {missing:?}, which never called it",
+                "rank {me}: split or shrink waited {:?} for ranks {missing:?}, which never called it",
                 cl.config.deadline
             )));
         }

@@ -292,26 +292,36 @@ pub unsafe extern "C" fn ncclCommSplit(
         };
         // SAFETY: NCCL's contract for the config pointer.
         let cc = unsafe { config::read(config as *const u8) }?;
-        split_into(&c, color, key, &cc, outp)
+        let parent = c.clone();
+        child_into(
+            &c,
+            move || parent.get()?.split(color, key).map_err(CError::from),
+            &cc,
+            outp,
+        )
     })
 }
 
-/// Runs a split and publishes the child (NULL for no color). Inside a
-/// group it runs on its own thread and the group's end writes the child,
-/// so one thread can split several communicators of one clique (each
-/// rank's split waits for the others').
-fn split_into(
+/// How a child communicator is made from its parent (a split or a
+/// shrink): `None` for a rank that gets no child.
+type MakeChild = dyn FnOnce() -> CResult<Option<Communicator>> + Send;
+
+/// Runs `make` and publishes the child (NULL for none). Inside a group it
+/// runs on its own thread and the group's end writes the child, so one
+/// thread can split or shrink several communicators of one clique (each
+/// rank's call waits for the others').
+fn child_into(
     c: &Arc<CComm>,
-    color: Option<u32>,
-    key: c_int,
+    make: impl FnOnce() -> CResult<Option<Communicator>> + Send + 'static,
     cc: &CommConfig,
     outp: *mut NcclCommT,
 ) -> CResult<NcclResult> {
+    let make: Box<MakeChild> = Box::new(make);
     if group::active() {
-        let (parent, cc) = (c.clone(), cc.clone());
+        let (blocking, cc) = (c.blocking, cc.clone());
         let t = std::thread::Builder::new()
             .name(format!("oxccl-split-r{}", c.rank))
-            .spawn(move || split_now(&parent, color, key, &cc))
+            .spawn(move || publish_child(make, blocking, &cc))
             .map_err(|e| CError {
                 code: abi::SYSTEM_ERROR,
                 msg: format!("could not start the split thread: {e}"),
@@ -319,19 +329,20 @@ fn split_into(
         group::with(|g| g.splits.push((t, outp as usize)));
         return Ok(SUCCESS);
     }
-    let h = split_now(c, color, key, cc)?;
+    let h = publish_child(make, c.blocking, cc)?;
     // SAFETY: checked by the caller through `out`.
     unsafe { outp.write(h as NcclCommT) };
     Ok(SUCCESS)
 }
 
-/// The split itself; the child's handle as an address (0: no color).
-fn split_now(c: &CComm, color: Option<u32>, key: c_int, cc: &CommConfig) -> CResult<usize> {
-    let child = c.get()?.split(color, key)?;
-    Ok(match child {
+/// Makes the child and publishes it; its handle as an address (0: none).
+/// The child is blocking unless its config says otherwise (or the parent,
+/// `parent_blocking`, is nonblocking and no config is given).
+fn publish_child(make: Box<MakeChild>, parent_blocking: bool, cc: &CommConfig) -> CResult<usize> {
+    Ok(match make()? {
         None => 0,
         Some(x) => {
-            let blocking = cc.blocking.unwrap_or(c.blocking);
+            let blocking = cc.blocking.unwrap_or(parent_blocking);
             let k = Arc::new(CComm::new(x.nranks(), x.rank(), blocking, cc.name.clone()));
             k.finish_init(Ok(x));
             handle::publish(k) as usize
@@ -364,10 +375,12 @@ pub(crate) fn finish_splits(splits: Vec<(group::SplitThread, usize)>) -> CResult
     first.map_or(Ok(()), Err)
 }
 
-/// A communicator without the excluded ranks. oxccl builds it as a split,
-/// so every rank of `comm` must call it, the excluded ones too (they get
-/// NULL); NCCL lets excluded (failed) ranks stay away, which is not
-/// supported yet: the others then fail at the deadline.
+/// A communicator without the excluded ranks, made by the remaining
+/// ranks alone (each passing the same list): excluded ranks do not call
+/// it and may be dead; one that calls it gets NULL at once. With
+/// `NCCL_SHRINK_ABORT` the parent's pending work is aborted first (a dead
+/// peer's waits fail instead of holding the shrink up); by default it is
+/// waited for. Inside a group it runs on its own thread, as a split.
 ///
 /// # Safety
 /// `exclude` null or `count` ints; `newcomm` null or writable; `config` as
@@ -400,19 +413,39 @@ pub unsafe extern "C" fn ncclCommShrink(
             // SAFETY: checked; the caller's `count` ints.
             unsafe { std::slice::from_raw_parts(p, n) }
         };
-        if let Some(bad) = list.iter().find(|&&r| r < 0 || r as u32 >= c.nranks) {
-            return Err(CError::arg(format!("excluded rank {bad} is out of range")));
-        }
+        let Some(excluded) = list
+            .iter()
+            .map(|&r| u32::try_from(r).ok().filter(|&r| r < c.nranks))
+            .collect::<Option<Vec<u32>>>()
+        else {
+            return Err(CError::arg(format!(
+                "excludeRanksList {list:?} holds a rank outside 0..{}",
+                c.nranks
+            )));
+        };
         // SAFETY: NCCL's contract for the config pointer.
         let cc = unsafe { config::read(config as *const u8) }?;
-        let excluded = list.contains(&(c.rank as c_int));
-        if flags == abi::SHRINK_ABORT {
-            // Pending work of the old communicator is abandoned.
-            if let Some(x) = c.ready() {
+        if excluded.contains(&c.rank) {
+            // SAFETY: checked by `out`.
+            unsafe { outp.write(std::ptr::null_mut()) };
+            return Ok(SUCCESS);
+        }
+        c.join_init();
+        if let Some(x) = c.ready() {
+            if flags == abi::SHRINK_ABORT {
+                x.abort();
+            } else {
+                // Failed work is the parent's async error, not the shrink's.
                 let _ = x.synchronize();
             }
         }
-        split_into(&c, (!excluded).then_some(0), c.rank as c_int, &cc, outp)
+        let parent = c.clone();
+        child_into(
+            &c,
+            move || parent.get()?.shrink(&excluded).map_err(CError::from),
+            &cc,
+            outp,
+        )
     })
 }
 

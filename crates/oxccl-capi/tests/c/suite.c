@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -450,7 +451,8 @@ static void scenario_split(void) {
       NCCL_OK(ncclCommDestroy(c2));
     }
   }
-  /* Shrink away the last rank (oxccl: every rank calls it). */
+  /* Shrink away the last rank, which calls it too: it gets NULL at once
+   * (scenario shrink_dead: excluded ranks that never call). */
   int ex = n - 1;
   ncclComm_t sh = (ncclComm_t)0x1;
   NCCL_OK(ncclCommShrink(comm, &ex, 1, &sh, NULL, NCCL_SHRINK_DEFAULT));
@@ -461,6 +463,123 @@ static void scenario_split(void) {
     NCCL_OK(ncclCommDestroy(sh));
   }
   NCCL_OK(ncclCommDestroy(comm));
+}
+
+/* The excluded rank's process is killed; the others shrink it away
+ * (NCCL_SHRINK_ABORT), never hearing from it again, and the new
+ * communicator runs a collective right. The harness expects rank n-1 to
+ * die by SIGKILL and every other rank to exit 0. */
+static int process_gone(int pid) {
+  char path[64], buf[512];
+  snprintf(path, sizeof path, "/proc/%d/stat", pid);
+  FILE *f = fopen(path, "r");
+  if (!f) return 1;
+  size_t got = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[got] = 0;
+  const char *p = strrchr(buf, ')');
+  return p && (p[2] == 'Z' || p[2] == 'X');
+}
+
+static void scenario_shrink_dead(void) {
+  ncclComm_t comm = world("id");
+  if (!comm) return;
+  int n = g_nranks, me = g_rank, dead = n - 1;
+  int32_t v[5] = {1, 1, 1, 1, 1};
+  NCCL_OK(ncclAllReduce(v, v, 5, ncclInt32, ncclSum, comm, NULL));
+  CHECK(v[4] == n, "warm-up allreduce %d", v[4]);
+  char path[4200];
+  snprintf(path, sizeof path, "%s/dying", g_dir);
+  if (me == dead) {
+    FILE *f = fopen(path, "w");
+    if (f) { fprintf(f, "%d\n", (int)getpid()); fclose(f); }
+    raise(SIGKILL);
+  }
+  /* Shrink only once the excluded process is really gone (60 s at most). */
+  int pid = 0;
+  for (int i = 0; i < 6000 && !(pid > 0 && process_gone(pid)); i++) {
+    FILE *f = fopen(path, "r");
+    if (f) { if (fscanf(f, "%d", &pid) != 1) pid = 0; fclose(f); }
+    usleep(10000);
+  }
+  CHECK(pid > 0 && process_gone(pid), "rank %d's process (pid %d) is still alive", dead, pid);
+  ncclComm_t sh = NULL;
+  NCCL_OK(ncclCommShrink(comm, &dead, 1, &sh, NULL, NCCL_SHRINK_ABORT));
+  CHECK(sh != NULL, "%s", "no shrunk communicator");
+  if (!sh) return;
+  int cn = 0, cr = -1;
+  NCCL_OK(ncclCommCount(sh, &cn));
+  NCCL_OK(ncclCommUserRank(sh, &cr));
+  CHECK(cn == n - 1 && cr == me, "shrunk count %d rank %d", cn, cr);
+  /* Rank r contributes r + 1 in element k: the sum over the survivors,
+   * which a dropped, doubled or dead rank's term would change. */
+  int32_t w[7];
+  for (int k = 0; k < 7; k++) w[k] = (me + 1) * (k + 1);
+  NCCL_OK(ncclAllReduce(w, w, 7, ncclInt32, ncclSum, sh, NULL));
+  int want = (n - 1) * n / 2;
+  for (int k = 0; k < 7; k++) CHECK(w[k] == want * (k + 1), "element %d is %d, want %d", k, w[k], want * (k + 1));
+  /* Shrunk again without rank 0, from the shrunk one (ranks renumbered). */
+  if (n - 1 >= 2) {
+    int first = 0;
+    ncclComm_t s2 = (ncclComm_t)0x1;
+    NCCL_OK(ncclCommShrink(sh, &first, 1, &s2, NULL, NCCL_SHRINK_DEFAULT));
+    if (me == 0) CHECK(s2 == NULL, "%s", "excluded rank 0 got a communicator");
+    else if (s2) {
+      int32_t x[3] = {me, me, me};
+      NCCL_OK(ncclAllReduce(x, x, 3, ncclInt32, ncclMax, s2, NULL));
+      CHECK(x[0] == n - 2, "max over ranks 1..%d is %d", n - 2, x[0]);
+      NCCL_OK(ncclCommDestroy(s2));
+    } else CHECK(0, "%s", "no second shrunk communicator");
+  }
+  NCCL_OK(ncclCommDestroy(sh));
+  ncclCommAbort(comm);
+}
+
+/* Ranks as threads (ncclCommInitAll): ranks 0 and 1 shrink rank 2 away
+ * from one thread in a group; rank 2 never joins. Then a shrink whose
+ * other survivor never calls fails at the deadline (OXCCL_DEADLINE_MS),
+ * and bad lists are refused. */
+static void scenario_shrink_threads(void) {
+  ncclComm_t c[3], s[2] = {NULL, NULL};
+  NCCL_OK(ncclCommInitAll(c, 3, NULL));
+  int ex = 2;
+  NCCL_OK(ncclGroupStart());
+  for (int i = 0; i < 2; i++) NCCL_OK(ncclCommShrink(c[i], &ex, 1, &s[i], NULL, NCCL_SHRINK_DEFAULT));
+  NCCL_OK(ncclGroupEnd());
+  CHECK(s[0] && s[1], "shrunk %p %p", (void *)s[0], (void *)s[1]);
+  if (!s[0] || !s[1]) return;
+  float v[2][6];
+  for (int i = 0; i < 2; i++)
+    for (int k = 0; k < 6; k++) v[i][k] = (float)(i + 1) * (float)k;
+  NCCL_OK(ncclGroupStart());
+  for (int i = 0; i < 2; i++) NCCL_OK(ncclAllReduce(v[i], v[i], 6, ncclFloat32, ncclSum, s[i], NULL));
+  NCCL_OK(ncclGroupEnd());
+  for (int i = 0; i < 2; i++)
+    for (int k = 0; k < 6; k++) CHECK(v[i][k] == 3.0f * (float)k, "rank %d element %d is %g", i, k, v[i][k]);
+  int cn = 0;
+  NCCL_OK(ncclCommCount(s[1], &cn));
+  CHECK(cn == 2, "shrunk to %d", cn);
+  /* The excluded rank calling it gets NULL at once. */
+  ncclComm_t none = (ncclComm_t)0x1;
+  NCCL_OK(ncclCommShrink(c[2], &ex, 1, &none, NULL, NCCL_SHRINK_DEFAULT));
+  CHECK(none == NULL, "%s", "excluded rank got a communicator");
+  /* Bad lists: nothing written. */
+  ncclComm_t keep = (ncclComm_t)0x1;
+  int bad[2] = {3, -1};
+  CHECK(ncclCommShrink(c[0], &bad[0], 1, &keep, NULL, 0) == ncclInvalidArgument, "%s", "rank 3 of 3");
+  CHECK(ncclCommShrink(c[0], &bad[1], 1, &keep, NULL, 0) == ncclInvalidArgument, "%s", "rank -1");
+  CHECK(ncclCommShrink(c[0], NULL, 1, &keep, NULL, 0) == ncclInvalidArgument, "%s", "NULL list");
+  CHECK(ncclCommShrink(c[0], &ex, 3, &keep, NULL, 0) == ncclInvalidArgument, "%s", "count 3");
+  CHECK(ncclCommShrink(c[0], &ex, 1, &keep, NULL, 7) == ncclInvalidArgument, "%s", "flags 7");
+  CHECK(keep == (ncclComm_t)0x1, "%s", "a refused shrink wrote its output");
+  /* Rank 1 never joins: rank 0's shrink fails within the deadline. */
+  time_t t0 = time(NULL);
+  ncclResult_t r = ncclCommShrink(c[0], &ex, 1, &keep, NULL, NCCL_SHRINK_DEFAULT);
+  CHECK(r != ncclSuccess && r != ncclInProgress, "lonely shrink returned %d", (int)r);
+  CHECK(time(NULL) - t0 < 30, "lonely shrink took %ld s", (long)(time(NULL) - t0));
+  CHECK(strstr(ncclGetLastError(NULL), "[1]") != NULL, "error does not name rank 1: %s", ncclGetLastError(NULL));
+  for (int i = 0; i < 2; i++) NCCL_OK(ncclCommDestroy(s[i]));
+  for (int i = 0; i < 3; i++) NCCL_OK(ncclCommDestroy(c[i]));
 }
 
 /* Rank 1 aborts instead of joining an AllReduce: the others must get an
@@ -700,6 +819,8 @@ int main(int argc, char **argv) {
   else if (!strcmp(s, "configs")) scenario_configs();
   else if (!strcmp(s, "badargs")) scenario_badargs();
   else if (!strcmp(s, "commid")) scenario_commid();
+  else if (!strcmp(s, "shrink_dead")) scenario_shrink_dead();
+  else if (!strcmp(s, "shrink_threads")) scenario_shrink_threads();
   else {
     fprintf(stderr, "unknown scenario %s\n", s);
     return 100;
