@@ -123,18 +123,27 @@ pub fn encode_table(descs: &[RankDesc]) -> Vec<u8> {
 
 /// Decodes a table of exactly `nranks` descriptors, `descs[i].rank == i`.
 pub fn decode_table(b: &[u8], nranks: u32) -> Result<Vec<RankDesc>, WireError> {
+    let v = decode_descs(b)?;
+    let r = Reader::new(b, "table");
+    if v.len() != nranks as usize {
+        return Err(r.malformed(format!("{} descriptors for {nranks} ranks", v.len())));
+    }
+    if let Some((i, d)) = v.iter().enumerate().find(|(i, d)| d.rank != *i as u32) {
+        return Err(r.malformed(format!("descriptor {i} is for rank {}", d.rank)));
+    }
+    Ok(v)
+}
+
+/// Decodes descriptors written by [`encode_table`], in their order.
+pub fn decode_descs(b: &[u8]) -> Result<Vec<RankDesc>, WireError> {
     let mut r = Reader::new(b, "table");
     let n = r.u32()?;
-    if n != nranks {
-        return Err(r.malformed(format!("{n} descriptors for {nranks} ranks")));
+    if n > MAX_RANKS {
+        return Err(r.malformed(format!("{n} descriptors (at most {MAX_RANKS})")));
     }
-    let mut v = Vec::with_capacity(n.min(MAX_RANKS) as usize);
-    for i in 0..n {
-        let d = RankDesc::decode(&mut r)?;
-        if d.rank != i {
-            return Err(r.malformed(format!("descriptor {i} is for rank {}", d.rank)));
-        }
-        v.push(d);
+    let mut v = Vec::with_capacity(n as usize);
+    for _ in 0..n {
+        v.push(RankDesc::decode(&mut r)?);
     }
     r.finish()?;
     Ok(v)

@@ -32,6 +32,7 @@ mod id;
 pub mod iface;
 mod ring;
 mod root;
+mod scalable;
 mod sock;
 mod watch;
 pub mod wire;
@@ -41,6 +42,7 @@ pub use error::{BootstrapError, WireError};
 pub use fdpass::{FdMailbox, MAX_FDS};
 pub use id::{IdInfo, UniqueId, COMM_ID_MAGIC};
 pub use ring::{Bootstrap, MAX_RECORD};
+pub use scalable::{root_block, root_of};
 pub use watch::PeerWatch;
 
 /// The longest wait the bootstrap takes: a caller's "no deadline"

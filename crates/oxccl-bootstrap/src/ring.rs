@@ -57,26 +57,9 @@ impl Bootstrap {
         dev: &DeviceInfo,
         limit: Duration,
     ) -> Result<Bootstrap, BootstrapError> {
-        if nranks == 0 || nranks > MAX_RANKS {
-            return Err(BootstrapError::InvalidArgument(format!(
-                "{nranks} ranks: a communicator has 1..={MAX_RANKS}"
-            )));
-        }
-        if rank >= nranks {
-            return Err(BootstrapError::InvalidArgument(format!(
-                "rank {rank} is out of range for {nranks} ranks"
-            )));
-        }
+        check_ranks(nranks, rank)?;
         let limit = crate::clamp(limit);
         let deadline = Instant::now() + limit;
-        let mut desc = RankDesc {
-            rank,
-            host: host_identity(),
-            pid: std::process::id(),
-            device: dev.device.unwrap_or(-1),
-            bus_id: dev.bus_id.clone(),
-            listen: crate::wire::NO_ADDR,
-        };
         if nranks == 1 {
             let magic = crate::id::random_magic();
             return Ok(Bootstrap {
@@ -84,7 +67,7 @@ impl Bootstrap {
                 nranks,
                 magic,
                 limit,
-                descs: vec![desc],
+                descs: vec![my_desc(rank, dev)],
                 ring: Mutex::new(None),
                 mailbox: FdMailbox::bind(magic, 0, rank)?,
                 listener: None,
@@ -97,13 +80,7 @@ impl Bootstrap {
             let l = sock::listen(info.root, rank)?;
             root::spawn(l, magic, limit);
         }
-        // Our listener (for the ring predecessor) on the same family as the root.
-        let ip = local_ip_like(info.root)?;
-        let listener = sock::listen(SocketAddr::new(ip, 0), rank)?;
-        desc.listen = listener
-            .local_addr()
-            .map_err(|e| BootstrapError::io(rank, "reading the listening address", &e))?;
-
+        let (listener, desc) = listen_like(info.root, rank, dev)?;
         let stream = sock::connect(info.root, deadline, rank, "the root", limit)?;
         let mut root = Conn::new(stream, magic, rank, format!("root {}", info.root), limit);
         root.send(Kind::Hello, &Hello { nranks, desc }.encode(), deadline)?;
@@ -113,7 +90,22 @@ impl Bootstrap {
         // Bound only once the root has vouched that this rank is unique
         // (peers' sends retry until it is bound).
         let mailbox = FdMailbox::bind(magic, info.root.port(), rank)?;
+        Bootstrap::linked(magic, limit, deadline, descs, rank, listener, mailbox)
+    }
 
+    /// Rank `rank` of the ranks `descs` describes (each listening at its
+    /// `listen`, this one on `listener`), once connected in a ring: to its
+    /// successor, and accepting its predecessor.
+    pub(crate) fn linked(
+        magic: u64,
+        limit: Duration,
+        deadline: Instant,
+        descs: Vec<RankDesc>,
+        rank: u32,
+        listener: TcpListener,
+        mailbox: FdMailbox,
+    ) -> Result<Bootstrap, BootstrapError> {
+        let nranks = descs.len() as u32;
         let next_rank = (rank + 1) % nranks;
         let prev_rank = (rank + nranks - 1) % nranks;
         let s = sock::connect(
@@ -308,10 +300,52 @@ impl Bootstrap {
     }
 }
 
+/// `nranks` is 1..=MAX_RANKS and `rank` one of them.
+pub(crate) fn check_ranks(nranks: u32, rank: u32) -> Result<(), BootstrapError> {
+    if nranks == 0 || nranks > MAX_RANKS {
+        return Err(BootstrapError::InvalidArgument(format!(
+            "{nranks} ranks: a communicator has 1..={MAX_RANKS}"
+        )));
+    }
+    if rank >= nranks {
+        return Err(BootstrapError::InvalidArgument(format!(
+            "rank {rank} is out of range for {nranks} ranks"
+        )));
+    }
+    Ok(())
+}
+
+/// This process's descriptor as `rank` (not listening yet).
+fn my_desc(rank: u32, dev: &DeviceInfo) -> RankDesc {
+    RankDesc {
+        rank,
+        host: host_identity(),
+        pid: std::process::id(),
+        device: dev.device.unwrap_or(-1),
+        bus_id: dev.bus_id.clone(),
+        listen: crate::wire::NO_ADDR,
+    }
+}
+
+/// A ring listener of the root's family, and this rank's descriptor
+/// naming it.
+pub(crate) fn listen_like(
+    root: SocketAddr,
+    rank: u32,
+    dev: &DeviceInfo,
+) -> Result<(TcpListener, RankDesc), BootstrapError> {
+    let listener = sock::listen(SocketAddr::new(local_ip_like(root)?, 0), rank)?;
+    let mut desc = my_desc(rank, dev);
+    desc.listen = listener
+        .local_addr()
+        .map_err(|e| BootstrapError::io(rank, "reading the listening address", &e))?;
+    Ok((listener, desc))
+}
+
 /// A subset rendezvous's magic: every member computes it alike (SplitMix64
 /// steps over the parent's magic, the sequence number and the members);
 /// never 0 nor NCCL's fixed magic.
-fn subset_magic(parent: u64, seq: u64, members: &[u32]) -> u64 {
+pub(crate) fn subset_magic(parent: u64, seq: u64, members: &[u32]) -> u64 {
     let mix = |mut z: u64| {
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);

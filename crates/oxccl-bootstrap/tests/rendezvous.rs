@@ -398,3 +398,87 @@ fn subset_lists_are_checked_and_a_missing_member_times_out() {
     // Rank 1 never joins the subset {0, 1}: rank 0 fails at the deadline.
     times_out_alone(&bs[0].subset_id(&[0, 1]).unwrap(), 2);
 }
+
+/// Every rank of `n` joins through `ids` (threads of this process).
+fn join_scalable(
+    ids: &[UniqueId],
+    n: u32,
+    limit: Duration,
+) -> Vec<Result<Bootstrap, BootstrapError>> {
+    std::thread::scope(|s| {
+        let hs: Vec<_> = (0..n)
+            .map(|r| {
+                let dev = DeviceInfo {
+                    device: Some(r as i32),
+                    bus_id: String::new(),
+                };
+                s.spawn(move || Bootstrap::init_scalable(ids, n, r, &dev, limit))
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+#[test]
+fn several_roots_make_one_bootstrap() {
+    // 4 ranks on 2 roots, 5 on 2 (blocks of 3 and 2), 5 on 3 (a block of
+    // one rank), 3 on 3 (every block alone).
+    for (n, k) in [(4u32, 2usize), (5, 2), (5, 3), (3, 3)] {
+        let ids: Vec<UniqueId> = (0..k).map(|_| UniqueId::new(LIMIT).unwrap()).collect();
+        let bs: Vec<Bootstrap> = join_scalable(&ids, n, LIMIT)
+            .into_iter()
+            .map(|r| r.unwrap())
+            .collect();
+        let got: Vec<_> = std::thread::scope(|s| {
+            let hs: Vec<_> = bs
+                .iter()
+                .map(|b| s.spawn(move || b.all_gather(&[b.rank() as u8 * 3]).unwrap()))
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for (b, g) in bs.iter().zip(got) {
+            assert_eq!((b.nranks(), b.descs().len()), (n, n as usize));
+            for (r, d) in b.descs().iter().enumerate() {
+                assert_eq!((d.rank, d.device), (r as u32, r as i32), "n={n} k={k}");
+            }
+            let want: Vec<Vec<u8>> = (0..n).map(|r| vec![r as u8 * 3]).collect();
+            assert_eq!(g, want, "n={n} k={k}");
+        }
+    }
+}
+
+#[test]
+fn each_block_meets_at_its_own_root() {
+    // The second id names a port nobody serves: ranks 2 and 3 (its block)
+    // cannot meet, so nobody completes; with only the first id used they
+    // would all have met.
+    let dead = {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        drop(l);
+        UniqueId::from_comm_id(&format!("127.0.0.1:{port}")).unwrap()
+    };
+    let mut b = dead.to_bytes();
+    b[9] = 0; // a root that should already run, not one rank 0 starts
+    b[0] ^= 0x55;
+    let dead = UniqueId::from_bytes(&b).unwrap();
+    let ids = [UniqueId::new(LIMIT).unwrap(), dead];
+    let t = Instant::now();
+    let r = join_scalable(&ids, 4, Duration::from_millis(800));
+    assert!(r.iter().all(|x| x.is_err()), "{r:?}");
+    assert!(t.elapsed() < Duration::from_secs(10));
+}
+
+#[test]
+fn bad_id_lists_are_refused() {
+    let a = UniqueId::new(LIMIT).unwrap();
+    let b = UniqueId::new(LIMIT).unwrap();
+    let dev = DeviceInfo::default();
+    for (ids, n) in [(&[][..], 2u32), (&[a, b, a][..], 4), (&[a, b, a][..], 2)] {
+        let r = Bootstrap::init_scalable(ids, n, 0, &dev, LIMIT);
+        assert!(
+            matches!(r, Err(BootstrapError::InvalidArgument(_))),
+            "{r:?}"
+        );
+    }
+}

@@ -135,6 +135,14 @@ fn split_nocolor_and_shrink() {
 }
 
 #[test]
+fn scalable_init_over_two_ids() {
+    // Ranks 0-1 meet at the first id's root, 2-3 at the second's; bad
+    // nId, ids and comm pointers are refused first.
+    run("scalable", 4, &[], LIMIT);
+    run("scalable", 3, &[], LIMIT);
+}
+
+#[test]
 fn shrink_without_a_killed_rank() {
     // Rank 3 is killed; ranks 0-2 shrink it away without it and run an
     // AllReduce on the new communicator, then shrink again without rank 0.

@@ -84,10 +84,26 @@ impl Communicator {
         rank: u32,
         config: Config,
     ) -> Result<Communicator> {
+        Communicator::init_rank_scalable(std::slice::from_ref(id), nranks, rank, config)
+    }
+
+    /// As [`Communicator::init_rank`], with the rendezvous spread over
+    /// several ids (NCCL's `ncclCommInitRankScalable`): every rank passes
+    /// the same ids, each made by [`UniqueId::new`] in some process (at
+    /// most one per rank); the id at index `b` serves the `b`-th block of
+    /// consecutive ranks (`oxccl_bootstrap::root_block`).
+    pub fn init_rank_scalable(
+        ids: &[UniqueId],
+        nranks: u32,
+        rank: u32,
+        config: Config,
+    ) -> Result<Communicator> {
         // Before anything connects: the bootstrap and the backends' setup
         // (each connection's transport) log at INFO.
         crate::debug::init(config.debug);
-        let boot = Bootstrap::init(&id.0, nranks, rank, &DeviceInfo::default(), config.deadline)
+        let ids: Vec<oxccl_bootstrap::UniqueId> = ids.iter().map(|i| i.0).collect();
+        let dev = DeviceInfo::default();
+        let boot = Bootstrap::init_scalable(&ids, nranks, rank, &dev, config.deadline)
             .map_err(map_bootstrap)?;
         Communicator::on_bootstrap(Arc::new(boot), config)
     }

@@ -68,7 +68,8 @@ fn rank_args(nranks: c_int, rank: c_int) -> CResult<(u32, u32)> {
     Ok((n, r))
 }
 
-/// Starts rank `rank` of `nranks` and writes its handle through `out`.
+/// Starts rank `rank` of `nranks` (met through `ids`, one per root) and
+/// writes its handle through `out`.
 /// Blocking outside a group: returns when every rank has joined.
 /// Nonblocking (`config.blocking = 0`): the handle is written at once and
 /// `ncclInProgress` returned; `ncclCommGetAsyncError` says when it is done.
@@ -77,7 +78,7 @@ fn rank_args(nranks: c_int, rank: c_int) -> CResult<(u32, u32)> {
 fn init_rank(
     outp: *mut NcclCommT,
     nranks: c_int,
-    id: NcclUniqueId,
+    ids: &[NcclUniqueId],
     rank: c_int,
     cfg: *const u8,
 ) -> CResult<NcclResult> {
@@ -86,11 +87,11 @@ fn init_rank(
     // SAFETY: NCCL's contract for the config pointer (checked inside).
     let cc = unsafe { config::read(cfg) }?;
     let fcfg = facade_config(&cc)?;
-    let id = UniqueId::from_raw(id.internal);
+    let ids: Vec<UniqueId> = ids.iter().map(|i| UniqueId::from_raw(i.internal)).collect();
     let c = Arc::new(CComm::new(n, r, cc.is_blocking(), cc.name.clone()));
     let in_group = group::active();
     if c.blocking && !in_group {
-        c.finish_init(Ok(Communicator::init_rank(&id, n, r, fcfg)?));
+        c.finish_init(Ok(Communicator::init_rank_scalable(&ids, n, r, fcfg)?));
         // SAFETY: checked by `out`.
         unsafe { outp.write(handle::publish(c)) };
         return Ok(SUCCESS);
@@ -100,7 +101,7 @@ fn init_rank(
         .name(format!("oxccl-init-r{r}"))
         .spawn(move || {
             let res = catch_unwind(AssertUnwindSafe(|| {
-                Communicator::init_rank(&id, n, r, fcfg).map_err(CError::from)
+                Communicator::init_rank_scalable(&ids, n, r, fcfg).map_err(CError::from)
             }))
             .unwrap_or_else(|_| {
                 Err(CError {
@@ -137,7 +138,7 @@ pub unsafe extern "C" fn ncclCommInitRankConfig(
     config: *mut c_void,
 ) -> NcclResult {
     guard("ncclCommInitRankConfig", || {
-        init_rank(comm, nranks, comm_id, rank, config as *const u8)
+        init_rank(comm, nranks, &[comm_id], rank, config as *const u8)
     })
 }
 
@@ -151,12 +152,14 @@ pub unsafe extern "C" fn ncclCommInitRank(
     rank: c_int,
 ) -> NcclResult {
     guard("ncclCommInitRank", || {
-        init_rank(comm, nranks, comm_id, rank, std::ptr::null())
+        init_rank(comm, nranks, &[comm_id], rank, std::ptr::null())
     })
 }
 
-/// Several ranks from ids made per root: oxccl has one root, so the first
-/// id is used (every rank passes the same list, as NCCL requires).
+/// Rank `myrank` of `nranks` from `n_id` ids made per root (every rank
+/// passes the same ids; at most one per rank): the rendezvous is spread
+/// over the ids' roots, the `b`-th serving the `b`-th block of
+/// consecutive ranks, as NCCL assigns them.
 ///
 /// # Safety
 /// `newcomm` null or writable; `comm_ids` null or `n_id` ids; `config` as
@@ -171,15 +174,20 @@ pub unsafe extern "C" fn ncclCommInitRankScalable(
     config: *mut c_void,
 ) -> NcclResult {
     guard("ncclCommInitRankScalable", || {
-        if n_id < 1 {
+        let k = usize::try_from(n_id)
+            .ok()
+            .filter(|&k| k >= 1)
+            .ok_or_else(|| CError::arg(format!("nId is {n_id}: at least one id is needed")))?;
+        let p = out(comm_ids, "commIds")?;
+        if k > rank_args(nranks, 0)?.0 as usize {
             return Err(CError::arg(format!(
-                "nId is {n_id}: at least one id is needed"
+                "nId is {n_id}: at most one id per rank ({nranks})"
             )));
         }
-        let ids = out(comm_ids, "commIds")?;
-        // SAFETY: checked non-null and aligned; at least one id (n_id >= 1).
-        let id = unsafe { ids.read() };
-        init_rank(newcomm, nranks, id, myrank, config as *const u8)
+        // SAFETY: checked non-null and aligned; the caller's `n_id` ids
+        // (at most `nranks`, so the length is sane).
+        let ids = unsafe { std::slice::from_raw_parts(p, k) };
+        init_rank(newcomm, nranks, ids, myrank, config as *const u8)
     })
 }
 

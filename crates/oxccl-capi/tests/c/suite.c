@@ -176,12 +176,12 @@ static char g_dir[4096];
 
 static void id_path(char *out, size_t n, const char *name) { snprintf(out, n, "%s/%s", g_dir, name); }
 
-/* Rank 0 makes an id and publishes it as DIR/name; the others wait for it
- * (at most 60 s). */
-static int share_id(const char *name, ncclUniqueId *id) {
+/* Rank `maker` makes an id and publishes it as DIR/name; the others wait
+ * for it (at most 60 s). */
+static int share_id_by(const char *name, ncclUniqueId *id, int maker) {
   char path[4200], tmp[4300];
   id_path(path, sizeof path, name);
-  if (g_rank == 0) {
+  if (g_rank == maker) {
     if (ncclGetUniqueId(id) != ncclSuccess) return -1;
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     FILE *f = fopen(tmp, "wb");
@@ -200,6 +200,8 @@ static int share_id(const char *name, ncclUniqueId *id) {
   }
   return -1;
 }
+
+static int share_id(const char *name, ncclUniqueId *id) { return share_id_by(name, id, 0); }
 
 static ncclComm_t world(const char *name) {
   ncclUniqueId id;
@@ -462,6 +464,40 @@ static void scenario_split(void) {
     CHECK(cn == n - 1, "shrunk to %d ranks", cn);
     NCCL_OK(ncclCommDestroy(sh));
   }
+  NCCL_OK(ncclCommDestroy(comm));
+}
+
+/* ncclCommInitRankScalable with two ids, each made by the first rank of
+ * its block (as torch does): ranks 0..n/2 meet at the first root, the
+ * rest at the second; then an AllReduce over all. Bad inputs first:
+ * nothing written. */
+static void scenario_scalable(void) {
+  int n = g_nranks, me = g_rank;
+  ncclUniqueId ids[2];
+  ncclComm_t keep = (ncclComm_t)0x1;
+  CHECK(ncclCommInitRankScalable(&keep, n, me, 0, ids, NULL) == ncclInvalidArgument, "%s", "nId 0");
+  CHECK(ncclCommInitRankScalable(&keep, n, me, -1, ids, NULL) == ncclInvalidArgument, "%s", "nId -1");
+  CHECK(ncclCommInitRankScalable(&keep, n, me, 2, NULL, NULL) == ncclInvalidArgument, "%s", "NULL ids");
+  CHECK(ncclCommInitRankScalable(&keep, 1, 0, 2, ids, NULL) == ncclInvalidArgument, "%s", "2 ids, 1 rank");
+  CHECK(ncclCommInitRankScalable(NULL, n, me, 2, ids, NULL) == ncclInvalidArgument, "%s", "NULL comm");
+  CHECK(keep == (ncclComm_t)0x1, "%s", "a refused init wrote its output");
+  /* NCCL's blocks: the first n % 2 roots take one rank more. */
+  int second = (n + 1) / 2;
+  if (share_id_by("id0", &ids[0], 0) != 0 || share_id_by("id1", &ids[1], second) != 0) {
+    CHECK(0, "%s", "no unique ids");
+    return;
+  }
+  ncclComm_t comm = NULL;
+  NCCL_OK(ncclCommInitRankScalable(&comm, n, me, 2, ids, NULL));
+  int cn = 0, cr = -1;
+  NCCL_OK(ncclCommCount(comm, &cn));
+  NCCL_OK(ncclCommUserRank(comm, &cr));
+  CHECK(cn == n && cr == me, "count %d rank %d", cn, cr);
+  int64_t v[9];
+  for (int k = 0; k < 9; k++) v[k] = (int64_t)(me + 1) << k;
+  NCCL_OK(ncclAllReduce(v, v, 9, ncclInt64, ncclSum, comm, NULL));
+  for (int k = 0; k < 9; k++)
+    CHECK(v[k] == ((int64_t)n * (n + 1) / 2) << k, "element %d is %lld", k, (long long)v[k]);
   NCCL_OK(ncclCommDestroy(comm));
 }
 
@@ -820,6 +856,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(s, "badargs")) scenario_badargs();
   else if (!strcmp(s, "commid")) scenario_commid();
   else if (!strcmp(s, "shrink_dead")) scenario_shrink_dead();
+  else if (!strcmp(s, "scalable")) scenario_scalable();
   else if (!strcmp(s, "shrink_threads")) scenario_shrink_threads();
   else {
     fprintf(stderr, "unknown scenario %s\n", s);
