@@ -2,9 +2,9 @@
 //! `Element`'s per-element operations give (`from_f32(to_f32(a) op
 //! to_f32(b))`, one rounding per fold), but fast:
 //!
-//! - On x86-64 with AVX2 and F16C (detected at run time), whole 16-byte
-//!   groups go through [`lanes`]: eight or sixteen values widened to f32
-//!   in AVX registers, folded, rounded back.
+//! - On x86-64 with AVX2 and F16C (detected at run time), whole 32-byte
+//!   groups go through [`lanes`]: 16 or 32 values widened to f32 in AVX
+//!   registers, folded, rounded back (fp8 Max/Min compare the bytes).
 //! - The rest (a group's tail, other CPUs): f16 and bf16 in one fused loop
 //!   whose conversions are branch-free integer and f32 arithmetic the
 //!   compiler vectorises (the `half` crate's scalar and slice conversions
