@@ -18,7 +18,8 @@ pub struct HostConfig {
     /// callers size the plan's chunk as `slot_bytes / elem_size`.
     pub slot_bytes: usize,
     /// Idle rounds spent spinning (crossbeam `Backoff::snooze`, which spins
-    /// then yields) before a rank parks until a peer wakes it.
+    /// then yields) before a rank parks until a peer wakes it. Ranks over
+    /// the network park at once (see `HostFabric::spin`).
     pub spin: u32,
     /// Ranks in several processes: bytes of each rank's shared heap
     /// (registered buffers and scratch). Reserved, not committed: pages

@@ -193,7 +193,7 @@ pub(crate) fn run<T: Element>(
                 fab.absent(calls.call)
             );
         }
-        if idle < fab.config().spin {
+        if idle < fab.spin() {
             idle += 1;
             backoff.snooze();
         } else {

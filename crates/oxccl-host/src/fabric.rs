@@ -350,6 +350,19 @@ impl HostFabric {
         }
     }
 
+    /// Idle rounds a rank spins before it parks: [`HostConfig::spin`], but
+    /// none over the network, where a message takes far longer than a
+    /// park and the proxy wakes the rank at every completion; there each
+    /// yield of a spinning rank is a context switch taken from the socket
+    /// threads it waits for (on 2 cores, half of all switches).
+    pub(crate) fn spin(&self) -> u32 {
+        if self.net.is_some() {
+            0
+        } else {
+            self.cfg.spin
+        }
+    }
+
     /// The configuration the fabric was made with (after clamping `slots`
     /// to at least `MIN_FIFO_DEPTH`); the deadline in force is
     /// [`HostFabric::deadline`].
