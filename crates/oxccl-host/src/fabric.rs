@@ -176,6 +176,13 @@ impl HostFabric {
             Arc::get_mut(&mut fab)
                 .expect("a new fabric is not shared")
                 .net = Some(net);
+            if boot.nranks() > 1 {
+                let hop = crate::net::hop::measure(&fab, boot)?;
+                tracing::info!("oxccl-host: one network hop takes {hop:.1} us (measured at setup)");
+                if let Some(n) = &fab.net {
+                    let _ = n.hop_us.set(hop);
+                }
+            }
             return Ok(fab);
         }
         let procs = Procs::new(boot, &cfg)?;
@@ -237,6 +244,14 @@ impl HostFabric {
     /// setup for the cost model, GB/s (0 where unknown); `None` otherwise.
     pub fn network_bandwidth(&self) -> Option<f64> {
         self.net.as_ref().map(|n| n.bw_gbps)
+    }
+
+    /// Over the network: one hop's latency in µs (a message from one
+    /// rank's executor to the next one's, through both proxies and the
+    /// transport), measured at setup and agreed by every rank; `None`
+    /// otherwise.
+    pub fn network_hop_us(&self) -> Option<f64> {
+        self.net.as_ref().and_then(|n| n.hop_us.get().copied())
     }
 
     /// Over the network: the throughput in GB/s of one plain TCP stream

@@ -437,6 +437,31 @@ fn every_collective_over_the_network_transport() {
                 b.iter().any(|b| b.contains("over NET/Socket/0")),
                 "rank {r}: {b:?}"
             );
+            // The hop latency measured at setup, which the selector's model
+            // takes: a figure, and every rank's the same.
+            let hop = |b: &String| b.split(", one hop ").nth(1).map(str::to_owned);
+            let hops: Vec<Option<String>> = lines
+                .iter()
+                .map(|l| tagged(l, "BACKEND ").first().and_then(hop))
+                .collect();
+            assert!(
+                hops[0].as_ref().is_some_and(|h| h.ends_with(" us")),
+                "{hops:?}"
+            );
+            assert!(hops.iter().all(|h| h == &hops[0]), "{hops:?}");
+            // ... and the model takes it: no plan beats one hop.
+            let hop_us: f64 = hops[0]
+                .as_deref()
+                .and_then(|h| h.trim_end_matches(" us").parse().ok())
+                .unwrap_or(f64::NAN);
+            let predicted: Vec<f64> = tagged(l, "PREDICTED ")
+                .iter()
+                .filter_map(|p| p.trim_start_matches("PREDICTED ").trim().parse().ok())
+                .collect();
+            assert!(
+                predicted.len() == 1 && predicted[0] >= hop_us - 1.0,
+                "rank {r}: predicted {predicted:?} us, one hop {hop_us} us"
+            );
             // NCCL_DEBUG=INFO names each connection's transport.
             for p in (0..n as usize).filter(|&p| info && p != r) {
                 for want in [
@@ -825,6 +850,14 @@ fn child_all() {
     if on_device {
         finish_child(me, cases, wrong, first);
         return;
+    }
+    // What the selector's model predicts for an 8-byte AllReduce: over the
+    // network at least one hop (measured at setup), whatever the plan.
+    let mut tiny = [0.0f32; 2];
+    c.all_reduce(&[1.0f32, 2.0][..], &mut tiny[..], RedOp::Sum)
+        .unwrap();
+    if let Some(us) = c.last_choice().and_then(|ch| ch.predicted_us) {
+        println!("PREDICTED {us}");
     }
     let data: Vec<f64> = (0..5000)
         .map(|i| f64::from(me) * 1e4 + f64::from(i))

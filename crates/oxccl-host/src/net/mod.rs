@@ -14,6 +14,7 @@
 //! connection per ordered pair, the control connection, carries only the
 //! reason a rank failed, sent before it closes the others.
 
+pub(crate) mod hop;
 mod proxy;
 
 use std::collections::HashMap;
@@ -60,6 +61,9 @@ pub(crate) struct NetPart {
     /// The network's bandwidth per host as every rank agreed it (the
     /// slowest rank's [`link_bandwidth`]), GB/s; 0 where unknown.
     pub bw_gbps: f64,
+    /// One hop's latency in µs as every rank agreed it, measured once the
+    /// fabric can run plans ([`hop::measure`]).
+    pub hop_us: std::sync::OnceLock<f64>,
 }
 
 /// Bytes of the stream measured where the interface's speed is unknown:
@@ -275,6 +279,7 @@ impl NetPart {
             via,
             ip,
             bw_gbps,
+            hop_us: std::sync::OnceLock::new(),
         })
     }
 

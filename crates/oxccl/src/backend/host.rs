@@ -150,7 +150,15 @@ impl Backend for HostBackend {
     fn describe(&self) -> String {
         match (self.proc_rank, self.fabric.network()) {
             (Some(r), Some(via)) => {
-                format!("host, rank {r} of {} processes over {via}", self.nranks)
+                let hop = self
+                    .fabric
+                    .network_hop_us()
+                    .map(|h| format!(", one hop {h:.0} us"))
+                    .unwrap_or_default();
+                format!(
+                    "host, rank {r} of {} processes over {via}{hop}",
+                    self.nranks
+                )
             }
             (Some(r), None) => format!("host, rank {r} of {} processes", self.nranks),
             (None, _) => format!("host, {} rank threads", self.nranks),
@@ -308,7 +316,7 @@ impl Backend for HostBackend {
         Some(oxccl_topo::NetPlacement {
             host_of: self.host_of.clone(),
             bw: self.fabric.network_bandwidth()?,
-            hop_us: None,
+            hop_us: self.fabric.network_hop_us(),
         })
     }
 

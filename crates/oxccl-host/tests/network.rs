@@ -1,11 +1,13 @@
-//! Ranks over the network transport (two fabrics of one process, each its
-//! own rank, forced onto TCP): messages the proxy sends straight from the
-//! rank's buffers (by reference) instead of from a FIFO slot.
+//! Ranks over the network transport (fabrics of one process, each its own
+//! rank, forced onto TCP).
 //!
-//! What must hold: results are right with and without it, it is actually
-//! used where a step leaves its message in the rank's memory, and a step
-//! that overwrites a range still being sent by reference waits for it to
-//! leave (else the peer would receive the new bytes).
+//! Messages the proxy sends straight from the rank's buffers (by
+//! reference) instead of from a FIFO slot: results are right with and
+//! without, it is used where a step leaves its message in the rank's
+//! memory, and a step that overwrites a range still being sent by
+//! reference waits for it to leave (else the peer would receive the new
+//! bytes). The hop latency measured at setup: every rank has the same
+//! figure, a plausible one.
 
 mod common;
 
@@ -23,13 +25,18 @@ const LIMIT: Duration = Duration::from_secs(60);
 /// Two ranks, each with its own fabric over the network (as two processes
 /// would have), made concurrently since setup is collective.
 fn two_ranks(by_reference: bool, slot_bytes: usize) -> Vec<Arc<HostFabric>> {
+    ranks(2, by_reference, slot_bytes)
+}
+
+/// [`two_ranks`] for `n` ranks.
+fn ranks(n: u32, by_reference: bool, slot_bytes: usize) -> Vec<Arc<HostFabric>> {
     let id = UniqueId::new(LIMIT).expect("a unique id");
     std::thread::scope(|s| {
-        let hs: Vec<_> = (0..2u32)
+        let hs: Vec<_> = (0..n)
             .map(|r| {
                 let id = &id;
                 s.spawn(move || {
-                    let boot = Bootstrap::init(id, 2, r, &DeviceInfo::default(), LIMIT)
+                    let boot = Bootstrap::init(id, n, r, &DeviceInfo::default(), LIMIT)
                         .expect("bootstrap");
                     let cfg = HostConfig {
                         deadline: LIMIT,
@@ -201,4 +208,28 @@ fn a_range_sent_by_reference_is_not_overwritten_until_it_left() {
             "round {round}: {bad} of {LEN} received elements changed"
         );
     }
+}
+
+/// Every rank's fabric reports one hop latency, the same on every rank
+/// (the selector of each must pick the same plans), and a plausible one:
+/// more than nothing, less than the deadline.
+#[test]
+fn the_hop_latency_is_measured_at_setup_and_agreed() {
+    for n in [2u32, 3] {
+        let fabs = ranks(n, true, 4096);
+        let hops: Vec<Option<f64>> = fabs.iter().map(|f| f.network_hop_us()).collect();
+        let h = hops[0].unwrap_or_else(|| panic!("{n} ranks: no hop latency: {hops:?}"));
+        assert!(
+            hops.iter().all(|&x| x == Some(h)),
+            "{n} ranks disagree: {hops:?}"
+        );
+        assert!(
+            h > 0.0 && h < LIMIT.as_secs_f64() * 1e6,
+            "{n} ranks: {h} us"
+        );
+        eprintln!("{n} ranks: one hop {h:.1} us");
+    }
+    // A fabric of threads has no network, hence no hop.
+    let threads = HostFabric::new(2, HostConfig::default());
+    assert_eq!(threads.network_hop_us(), None);
 }
