@@ -39,6 +39,12 @@ pub struct HostConfig {
     /// from a FIFO slot the executor copied it into: one memory pass less
     /// per byte sent. Default on; `OXCCL_NET_SEND_BY_REF=0` turns it off.
     pub net_send_by_reference: bool,
+    /// Ranks over the network: the proxy receives a message straight into
+    /// the local range the step consuming it copies it to, where no other
+    /// step of the call touches that range, instead of into a FIFO slot
+    /// the executor copies from: one memory pass less per byte received.
+    /// Default on; `OXCCL_NET_RECV_IN_PLACE=0` turns it off.
+    pub net_receive_in_place: bool,
 }
 
 impl Default for HostConfig {
@@ -52,6 +58,7 @@ impl Default for HostConfig {
             net_channels: 2,
             force_network: false,
             net_send_by_reference: true,
+            net_receive_in_place: true,
         }
     }
 }

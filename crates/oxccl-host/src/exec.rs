@@ -33,6 +33,9 @@ pub struct ExecStats {
     /// Messages the network proxy sent straight from this rank's buffers
     /// (by reference), not from a FIFO slot.
     pub by_reference: usize,
+    /// Messages the network proxy received straight into their place in
+    /// this rank's buffers (landed), not into a FIFO slot.
+    pub landed: usize,
     /// Times the rank parked waiting for a peer.
     pub parks: usize,
 }
@@ -363,9 +366,16 @@ impl<T: Element> Runner<'_, T> {
             self.stats.messages += 1;
             self.stats.bytes_sent += x.len * elem;
         }
-        for src in &x.srcs {
+        for (src, got) in x.srcs.iter().zip(&self.srcs) {
             if let OSrc::Recv { peer, .. } = *src {
                 self.fab.wake(peer);
+                let at = got.ptr as usize;
+                if x.dsts
+                    .iter()
+                    .any(|d| matches!(*d, ODst::Local { addr } if addr == at))
+                {
+                    self.stats.landed += 1;
+                }
             }
         }
         Ok(None)

@@ -16,6 +16,7 @@ use crate::config::HostConfig;
 use crate::error::HostError;
 use crate::exec::{run, ExecStats};
 use crate::fifo::Link;
+use crate::landing::landings;
 use crate::net::NetPart;
 use crate::procs::Procs;
 use crate::remote::RemoteAccess;
@@ -438,6 +439,14 @@ impl HostFabric {
         })?;
         let state = &mut *state;
         let prog = compile(self, plan, bufs, dtype.size(), &mut state.scratch)?;
+        if self.net.is_some() {
+            // Before any step runs: the proxy may land this call's
+            // messages as soon as they arrive.
+            for l in landings(&prog, dtype.size(), |k| prog.links[k].lands()) {
+                let link = &prog.links[l.link];
+                link.expect_landing(link.counters()[1] + l.nth, l.addr, l.bytes);
+            }
+        }
         let call = slot.joined.fetch_add(1, Ordering::AcqRel) + 1;
         let synced = if synchronizes(plan) {
             let synced = slot.synced.fetch_add(1, Ordering::AcqRel) + 1;

@@ -75,9 +75,12 @@ enum Slots {
 struct Owned {
     ctr: LinkCtr,
     lens: Box<[AtomicU64]>,
-    /// Per slot: the address of a message sent by reference (0: the
-    /// message is in the slot). See [`Link::publish_ref`].
+    /// Per slot: the address of a message sent by reference or landed in
+    /// place (0: the message is in the slot). See [`Link::publish_ref`].
     refs: Box<[AtomicUsize]>,
+    /// Receiving end: messages to land in place, `(seq, addr, bytes)` in
+    /// order (see [`Link::expect_landing`]).
+    landings: parking_lot::Mutex<std::collections::VecDeque<(u64, usize, usize)>>,
 }
 
 /// A one-way connection `(channel, from, to)`: counters, slot lengths and
@@ -94,6 +97,9 @@ pub(crate) struct Link {
     /// Set once a network proxy sends this link's messages: the executor
     /// may then publish messages by reference ([`Link::publish_ref`]).
     by_ref: AtomicBool,
+    /// Set once a network proxy receives this link's messages and may
+    /// land them in place ([`Link::expect_landing`]).
+    lands: AtomicBool,
     _own: Option<Box<Owned>>,
     _seg: Option<Arc<Segment>>,
 }
@@ -111,6 +117,7 @@ impl Link {
             ctr: LinkCtr::default(),
             lens: (0..slots).map(|_| AtomicU64::new(0)).collect(),
             refs: (0..slots).map(|_| AtomicUsize::new(0)).collect(),
+            landings: Default::default(),
         });
         Link {
             ctr: &own.ctr,
@@ -120,6 +127,7 @@ impl Link {
             // Keep every slot 64-byte aligned (a cache line; any element type).
             stride: slot_bytes.next_multiple_of(64),
             by_ref: AtomicBool::new(false),
+            lands: AtomicBool::new(false),
             _own: Some(own),
             _seg: None,
         }
@@ -146,6 +154,7 @@ impl Link {
             slots: Slots::Fixed(slots),
             stride,
             by_ref: AtomicBool::new(false),
+            lands: AtomicBool::new(false),
             _own: None,
             _seg: Some(seg),
         }
@@ -213,16 +222,64 @@ impl Link {
         }
     }
 
+    /// Lets the executor ask for messages landed in place: called by the
+    /// network proxy that receives this link's messages.
+    pub(crate) fn land_in_place(&self) {
+        if self._own.is_some() {
+            self.lands.store(true, Ordering::Release);
+        }
+    }
+
+    /// Whether [`Link::expect_landing`] may be used.
+    pub(crate) fn lands(&self) -> bool {
+        self.lands.load(Ordering::Acquire)
+    }
+
+    /// Receiving end: message `seq` should land as `bytes` bytes at
+    /// `addr` (the rank's memory, untouched by anything else until the
+    /// message is consumed). Calls come in `seq` order.
+    pub(crate) fn expect_landing(&self, seq: u64, addr: usize, bytes: usize) {
+        if let Some(own) = &self._own {
+            own.landings.lock().push_back((seq, addr, bytes));
+        }
+    }
+
+    /// Network proxy, receiving end: where message `seq` lands, if it is
+    /// to land in place (forgetting landings of earlier messages, which
+    /// were already received into their slots).
+    pub(crate) fn take_landing(&self, seq: u64) -> Option<(usize, usize)> {
+        let own = self._own.as_ref()?;
+        let mut q = own.landings.lock();
+        while q.front().is_some_and(|&(s, ..)| s < seq) {
+            q.pop_front();
+        }
+        match q.front() {
+            Some(&(s, addr, bytes)) if s == seq => {
+                q.pop_front();
+                Some((addr, bytes))
+            }
+            _ => None,
+        }
+    }
+
+    /// Undoes [`Link::take_landing`]`(seq)` (the receive could not be
+    /// posted yet).
+    pub(crate) fn put_back_landing(&self, seq: u64, addr: usize, bytes: usize) {
+        if let Some(own) = &self._own {
+            own.landings.lock().push_front((seq, addr, bytes));
+        }
+    }
+
     /// Whether [`Link::publish_ref`] may be used.
     pub(crate) fn by_reference(&self) -> bool {
         self.by_ref.load(Ordering::Acquire)
     }
 
-    /// Sender side, a link the network proxy sends: publishes message
-    /// `seq` (a slot reserved with `try_reserve`, left empty) as the
-    /// `bytes` bytes at `addr` in the rank's own memory, which the proxy
-    /// sends from directly. The sender must not write those bytes until
-    /// [`Link::released`]`(seq)`.
+    /// Publishes message `seq` as the `bytes` bytes at `addr`, its slot
+    /// left empty. Sender side (a link the network proxy sends): the
+    /// rank's own memory, which the proxy sends from directly; the sender
+    /// must not write those bytes until [`Link::released`]`(seq)`.
+    /// Network proxy, receiving end: a message landed in place.
     pub(crate) fn publish_ref(&self, seq: u64, addr: usize, bytes: usize) {
         let r = self
             .ref_of(seq)
@@ -245,8 +302,17 @@ impl Link {
         let t = self.ctr().tail.load(Ordering::Acquire);
         (t > h).then(|| {
             let len = self.len_of(h).load(Ordering::Relaxed) as usize;
-            (h, self.slot_ptr(h).cast_const(), len)
+            (h, self.message_ptr(h), len)
         })
+    }
+
+    /// Where published message `seq` lies: its slot, or where it was
+    /// published by reference.
+    fn message_ptr(&self, seq: u64) -> *const u8 {
+        match self.ref_of(seq).map(|r| r.load(Ordering::Relaxed)) {
+            Some(addr) if addr != 0 => addr as *const u8,
+            _ => self.slot_ptr(seq).cast_const(),
+        }
     }
 
     /// Receiver side: hands slot `seq` (from `try_peek`) back to the sender.
@@ -262,10 +328,8 @@ impl Link {
         let t = self.ctr().tail.load(Ordering::Acquire);
         (seq < t).then(|| {
             let len = self.len_of(seq).load(Ordering::Relaxed) as usize;
-            match self.ref_of(seq).map(|r| r.load(Ordering::Relaxed)) {
-                Some(addr) if addr != 0 => (addr as *const u8, len, true),
-                _ => (self.slot_ptr(seq).cast_const(), len, false),
-            }
+            let ptr = self.message_ptr(seq);
+            (ptr, len, ptr != self.slot_ptr(seq).cast_const())
         })
     }
 

@@ -27,6 +27,7 @@ mod exec;
 mod fabric;
 mod fifo;
 mod kernel;
+mod landing;
 mod net;
 mod procs;
 mod remote;

@@ -2,9 +2,9 @@
 //! rank, forced onto TCP).
 //!
 //! Messages the proxy sends straight from the rank's buffers (by
-//! reference) instead of from a FIFO slot: results are right with and
-//! without, it is used where a step leaves its message in the rank's
-//! memory, and a step that overwrites a range still being sent by
+//! reference) or receives straight into them (landed) instead of through
+//! a FIFO slot: results are right with and without, both are used where a
+//! step allows, and a step that overwrites a range still being sent by
 //! reference waits for it to leave (else the peer would receive the new
 //! bytes). The hop latency measured at setup: every rank has the same
 //! figure, a plausible one.
@@ -24,12 +24,13 @@ const LIMIT: Duration = Duration::from_secs(60);
 
 /// Two ranks, each with its own fabric over the network (as two processes
 /// would have), made concurrently since setup is collective.
-fn two_ranks(by_reference: bool, slot_bytes: usize) -> Vec<Arc<HostFabric>> {
-    ranks(2, by_reference, slot_bytes)
+fn two_ranks(zero_copy: bool, slot_bytes: usize) -> Vec<Arc<HostFabric>> {
+    ranks(2, zero_copy, slot_bytes)
 }
 
-/// [`two_ranks`] for `n` ranks.
-fn ranks(n: u32, by_reference: bool, slot_bytes: usize) -> Vec<Arc<HostFabric>> {
+/// [`two_ranks`] for `n` ranks; `zero_copy` sends by reference and lands
+/// messages in place.
+fn ranks(n: u32, zero_copy: bool, slot_bytes: usize) -> Vec<Arc<HostFabric>> {
     let id = UniqueId::new(LIMIT).expect("a unique id");
     std::thread::scope(|s| {
         let hs: Vec<_> = (0..n)
@@ -43,7 +44,8 @@ fn ranks(n: u32, by_reference: bool, slot_bytes: usize) -> Vec<Arc<HostFabric>> 
                         slots: 2,
                         slot_bytes,
                         force_network: true,
-                        net_send_by_reference: by_reference,
+                        net_send_by_reference: zero_copy,
+                        net_receive_in_place: zero_copy,
                         ..HostConfig::default()
                     };
                     HostFabric::across_processes(&boot, cfg).expect("a network fabric")
@@ -56,10 +58,11 @@ fn ranks(n: u32, by_reference: bool, slot_bytes: usize) -> Vec<Arc<HostFabric>> 
     })
 }
 
-/// Generated AllReduce and AllGather plans, in place and out of place:
-/// right either way, and sent by reference only when asked.
+/// Generated AllReduce, AllGather and Broadcast plans, in place and out of
+/// place: right either way, sent by reference and landed in place only
+/// when asked.
 #[test]
-fn generated_plans_are_right_and_send_by_reference_when_asked() {
+fn generated_plans_are_right_and_skip_the_slots_when_asked() {
     for by_ref in [true, false] {
         let fabs = two_ranks(by_ref, 4096);
         for kind in [
@@ -86,6 +89,7 @@ fn generated_plans_are_right_and_send_by_reference_when_asked() {
                     outs.push(o);
                     stats.messages += st.messages;
                     stats.by_reference += st.by_reference;
+                    stats.landed += st.landed;
                 }
                 let (wrong, first) = testkit::compare(&coll, &inputs, &outs, RedOp::Sum);
                 let case = format!("{kind} in_place={in_place} by_reference={by_ref}");
@@ -95,8 +99,15 @@ fn generated_plans_are_right_and_send_by_reference_when_asked() {
                     // Every message of these plans is a copy of a local
                     // range or a result also written locally.
                     assert_eq!(stats.by_reference, stats.messages, "{case}");
+                    // Received pieces copied to a range nothing else
+                    // touches land (the first ones of a call ride the
+                    // slots the proxy posted before it); in place, an
+                    // AllReduce's pieces land where its input was read.
+                    if !(in_place && kind == CollKind::AllReduce) {
+                        assert!(stats.landed > 0, "{case}: {stats:?}");
+                    }
                 } else {
-                    assert_eq!(stats.by_reference, 0, "{case}");
+                    assert_eq!((stats.by_reference, stats.landed), (0, 0), "{case}");
                 }
             }
         }

@@ -50,6 +50,8 @@ pub(crate) struct NetPart {
     slots: usize,
     /// Whether sending links let the executor publish by reference.
     send_by_reference: bool,
+    /// Whether receiving links let the executor ask for landings.
+    land_in_place: bool,
     proxy: Mutex<Option<JoinHandle<()>>>,
     closed: Mutex<bool>,
     /// How long a clean shutdown waits for published messages to leave.
@@ -82,18 +84,17 @@ fn link_bandwidth(net: &dyn Net, ip: std::net::IpAddr, deadline: Duration) -> f6
     }
 }
 
-/// [`HostConfig::net_send_by_reference`], unless `OXCCL_NET_SEND_BY_REF`
-/// (0 or 1) says otherwise.
-fn by_reference(cfg: &HostConfig) -> Result<bool, HostError> {
-    const VAR: &str = "OXCCL_NET_SEND_BY_REF";
-    match oxccl_bootstrap::env::process(VAR) {
-        None => Ok(cfg.net_send_by_reference),
+/// `default` (the configuration's), unless the environment variable
+/// `var` (0 or 1) says otherwise.
+fn flag(var: &'static str, default: bool) -> Result<bool, HostError> {
+    match oxccl_bootstrap::env::process(var) {
+        None => Ok(default),
         Some(v) => match v.trim() {
             "1" => Ok(true),
             "0" => Ok(false),
             _ => Err(HostError::Net(
                 oxccl_bootstrap::env::BadVar {
-                    var: VAR,
+                    var,
                     value: v,
                     reason: "expected 0 or 1".into(),
                 }
@@ -126,7 +127,8 @@ impl NetPart {
         let conns = nch + 1;
         let ip = boot.descs()[me as usize].listen.ip();
         let tcfg = TcpConfig::from_env(cfg.deadline).map_err(net_err)?;
-        let send_by_reference = by_reference(cfg)?;
+        let send_by_reference = flag("OXCCL_NET_SEND_BY_REF", cfg.net_send_by_reference)?;
+        let land_in_place = flag("OXCCL_NET_RECV_IN_PLACE", cfg.net_receive_in_place)?;
         let parker = Parker::new();
         let pu = parker.unparker().clone();
         let waker: oxccl_net::Waker = Arc::new(move || pu.unpark());
@@ -273,6 +275,7 @@ impl NetPart {
             tx,
             slots: cfg.slots,
             send_by_reference,
+            land_in_place,
             proxy: Mutex::new(Some(proxy)),
             closed: Mutex::new(false),
             flush: cfg.deadline.min(oxccl_bootstrap::MAX_LIMIT),
@@ -298,7 +301,12 @@ impl NetPart {
             }
         } else {
             match self.recvs.get(&(channel, from)) {
-                Some(&r) => (End::Recv(r), from),
+                Some(&r) => {
+                    if self.land_in_place {
+                        link.land_in_place();
+                    }
+                    (End::Recv(r), from)
+                }
                 None => return,
             }
         };

@@ -101,9 +101,10 @@ pub(crate) struct Entry {
     mr: Option<MemHandle>,
     /// Next message number to send or to post a receive for.
     next: u64,
-    /// Requests in flight: message number, request, and the registration
-    /// of a message sent by reference (dropped once it is sent).
-    inflight: VecDeque<(u64, Request, Option<MemHandle>)>,
+    /// Requests in flight: message number, request, the registration of
+    /// a message sent by reference or landed in place (dropped once it
+    /// completes), and where it lands.
+    inflight: VecDeque<(u64, Request, Option<MemHandle>, Option<usize>)>,
     slots: usize,
     dead: bool,
 }
@@ -120,6 +121,13 @@ impl Entry {
             inflight: VecDeque::new(),
             slots,
             dead: false,
+        }
+    }
+
+    fn comm(&self) -> Comm {
+        match self.end {
+            End::Send(s) => Comm::Send(s),
+            End::Recv(r) => Comm::Recv(r),
         }
     }
 
@@ -161,11 +169,7 @@ impl Entry {
             Some(m) => m,
             None => {
                 let (base, len) = self.link.region();
-                let comm = match self.end {
-                    End::Send(s) => Comm::Send(s),
-                    End::Recv(r) => Comm::Recv(r),
-                };
-                match net.reg_mr(comm, base, len, MemKind::Host) {
+                match net.reg_mr(self.comm(), base, len, MemKind::Host) {
                     Ok(m) => *self.mr.insert(m),
                     Err(e) => {
                         self.fail(sh, 0, &e);
@@ -176,17 +180,18 @@ impl Entry {
         };
         let mut moved = false;
         // Completions, oldest first (a connection completes in order).
-        while let Some(&(seq, req, own_mr)) = self.inflight.front() {
+        while let Some(&(seq, req, own_mr, landed)) = self.inflight.front() {
             match net.test(req) {
                 Ok(None) => break,
                 Ok(Some(bytes)) => {
                     self.inflight.pop_front();
-                    if let (Some(m), End::Send(s)) = (own_mr, self.end) {
-                        let _ = net.dereg_mr(Comm::Send(s), m);
+                    if let Some(m) = own_mr {
+                        let _ = net.dereg_mr(self.comm(), m);
                     }
-                    match self.end {
-                        End::Send(_) => self.link.release(seq),
-                        End::Recv(_) => self.link.publish(seq, bytes),
+                    match (self.end, landed) {
+                        (End::Send(_), _) => self.link.release(seq),
+                        (End::Recv(_), None) => self.link.publish(seq, bytes),
+                        (End::Recv(_), Some(addr)) => self.link.publish_ref(seq, addr, bytes),
                     }
                     sh.rank.unpark();
                     moved = true;
@@ -201,6 +206,7 @@ impl Entry {
         while self.inflight.len() < self.slots {
             let seq = self.next;
             let mut own_mr = None;
+            let mut landed = None;
             let started = match self.end {
                 End::Send(s) => {
                     let Some((ptr, len, by_ref)) = self.link.published(seq) else {
@@ -230,24 +236,49 @@ impl Entry {
                     unsafe { net.isend(s, ptr, len, self.channel as u32, mr) }
                 }
                 End::Recv(r) => {
-                    let Some(ptr) = self.link.free_slot(seq) else {
+                    let Some(slot) = self.link.free_slot(seq) else {
                         break;
                     };
+                    // A message to land in place goes straight to the
+                    // rank's memory, registered for this one receive.
+                    let (ptr, cap, mr) = match self.link.take_landing(seq) {
+                        Some((addr, bytes)) => {
+                            let ptr = addr as *mut u8;
+                            match net.reg_mr(Comm::Recv(r), ptr, bytes, MemKind::Host) {
+                                Ok(m) => {
+                                    landed = Some((addr, bytes));
+                                    (ptr, bytes, *own_mr.insert(m))
+                                }
+                                Err(e) => {
+                                    self.fail(sh, seq, &e);
+                                    return moved;
+                                }
+                            }
+                        }
+                        None => (slot, self.link.stride(), mr),
+                    };
                     // SAFETY: the slot was drained by the executor and is
-                    // not read again until `publish(seq)`; as above for
-                    // lifetime.
-                    unsafe { net.irecv(r, ptr, self.link.stride(), self.channel as u32, mr) }
+                    // not read again until `publish(seq)`; a landing range
+                    // is touched by no step of the call but the one that
+                    // consumes this message (`landing`), and the call does
+                    // not return before it has; as above for lifetime.
+                    unsafe { net.irecv(r, ptr, cap, self.channel as u32, mr) }
                 }
             };
             match started {
                 Ok(Some(req)) => {
-                    self.inflight.push_back((seq, req, own_mr));
+                    self.inflight
+                        .push_back((seq, req, own_mr, landed.map(|(a, _)| a)));
                     self.next += 1;
                     moved = true;
                 }
                 Ok(None) => {
-                    if let (Some(m), End::Send(s)) = (own_mr, self.end) {
-                        let _ = net.dereg_mr(Comm::Send(s), m);
+                    if let Some(m) = own_mr {
+                        let _ = net.dereg_mr(self.comm(), m);
+                    }
+                    if let Some((addr, bytes)) = landed {
+                        // Not posted: the next try takes it again.
+                        self.link.put_back_landing(seq, addr, bytes);
                     }
                     break;
                 }
