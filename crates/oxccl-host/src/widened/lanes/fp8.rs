@@ -113,36 +113,48 @@ fn e5m2_narrow16(v: [__m256; 2]) -> __m128i {
     })
 }
 
+/// Thirty-two bytes widened sixteen at a time.
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+fn widen32(x: __m256i, widen16: impl Fn(__m128i) -> [__m256; 2]) -> [__m256; 4] {
+    let [lo, hi] = halves(x);
+    let ([a, b], [c, d]) = (widen16(lo), widen16(hi));
+    [a, b, c, d]
+}
+
+/// Thirty-two f32 rounded sixteen at a time.
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+fn narrow32([a, b, c, d]: [__m256; 4], narrow16: impl Fn([__m256; 2]) -> __m128i) -> __m256i {
+    _mm256_set_m128i(narrow16([c, d]), narrow16([a, b]))
+}
+
 /// Thirty-two E4M3 bytes to f32 times 2^-8.
 #[target_feature(enable = "avx2,f16c")]
 #[inline]
 pub(super) fn e4m3_widen(x: __m256i) -> [__m256; 4] {
-    let [lo, hi] = halves(x);
-    let ([a, b], [c, d]) = (e4m3_widen16(lo), e4m3_widen16(hi));
-    [a, b, c, d]
+    widen32(x, |h| e4m3_widen16(h))
 }
 
 /// Thirty-two E5M2 bytes to f32.
 #[target_feature(enable = "avx2,f16c")]
 #[inline]
 pub(super) fn e5m2_widen(x: __m256i) -> [__m256; 4] {
-    let [lo, hi] = halves(x);
-    let ([a, b], [c, d]) = (e5m2_widen16(lo), e5m2_widen16(hi));
-    [a, b, c, d]
+    widen32(x, |h| e5m2_widen16(h))
 }
 
 /// Thirty-two f32 (times 2^-8) to E4M3 bytes.
 #[target_feature(enable = "avx2,f16c")]
 #[inline]
-pub(super) fn e4m3_narrow([a, b, c, d]: [__m256; 4]) -> __m256i {
-    _mm256_set_m128i(e4m3_narrow16([c, d]), e4m3_narrow16([a, b]))
+pub(super) fn e4m3_narrow(v: [__m256; 4]) -> __m256i {
+    narrow32(v, |v| e4m3_narrow16(v))
 }
 
 /// Thirty-two f32 to E5M2 bytes.
 #[target_feature(enable = "avx2,f16c")]
 #[inline]
-pub(super) fn e5m2_narrow([a, b, c, d]: [__m256; 4]) -> __m256i {
-    _mm256_set_m128i(e5m2_narrow16([c, d]), e5m2_narrow16([a, b]))
+pub(super) fn e5m2_narrow(v: [__m256; 4]) -> __m256i {
+    narrow32(v, |v| e5m2_narrow16(v))
 }
 
 /// `acc[i] = max or min(acc[i], src[i])` over whole 32-byte groups of
