@@ -39,6 +39,18 @@ pub use error::HostError;
 pub use exec::ExecStats;
 pub use fabric::HostFabric;
 
+/// `acc[i] = acc[i] (base) src[i]` as the reductions fold f16, bf16 and
+/// fp8 blocks (`false`, nothing done, for other types); public only so
+/// `examples/fold_speed.rs` can time it alone. Not part of the API.
+#[doc(hidden)]
+pub fn fold_narrow<T: oxccl_core::Element>(
+    acc: &mut [T],
+    src: &[T],
+    base: oxccl_core::BaseOp,
+) -> bool {
+    widened::fold(acc, src, base)
+}
+
 /// One caller buffer of a call: `bytes` bytes at `ptr`. One per entry of
 /// the plan's `bufs`, scratch buffers excepted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
