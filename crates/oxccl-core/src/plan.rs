@@ -222,6 +222,40 @@ impl Xfer {
 }
 
 impl RankPlan {
+    /// The other ranks this rank's steps exchange with (messages, remote
+    /// reads and writes, semaphores), ascending: whose kernels this rank's
+    /// kernel waits for, directly.
+    pub fn peers(&self) -> Vec<Rank> {
+        let mut v: Vec<Rank> = self
+            .channels
+            .iter()
+            .flat_map(|c| &c.steps)
+            .flat_map(|s| -> Vec<Rank> {
+                match s {
+                    Step::Xfer(x) => x
+                        .srcs
+                        .iter()
+                        .filter_map(|s| match *s {
+                            Src::Recv { peer } | Src::Remote { peer, .. } => Some(peer),
+                            Src::Local { .. } => None,
+                        })
+                        .chain(x.dsts.iter().filter_map(|d| match *d {
+                            Dst::Send { peer } | Dst::Remote { peer, .. } => Some(peer),
+                            Dst::Local(_) => None,
+                        }))
+                        .collect(),
+                    Step::Signal { peer } | Step::Wait { peer } | Step::Swap { peer, .. } => {
+                        vec![*peer]
+                    }
+                }
+            })
+            .filter(|&p| p != self.rank)
+            .collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+
     /// Whether any step touches a peer's memory directly.
     pub fn needs_registration(&self) -> bool {
         self.channels

@@ -57,3 +57,45 @@ fn plan_channels_says_how_many_channels_a_plan_has() {
         }
     }
 }
+
+/// `RankPlan::peers` names whom each rank exchanges with: a ring's two
+/// neighbours, every rank for all-pairs, the root alone for a leaf of a
+/// gather; and every generated plan's names are mutual.
+#[test]
+fn peers_name_whom_each_rank_exchanges_with() {
+    use oxccl_core::{Algo, CollKind};
+    let plan = |kind, algo, registered| {
+        let mut req = PlanRequest::new(Collective::new(kind, 40, 0), 5, algo);
+        req.registered = registered;
+        oxccl_core::gen::generate(&req).unwrap()
+    };
+    let ring = plan(CollKind::AllReduce, Algo::Ring, false);
+    assert_eq!(ring.ranks[0].peers(), vec![1, 4]);
+    assert_eq!(ring.ranks[2].peers(), vec![1, 3]);
+    let one = plan(CollKind::AllReduce, Algo::OneShot, true);
+    assert_eq!(one.ranks[3].peers(), vec![0, 1, 2, 4]);
+    let gather = plan(CollKind::Gather, Algo::AllPairs, false);
+    assert_eq!(gather.ranks[0].peers(), vec![1, 2, 3, 4]);
+    assert_eq!(gather.ranks[2].peers(), vec![0]);
+    for (algo, kind) in common::served() {
+        for registered in [false, true] {
+            for n in [1u32, 2, 3, 5] {
+                let mut req = PlanRequest::new(Collective::new(kind, 30, 1 % n), n, algo);
+                req.registered = registered;
+                let p = oxccl_core::gen::generate(&req).unwrap();
+                for (a, rp) in p.ranks.iter().enumerate() {
+                    assert!(
+                        !rp.peers().contains(&(a as u32)),
+                        "{algo} {kind}: rank {a} names itself"
+                    );
+                    for b in rp.peers() {
+                        assert!(
+                            p.ranks[b as usize].peers().contains(&(a as u32)),
+                            "{algo} {kind} n={n} registered={registered}: rank {a} names {b}, not mutual"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}

@@ -91,11 +91,26 @@ fn run_paths(
     }
 }
 
+/// Each rank names as a peer exactly the ranks that name it (a CUDA
+/// launch of Send/Recv waits for the launches of the ranks its plan names,
+/// matched pair by pair: a one-sided name would wait forever).
+fn peers_are_mutual(plan: &Plan) {
+    for (a, rp) in plan.ranks.iter().enumerate() {
+        for b in rp.peers() {
+            assert!(
+                plan.ranks[b as usize].peers().contains(&(a as u32)),
+                "rank {a} names {b}, which does not name it"
+            );
+        }
+    }
+}
+
 /// Checks `plan`, runs it with `data` in the send buffers and compares
 /// every receive buffer with `expect`.
 fn execute(plan: &Plan, data: &[Vec<Vec<u32>>], expect: &[Vec<Option<Vec<u32>>>], seed: u64) {
     let n = plan.nranks;
     oxccl_core::interp::check(plan).unwrap();
+    peers_are_mutual(plan);
     let mut mem: Vec<RankMem<u32>> = plan
         .ranks
         .iter()

@@ -549,9 +549,18 @@ impl Stream {
 
     /// Copies host bytes to device memory, ordered on this stream, and waits.
     ///
+    /// The stream is drained first, so the copy itself never waits for a
+    /// kernel: a copy of pageable memory holds a lock of the context while
+    /// it waits, and `cuMemAlloc` in another thread (a peer rank preparing
+    /// its launch) waits for that lock, so a copy queued behind a kernel
+    /// that spins for that peer would hold both until the kernel's deadline
+    /// (seen on the H200 with cuda-gdb: peers in `cuMemAlloc`'s rwlock,
+    /// readers in `cuMemcpyDtoHAsync`).
+    ///
     /// # Safety
     /// `dst` must be valid device memory of `src.len()` bytes.
     pub unsafe fn write_sync(&self, dst: u64, src: &[u8]) -> Result<()> {
+        self.synchronize()?;
         self.ctx.bind()?;
         // SAFETY: caller's contract; `src` outlives the synchronisation below.
         unsafe { result::memcpy_htod_async(dst, src, self.raw) }
@@ -560,10 +569,12 @@ impl Stream {
     }
 
     /// Copies device memory to host bytes, ordered on this stream, and waits.
+    /// The stream is drained first, as in [`Stream::write_sync`].
     ///
     /// # Safety
     /// `src` must be valid device memory of `dst.len()` bytes.
     pub unsafe fn read_sync(&self, src: u64, dst: &mut [u8]) -> Result<()> {
+        self.synchronize()?;
         self.ctx.bind()?;
         // SAFETY: caller's contract; `dst` outlives the synchronisation below.
         unsafe { result::memcpy_dtoh_async(dst, src, self.raw) }

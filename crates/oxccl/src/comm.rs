@@ -219,6 +219,16 @@ pub(crate) struct Prepared {
     pub bufs: Vec<RawBuf>,
 }
 
+/// How one rank plan runs: element type, op, wire protocol, and whether
+/// only the ranks its Send/Recv name launch it ([`Launch::p2p_only`]).
+#[derive(Clone, Copy, Debug)]
+struct RunAs {
+    dtype: DataType,
+    op: RedOp,
+    proto: oxccl_core::Proto,
+    p2p_only: bool,
+}
+
 /// The rank plan of a [`Prepared`]: a rank of a cached plan (nothing
 /// copied per call) or one made for this call (groups).
 #[derive(Debug)]
@@ -451,7 +461,13 @@ impl Communicator {
             heap = bind_all(rp, checked.send, checked.recv);
             &heap[..]
         };
-        self.run(rp, bufs, r.handle.as_ref(), T::DTYPE, op, r.choice.proto)
+        let how = RunAs {
+            dtype: T::DTYPE,
+            op,
+            proto: r.choice.proto,
+            p2p_only: false,
+        };
+        self.run(rp, bufs, r.handle.as_ref(), how)
     }
 
     /// The plan, choice and backend handle for a checked call: from this
@@ -625,12 +641,14 @@ impl Communicator {
     }
 
     /// Hands a prepared plan to the backend; a failure marks the clique.
+    /// `p2p_only`: see [`Launch::p2p_only`].
     pub(crate) fn launch(
         &self,
         p: &Prepared,
         dtype: oxccl_core::DataType,
         op: RedOp,
         proto: oxccl_core::Proto,
+        p2p_only: bool,
     ) -> Result<()> {
         let handle = match &p.plan {
             PlanRef::Cached { entry, .. } => entry
@@ -638,14 +656,13 @@ impl Communicator {
                 .map_err(|e| self.fail("preparing a plan", e))?,
             PlanRef::Own(_) => None,
         };
-        self.run(
-            p.plan.rank_plan(),
-            &p.bufs,
-            handle.as_ref(),
+        let how = RunAs {
             dtype,
             op,
             proto,
-        )
+            p2p_only,
+        };
+        self.run(p.plan.rank_plan(), &p.bufs, handle.as_ref(), how)
     }
 
     /// Hands one rank plan with its bound buffers to the backend; a
@@ -655,10 +672,14 @@ impl Communicator {
         plan: &RankPlan,
         bufs: &[RawBuf],
         handle: Option<&backend::PlanHandle>,
-        dtype: DataType,
-        op: RedOp,
-        proto: oxccl_core::Proto,
+        how: RunAs,
     ) -> Result<()> {
+        let RunAs {
+            dtype,
+            op,
+            proto,
+            p2p_only,
+        } = how;
         let lowered = op.lower(dtype, self.clique.nranks);
         let launch = Launch {
             rank: self.rank,
@@ -668,6 +689,7 @@ impl Communicator {
             op: &lowered,
             proto,
             handle,
+            p2p_only,
         };
         // SAFETY: every buffer passed validation: it is this rank's backend
         // memory or a borrowed user slice (host backend only) of at least

@@ -77,6 +77,8 @@ struct Job {
     dtype: DataType,
     op: RedOp,
     proto: Proto,
+    /// No collective in it: only the ranks its Send/Recv name launch it.
+    p2p_only: bool,
 }
 
 /// One typed helper of [`Group`]: `name(comm, send, recv, args...)` adds
@@ -308,7 +310,7 @@ impl<'a> Group<'a> {
 fn run_jobs(comm: &Communicator, jobs: &[Job], stream: Option<RawStream>) -> Result<()> {
     let launch_all = || {
         jobs.iter()
-            .try_for_each(|j| comm.launch(&j.prepared, j.dtype, j.op, j.proto))
+            .try_for_each(|j| comm.launch(&j.prepared, j.dtype, j.op, j.proto, j.p2p_only))
     };
     match stream {
         // SAFETY: the raw operations' callers vouched for the stream until
@@ -422,6 +424,8 @@ fn build_job(
         prepared: merge(comm, parts),
         dtype,
         op,
+        // Only collectives set the protocol.
+        p2p_only: proto.is_none(),
         proto: proto.unwrap_or(Proto::Simple),
     }))
 }
@@ -447,7 +451,7 @@ pub(crate) const P2P_DIRECT_MIN_BYTES: usize = 256 << 10;
 /// puts collectives first).
 pub(crate) fn direct_sends(comm: &Communicator, entries: &[&Entry<'_>]) -> Vec<Option<u16>> {
     let backend = &comm.clique().backend;
-    let able = comm.checking() && backend.registered_alloc() && direct_p2p_on(backend.kind());
+    let able = comm.checking() && backend.registered_alloc() && direct_p2p_on();
     let mut next: BTreeMap<u8, usize> = BTreeMap::new();
     entries
         .iter()
@@ -481,15 +485,14 @@ pub(crate) fn direct_sends(comm: &Communicator, entries: &[&Entry<'_>]) -> Vec<O
         .collect()
 }
 
-/// Whether direct Send/Recv may run on `kind`. It has run on the host
-/// backend (CI) but not yet on a GPU, so on CUDA it waits for
-/// `OXCCL_P2P_DIRECT=1` (read once) until a device run has checked it; the
-/// sender decides and the receiver follows through the call check, so
-/// ranks cannot disagree.
-fn direct_p2p_on(kind: crate::BackendKind) -> bool {
-    static CUDA_OPT_IN: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    kind != crate::BackendKind::Cuda
-        || *CUDA_OPT_IN.get_or_init(|| std::env::var("OXCCL_P2P_DIRECT").is_ok_and(|v| v == "1"))
+/// Whether direct Send/Recv may run: on every backend unless
+/// `OXCCL_P2P_DIRECT=0` (read once), checked on the H200 (8 ranks, 256 MiB
+/// ring exchange 0 wrong, 97% of the floor against the FIFO ring's 48%:
+/// `docs/perf/LOG.md`, run Q). The sender decides and the receiver follows
+/// through the call check, so ranks cannot disagree.
+fn direct_p2p_on() -> bool {
+    static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    !*OFF.get_or_init(|| std::env::var("OXCCL_P2P_DIRECT").is_ok_and(|v| v.trim() == "0"))
 }
 
 /// The Send/Recv part of this rank, from its own operations alone and

@@ -448,6 +448,11 @@ fn graph_loop(
         mem.upload(r, send, bytes_of(&input(k, r)));
         // SAFETY: an instantiated graph on this rank's live stream.
         unsafe { ck("cuGraphLaunch", sys::cuGraphLaunch(exec, raw)) };
+        // Drained before the copy, as the README asks of callers: a
+        // pageable copy queued behind the replayed kernel would hold the
+        // driver's copy lock while that kernel waits for a peer whose
+        // thread needs the lock for its own upload before replaying.
+        mem.sync(r);
         mem.download(r, recv, bytes_of_mut(&mut out));
         let want: Vec<f32> = (0..count)
             .map(|i| (0..n).map(|q| input(k, q)[i]).sum())

@@ -1,33 +1,48 @@
-//! The launch gate of a device shared by more ranks than it has hardware
-//! work queues.
+//! The launch gate: a launch returns only once the kernels its kernel
+//! waits for, directly or through peers, have been launched too.
 //!
 //! Each rank's kernels run on its own stream, and the driver maps a
 //! context's streams onto at most `CUDA_DEVICE_MAX_CONNECTIONS` (≤ 32)
-//! hardware queues, so past that count rank streams share queues. A queue
-//! runs its entries in order and stalls at one whose stream dependency is
-//! not met (the next kernel of a rank, a copy after it, an event wait);
-//! when that entry waits on a kernel that spins for a peer whose kernel is
-//! queued behind the entry, nothing moves until the deadline. That is the
-//! first-call deadline of 64 ranks on one GPU (issue 16).
+//! hardware queues, so streams can share a queue: the ranks' streams past
+//! that count, and the streams of the caller (calls on a caller's stream,
+//! `streams`), which the driver places wherever it likes. A queue runs its
+//! entries in order and stalls at one whose stream dependency is not met
+//! (the next kernel of a rank, a copy after it, an event wait); when that
+//! entry waits on a kernel that spins for a peer whose kernel is queued
+//! behind the entry, nothing moves until the deadline. That is the
+//! first-call deadline of 64 ranks on one GPU (issue 16), and the 8-rank
+//! Send/Recv ring on callers' streams whose receivers timed out while the
+//! host copied each result back on its stream right after the call
+//! (issue 10).
 //!
 //! The gate removes the cycle without touching the streams: a launch
-//! returns only once every rank of the device has launched as many times,
-//! so whatever a rank puts on its stream after call k (its call k+1, a copy
-//! that waits for call k) reaches the hardware after every co-located
-//! kernel of call k. Ahead of a call-k kernel in any queue there is then
-//! only work that depends on calls before k, which (by induction, with
-//! every block resident: see `World::max_channels`) completes. The cost is
-//! one host rendezvous per call among the device's ranks, so the gate is on
-//! only where the queues run out (`GateMode::Auto`).
+//! returns only once every kernel of the same call that its kernel depends
+//! on (the peers its plan exchanges with, their peers, and so on: the
+//! call's connected ranks in this process) has been launched, so whatever
+//! a rank puts on a stream after its call (its next call, a copy that
+//! waits for this one) reaches the hardware after all of them. Ahead of a
+//! kernel in any queue there is then only work that depends on kernels
+//! already launched, which (by induction, with every block resident: see
+//! `World::max_channels`) completes.
 //!
-//! What it asks of the caller: the ranks of a device call from their own
-//! threads (or in one group, whose end then launches each communicator on
-//! a thread of its own). One thread that issues rank 0's call and then rank
-//! 1's, outside a group, waits in rank 0's call until the deadline, which
-//! the error explains. Every rank of the clique takes part in every launch,
-//! as in the collectives; a Send/Recv group that leaves some ranks out is
-//! the same wait.
+//! Which launches match: a collective (or a group holding one) is launched
+//! by every rank ([`Party::All`]): the k-th such launch of each rank. A
+//! launch of Send/Recv only ([`Party::Peers`]) names its peers; the k-th
+//! launch of rank a that names b matches the k-th launch of b that names
+//! a, and the gate follows those matches from peer to peer until it has
+//! the whole connected set (a Send/Recv between two ranks waits for those
+//! two; a ring waits for the whole ring). The cost is a host rendezvous of
+//! those ranks per call, so the gate is on only where queues may be
+//! shared: past the device's queues (`GateMode::Auto`) or for a call on a
+//! caller's stream.
+//!
+//! What it asks of the caller: connected ranks call from their own threads
+//! (or in one group, whose end then launches each communicator on a thread
+//! of its own). One thread that issues rank 0's call and then rank 1's,
+//! outside a group, waits in rank 0's call until the deadline, which the
+//! error explains.
 
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -102,53 +117,146 @@ pub struct GateFault {
 /// words (nothing wakes it for those).
 const POLL: Duration = Duration::from_millis(5);
 
-/// One device's gate: the launches each of its ranks has made.
+/// Launches of Send/Recv kept per rank for peers to match; older ones
+/// count as launched by their counters alone.
+const HISTORY: usize = 1024;
+
+/// Whose launches a launch waits for (clique ranks).
+#[derive(Clone, Copy, Debug)]
+pub enum Party<'a> {
+    /// Every rank of the gate launches this call (collectives).
+    All,
+    /// The ranks this rank's plan exchanges with (Send/Recv groups); the
+    /// gate follows their own peers in turn.
+    Peers(&'a [u32]),
+}
+
+/// One Send/Recv launch of a slot: for each peer slot, which of this
+/// slot's launches naming that peer it is (1-based).
+#[derive(Debug)]
+struct Record {
+    /// The slot's Send/Recv launches so far, this one included.
+    seq: u64,
+    peers: Vec<(usize, u64)>,
+}
+
+#[derive(Debug)]
+struct State {
+    /// Per slot: its [`Party::All`] launches.
+    all: Vec<u64>,
+    /// `(a, b)`: slot a's launches naming slot b.
+    pairs: HashMap<(usize, usize), u64>,
+    /// Per slot: its latest Send/Recv launches, oldest first.
+    records: Vec<VecDeque<Record>>,
+    /// Per slot: its Send/Recv launches.
+    p2p: Vec<u64>,
+}
+
+impl State {
+    /// Slot `b`'s launch matching the `k`-th launch of `a` naming `b`:
+    /// `None` while `b` has not launched it; `Some(None)` when it has but
+    /// its record left the history.
+    fn matching(&self, a: usize, b: usize, k: u64) -> Option<Option<&Record>> {
+        if self.pairs.get(&(b, a)).copied().unwrap_or(0) < k {
+            return None;
+        }
+        Some(
+            self.records[b]
+                .iter()
+                .rev()
+                .find(|r| r.peers.contains(&(a, k))),
+        )
+    }
+
+    /// The slots of `rec`'s connected set (launched by `slot`) whose
+    /// matching launch is still missing, ascending.
+    fn missing(&self, slot: usize, rec: &Record) -> Vec<usize> {
+        let mut absent = Vec::new();
+        let mut seen = vec![false; self.all.len()];
+        seen[slot] = true;
+        let mut todo: Vec<(usize, usize, u64)> =
+            rec.peers.iter().map(|&(b, k)| (slot, b, k)).collect();
+        while let Some((a, b, k)) = todo.pop() {
+            if seen[b] {
+                continue;
+            }
+            seen[b] = true;
+            match self.matching(a, b, k) {
+                None => absent.push(b),
+                Some(None) => {}
+                Some(Some(r)) => todo.extend(r.peers.iter().map(|&(c, j)| (b, c, j))),
+            }
+        }
+        absent.sort_unstable();
+        absent
+    }
+}
+
+/// The gate of a clique's ranks in this process.
 #[derive(Debug)]
 pub struct Gate {
-    /// The clique ranks on this device, by slot.
+    /// The clique ranks, by slot.
     ranks: Vec<u32>,
-    launched: Mutex<Vec<u64>>,
-    /// Notified when the fewest launches of any slot grows.
+    state: Mutex<State>,
+    /// Notified when the fewest `All` launches of any slot grows, and at
+    /// every Send/Recv launch.
     moved: Condvar,
 }
 
 impl Gate {
     /// A gate for the clique ranks `ranks` (one slot each, in this order).
     pub fn new(ranks: Vec<u32>) -> Gate {
+        let n = ranks.len();
         Gate {
-            launched: Mutex::new(vec![0; ranks.len()]),
             ranks,
+            state: Mutex::new(State {
+                all: vec![0; n],
+                pairs: HashMap::new(),
+                records: (0..n).map(|_| VecDeque::new()).collect(),
+                p2p: vec![0; n],
+            }),
             moved: Condvar::new(),
         }
     }
 
-    /// The slot of clique rank `rank`, if it is on this device.
+    /// The slot of clique rank `rank`, if it is in this gate.
     pub fn slot(&self, rank: u32) -> Option<usize> {
         self.ranks.iter().position(|&r| r == rank)
     }
 
     /// Counts a launch of `slot` without waiting (a launch that failed
     /// before reaching the stream: its peers must not wait for it).
-    pub fn count(&self, slot: usize) {
-        let mut l = lock(&self.launched);
-        self.bump(&mut l, slot);
+    pub fn count(&self, slot: usize, party: Party<'_>) {
+        let mut st = lock(&self.state);
+        self.record(&mut st, slot, party);
     }
 
-    /// Counts a launch of `slot`, then waits until every slot has launched
-    /// as many times, at most `deadline` (`None`: no deadline), returning
-    /// early when `stop()` says the clique failed or was aborted.
+    /// Counts a launch of `slot`, then waits until every launch it is
+    /// connected to has been made, at most `deadline` (`None`: no
+    /// deadline), returning early when `stop()` says the clique failed or
+    /// was aborted.
     pub fn pass(
         &self,
         slot: usize,
+        party: Party<'_>,
         deadline: Option<Duration>,
         stop: impl Fn() -> bool,
     ) -> Result<(), GateFault> {
         let start = Instant::now();
         let end = deadline.and_then(|d| start.checked_add(d));
-        let mut l = lock(&self.launched);
-        let mine = self.bump(&mut l, slot);
+        let mut st = lock(&self.state);
+        let mine = self.record(&mut st, slot, party);
         loop {
-            if l.iter().all(|&n| n >= mine) {
+            let absent: Vec<usize> = match &mine {
+                Mine::All(k) => (0..st.all.len()).filter(|&s| st.all[s] < *k).collect(),
+                Mine::Peers(seq) => match st.records[slot].iter().rev().find(|r| r.seq == *seq) {
+                    Some(rec) => st.missing(slot, rec),
+                    // Pushed out by this slot's later launches: long done.
+                    None => Vec::new(),
+                },
+                Mine::Nothing => Vec::new(),
+            };
+            if absent.is_empty() {
                 return Ok(());
             }
             let now = Instant::now();
@@ -156,37 +264,69 @@ impl Gate {
             if aborted || end.is_some_and(|e| now >= e) {
                 return Err(GateFault {
                     waited: now - start,
-                    absent: self
-                        .ranks
-                        .iter()
-                        .zip(l.iter())
-                        .filter(|(_, &n)| n < mine)
-                        .map(|(&r, _)| r)
-                        .collect(),
+                    absent: absent.iter().map(|&s| self.ranks[s]).collect(),
                     aborted,
                 });
             }
             let slice = end.map_or(POLL, |e| (e - now).min(POLL));
-            l = self
+            st = self
                 .moved
-                .wait_timeout(l, slice)
+                .wait_timeout(st, slice)
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
         }
     }
 
-    /// Adds one launch to `slot` and wakes the waiters if that raised the
-    /// fewest; returns the slot's new count.
-    fn bump(&self, l: &mut [u64], slot: usize) -> u64 {
-        let before = l.iter().copied().min().unwrap_or(0);
-        if let Some(n) = l.get_mut(slot) {
-            *n += 1;
+    /// Adds one launch of `slot` and wakes the waiters it may release.
+    fn record(&self, st: &mut State, slot: usize, party: Party<'_>) -> Mine {
+        match party {
+            Party::All => {
+                let before = st.all.iter().copied().min().unwrap_or(0);
+                st.all[slot] += 1;
+                if st.all.iter().copied().min().unwrap_or(0) > before {
+                    self.moved.notify_all();
+                }
+                Mine::All(st.all[slot])
+            }
+            Party::Peers(ranks) => {
+                let mut peers: Vec<usize> = ranks
+                    .iter()
+                    .filter_map(|&r| self.slot(r))
+                    .filter(|&b| b != slot)
+                    .collect();
+                peers.sort_unstable();
+                peers.dedup();
+                if peers.is_empty() {
+                    return Mine::Nothing;
+                }
+                let peers = peers
+                    .into_iter()
+                    .map(|b| {
+                        let k = st.pairs.entry((slot, b)).or_insert(0);
+                        *k += 1;
+                        (b, *k)
+                    })
+                    .collect();
+                st.p2p[slot] += 1;
+                let seq = st.p2p[slot];
+                let h = &mut st.records[slot];
+                if h.len() == HISTORY {
+                    h.pop_front();
+                }
+                h.push_back(Record { seq, peers });
+                self.moved.notify_all();
+                Mine::Peers(seq)
+            }
         }
-        if l.iter().copied().min().unwrap_or(0) > before {
-            self.moved.notify_all();
-        }
-        l.get(slot).copied().unwrap_or(0)
     }
+}
+
+/// What one launch waits for: its `All` count, its record's `seq`, or
+/// nothing.
+enum Mine {
+    All(u64),
+    Peers(u64),
+    Nothing,
 }
 
 #[cfg(test)]
@@ -221,7 +361,7 @@ mod tests {
                 std::thread::spawn(move || {
                     for k in 1..=CALLS {
                         launched[s].store(k, Ordering::SeqCst);
-                        gate.pass(s, Some(Duration::from_secs(60)), || false)
+                        gate.pass(s, Party::All, Some(Duration::from_secs(60)), || false)
                             .map_err(|f| format!("slot {s} call {k}: {f:?}"))?;
                         if let Some(p) = launched.iter().position(|l| l.load(Ordering::SeqCst) < k)
                         {
@@ -242,9 +382,11 @@ mod tests {
     fn a_missing_rank_is_named_at_the_deadline() {
         let gate = Arc::new(Gate::new(vec![4, 5, 6]));
         let g = gate.clone();
-        let t = std::thread::spawn(move || g.pass(1, Some(Duration::from_millis(100)), || false));
+        let t = std::thread::spawn(move || {
+            g.pass(1, Party::All, Some(Duration::from_millis(100)), || false)
+        });
         let f = gate
-            .pass(0, Some(Duration::from_millis(100)), || false)
+            .pass(0, Party::All, Some(Duration::from_millis(100)), || false)
             .expect_err("rank 6 never launched");
         assert_eq!(f.absent, vec![6]);
         assert!(!f.aborted);
@@ -263,7 +405,7 @@ mod tests {
             s.store(true, Ordering::SeqCst);
         });
         let f = gate
-            .pass(0, None, || stop.load(Ordering::SeqCst))
+            .pass(0, Party::All, None, || stop.load(Ordering::SeqCst))
             .expect_err("aborted");
         t.join().expect("thread");
         assert!(f.aborted);
@@ -274,9 +416,113 @@ mod tests {
     #[test]
     fn a_counted_failure_releases_the_peers() {
         let gate = Gate::new(vec![0, 1]);
-        gate.count(1);
-        assert_eq!(gate.pass(0, Some(Duration::from_secs(5)), || false), Ok(()));
+        gate.count(1, Party::All);
+        assert_eq!(
+            gate.pass(0, Party::All, Some(Duration::from_secs(5)), || false),
+            Ok(())
+        );
         assert_eq!(gate.slot(1), Some(1));
         assert_eq!(gate.slot(7), None);
+    }
+
+    /// Send/Recv between two ranks of four waits for those two only: the
+    /// other two never launch, and the pair passes at once.
+    #[test]
+    fn a_pair_waits_for_its_pair_only() {
+        let gate = Arc::new(Gate::new(vec![0, 1, 2, 3]));
+        let g = gate.clone();
+        let t = std::thread::spawn(move || {
+            g.pass(1, Party::Peers(&[0]), Some(Duration::from_secs(20)), || {
+                false
+            })
+        });
+        assert_eq!(
+            gate.pass(0, Party::Peers(&[1]), Some(Duration::from_secs(20)), || {
+                false
+            }),
+            Ok(())
+        );
+        assert_eq!(t.join().expect("thread"), Ok(()));
+    }
+
+    /// A ring of Send/Recv (each rank names only its two neighbours)
+    /// waits for the whole ring: with one rank absent, every other rank,
+    /// even those two hops away from it, names it at the deadline.
+    #[test]
+    fn a_ring_waits_for_the_whole_ring() {
+        const N: u32 = 6;
+        let gate = Arc::new(Gate::new((0..N).collect()));
+        let absent = 3u32;
+        let handles: Vec<_> = (0..N)
+            .filter(|&r| r != absent)
+            .map(|r| {
+                let g = gate.clone();
+                std::thread::spawn(move || {
+                    let peers = [(r + 1) % N, (r + N - 1) % N];
+                    g.pass(
+                        r as usize,
+                        Party::Peers(&peers),
+                        Some(Duration::from_millis(150)),
+                        || false,
+                    )
+                })
+            })
+            .collect();
+        for h in handles {
+            let f = h
+                .join()
+                .expect("thread")
+                .expect_err("rank 3 never launched");
+            assert_eq!(f.absent, vec![absent]);
+        }
+    }
+
+    /// 16 ranks, 200 rounds mixing collectives, rings and pairs (in the
+    /// same order on every rank, as calls are): no launch returns before
+    /// every launch of its connected set was made.
+    #[test]
+    fn no_launch_passes_before_its_connected_set() {
+        const N: usize = 16;
+        const ROUNDS: u64 = 200;
+        // Round k: 0 every rank (All), 1 a ring, 2 pairs (2i, 2i+1).
+        let peers_of = |k: u64, r: usize| -> Option<Vec<u32>> {
+            match k % 3 {
+                0 => None,
+                1 => Some(vec![((r + 1) % N) as u32, ((r + N - 1) % N) as u32]),
+                _ => Some(vec![(r ^ 1) as u32]),
+            }
+        };
+        let gate = Arc::new(Gate::new((0..N as u32).collect()));
+        let launched: Arc<Vec<AtomicU64>> = Arc::new((0..N).map(|_| AtomicU64::new(0)).collect());
+        let handles: Vec<_> = (0..N)
+            .map(|s| {
+                let (gate, launched) = (gate.clone(), launched.clone());
+                std::thread::spawn(move || {
+                    for k in 1..=ROUNDS {
+                        launched[s].store(k, Ordering::SeqCst);
+                        let peers = peers_of(k, s);
+                        let party = peers.as_deref().map_or(Party::All, Party::Peers);
+                        gate.pass(s, party, Some(Duration::from_secs(60)), || false)
+                            .map_err(|f| format!("slot {s} round {k}: {f:?}"))?;
+                        // The connected set: everyone, except in pair rounds.
+                        let set: Vec<usize> = if k % 3 == 2 {
+                            vec![s, s ^ 1]
+                        } else {
+                            (0..N).collect()
+                        };
+                        if let Some(p) = set
+                            .iter()
+                            .find(|&&p| launched[p].load(Ordering::SeqCst) < k)
+                        {
+                            return Err(format!("slot {s} passed round {k} before slot {p}"));
+                        }
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().expect("thread").expect("gate order");
+        }
     }
 }

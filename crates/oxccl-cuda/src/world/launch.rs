@@ -9,6 +9,7 @@ use crate::kernels::{self, Origin, THREADS};
 use crate::layout::{OxDesc, D_LL, D_PRE, D_SYS, MAX_BUFS};
 
 use super::failure::{W_ABORT, W_FAIL};
+use super::gate::Party;
 use super::{lock, Prepared, World};
 
 /// The pre-scale as the element type's bits, converted exactly as
@@ -93,8 +94,10 @@ impl World {
     /// steps) valid for the plan's length until the stream reaches the
     /// kernel.
     ///
-    /// On a gated device (`gate`) it returns once every rank of the device
-    /// has launched as many times (a rendezvous of their threads).
+    /// Where launches are gated (`gate`) it returns once every rank of
+    /// the clique in this process has launched as many times (a rendezvous
+    /// of their threads): the launch of a collective. See
+    /// [`World::launch_p2p`] for launches only some ranks make.
     pub unsafe fn launch(
         &self,
         p: &Prepared,
@@ -102,6 +105,39 @@ impl World {
         bufs: &[u64],
         dtype: DataType,
         op: &LoweredOp,
+    ) -> Result<()> {
+        // SAFETY: the caller's contract, unchanged.
+        unsafe { self.launch_as(p, rank, bufs, dtype, op, Party::All) }
+    }
+
+    /// As [`World::launch`] for a plan of Send/Recv only, which only the
+    /// ranks it exchanges with launch: where gated, it returns once they
+    /// (and the ranks they exchange with, and so on) have launched theirs.
+    ///
+    /// # Safety
+    /// As [`World::launch`].
+    pub unsafe fn launch_p2p(
+        &self,
+        p: &Prepared,
+        rank: u32,
+        bufs: &[u64],
+        dtype: DataType,
+        op: &LoweredOp,
+    ) -> Result<()> {
+        // SAFETY: the caller's contract, unchanged.
+        unsafe { self.launch_as(p, rank, bufs, dtype, op, Party::Peers(&p.peers)) }
+    }
+
+    /// # Safety
+    /// As [`World::launch`].
+    unsafe fn launch_as(
+        &self,
+        p: &Prepared,
+        rank: u32,
+        bufs: &[u64],
+        dtype: DataType,
+        op: &LoweredOp,
+        party: Party<'_>,
     ) -> Result<()> {
         let enqueued = (|| -> Result<()> {
             let st = self.rank(rank)?;
@@ -157,47 +193,53 @@ impl World {
             // caller guarantees the buffers.
             unsafe { f.launch(p.nchannels, p.threads, &st.stream, &d) }
         })();
-        self.in_step(rank, enqueued)
+        self.in_step(rank, party, enqueued)
     }
 
-    /// After `rank`'s launch (`r`), on a gated device (`gate`): wait until
-    /// every rank of the device has launched as many times.
-    fn in_step(&self, rank: u32, r: Result<()>) -> Result<()> {
-        let gated = self
-            .dev(rank)?
-            .gate
-            .as_ref()
-            .and_then(|g| Some((g, g.slot(rank)?)));
-        let Some((gate, slot)) = gated else {
+    /// After `rank`'s launch (`r`), where gated (`gate`): wait until the
+    /// launches of `party` (followed from peer to peer) were made.
+    fn in_step(&self, rank: u32, party: Party<'_>, r: Result<()>) -> Result<()> {
+        let Some(gate) = self.gate.as_ref() else {
             return r;
         };
-        if r.is_err() {
-            // Nothing reached the stream: the peers must not wait for it.
-            gate.count(slot);
+        let caller = self
+            .rank(rank)?
+            .on_caller_stream
+            .load(std::sync::atomic::Ordering::Relaxed);
+        let Some(slot) = gate.slot(rank) else {
+            return r;
+        };
+        if r.is_err() || !(self.gate_always || caller) {
+            // Counted without waiting: nothing reached the stream (the
+            // peers must not wait for it), or this launch needs no wait
+            // (a peer's gated launch matches it all the same).
+            gate.count(slot, party);
             return r;
         }
         let deadline = (self.cfg.timeout != std::time::Duration::MAX).then_some(self.cfg.timeout);
-        gate.pass(slot, deadline, || self.failed()).map_err(|f| {
-            if f.aborted {
-                return self.failure().unwrap_or(CudaError::Aborted);
-            }
-            tracing::warn!(
-                rank,
-                absent = ?f.absent,
-                "oxccl: with more ranks on one GPU than it has hardware queues, a launch \
-                 returns once every rank of the GPU has launched the call: call from one \
-                 thread per rank, or issue several ranks' calls in one group"
-            );
-            CudaError::Wait(WaitFault {
-                cause: FaultCause::Deadline,
-                rank,
-                peer: f.absent.first().copied().unwrap_or(rank),
-                channel: 0,
-                step: 0,
-                awaited: Awaited::Unknown,
-                waited: f.waited,
-                absent: f.absent,
+        gate.pass(slot, party, deadline, || self.failed())
+            .map_err(|f| {
+                if f.aborted {
+                    return self.failure().unwrap_or(CudaError::Aborted);
+                }
+                tracing::warn!(
+                    rank,
+                    absent = ?f.absent,
+                    "oxccl: a launch returns once the ranks it exchanges with have launched the \
+                     call (on a caller's stream, or with more ranks on one GPU than it has \
+                     hardware queues): call from one thread per rank, or issue several ranks' \
+                     calls in one group"
+                );
+                CudaError::Wait(WaitFault {
+                    cause: FaultCause::Deadline,
+                    rank,
+                    peer: f.absent.first().copied().unwrap_or(rank),
+                    channel: 0,
+                    step: 0,
+                    awaited: Awaited::Unknown,
+                    waited: f.waited,
+                    absent: f.absent,
+                })
             })
-        })
     }
 }

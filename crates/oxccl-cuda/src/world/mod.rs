@@ -13,8 +13,8 @@
 //! One job per file: [`memory`] (user buffers, the pool, scratch), [`links`]
 //! (FIFO and semaphore memory between ranks), [`upload`] (a plan encoded
 //! and cached per rank), [`launch`] (the kernel and its parameter),
-//! [`gate`] (launches in step where a device's rank streams outnumber its
-//! hardware queues), [`streams`] (calls on a caller's stream: fork and join with events),
+//! [`gate`] (a launch returns once the launches its kernel depends on were
+//! made, where streams may share hardware queues), [`streams`] (calls on a caller's stream: fork and join with events),
 //! [`external`] (memory the caller allocated: checks for registration) and
 //! [`failure`] (the device error records, abort and the failure word).
 
@@ -66,8 +66,9 @@ pub struct WorldConfig {
     /// a chain of block barriers and round trips, and a barrier over fewer
     /// threads is cheaper.
     pub small_threads: u32,
-    /// Whether a launch waits until every rank of its device has launched
-    /// as many times (`gate`): where the device's hardware queues run out.
+    /// Whether a launch waits until the launches its kernel depends on
+    /// were made (`gate`): where the device's hardware queues run out, and
+    /// for calls on a caller's stream.
     pub launch_gate: GateMode,
     /// Ranks as processes only: bytes of each rank's heap shared with its
     /// peers (user buffers and scratch; `heap`), 0 for
@@ -112,6 +113,9 @@ struct RankState {
     plans: Mutex<PlanCache>,
     /// Fork and join events for calls on a caller's stream (`streams`).
     joins: streams::Joins,
+    /// Set from `follow_stream` on a caller's stream to `release_stream`:
+    /// the launch between them is gated (`gate`).
+    on_caller_stream: std::sync::atomic::AtomicBool,
 }
 
 #[derive(Debug)]
@@ -122,8 +126,6 @@ struct DeviceState {
     arch: u32,
     sm_count: u32,
     ranks_here: u32,
-    /// Set where launches on this device wait for each other (`gate`).
-    gate: Option<gate::Gate>,
     /// Per entry of `kernels::DTYPES`: the loaded module and its kernels
     /// (in `kernels::OPS` order). Set once; read without a lock on every
     /// launch, since all of a device's ranks launch at the same time.
@@ -153,6 +155,12 @@ pub struct World {
     leaked: Mutex<Vec<DevMem>>,
     /// Ranks as processes: every rank's link arena, mapped here (`procs`).
     shared: Option<procs::SharedLinks>,
+    /// The launch gate of this process's ranks (`gate`): `None` with one
+    /// rank here or `GateMode::Off`.
+    gate: Option<gate::Gate>,
+    /// Every launch is gated (a device past its hardware queues, or
+    /// `GateMode::On`), not only those on a caller's stream.
+    gate_always: bool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -226,13 +234,14 @@ impl World {
         }
         let mut devices = Vec::new();
         let queues = gate::hardware_queues();
+        let mut gate_always = false;
         for &o in &ordinals {
             let here: Vec<u32> = (0..cfg.devices.len() as u32)
                 .filter(|&r| cfg.devices[r as usize] == o)
                 .collect();
             // Ranks as processes (`first`): one rank of this process, the
             // others elsewhere, so there is nothing to rendezvous with.
-            let gated = first.is_none() && cfg.launch_gate.gates(here.len() as u32, queues);
+            gate_always |= cfg.launch_gate.gates(here.len() as u32, queues);
             let ctx = Ctx::new(o)?;
             let major = ctx.attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
             let minor = ctx.attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
@@ -240,7 +249,6 @@ impl World {
             let setup = Stream::new(&ctx)?;
             devices.push(DeviceState {
                 ranks_here: here.len() as u32,
-                gate: gated.then(|| gate::Gate::new(here)),
                 ctx,
                 setup,
                 arch: (major * 10 + minor) as u32,
@@ -285,12 +293,17 @@ impl World {
                 retired: Mutex::new(Vec::new()),
                 plans: Mutex::new(HashMap::new()),
                 joins: streams::Joins::default(),
+                on_caller_stream: std::sync::atomic::AtomicBool::new(false),
             });
         }
         let nranks = cfg.devices.len();
         // Buffer bases per rank, published by every launch.
         let ptr_table = DevMem::zeroed(&devices[0].ctx, nranks * MAX_BUFS * 8)?;
         let host_words = HostMapped::zeroed(&devices[0].ctx, 64)?;
+        // Ranks as processes (`first`): one rank of this process, the
+        // others elsewhere, so there is nothing to rendezvous with.
+        let gate = (first.is_none() && nranks > 1 && cfg.launch_gate != GateMode::Off)
+            .then(|| gate::Gate::new((0..nranks as u32).collect()));
         Ok(World {
             cfg,
             devices,
@@ -302,6 +315,8 @@ impl World {
             live: Mutex::new(HashMap::new()),
             leaked: Mutex::new(Vec::new()),
             shared: None,
+            gate_always: gate_always && gate.is_some(),
+            gate,
         })
     }
 
@@ -344,11 +359,12 @@ impl World {
             .unwrap_or(1)
     }
 
-    /// Whether a launch on some device waits for that device's other
-    /// ranks to launch the call (`gate`): the ranks of a device must then
-    /// call from threads of their own.
+    /// Whether a launch may wait for other ranks of this process to
+    /// launch the call (`gate`: always past a device's hardware queues, and
+    /// on a caller's stream): those ranks must then call from threads of
+    /// their own.
     pub fn launches_in_step(&self) -> bool {
-        self.devices.iter().any(|d| d.gate.is_some())
+        self.gate.is_some()
     }
 
     /// Bytes per FIFO slot.

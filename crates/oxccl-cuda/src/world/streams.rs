@@ -9,7 +9,11 @@
 //!
 //! 1. [`World::follow_stream`]: an event recorded on S, and the rank's
 //!    stream waits for it, so the launch runs after S's earlier work;
-//! 2. the launch, on the rank's stream, as for any call;
+//! 2. the launch, on the rank's stream, as for any call, gated (`gate`):
+//!    it returns once the ranks it exchanges with have launched too, so
+//!    the caller's later work on S (a copy of the result, which holds a
+//!    driver lock while it waits for the kernel) is never queued, or
+//!    waiting, while a peer this kernel spins for has yet to launch;
 //! 3. [`World::release_stream`]: an event recorded on the rank's stream,
 //!    and S waits for it, so S's later work runs after the launch.
 //!
@@ -22,6 +26,7 @@
 //!
 //! When S is the rank's own stream both steps are skipped.
 
+use std::sync::atomic::Ordering;
 use std::sync::Mutex;
 
 use cudarc::driver::sys::CUstream;
@@ -56,7 +61,11 @@ impl World {
             // `foreign`; caller's contract that it is live).
             unsafe { fork.record_raw(s)? };
             st.stream.wait_event(fork)
-        })
+        })?;
+        // The launch until `release_stream` is gated: the caller's later
+        // work on `s` may share a hardware queue with a peer's kernel.
+        st.on_caller_stream.store(true, Ordering::Relaxed);
+        Ok(())
     }
 
     /// Makes `stream`'s work issued after this call wait for everything
@@ -69,6 +78,7 @@ impl World {
             return Ok(());
         };
         let st = self.rank(rank)?;
+        st.on_caller_stream.store(false, Ordering::Relaxed);
         self.with_joins(rank, |_, join| {
             join.record(&st.stream)?;
             // SAFETY: as in `follow_stream`.

@@ -31,6 +31,8 @@ pub struct Prepared {
     pub(super) scratch_bytes: usize,
     pub(super) elem_size: usize,
     pub(super) proto: Proto,
+    /// The ranks the plan exchanges with (`RankPlan::peers`), for the gate.
+    pub(super) peers: Vec<u32>,
 }
 
 impl Prepared {
@@ -153,6 +155,7 @@ impl World {
             scratch_bytes: off,
             elem_size,
             proto,
+            peers: rp.peers(),
         });
         lock(&st.plans)
             .entry(h)

@@ -289,7 +289,14 @@ impl Backend for CudaBackend {
         // buffer is device memory of this rank valid until the stream
         // reaches the kernel; the facade only picks plans with remote steps
         // for buffers from `alloc`, which every rank can address.
-        unsafe { w.launch(p, launch.rank, &bufs[..n], launch.dtype, launch.op) }.map_err(map_error)
+        unsafe {
+            if launch.p2p_only {
+                w.launch_p2p(p, launch.rank, &bufs[..n], launch.dtype, launch.op)
+            } else {
+                w.launch(p, launch.rank, &bufs[..n], launch.dtype, launch.op)
+            }
+        }
+        .map_err(map_error)
     }
 
     fn alloc(&self, rank: u32, bytes: usize) -> Result<RawBuf, Error> {

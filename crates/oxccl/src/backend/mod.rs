@@ -147,6 +147,10 @@ pub struct Launch<'a> {
     /// What [`Backend::prepare_plan`] returned for the plan this rank
     /// plan belongs to (`None` for plans made per call, e.g. groups).
     pub handle: Option<&'a PlanHandle>,
+    /// A plan of Send/Recv only: launched by the ranks it exchanges with,
+    /// not by every rank (a backend that matches launches across ranks
+    /// needs to know; a collective, or a group holding one, is `false`).
+    pub p2p_only: bool,
 }
 
 /// A backend's state for one plan on every rank (device uploads), made
