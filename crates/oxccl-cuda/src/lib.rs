@@ -32,7 +32,7 @@ pub use device::{
 };
 pub use error::{CudaError, Result};
 pub use world::{
-    default_heap_bytes, Exchange, GateMode, Prepared, World, WorldConfig, HEAP_VAR,
+    default_heap_bytes, Exchange, GateMode, Party, Prepared, World, WorldConfig, HEAP_VAR,
     MAX_RESIDENT_KERNELS,
 };
 pub mod topo_probe;

@@ -110,27 +110,15 @@ impl World {
         unsafe { self.launch_as(p, rank, bufs, dtype, op, Party::All) }
     }
 
-    /// As [`World::launch`] for a plan of Send/Recv only, which only the
-    /// ranks it exchanges with launch: where gated, it returns once they
-    /// (and the ranks they exchange with, and so on) have launched theirs.
+    /// As [`World::launch`], waiting where gated for the launches of
+    /// `party`: [`Party::All`] for a collective, [`Party::Peers`] with
+    /// [`Prepared::peers`] for a plan of Send/Recv only, which only the
+    /// ranks it exchanges with launch (it then returns once they, the ranks
+    /// they exchange with, and so on, have launched theirs).
     ///
     /// # Safety
     /// As [`World::launch`].
-    pub unsafe fn launch_p2p(
-        &self,
-        p: &Prepared,
-        rank: u32,
-        bufs: &[u64],
-        dtype: DataType,
-        op: &LoweredOp,
-    ) -> Result<()> {
-        // SAFETY: the caller's contract, unchanged.
-        unsafe { self.launch_as(p, rank, bufs, dtype, op, Party::Peers(&p.peers)) }
-    }
-
-    /// # Safety
-    /// As [`World::launch`].
-    unsafe fn launch_as(
+    pub unsafe fn launch_as(
         &self,
         p: &Prepared,
         rank: u32,

@@ -41,7 +41,7 @@ use crate::error::{CudaError, Result};
 use crate::kernels;
 use crate::layout::MAX_BUFS;
 
-pub use gate::GateMode;
+pub use gate::{GateMode, Party};
 pub use heap::{default_heap_bytes, HEAP_VAR};
 pub use launch::scale_bits;
 use links::LinkKind;

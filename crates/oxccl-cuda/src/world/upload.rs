@@ -44,6 +44,11 @@ impl Prepared {
     pub fn channels(&self) -> u32 {
         self.nchannels
     }
+
+    /// The ranks the plan exchanges with (`RankPlan::peers`).
+    pub fn peers(&self) -> &[u32] {
+        &self.peers
+    }
 }
 
 /// Uploaded plans by hash, with the plan itself to rule out collisions.

@@ -10,7 +10,7 @@ use oxccl_core::plan::BufRole;
 use oxccl_core::{Plan, Proto};
 use oxccl_cuda::driver::Event;
 use oxccl_cuda::layout::MAX_BUFS;
-use oxccl_cuda::{CudaError, Prepared, World, WorldConfig};
+use oxccl_cuda::{CudaError, Party, Prepared, World, WorldConfig};
 
 use super::{
     Backend, BackendKind, BackendOptions, Completion, Launch, PreparedPlan, RawBuf, RawStream,
@@ -285,18 +285,18 @@ impl Backend for CudaBackend {
                 &made
             }
         };
+        // A Send/Recv-only plan is launched by the ranks it names alone.
+        let party = if launch.p2p_only {
+            Party::Peers(p.peers())
+        } else {
+            Party::All
+        };
         // SAFETY: the caller guarantees (trait contract) every non-scratch
         // buffer is device memory of this rank valid until the stream
         // reaches the kernel; the facade only picks plans with remote steps
         // for buffers from `alloc`, which every rank can address.
-        unsafe {
-            if launch.p2p_only {
-                w.launch_p2p(p, launch.rank, &bufs[..n], launch.dtype, launch.op)
-            } else {
-                w.launch(p, launch.rank, &bufs[..n], launch.dtype, launch.op)
-            }
-        }
-        .map_err(map_error)
+        unsafe { w.launch_as(p, launch.rank, &bufs[..n], launch.dtype, launch.op, party) }
+            .map_err(map_error)
     }
 
     fn alloc(&self, rank: u32, bytes: usize) -> Result<RawBuf, Error> {
