@@ -97,7 +97,7 @@ impl World {
     /// Where launches are gated (`gate`) it returns once every rank of
     /// the clique in this process has launched as many times (a rendezvous
     /// of their threads): the launch of a collective. See
-    /// [`World::launch_p2p`] for launches only some ranks make.
+    /// [`World::launch_as`] for launches only some ranks make.
     pub unsafe fn launch(
         &self,
         p: &Prepared,
