@@ -30,6 +30,7 @@ mod kernel;
 mod landing;
 mod net;
 mod procs;
+mod region;
 mod remote;
 mod shm;
 mod widened;
@@ -38,6 +39,7 @@ pub use config::HostConfig;
 pub use error::HostError;
 pub use exec::ExecStats;
 pub use fabric::HostFabric;
+pub use region::{futex_wait, futex_wake_all, SharedRegion};
 
 /// `acc[i] = acc[i] (base) src[i]` as the reductions fold f16, bf16 and
 /// fp8 blocks (`false`, nothing done, for other types); public only so
