@@ -118,6 +118,11 @@ impl Clique {
         boot: Option<Arc<oxccl_bootstrap::Bootstrap>>,
     ) -> Result<Arc<Clique>> {
         crate::debug::init(config.debug);
+        // First, so that ranks failing later below fail alike, after it.
+        let board = match &boot {
+            Some(b) if config.check_calls && n > 1 => Board::shared(b)?,
+            _ => Board::new(n),
+        };
         tracing::info!(nranks = n, backend = %backend.describe(), "oxccl: communicators created");
         check_algorithms(&config)?;
         let chooser = Chooser::new(&config, backend.as_ref(), n)?;
@@ -135,7 +140,7 @@ impl Clique {
             config,
             chooser,
             plans,
-            board: Board::new(n),
+            board,
             boot,
             split: Default::default(),
         }))
@@ -359,7 +364,7 @@ impl Communicator {
     /// fail promptly ([`Error::Aborted`], then [`Error::Failed`]).
     pub fn abort(&self) {
         self.clique.backend.abort();
-        self.clique.board.wake_all();
+        self.clique.board.abort(self.rank);
     }
 
     /// The clique's failure, if it failed (NCCL's `ncclCommGetAsyncError`).
@@ -703,7 +708,7 @@ impl Communicator {
     pub(crate) fn fail(&self, what: &str, e: Error) -> Error {
         tracing::warn!(rank = self.rank, error = %e, "oxccl: {what} failed; aborting the communicator");
         self.clique.backend.abort();
-        self.clique.board.wake_all();
+        self.clique.board.abort(self.rank);
         e
     }
 

@@ -267,6 +267,9 @@ pub struct Config {
     pub debug: Option<DebugLevel>,
     /// Compare every call's fingerprint with the peers' before any data
     /// moves (`OXCCL_CHECK_CALLS`, default on; see [`crate::Error::Mismatch`]).
+    /// Ranks as processes check only if every rank has it on and shared
+    /// memory joins them (not over the network): a communicator's
+    /// [`crate::Communicator::config`] says whether it checks.
     pub check_calls: bool,
     /// The machine a GPU backend's selector models, given instead of
     /// detected (what `OXCCL_TOPO_FILE` does, without the process

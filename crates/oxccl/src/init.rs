@@ -132,11 +132,15 @@ impl Communicator {
             }
             (_, _) => backend::host::create_procs(&boot, &opts)?,
         };
-        // The call check's board is this process's memory; across
-        // processes its records would have to travel over the bootstrap,
-        // which is not built yet, so process cliques run without it.
+        // Ranks check calls only if every rank asked for it and shared
+        // memory joins them (the board's records live there).
+        let check_calls = if n > 1 {
+            crate::check::agree_on_check(&boot, config.check_calls)?
+        } else {
+            config.check_calls
+        };
         let config = Config {
-            check_calls: config.check_calls && n == 1,
+            check_calls,
             ..config
         };
         let clique = Clique::new(n, backend, config, Some(boot))?;

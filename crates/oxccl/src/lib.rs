@@ -77,7 +77,10 @@
 //! collective), is an error on every rank involved, naming the ranks and
 //! what each called; nothing is written and the communicator stays
 //! usable. The check costs one small record per call, read by every rank;
-//! [`Config::check_calls`] (`OXCCL_CHECK_CALLS=0`) turns it off.
+//! [`Config::check_calls`] (`OXCCL_CHECK_CALLS=0`) turns it off. It covers
+//! ranks as threads and ranks as processes of one host (records in shared
+//! memory); ranks that talk over the network (other hosts, or
+//! `NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1`) run unchecked, said at init.
 //! Zero-count calls are no-ops and take no part in it.
 //!
 //! # Threads

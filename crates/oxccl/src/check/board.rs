@@ -1,6 +1,9 @@
-//! The in-process exchange of call fingerprints: one row of slots per rank
-//! for collectives, one log per ordered pair for Send/Recv, and a way to
-//! wait for peers that spins briefly, then sleeps until a peer publishes.
+//! The exchange of call fingerprints: one row of slots per rank for
+//! collectives, one log per ordered pair for Send/Recv, and a way to wait
+//! for peers that spins briefly, then sleeps until a peer publishes. Ranks
+//! as threads keep all of it in this process's memory; ranks as processes
+//! of one host keep it in a region they all map ([`super::shared`]), with
+//! the same slots and the same waits.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -11,16 +14,17 @@ use oxccl_core::DataType;
 use parking_lot::{Condvar, Mutex};
 
 use super::fingerprint::describe_ranks;
+use super::shared::SharedBoard;
 use crate::error::{Error, Result};
 
 /// Slots per rank. A rank publishes call `s + 1` only after it read every
 /// rank's record of call `s`, so no rank is more than one call ahead of
 /// another and two slots would do; four leave room.
-const DEPTH: usize = 4;
+pub(super) const DEPTH: usize = 4;
 
 /// How long a sleeping waiter sleeps before it looks again (abort, a
 /// peer's failure, its deadline) even if no one wakes it.
-const NAP: Duration = Duration::from_millis(20);
+pub(super) const NAP: Duration = Duration::from_millis(20);
 
 /// How long a waiter spins before it sleeps, where every rank thread has a
 /// core of its own. Ranks reach a call some µs apart (a CUDA launch takes
@@ -33,8 +37,9 @@ const SPIN: Duration = Duration::from_micros(200);
 
 /// One published collective record: `seq` is stored last (Release), so a
 /// reader that sees its call's `seq` sees the words.
+#[repr(C)]
 #[derive(Debug, Default)]
-struct Slot {
+pub(super) struct Slot {
     seq: AtomicU64,
     words: [AtomicU64; 4],
 }
@@ -56,7 +61,7 @@ pub(crate) struct P2pRecord {
 
 impl P2pRecord {
     /// The pair log it belongs to: (sender, receiver).
-    fn pair(&self, rank: u32) -> (u32, u32) {
+    pub(super) fn pair(&self, rank: u32) -> (u32, u32) {
         if self.send {
             (rank, self.peer)
         } else {
@@ -109,14 +114,29 @@ pub(crate) struct WaitCtx<'a> {
 #[derive(Debug)]
 pub(crate) struct Board {
     nranks: u32,
+    mem: Mem,
+    /// How long a waiter spins before sleeping ([`SPIN`], or none where
+    /// rank threads share cores).
+    spin: Duration,
+}
+
+/// Where the records live.
+#[derive(Debug)]
+enum Mem {
+    /// Ranks are threads of this process.
+    Local(Local),
+    /// Ranks are processes of this host.
+    Shared(SharedBoard),
+}
+
+/// The records of ranks that are threads of this process.
+#[derive(Debug)]
+struct Local {
     rows: Box<[CachePadded<[Slot; DEPTH]>]>,
     pairs: Mutex<HashMap<(u32, u32), PairLog>>,
     sleepers: AtomicUsize,
     lock: Mutex<()>,
     wake: Condvar,
-    /// How long a waiter spins before sleeping ([`SPIN`], or none where
-    /// rank threads share cores).
-    spin: Duration,
 }
 
 /// How long waiters of a clique of `nranks` rank threads spin on a
@@ -131,14 +151,33 @@ fn spin_for(nranks: u32, cores: usize) -> Duration {
 }
 
 impl Board {
+    /// The board of `nranks` rank threads of this process.
     pub fn new(nranks: u32) -> Board {
+        Board::with(
+            nranks,
+            Mem::Local(Local {
+                rows: (0..nranks).map(|_| CachePadded::default()).collect(),
+                pairs: Mutex::default(),
+                sleepers: AtomicUsize::new(0),
+                lock: Mutex::new(()),
+                wake: Condvar::new(),
+            }),
+        )
+    }
+
+    /// The board of a clique of processes on this host: every rank calls
+    /// this at init (it exchanges a shared region over `boot`).
+    pub fn shared(boot: &oxccl_bootstrap::Bootstrap) -> Result<Board> {
+        Ok(Board::with(
+            boot.nranks(),
+            Mem::Shared(SharedBoard::new(boot)?),
+        ))
+    }
+
+    fn with(nranks: u32, mem: Mem) -> Board {
         Board {
             nranks,
-            rows: (0..nranks).map(|_| CachePadded::default()).collect(),
-            pairs: Mutex::default(),
-            sleepers: AtomicUsize::new(0),
-            lock: Mutex::new(()),
-            wake: Condvar::new(),
+            mem,
             spin: spin_for(
                 nranks,
                 std::thread::available_parallelism().map_or(1, |n| n.get()),
@@ -146,13 +185,20 @@ impl Board {
         }
     }
 
+    fn row(&self, rank: u32) -> &[Slot; DEPTH] {
+        match &self.mem {
+            Mem::Local(l) => &l.rows[rank as usize],
+            Mem::Shared(s) => s.row(rank),
+        }
+    }
+
     fn slot(&self, rank: u32, seq: u64) -> &Slot {
-        &self.rows[rank as usize][(seq % DEPTH as u64) as usize]
+        &self.row(rank)[(seq % DEPTH as u64) as usize]
     }
 
     /// The latest collective sequence number `rank` published.
     fn latest(&self, rank: u32) -> u64 {
-        self.rows[rank as usize]
+        self.row(rank)
             .iter()
             .map(|s| s.seq.load(Ordering::Acquire))
             .max()
@@ -161,9 +207,23 @@ impl Board {
 
     /// Wakes every sleeping waiter (after a publish, or an abort).
     pub fn wake_all(&self) {
-        if self.sleepers.load(Ordering::SeqCst) > 0 {
-            let _g = self.lock.lock();
-            self.wake.notify_all();
+        match &self.mem {
+            Mem::Local(l) => {
+                if l.sleepers.load(Ordering::SeqCst) > 0 {
+                    let _g = l.lock.lock();
+                    l.wake.notify_all();
+                }
+            }
+            Mem::Shared(s) => s.wake_all(),
+        }
+    }
+
+    /// `rank` aborted its communicator: wakes every waiter; across
+    /// processes, peers' waits fail naming it.
+    pub fn abort(&self, rank: u32) {
+        match &self.mem {
+            Mem::Local(_) => self.wake_all(),
+            Mem::Shared(s) => s.abort(rank),
         }
     }
 
@@ -189,6 +249,7 @@ impl Board {
         self.wait(
             ctx,
             || (0..self.nranks).all(ready).then_some(Ok(())),
+            &|r| !ready(r),
             || {
                 let missing: Vec<u32> = (0..self.nranks).filter(|&r| !ready(r)).collect();
                 format!(
@@ -216,9 +277,13 @@ impl Board {
     /// Posts one side of a Send/Recv of `rank`; returns its index on the
     /// pair (the k-th send matches the k-th receive).
     pub fn post(&self, rank: u32, rec: P2pRecord) -> u64 {
+        let l = match &self.mem {
+            Mem::Local(l) => l,
+            Mem::Shared(s) => return s.post(rank, rec),
+        };
         let side = usize::from(!rec.send);
         let k = {
-            let mut pairs = self.pairs.lock();
+            let mut pairs = l.pairs.lock();
             let log = pairs.entry(rec.pair(rank)).or_default();
             let k = log.posted[side];
             log.posted[side] += 1;
@@ -251,14 +316,14 @@ impl Board {
         self.wait(
             ctx,
             || {
-                let mut pairs = self.pairs.lock();
-                let log = pairs.get_mut(&pair)?;
-                let m = log.open.get_mut(&k)?;
-                if let Some((count, dtype, direct)) = m.sides[other] {
-                    m.seen += 1;
-                    if m.seen == 2 {
-                        log.open.remove(&k);
-                    }
+                let theirs = match &self.mem {
+                    Mem::Local(l) => take_local(l, pair, k, other),
+                    Mem::Shared(s) => match s.take(ctx.rank, &rec, k) {
+                        Ok(t) => t,
+                        Err(e) => return Some(Err(e)),
+                    },
+                };
+                if let Some((count, dtype, direct)) = theirs {
                     let same = count == rec.count && dtype == rec.dtype;
                     return Some(Ok(if same {
                         P2pOutcome::Matched { direct }
@@ -275,6 +340,7 @@ impl Board {
                 }
                 None
             },
+            &|r| r == rec.peer,
             || {
                 format!(
                     "{verb} #{k} of {} x {} {dir} rank {}: rank {} has not posted the matching {}",
@@ -291,8 +357,12 @@ impl Board {
     /// Withdraws `rank`'s unmatched record `k` (its group failed before
     /// its data moved), when it is still the last one it posted on the pair.
     pub fn withdraw(&self, rank: u32, rec: P2pRecord, k: u64) {
+        let l = match &self.mem {
+            Mem::Local(l) => l,
+            Mem::Shared(s) => return s.withdraw(rank, &rec, k),
+        };
         let side = usize::from(!rec.send);
-        let mut pairs = self.pairs.lock();
+        let mut pairs = l.pairs.lock();
         if let Some(log) = pairs.get_mut(&rec.pair(rank)) {
             let unmatched = log
                 .open
@@ -307,11 +377,13 @@ impl Board {
 
     /// Polls `ready` until it answers, spinning briefly, then sleeping
     /// until a publish wakes the board. Bounded by the deadline; ends
-    /// early on the clique's failure; warns once at a tenth of the deadline.
+    /// early on the clique's failure or, across processes, when a rank
+    /// `waits_on` names has exited; warns once at a tenth of the deadline.
     fn wait<T>(
         &self,
         ctx: &WaitCtx<'_>,
         mut ready: impl FnMut() -> Option<Result<T>>,
+        waits_on: &dyn Fn(u32) -> bool,
         pending: impl Fn() -> String,
     ) -> Result<T> {
         let start = Instant::now();
@@ -338,18 +410,30 @@ impl Board {
         }
         let mut warned = false;
         loop {
-            self.sleepers.fetch_add(1, Ordering::SeqCst);
-            let found = {
-                let mut g = self.lock.lock();
-                let found = ready();
-                if found.is_none() {
-                    self.wake.wait_for(&mut g, NAP);
+            let found = match &self.mem {
+                Mem::Local(l) => {
+                    l.sleepers.fetch_add(1, Ordering::SeqCst);
+                    let found = {
+                        let mut g = l.lock.lock();
+                        let found = ready();
+                        if found.is_none() {
+                            l.wake.wait_for(&mut g, NAP);
+                        }
+                        found
+                    };
+                    l.sleepers.fetch_sub(1, Ordering::SeqCst);
+                    found
                 }
-                found
+                Mem::Shared(s) => s.sleep_unless(&mut ready),
             };
-            self.sleepers.fetch_sub(1, Ordering::SeqCst);
             if let Some(r) = found.or_else(&mut ready) {
                 return r;
+            }
+            // A dead rank this wait needs is named first: the clique may
+            // have failed from another rank's report of the same death.
+            // Each rank reports it alike, so the clique is not failed here.
+            if let Some(e) = self.lost(ctx.rank, waits_on, &pending) {
+                return Err(e);
             }
             if let Some(e) = (ctx.failure)() {
                 return Err(e);
@@ -374,6 +458,53 @@ impl Board {
             }
         }
     }
+}
+
+impl Board {
+    /// Across processes: the error for a peer that aborted, or for a rank
+    /// this wait needs whose process exited (it will never publish).
+    fn lost(
+        &self,
+        me: u32,
+        waits_on: &dyn Fn(u32) -> bool,
+        pending: &dyn Fn() -> String,
+    ) -> Option<Error> {
+        let Mem::Shared(s) = &self.mem else {
+            return None;
+        };
+        if let Some(r) = s.aborted_by().filter(|&r| r != me) {
+            return Some(Error::Aborted(format!(
+                "rank {me}: peer rank {r} is lost: it aborted the communicator before any data moved: {}; rebuild it",
+                pending()
+            )));
+        }
+        let (r, pid) = (0..self.nranks)
+            .filter(|&r| r != me && waits_on(r))
+            .find_map(|r| s.exited(r).map(|pid| (r, pid)))?;
+        Some(Error::Aborted(format!(
+            "rank {me}: peer rank {r} (pid {pid}) exited or was killed before any data moved: {}; the communicator is unusable: rebuild it",
+            pending()
+        )))
+    }
+}
+
+/// The other side of message `k` of `pair` in one process's log, once
+/// posted (the second side to compare it removes it).
+fn take_local(
+    l: &Local,
+    pair: (u32, u32),
+    k: u64,
+    other: usize,
+) -> Option<(usize, DataType, Option<u16>)> {
+    let mut pairs = l.pairs.lock();
+    let log = pairs.get_mut(&pair)?;
+    let m = log.open.get_mut(&k)?;
+    let theirs = m.sides[other]?;
+    m.seen += 1;
+    if m.seen == 2 {
+        log.open.remove(&k);
+    }
+    Some(theirs)
 }
 
 #[cfg(test)]

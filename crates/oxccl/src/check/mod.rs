@@ -9,7 +9,8 @@
 //! record (four words) and reads its peers' records, which on one process
 //! is a few cache-line reads once every rank has arrived; on CUDA the
 //! check runs on the host before the launch, so a captured graph replays
-//! without it.
+//! without it. Across processes it is one more rendezvous per call (see
+//! `docs/PERFORMANCE.md`, "The call check").
 //!
 //! - Collectives (and groups holding collectives) carry a per-communicator
 //!   sequence number; each rank publishes `(seq, fingerprint)` and waits
@@ -29,14 +30,30 @@
 //!   as a data wait's deadline fails it) and log a warning, naming the
 //!   ranks not yet arrived, once a tenth of the deadline has passed.
 //!
-//! The exchange goes through [`Board`] (in one process: shared memory).
-//! Records are plain words, so a multi-process clique can exchange the
-//! same records over its bootstrap network.
+//! The exchange goes through [`Board`]. Ranks as threads keep it in this
+//! process's memory. Ranks as processes of one host (the host backend
+//! across processes, CUDA's `cuda_procs` and `cuda_staged`) keep the same
+//! records in one shared region rank 0 makes at init (`shared.rs`, an
+//! unnamed `memfd`: nothing is left behind): the same collective slots,
+//! a fixed ring of 64 open messages per ordered pair for Send/Recv (a
+//! group with more waits in its process until earlier ones are compared),
+//! futex sleeps, and a pidfd watcher, so a wait for a rank whose process
+//! died ends at once naming it (and pid), as does a peer's abort. Ranks
+//! check only if every rank asked for it (a rank with
+//! `OXCCL_CHECK_CALLS=0` turns it off for all, with a warning).
+//!
+//! Not checked: ranks that talk over the network (on different hosts, as
+//! `NCCL_HOSTID` stands in for, or forced by `NCCL_P2P_DISABLE=1
+//! NCCL_SHM_DISABLE=1`). Their records would have to travel over the
+//! bootstrap's sockets, which is not built; init says so once at INFO, and
+//! mismatched calls there fail in the data path or at the deadline.
 
 mod board;
 mod calls;
 mod fingerprint;
+mod shared;
 
 pub(crate) use board::Board;
 pub(crate) use calls::{CallSeq, Posted};
 pub(crate) use fingerprint::Call;
+pub(crate) use shared::agree_on_check;

@@ -5,6 +5,9 @@ use oxccl::{BackendKind, Communicator, Config};
 #[allow(dead_code)] // only the raw-entry tests use it
 pub mod raw;
 
+#[allow(dead_code)] // only the multi-process tests use it
+pub mod procs;
+
 /// `n` communicators on the host backend, whatever the machine has.
 #[allow(dead_code)] // not every test binary uses it
 pub fn host(n: u32) -> Vec<Communicator> {
