@@ -8,7 +8,7 @@
 use std::time::{Duration, Instant};
 
 mod common;
-use common::procs::{child_comm, finish, spawn_ranks, tagged, GUARD, ROLE};
+use common::procs::{child_rank, finish, spawn_ranks_live, tagged, GUARD, ROLE};
 
 use oxccl::{BackendKind, Communicator, Config, Error, RedOp};
 
@@ -22,8 +22,8 @@ fn config() -> Config {
 
 /// Every rank's lines of a role that must exit 0.
 fn run(role: &str, n: u32, vars: impl Fn(u32) -> Vec<(&'static str, String)>) -> Vec<Vec<String>> {
-    let (kids, rx) = spawn_ranks(role, n, vars);
-    let (codes, lines) = finish(kids, &rx, Vec::new());
+    let (kids, rx) = spawn_ranks_live(role, n, vars);
+    let (codes, lines) = finish(kids, &rx);
     assert!(
         codes.iter().all(|c| *c == Some(0)),
         "exit codes {codes:?}\n{lines:#?}"
@@ -153,7 +153,7 @@ fn the_check_off_still_runs_and_ranks_must_all_ask_for_it() {
 
 #[test]
 fn a_process_killed_during_the_check_is_named_by_the_others() {
-    let (mut kids, rx) = spawn_ranks("dies", 4, |_| Vec::new());
+    let (mut kids, rx) = spawn_ranks_live("dies", 4, |_| Vec::new());
     // Ranks 0, 1 and 3 enter an AllReduce; rank 2 never does.
     let t = Instant::now();
     let mut early = vec![Vec::new(); 4];
@@ -168,7 +168,10 @@ fn a_process_killed_during_the_check_is_named_by_the_others() {
         early[who].push(l);
     }
     kids[2].kill().unwrap();
-    let (codes, lines) = finish(kids, &rx, early);
+    let (codes, mut lines) = finish(kids, &rx);
+    for (i, l) in early.into_iter().enumerate() {
+        lines[i].splice(0..0, l);
+    }
     for r in [0usize, 1, 3] {
         assert_eq!(codes[r], Some(0), "{lines:#?}");
         let errs = tagged(&lines[r], "ERR ");
@@ -317,7 +320,7 @@ fn child() {
     let Ok(role) = std::env::var(ROLE) else {
         return;
     };
-    let c = child_comm(config());
+    let c = child_rank(config());
     println!(
         "CHECK {}",
         if c.config().check_calls { "on" } else { "off" }

@@ -3,30 +3,18 @@
 //! mid-loop. The test binary re-executes itself: the ignored test `child`
 //! is the processes' entry point, told its role by `OXCCL_MP_ROLE`.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
+
+mod common;
+use common::procs::{env_u32, finish, id_vars, spawn_via, tagged, unhex, GUARD, ROLE};
 
 use oxccl::core::testkit;
 use oxccl::core::{with_dtype, Collective};
 use oxccl::{
     BackendKind, CollKind, Communicator, Config, DataType, Element, LaunchEnv, RedOp, UniqueId,
 };
-
-const ROLE: &str = "OXCCL_MP_ROLE";
-/// Bound on every wait of the parent: a hang guard, never a measurement.
-const GUARD: Duration = Duration::from_secs(120);
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-fn unhex(s: &str) -> Vec<u8> {
-    (0..s.len() / 2)
-        .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).unwrap())
-        .collect()
-}
 
 /// The children's backend: host unless `OXCCL_MP_BACKEND` names another.
 const BACKEND: &str = "OXCCL_MP_BACKEND";
@@ -50,103 +38,6 @@ fn spawn(
     who: usize,
 ) -> Child {
     spawn_via(&[], role, vars, tx, who)
-}
-
-/// [`spawn`], the child started through the command `wrap` (e.g. `ip
-/// netns exec NAME`); its stdout and stderr lines arrive on `tx`.
-fn spawn_via(
-    wrap: &[&str],
-    role: &str,
-    vars: &[(&str, String)],
-    tx: &mpsc::Sender<(usize, String)>,
-    who: usize,
-) -> Child {
-    let exe = std::env::current_exe().unwrap();
-    let mut cmd = match wrap.split_first() {
-        Some((first, rest)) => {
-            let mut c = Command::new(first);
-            c.args(rest).arg(exe);
-            c
-        }
-        None => Command::new(exe),
-    };
-    cmd.args([
-        "--exact",
-        "child",
-        "--ignored",
-        "--nocapture",
-        "--test-threads=1",
-    ])
-    .env(ROLE, role)
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped());
-    for v in oxccl::LaunchEnv::vars() {
-        cmd.env_remove(v);
-    }
-    for (k, v) in vars {
-        cmd.env(k, v);
-    }
-    let mut c = cmd.spawn().unwrap();
-    let out = c.stdout.take().unwrap();
-    let err = c.stderr.take().unwrap();
-    for pipe in [
-        Box::new(out) as Box<dyn std::io::Read + Send>,
-        Box::new(err),
-    ] {
-        let tx = tx.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(pipe).lines().map_while(Result::ok) {
-                let _ = tx.send((who, line));
-            }
-        });
-    }
-    c
-}
-
-/// Waits (bounded) for every child; returns exit codes and their lines.
-fn finish(
-    mut kids: Vec<Child>,
-    rx: &mpsc::Receiver<(usize, String)>,
-) -> (Vec<Option<i32>>, Vec<Vec<String>>) {
-    let t = Instant::now();
-    let mut codes = vec![None; kids.len()];
-    let mut lines = vec![Vec::new(); kids.len()];
-    let mut done = 0;
-    while done < kids.len() {
-        for (i, k) in kids.iter_mut().enumerate() {
-            if codes[i].is_none() {
-                if let Some(st) = k.try_wait().unwrap() {
-                    codes[i] = Some(st.code().unwrap_or(-1));
-                    done += 1;
-                }
-            }
-        }
-        while let Ok((who, l)) = rx.try_recv() {
-            lines[who].push(l);
-        }
-        if t.elapsed() > GUARD {
-            for k in &mut kids {
-                let _ = k.kill();
-            }
-            panic!("children still running after {GUARD:?}: {codes:?}\n{lines:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    // Late lines (pipes drain after exit).
-    let t = Instant::now();
-    while let Ok((who, l)) = rx.recv_timeout(Duration::from_millis(200).saturating_sub(t.elapsed()))
-    {
-        lines[who].push(l);
-    }
-    (codes, lines)
-}
-
-fn id_vars(id: &UniqueId, n: u32, r: u32) -> Vec<(&'static str, String)> {
-    vec![
-        ("OXCCL_MP_ID", hex(&id.to_bytes())),
-        ("OXCCL_MP_N", n.to_string()),
-        ("OXCCL_MP_RANK", r.to_string()),
-    ]
 }
 
 fn run_ranks(role: &str, n: u32) -> Vec<Vec<String>> {
@@ -197,15 +88,6 @@ fn run_ranks_with(
         "exit codes {codes:?}\n{lines:#?}"
     );
     lines
-}
-
-/// The children's own lines starting with `tag` (libtest may print
-/// `test child ... ` before them on the same line).
-fn tagged(lines: &[String], tag: &str) -> Vec<String> {
-    lines
-        .iter()
-        .filter_map(|l| l.find(tag).map(|i| l[i..].to_string()))
-        .collect()
 }
 
 fn ok_lines(lines: &[Vec<String>]) -> Vec<String> {
@@ -733,10 +615,6 @@ fn ranks_in_two_network_namespaces_over_a_veth_pair() {
 }
 
 // ---- the children ----
-
-fn env_u32(k: &str) -> u32 {
-    std::env::var(k).unwrap().parse().unwrap()
-}
 
 fn child_comm(deadline: Duration) -> Communicator {
     let id = UniqueId::from_bytes(&unhex(&std::env::var("OXCCL_MP_ID").unwrap())).unwrap();

@@ -1,6 +1,6 @@
 //! Ranks as child processes of a test: the test binary re-executes itself
-//! running its ignored test `child`, told its role by `OXCCL_MP_ROLE` and
-//! its rank by `OXCCL_MP_ID`/`_N`/`_RANK`; the parent reads their lines.
+//! running its ignored test `child`, told its role by `OXCCL_MP_ROLE` (and
+//! its rank by `OXCCL_MP_ID`/`_N`/`_RANK`); the parent reads their lines.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -13,75 +13,111 @@ pub const ROLE: &str = "OXCCL_MP_ROLE";
 /// Bound on every wait of the parent: a hang guard, never a measurement.
 pub const GUARD: Duration = Duration::from_secs(120);
 
+/// Where children's lines arrive: (child, line).
 pub type Lines = mpsc::Receiver<(usize, String)>;
 
-/// `n` children of one new id running `role`, rank `r` with `vars(r)`
-/// set; their stdout and stderr lines arrive on the receiver.
-pub fn spawn_ranks(
+pub fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+pub fn unhex(s: &str) -> Vec<u8> {
+    (0..s.len() / 2)
+        .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).unwrap())
+        .collect()
+}
+
+/// A child running `role` with `vars`, started through the command `wrap`
+/// (e.g. `ip netns exec NAME`; none: directly); its stdout and stderr
+/// lines arrive on `tx` as child `who`'s.
+pub fn spawn_via(
+    wrap: &[&str],
+    role: &str,
+    vars: &[(&str, String)],
+    tx: &mpsc::Sender<(usize, String)>,
+    who: usize,
+) -> Child {
+    let exe = std::env::current_exe().unwrap();
+    let mut cmd = match wrap.split_first() {
+        Some((first, rest)) => {
+            let mut c = Command::new(first);
+            c.args(rest).arg(exe);
+            c
+        }
+        None => Command::new(exe),
+    };
+    cmd.args([
+        "--exact",
+        "child",
+        "--ignored",
+        "--nocapture",
+        "--test-threads=1",
+    ])
+    .env(ROLE, role)
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    for v in oxccl::LaunchEnv::vars() {
+        cmd.env_remove(v);
+    }
+    for (k, v) in vars {
+        cmd.env(k, v);
+    }
+    let mut c = cmd.spawn().unwrap();
+    let out = c.stdout.take().unwrap();
+    let err = c.stderr.take().unwrap();
+    for pipe in [
+        Box::new(out) as Box<dyn std::io::Read + Send>,
+        Box::new(err),
+    ] {
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+                let _ = tx.send((who, line));
+            }
+        });
+    }
+    c
+}
+
+/// The variables that make a child rank `r` of `n` of `id`.
+pub fn id_vars(id: &UniqueId, n: u32, r: u32) -> Vec<(&'static str, String)> {
+    vec![
+        ("OXCCL_MP_ID", hex(&id.to_bytes())),
+        ("OXCCL_MP_N", n.to_string()),
+        ("OXCCL_MP_RANK", r.to_string()),
+    ]
+}
+
+/// `n` children of one new id running `role`, rank `r` with `more(r)`
+/// variables too; their lines arrive on the receiver.
+pub fn spawn_ranks_live(
     role: &str,
     n: u32,
-    vars: impl Fn(u32) -> Vec<(&'static str, String)>,
+    more: impl Fn(u32) -> Vec<(&'static str, String)>,
 ) -> (Vec<Child>, Lines) {
     let id = UniqueId::new().unwrap();
-    let hex: String = id.to_bytes().iter().map(|x| format!("{x:02x}")).collect();
     let (tx, rx) = mpsc::channel();
     let kids = (0..n)
         .map(|r| {
-            let mut cmd = Command::new(std::env::current_exe().unwrap());
-            cmd.args([
-                "--exact",
-                "child",
-                "--ignored",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(ROLE, role)
-            .env("OXCCL_MP_ID", &hex)
-            .env("OXCCL_MP_N", n.to_string())
-            .env("OXCCL_MP_RANK", r.to_string())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-            for v in oxccl::LaunchEnv::vars() {
-                cmd.env_remove(v);
-            }
-            for (k, v) in vars(r) {
-                cmd.env(k, v);
-            }
-            let mut c = cmd.spawn().unwrap();
-            let pipes: [Box<dyn std::io::Read + Send>; 2] = [
-                Box::new(c.stdout.take().unwrap()),
-                Box::new(c.stderr.take().unwrap()),
-            ];
-            for pipe in pipes {
-                let tx = tx.clone();
-                std::thread::spawn(move || {
-                    for line in BufReader::new(pipe).lines().map_while(Result::ok) {
-                        let _ = tx.send((r as usize, line));
-                    }
-                });
-            }
-            c
+            let mut vars = id_vars(&id, n, r);
+            vars.extend(more(r));
+            spawn_via(&[], role, &vars, &tx, r as usize)
         })
         .collect();
     (kids, rx)
 }
 
-/// Waits (bounded) for every child; their exit codes and lines (`early`:
-/// lines the caller already took, kept first).
-pub fn finish(
-    mut kids: Vec<Child>,
-    rx: &Lines,
-    mut early: Vec<Vec<String>>,
-) -> (Vec<Option<i32>>, Vec<Vec<String>>) {
+/// Waits (bounded) for every child; returns exit codes and their lines.
+pub fn finish(mut kids: Vec<Child>, rx: &Lines) -> (Vec<Option<i32>>, Vec<Vec<String>>) {
     let t = Instant::now();
     let mut codes = vec![None; kids.len()];
-    early.resize(kids.len(), Vec::new());
-    let mut lines = early;
-    while codes.iter().any(Option::is_none) {
+    let mut lines = vec![Vec::new(); kids.len()];
+    let mut done = 0;
+    while done < kids.len() {
         for (i, k) in kids.iter_mut().enumerate() {
             if codes[i].is_none() {
                 if let Some(st) = k.try_wait().unwrap() {
                     codes[i] = Some(st.code().unwrap_or(-1));
+                    done += 1;
                 }
             }
         }
@@ -92,12 +128,14 @@ pub fn finish(
             for k in &mut kids {
                 let _ = k.kill();
             }
-            panic!("children still running after {GUARD:?}: {codes:?}\n{lines:#?}");
+            panic!("children still running after {GUARD:?}: {codes:?}\n{lines:?}");
         }
         std::thread::sleep(Duration::from_millis(20));
     }
     // Late lines (pipes drain after exit).
-    while let Ok((who, l)) = rx.recv_timeout(Duration::from_millis(200)) {
+    let t = Instant::now();
+    while let Ok((who, l)) = rx.recv_timeout(Duration::from_millis(200).saturating_sub(t.elapsed()))
+    {
         lines[who].push(l);
     }
     (codes, lines)
@@ -112,16 +150,12 @@ pub fn tagged(lines: &[String], tag: &str) -> Vec<String> {
         .collect()
 }
 
-fn env_u32(k: &str) -> u32 {
+pub fn env_u32(k: &str) -> u32 {
     std::env::var(k).unwrap().parse().unwrap()
 }
 
-/// The child's rank of the parent's id, configured as given.
-pub fn child_comm(config: Config) -> Communicator {
-    let hex = std::env::var("OXCCL_MP_ID").unwrap();
-    let b: Vec<u8> = (0..hex.len() / 2)
-        .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap())
-        .collect();
-    let id = UniqueId::from_bytes(&b).unwrap();
+/// In a child: its rank of the parent's id, configured as given.
+pub fn child_rank(config: Config) -> Communicator {
+    let id = UniqueId::from_bytes(&unhex(&std::env::var("OXCCL_MP_ID").unwrap())).unwrap();
     Communicator::init_rank(&id, env_u32("OXCCL_MP_N"), env_u32("OXCCL_MP_RANK"), config).unwrap()
 }
