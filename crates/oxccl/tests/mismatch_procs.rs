@@ -5,10 +5,10 @@
 //! the check can be switched off. The test binary re-executes itself (see
 //! `common::procs`); `child` runs one rank.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 mod common;
-use common::procs::{child_rank, finish, spawn_ranks_live, tagged, GUARD, ROLE};
+use common::procs::{child_rank, finish, kill_once_all_say, spawn_ranks_live, tagged, GUARD, ROLE};
 
 use oxccl::{BackendKind, Communicator, Config, Error, RedOp};
 
@@ -153,25 +153,9 @@ fn the_check_off_still_runs_and_ranks_must_all_ask_for_it() {
 
 #[test]
 fn a_process_killed_during_the_check_is_named_by_the_others() {
-    let (mut kids, rx) = spawn_ranks_live("dies", 4, |_| Vec::new());
+    let (kids, rx) = spawn_ranks_live("dies", 4, |_| Vec::new());
     // Ranks 0, 1 and 3 enter an AllReduce; rank 2 never does.
-    let t = Instant::now();
-    let mut early = vec![Vec::new(); 4];
-    let mut ready = [false; 4];
-    while !ready.iter().all(|&x| x) {
-        let (who, l) = rx
-            .recv_timeout(GUARD.saturating_sub(t.elapsed()))
-            .unwrap_or_else(|_| panic!("children never got ready: {early:#?}"));
-        if l.contains("READY") {
-            ready[who] = true;
-        }
-        early[who].push(l);
-    }
-    kids[2].kill().unwrap();
-    let (codes, mut lines) = finish(kids, &rx);
-    for (i, l) in early.into_iter().enumerate() {
-        lines[i].splice(0..0, l);
-    }
+    let (codes, lines) = kill_once_all_say(kids, &rx, "READY", 2);
     for r in [0usize, 1, 3] {
         assert_eq!(codes[r], Some(0), "{lines:#?}");
         let errs = tagged(&lines[r], "ERR ");

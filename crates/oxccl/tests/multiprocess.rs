@@ -8,7 +8,9 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 mod common;
-use common::procs::{env_u32, finish, id_vars, spawn_via, tagged, unhex, GUARD, ROLE};
+use common::procs::{
+    env_u32, finish, id_vars, kill_once_all_say, spawn_via, tagged, unhex, GUARD, ROLE,
+};
 
 use oxccl::core::testkit;
 use oxccl::core::{with_dtype, Collective};
@@ -235,7 +237,7 @@ fn killed_process_is_named_with(backend: &str, extra: &[(&'static str, &str)]) {
     let n = 4u32;
     let id = UniqueId::new().unwrap();
     let (tx, rx) = mpsc::channel();
-    let mut kids: Vec<Child> = (0..n)
+    let kids: Vec<Child> = (0..n)
         .map(|r| {
             let mut vars = id_vars(&id, n, r);
             vars.push((BACKEND, backend.into()));
@@ -243,23 +245,7 @@ fn killed_process_is_named_with(backend: &str, extra: &[(&'static str, &str)]) {
             spawn("loop", &vars, &tx, r as usize)
         })
         .collect();
-    let t = Instant::now();
-    let mut looping = [false; 4];
-    let mut early = vec![Vec::new(); 4];
-    while !looping.iter().all(|&x| x) {
-        let (who, l) = rx
-            .recv_timeout(GUARD.saturating_sub(t.elapsed()))
-            .expect("children never started looping");
-        if l.contains("LOOPING") {
-            looping[who] = true;
-        }
-        early[who].push(l);
-    }
-    kids[2].kill().unwrap();
-    let (codes, mut lines) = finish(kids, &rx);
-    for (i, l) in early.into_iter().enumerate() {
-        lines[i].splice(0..0, l);
-    }
+    let (codes, lines) = kill_once_all_say(kids, &rx, "LOOPING", 2);
     for r in [0usize, 1, 3] {
         assert_eq!(codes[r], Some(3), "rank {r} should fail: {lines:#?}");
         let errs = tagged(&lines[r], "ERR ");

@@ -159,3 +159,31 @@ pub fn child_rank(config: Config) -> Communicator {
     let id = UniqueId::from_bytes(&unhex(&std::env::var("OXCCL_MP_ID").unwrap())).unwrap();
     Communicator::init_rank(&id, env_u32("OXCCL_MP_N"), env_u32("OXCCL_MP_RANK"), config).unwrap()
 }
+
+/// Once every child printed a line holding `marker`, kills child `victim`
+/// and waits (bounded) for the others; exit codes and every line.
+pub fn kill_once_all_say(
+    mut kids: Vec<Child>,
+    rx: &Lines,
+    marker: &str,
+    victim: usize,
+) -> (Vec<Option<i32>>, Vec<Vec<String>>) {
+    let t = Instant::now();
+    let mut said = vec![false; kids.len()];
+    let mut early = vec![Vec::new(); kids.len()];
+    while !said.iter().all(|&x| x) {
+        let (who, l) = rx
+            .recv_timeout(GUARD.saturating_sub(t.elapsed()))
+            .unwrap_or_else(|_| panic!("children never said {marker}: {early:#?}"));
+        if l.contains(marker) {
+            said[who] = true;
+        }
+        early[who].push(l);
+    }
+    kids[victim].kill().unwrap();
+    let (codes, mut lines) = finish(kids, rx);
+    for (i, l) in early.into_iter().enumerate() {
+        lines[i].splice(0..0, l);
+    }
+    (codes, lines)
+}
