@@ -4,7 +4,8 @@
 //! choice, then each algorithm alone through the algorithm filter, the
 //! selector still choosing its protocol and channels) a fresh set of
 //! communicators runs every collective and size of the sweep out of
-//! place, checked; the table prints, per (collective, size), the pick's
+//! place, checked, timed as the median of 5 measurements up to 4 MiB (one
+//! above); the table prints, per (collective, size), the pick's
 //! time, the best forced algorithm's and their ratio, and the worst
 //! ratio last. Where the fastest forced variant ran the very configuration
 //! the selector picked (same algorithm, protocol, FIFO or direct, and
@@ -113,17 +114,21 @@ pub(crate) fn run_on(
                         bail!("no communicators");
                     };
                     let nccl = crate::nccl_cols::Baseline::open(&none, comms, &mut Vec::new())?;
-                    let m = with_dtype!(dt, T => {
-                        let pool = pools.get::<T>(comms, most)?;
-                        let case = Case { coll: &coll, op: RedOp::Sum, in_place: false, a, nccl: &nccl };
-                        measure::<T>(comms, pool, case)
-                    })?;
-                    if m.wrong > 0 {
-                        bail!(
-                            "{} wrong elements: {}",
-                            m.wrong,
-                            m.first_wrong.unwrap_or_default()
-                        );
+                    let mut times = Vec::new();
+                    for _ in 0..reps(size) {
+                        let m = with_dtype!(dt, T => {
+                            let pool = pools.get::<T>(comms, most)?;
+                            let case = Case { coll: &coll, op: RedOp::Sum, in_place: false, a, nccl: &nccl };
+                            measure::<T>(comms, pool, case)
+                        })?;
+                        if m.wrong > 0 {
+                            bail!(
+                                "{} wrong elements: {}",
+                                m.wrong,
+                                m.first_wrong.unwrap_or_default()
+                            );
+                        }
+                        times.push(m.time.as_secs_f64() * 1e6);
                     }
                     let choice = comms[0].last_choice().map_or(String::new(), |c| {
                         let fifo = if is_direct(c.algo) && !c.is_direct() {
@@ -134,7 +139,7 @@ pub(crate) fn run_on(
                         format!("{} {}{fifo} {}ch", c.algo, c.proto, c.channels)
                     });
                     Ok(Timed {
-                        us: m.time.as_secs_f64() * 1e6,
+                        us: median(&mut times),
                         choice,
                     })
                 })();
@@ -221,6 +226,35 @@ pub(crate) fn run_on(
     Ok((worst, got.len()))
 }
 
+/// Sizes up to this many bytes are launch-bound, where one measurement of
+/// `-n` calls scatters by ±30% between runs on 8 ranks' threads.
+const SMALL: usize = 4 << 20;
+
+/// How many measurements (each `-w` + `-n` calls, checked) a point's
+/// median takes: 5 at launch-bound sizes, where the minimum over ~6 forced
+/// variants of single noisy measurements would otherwise beat the pick by
+/// chance; 1 above, where two runs agree within 1%.
+fn reps(size: usize) -> usize {
+    if size <= SMALL {
+        5
+    } else {
+        1
+    }
+}
+
+/// The median of `v` (the mean of the middle two for an even count).
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let m = v.len() / 2;
+    if v.is_empty() {
+        0.0
+    } else if v.len() % 2 == 1 {
+        v[m]
+    } else {
+        (v[m - 1] + v[m]) / 2.0
+    }
+}
+
 /// The pick's time over the best forced variant's, and where both ran the
 /// same configuration, 1 with their raw ratio (the noise) beside it.
 fn ratio(pick: &Timed, best: &Timed) -> (f64, Option<f64>) {
@@ -258,6 +292,14 @@ mod tests {
         assert_eq!(ratio(&pick, &t(20.0, "allpairs ll 1ch")), (1.5, None));
         // A facade that reports no choice is never matched.
         assert_eq!(ratio(&t(30.0, ""), &t(20.0, "")), (1.5, None));
+    }
+
+    #[test]
+    fn medians_and_repetitions() {
+        assert_eq!(median(&mut [3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&mut [4.0, 1.0, 3.0, 2.0]), 2.5);
+        assert_eq!(median(&mut [7.0]), 7.0);
+        assert_eq!((reps(4096), reps(SMALL), reps(SMALL + 1)), (5, 5, 1));
     }
 
     /// A backend that runs a single channel cannot run the double binary
