@@ -14,7 +14,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::run_plan_by_rank;
+use common::run_plan;
 use oxccl_bootstrap::{Bootstrap, DeviceInfo, UniqueId};
 use oxccl_core::plan::{BufDecl, BufRole, Channel, Dst, Loc, RankPlan, Src, Step, Xfer};
 use oxccl_core::{generate, testkit, Algo, CollKind, Collective, DataType, PlanRequest, RedOp};
@@ -81,10 +81,11 @@ fn generated_plans_are_right_and_skip_the_slots_when_asked() {
                     .map(|r| testkit::input(&coll, 2, r, RedOp::Sum, 7))
                     .collect();
                 let op = RedOp::Sum.lower(DataType::F32, 2);
-                let res = run_plan_by_rank(&fabs, &plan, &inputs, in_place, &op);
+                let res = run_plan(fabs.as_slice(), &plan, &inputs, in_place, &op, &[]);
                 let mut outs = Vec::new();
                 let mut stats = ExecStats::default();
                 for (r, res) in res.into_iter().enumerate() {
+                    let res = res.expect("every rank ran");
                     let (o, st) = res.unwrap_or_else(|e| panic!("{kind} rank {r}: {e}"));
                     outs.push(o);
                     stats.messages += st.messages;

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 mod common;
-use common::on_ranks;
+use common::{assert_names, on_ranks, KIND_SIDES};
 
 use oxccl::{BackendKind, Communicator, Config, Error, RedOp};
 
@@ -63,15 +63,9 @@ fn broadcast_against_all_reduce(comms: &[Communicator]) {
         (r, b.to_vec().unwrap())
     });
     for (rank, (r, data)) in out.iter().enumerate() {
-        let m = mismatch(r);
-        assert!(m.contains(&format!("rank {rank}:")), "{m}");
-        assert!(
-            m.contains("rank 0: broadcast(root 0) of 1024 x float"),
-            "{m}"
-        );
-        assert!(
-            m.contains("ranks 1-3: allreduce(sum) of 1024 x float"),
-            "{m}"
+        assert_names(
+            &mismatch(r),
+            &[&format!("rank {rank}:"), KIND_SIDES[0], KIND_SIDES[1]],
         );
         assert_eq!(data, &vec![rank as f32 + 1.0; 1024], "nothing was written");
     }

@@ -25,38 +25,30 @@ pub fn small_config(slot_bytes: usize) -> HostConfig {
 /// One rank's result: its output buffer and stats, or the error.
 pub type RankResult<T> = Result<(Vec<T>, ExecStats), HostError>;
 
-/// Runs `plan` on `fab` with one thread per rank (ranks in `absent` never
+/// Where each rank's fabric comes from: one shared by every rank (threads
+/// of one process), or one per rank (`fabs[rank]`, as ranks in processes).
+pub trait Fabrics: Sync {
+    fn of(&self, rank: Rank) -> &Arc<HostFabric>;
+}
+
+impl Fabrics for &Arc<HostFabric> {
+    fn of(&self, _: Rank) -> &Arc<HostFabric> {
+        self
+    }
+}
+
+impl Fabrics for &[Arc<HostFabric>] {
+    fn of(&self, rank: Rank) -> &Arc<HostFabric> {
+        &self[rank as usize]
+    }
+}
+
+/// Runs `plan` on `fabs` with one thread per rank (ranks in `absent` never
 /// call), each rank's memory laid out as the interpreter lays it out
 /// (`in_place`: input and output share an arena at the collective's
 /// offsets). Returns every rank's output buffer.
 pub fn run_plan<T: Element>(
-    fab: &Arc<HostFabric>,
-    plan: &Plan,
-    inputs: &[Vec<T>],
-    in_place: bool,
-    op: &oxccl_core::LoweredOp,
-    absent: &[Rank],
-) -> Vec<Option<RankResult<T>>> {
-    run_on(&|_| fab, plan, inputs, in_place, op, absent)
-}
-
-/// [`run_plan`] with every rank on its own fabric (`fabs[rank]`), as ranks
-/// in processes have.
-pub fn run_plan_by_rank<T: Element>(
-    fabs: &[Arc<HostFabric>],
-    plan: &Plan,
-    inputs: &[Vec<T>],
-    in_place: bool,
-    op: &oxccl_core::LoweredOp,
-) -> Vec<RankResult<T>> {
-    run_on(&|r| &fabs[r as usize], plan, inputs, in_place, op, &[])
-        .into_iter()
-        .map(|r| r.expect("every rank ran"))
-        .collect()
-}
-
-fn run_on<'f, T: Element>(
-    fab_of: &(dyn Fn(Rank) -> &'f Arc<HostFabric> + Sync),
+    fabs: impl Fabrics,
     plan: &Plan,
     inputs: &[Vec<T>],
     in_place: bool,
@@ -70,7 +62,7 @@ fn run_on<'f, T: Element>(
             .zip(interp::memories(plan, inputs, in_place))
             .map(|(rp, mut mem)| {
                 let skip = absent.contains(&rp.rank);
-                let fab = fab_of(rp.rank).clone();
+                let fab = fabs.of(rp.rank).clone();
                 s.spawn(move || {
                     if skip {
                         return None;

@@ -8,6 +8,24 @@ pub mod raw;
 #[allow(dead_code)] // only the multi-process tests use it
 pub mod procs;
 
+/// What a kind mismatch names in both mismatch tests: rank 0 broadcasts
+/// 1024 f32 while ranks 1-3 AllReduce them.
+#[allow(dead_code)] // only the mismatch tests use it
+pub const KIND_SIDES: [&str; 2] = [
+    "rank 0: broadcast(root 0) of 1024 x float",
+    "ranks 1-3: allreduce(sum) of 1024 x float",
+];
+
+/// Asserts that the error message `m` contains every one of `parts` (the
+/// ranks it names and what each group of them called), showing `m` when
+/// one is missing.
+#[allow(dead_code)] // only the mismatch tests use it
+pub fn assert_names(m: &str, parts: &[&str]) {
+    for part in parts {
+        assert!(m.contains(part), "{part:?} missing from: {m}");
+    }
+}
+
 /// `n` communicators on the host backend, whatever the machine has.
 #[allow(dead_code)] // not every test binary uses it
 pub fn host(n: u32) -> Vec<Communicator> {
