@@ -56,4 +56,6 @@ fn main() {
         row::<F8E4M3>("f8e4m3", bytes, base, f32_us);
         row::<F8E5M2>("f8e5m2", bytes, base, f32_us);
     }
+    row::<F8E4M3>("f8e4m3", bytes, BaseOp::Prod, f32_us);
+    row::<F8E5M2>("f8e5m2", bytes, BaseOp::Prod, f32_us);
 }

@@ -7,7 +7,9 @@
 //!   itself uses on CPUs that have them: same NaN quieting and payloads).
 //! - bf16: an unpack, and the same round-to-nearest-even integer add.
 //! - fp8 ([`fp8`]): Sum and Prod through f16 by F16C, Max and Min on the
-//!   bytes themselves.
+//!   bytes themselves. Where the CPU also has AVX-512 F, BW and VBMI, fp8
+//!   Sum and Prod take 64 bytes a step through [`fp8_avx512`] first
+//!   (widening by table lookup), these lanes the rest.
 //!
 //! Max and Min in f32 are `f32::max`/`f32::min` as LLVM lowers them on x86
 //! (`maxps(b, a)`, then `b` where `a` is NaN), so equal operands (±0) give
@@ -20,6 +22,7 @@ use oxccl_core::BaseOp;
 use super::Narrow;
 
 mod fp8;
+mod fp8_avx512;
 
 impl Narrow {
     fn size(self) -> usize {
@@ -37,9 +40,25 @@ pub(super) fn available() -> bool {
 
 /// Folds the whole 32-byte groups of `acc` and `src` (values of `kind`:
 /// `acc[i] = acc[i] (base) src[i]`) and returns how many elements it
-/// folded; the caller folds the rest. Callers check [`available`] first.
+/// folded; the caller folds the rest. fp8 Sum and Prod go 64 bytes a step
+/// through [`fp8_avx512`] first when `wide` and the CPU has it. Callers
+/// check [`available`] first.
 #[target_feature(enable = "avx2,f16c")]
-pub(super) fn fold(acc: &mut [u8], src: &[u8], base: BaseOp, kind: Narrow) -> usize {
+pub(super) fn fold(acc: &mut [u8], src: &[u8], base: BaseOp, kind: Narrow, wide: bool) -> usize {
+    let fp8 = matches!(kind, Narrow::E4M3 | Narrow::E5M2);
+    let sum_or_prod = matches!(base, BaseOp::Sum | BaseOp::Prod);
+    let mut done = 0;
+    if wide && fp8 && sum_or_prod && fp8_avx512::available() {
+        let (prod, e5m2) = (base == BaseOp::Prod, kind == Narrow::E5M2);
+        // SAFETY: the CPU has AVX-512 F, BW and VBMI (checked above).
+        done = unsafe { fp8_avx512::fold(acc, src, prod, e5m2) };
+    }
+    done + fold32(&mut acc[done..], &src[done..], base, kind)
+}
+
+/// [`fold`] without the AVX-512 step.
+#[target_feature(enable = "avx2,f16c")]
+fn fold32(acc: &mut [u8], src: &[u8], base: BaseOp, kind: Narrow) -> usize {
     let bytes = match (kind, base) {
         (Narrow::F16, _) => each(acc, src, base, 1.0, |x| f16_widen(x), |v| f16_narrow(v)),
         (Narrow::Bf16, _) => each(acc, src, base, 1.0, |x| bf16_widen(x), |v| bf16_narrow(v)),
