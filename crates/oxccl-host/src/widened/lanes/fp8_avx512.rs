@@ -9,12 +9,13 @@
 //!   sign is or-ed in, one unpack makes bf16 words and a shift or a mask
 //!   makes them f32s. E4M3 values are held times 2^-8 as in the AVX2
 //!   lanes; NaNs widen to a quiet NaN.
-//! - Rounding back is the AVX2 lanes' own: `vcvtps2ph` to f16, then the
+//! - Rounding back is the AVX2 lanes' own: `vcvtps2ph` to f16, then a
 //!   16-bit round to nearest even that saturates as `float8::from_f32`
-//!   does. Exact for the reason given there (and checked on every pair).
+//!   does (here without shifts: the fp8 byte is the word's high byte).
+//!   Exact for the reason given there (and checked on every pair).
 //! - The unpack interleaves within 128-bit lanes and `vcvtps2ph` packs
-//!   across them, so one constant byte permutation ([`ORDER`]) puts the
-//!   results back in element order.
+//!   across them; one constant two-register byte permutation ([`ORDER`])
+//!   takes the high bytes back in element order.
 
 use std::arch::x86_64::*;
 
@@ -107,24 +108,21 @@ const fn tables(f: &Format) -> Tables {
 static E4M3_TABLES: Tables = tables(&E4M3_FORMAT);
 static E5M2_TABLES: Tables = tables(&E5M2_FORMAT);
 
-/// Output byte `j` of a step is byte `ORDER[j]` of the packed results.
-/// [`widen`] puts element `16k + 8w + 2j + odd` (`k` a 128-bit lane, `j`
-/// a 32-bit slot in it) in f32 register `2w + odd`; `vcvtps2ph` of
-/// registers 0 and 1 (2 and 3) fills words 0-15 and 16-31 of one
-/// register, word `4k + j` of each half; the final pack takes words
-/// `8l..8l + 8` of the two to bytes `16l..16l + 8` and `16l + 8..16l + 16`.
+/// Output byte `j` of a step is byte `ORDER[j]` of the two rounded
+/// registers (bytes 0-63 and 64-127), each fp8 value the high byte of a
+/// word. [`widen`] puts element `16k + 8w + 2j + odd` (`k` a 128-bit lane,
+/// `j` a 32-bit slot in it) in f32 register `2w + odd`; `vcvtps2ph` of
+/// registers 0 and 1 (2 and 3) fills words 0-15 and 16-31 of rounded
+/// register 0 (1), word `4k + j` of each half.
 const ORDER: [u8; 64] = {
     let mut order = [0u8; 64];
-    let mut byte = 0;
-    while byte < 64 {
-        let (l, i) = (byte / 16, byte % 16);
-        // Which rounded register (0: from f32 registers 0-1, 1: 2-3), and
-        // which of its words.
-        let (w, word) = (i / 8, 8 * l + i % 8);
+    let mut at = 0;
+    while at < 64 {
+        let (reg, word) = (at / 32, at % 32);
         let (odd, slot) = (word / 16, word % 16);
-        let element = 16 * (slot / 4) + 8 * w + 2 * (slot % 4) + odd;
-        order[element] = byte as u8;
-        byte += 1;
+        let element = 16 * (slot / 4) + 8 * reg + 2 * (slot % 4) + odd;
+        order[element] = (64 * reg + 2 * word + 1) as u8;
+        at += 1;
     }
     order
 };
@@ -168,10 +166,7 @@ fn steps<const PROD: bool, const E5M2: bool>(acc: &mut [u8], src: &[u8], t: &Tab
         } else {
             (e4m3_narrow(r0, r1), e4m3_narrow(r2, r3))
         };
-        store(
-            a,
-            _mm512_permutexvar_epi8(order, _mm512_packus_epi16(n0, n1)),
-        );
+        store(a, _mm512_permutex2var_epi8(n0, order, n1));
         done += 64;
     }
     done
@@ -207,12 +202,15 @@ fn splat16(x: u16) -> __m512i {
 }
 
 /// 32 f32 rounded to f16 (`vcvtps2ph`, to nearest even), then to fp8 in
-/// the low byte of each word as [`super::fp8`]'s `narrow` does: |h|
-/// clamped to `last`, the low `S` bits dropped to nearest even, NaN lanes
-/// `nan(|h|)`, the sign put back.
+/// the high byte of each word (the low byte is left over), as
+/// [`super::fp8`]'s `narrow` rounds: |h| clamped to `last`, E4M3 (`E4M3`
+/// true: its fp8 bits sit one lower in the f16) doubled, the low 8 bits
+/// dropped to nearest even, NaN lanes `nan(|h|)`, the sign put back.
+/// Picking high bytes and masked adds leave out the shifts that the AVX2
+/// lanes use, which compete with the shuffles.
 #[target_feature(enable = "avx512f,avx512bw,avx512vbmi")]
 #[inline]
-fn narrow<const S: u32>(
+fn narrow<const E4M3: bool>(
     lo: __m512,
     hi: __m512,
     last: u16,
@@ -223,28 +221,33 @@ fn narrow<const S: u32>(
         _mm512_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(hi),
     );
     let a = _mm512_and_si512(h, splat16(0x7fff));
-    let c = _mm512_min_epu16(a, splat16(last));
-    let lsb = _mm512_and_si512(_mm512_srli_epi16::<S>(c), splat16(1));
-    let half = splat16((1 << (S - 1)) - 1);
-    let r = _mm512_srli_epi16::<S>(_mm512_add_epi16(_mm512_add_epi16(c, half), lsb));
+    let mut c = _mm512_min_epu16(a, splat16(last));
+    if E4M3 {
+        c = _mm512_add_epi16(c, c);
+    }
+    // Round half up, except a tie whose kept bit is even.
+    let tie_even = _mm512_cmpeq_epi16_mask(_mm512_and_si512(c, splat16(0x1ff)), splat16(0x80));
+    let r = _mm512_mask_add_epi16(c, !tie_even, c, splat16(0x80));
     let r = _mm512_mask_mov_epi16(r, _mm512_cmpgt_epu16_mask(a, splat16(0x7c00)), nan(a));
-    // r | ((h >> 8) & 0x80): the sign.
-    _mm512_ternarylogic_epi32::<0xf8>(r, _mm512_srli_epi16::<8>(h), splat16(0x80))
+    // Bit 15 (the sign) from h, the rest from r.
+    _mm512_ternarylogic_epi32::<0xca>(splat16(0x8000), h, r)
 }
 
 /// E4M3 (values times 2^-8): past 464 0x7e, NaN 0x7f (as `fp8::e4m3_narrow16`).
 #[target_feature(enable = "avx512f,avx512bw,avx512vbmi")]
 #[inline]
 fn e4m3_narrow(lo: __m512, hi: __m512) -> __m512i {
-    narrow::<7>(lo, hi, 0x3f40, |_| splat16(0x7f))
+    // 464 * 2^-8 = 1.8125 is f16 0x3f40.
+    narrow::<true>(lo, hi, 0x3f40, |_| splat16(0x7f00))
 }
 
 /// E5M2: 0x7b at most, NaN 0x7e with the top two payload bits.
 #[target_feature(enable = "avx512f,avx512bw,avx512vbmi")]
 #[inline]
 fn e5m2_narrow(lo: __m512, hi: __m512) -> __m512i {
-    narrow::<8>(lo, hi, 0x7b7f, |a| {
-        _mm512_or_si512(_mm512_srli_epi16::<8>(a), splat16(0x7e))
+    // (a & 0xff00) | 0x7e00; 0x7b7f is the last f16 below 61440.
+    narrow::<false>(lo, hi, 0x7b7f, |a| {
+        _mm512_ternarylogic_epi32::<0xf8>(splat16(0x7e00), a, splat16(0xff00_u16))
     })
 }
 
