@@ -360,15 +360,16 @@ impl HostFabric {
 
     /// Sleeps until a peer may have unblocked this rank, or `timeout`.
     pub(crate) fn park(&self, parker: &Parker, seen: u32, timeout: Duration) {
-        match &self.procs {
-            Some(p) => p.park(seen, timeout),
-            None => parker.park_timeout(timeout),
+        match (&self.procs, &self.net) {
+            (Some(p), _) => p.park(seen, timeout),
+            (None, Some(n)) => n.park(|| parker.park_timeout(timeout)),
+            (None, None) => parker.park_timeout(timeout),
         }
     }
 
     /// Idle rounds a rank spins before it parks: [`HostConfig::spin`], but
     /// none over the network, where a message takes far longer than a
-    /// park and the proxy wakes the rank at every completion; there each
+    /// park and the transport wakes the rank at every completion; there each
     /// yield of a spinning rank is a context switch taken from the socket
     /// threads it waits for (on 2 cores, half of all switches).
     pub(crate) fn spin(&self) -> u32 {

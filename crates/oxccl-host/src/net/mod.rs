@@ -18,7 +18,7 @@ pub(crate) mod hop;
 mod proxy;
 
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -33,7 +33,7 @@ use parking_lot::Mutex;
 use crate::error::HostError;
 use crate::fifo::Link;
 use crate::HostConfig;
-use proxy::{Control, End, Entry, Shared, REASON_BYTES};
+use proxy::{Control, End, Entry, Pump, Shared, REASON_BYTES};
 
 /// The network part of a fabric whose ranks are processes.
 #[derive(Debug)]
@@ -47,6 +47,8 @@ pub(crate) struct NetPart {
     ctl_sends: HashMap<Rank, SendComm>,
     ctl_recvs: Vec<RecvComm>,
     tx: Sender<Entry>,
+    /// The proxy's work, which the executor runs too ([`proxy`]).
+    pump: Arc<Mutex<Pump>>,
     slots: usize,
     /// Whether sending links let the executor publish by reference.
     send_by_reference: bool,
@@ -131,7 +133,18 @@ impl NetPart {
         let land_in_place = flag("OXCCL_NET_RECV_IN_PLACE", cfg.net_receive_in_place)?;
         let parker = Parker::new();
         let pu = parker.unparker().clone();
-        let waker: oxccl_net::Waker = Arc::new(move || pu.unpark());
+        let rank_waits = Arc::new(AtomicBool::new(false));
+        let (waits, ru) = (rank_waits.clone(), rank.clone());
+        // A completion wakes whoever runs the next pass: the executor when
+        // it is parked on the network (it runs one as it wakes), else the
+        // proxy thread.
+        let waker: oxccl_net::Waker = Arc::new(move || {
+            if waits.load(Ordering::SeqCst) {
+                ru.unpark();
+            } else {
+                pu.unpark();
+            }
+        });
         let net: Arc<dyn Net> = Arc::new(TcpNet::new(
             tcfg.clone(),
             boot.magic(),
@@ -254,13 +267,15 @@ impl NetPart {
             draining: Default::default(),
             drained: Default::default(),
             rank,
+            rank_waits,
             proxy: parker.unparker().clone(),
         });
         let (tx, rx) = unbounded();
-        let sh2 = sh.clone();
+        let pump = Arc::new(Mutex::new(Pump::new(rx, controls)));
+        let (sh2, pump2) = (sh.clone(), pump.clone());
         let proxy = std::thread::Builder::new()
             .name(format!("oxccl-proxy-r{me}"))
-            .spawn(move || proxy::run(sh2, rx, controls, parker))
+            .spawn(move || proxy::run(sh2, pump2, parker))
             .map_err(|e| HostError::Net(format!("spawning the proxy thread: {e}")))?;
         // Nobody sends before every rank has its connections.
         boot.barrier()?;
@@ -273,6 +288,7 @@ impl NetPart {
             ctl_sends,
             ctl_recvs,
             tx,
+            pump,
             slots: cfg.slots,
             send_by_reference,
             land_in_place,
@@ -316,9 +332,31 @@ impl NetPart {
         self.kick();
     }
 
-    /// Wakes the proxy: the executor published or drained a slot.
+    /// The executor published or drained a slot: it runs a pass itself
+    /// (a small message leaves from this thread, no wake-up), or, when the
+    /// proxy thread is in one, makes that thread run another.
     pub fn kick(&self) {
-        self.sh.proxy.unpark();
+        match self.pump.try_lock() {
+            Some(mut p) => {
+                p.pass(&self.sh);
+            }
+            None => self.sh.proxy.unpark(),
+        }
+    }
+
+    /// The executor's park while it waits (`park` sleeps): a pass first
+    /// (what it waits for may be in), then, parked, the transport's
+    /// completions wake this rank, which runs the pass that publishes them.
+    /// A completion between the pass and the flag went to the proxy thread,
+    /// whose pass unparks the rank: nothing is missed.
+    pub fn park(&self, park: impl FnOnce()) {
+        if self.pump.lock().pass(&self.sh) {
+            return;
+        }
+        self.sh.rank_waits.store(true, Ordering::SeqCst);
+        park();
+        self.sh.rank_waits.store(false, Ordering::SeqCst);
+        self.pump.lock().pass(&self.sh);
     }
 
     /// Why `peer` is lost, once it is (and that is settled).
@@ -368,7 +406,7 @@ impl NetPart {
             let _ = net.close_recv(r);
         }
         self.sh.stop.store(true, Ordering::Release);
-        self.kick();
+        self.sh.proxy.unpark();
         if let Some(h) = self.proxy.lock().take() {
             if h.thread().id() != std::thread::current().id() {
                 let _ = h.join();

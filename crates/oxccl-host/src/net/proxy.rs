@@ -11,6 +11,15 @@
 //!
 //! A failed request marks its peer lost (with why); the executor, blocked
 //! on that peer, fails the call naming rank, peer, channel and step.
+//!
+//! The work itself is a [`Pump`] behind a lock, which the proxy thread
+//! and the rank's executor both run: the executor runs a pass right after
+//! it publishes or drains a slot (a small message then leaves from the
+//! executor's own thread, [`oxccl_net`] sending it inline) and around its
+//! park, and the transport wakes the parked executor instead of the proxy
+//! thread. Each thread hand-off is a context switch of tens of µs on a
+//! loaded host, several per message otherwise; the proxy thread remains
+//! for what happens while the executor is busy or outside a call.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -46,6 +55,9 @@ pub(crate) struct Shared {
     pub drained: AtomicBool,
     /// Wakes this process's rank (the executor parks on it).
     pub rank: Unparker,
+    /// The executor is parked waiting on the network and runs a pass when
+    /// it wakes: the transport's completions wake it, not the proxy.
+    pub rank_waits: Arc<AtomicBool>,
     /// Wakes the proxy.
     pub proxy: Unparker,
 }
@@ -355,40 +367,62 @@ impl Control {
     }
 }
 
-/// The proxy's loop: serve every link, park when nothing moves.
-pub(crate) fn run(
-    sh: Arc<Shared>,
+/// Every link and control connection of the process: what a pass of the
+/// proxy moves, whichever thread runs it.
+#[derive(Debug)]
+pub(crate) struct Pump {
     rx: Receiver<Entry>,
-    mut controls: Vec<Control>,
-    parker: Parker,
-) {
-    let mut entries: Vec<Entry> = Vec::new();
-    while !sh.stop.load(Ordering::Acquire) {
-        while let Ok(e) = rx.try_recv() {
-            entries.push(e);
+    entries: Vec<Entry>,
+    controls: Vec<Control>,
+}
+
+impl Pump {
+    pub fn new(rx: Receiver<Entry>, controls: Vec<Control>) -> Pump {
+        Pump {
+            rx,
+            entries: Vec::new(),
+            controls,
+        }
+    }
+
+    /// Moves what can move now on every link; `true` if anything did.
+    pub fn pass(&mut self, sh: &Shared) -> bool {
+        while let Ok(e) = self.rx.try_recv() {
+            self.entries.push(e);
         }
         let mut moved = false;
-        for c in &mut controls {
-            moved |= c.progress(&sh);
+        for c in &mut self.controls {
+            moved |= c.progress(sh);
         }
-        for e in &mut entries {
-            moved |= e.progress(&sh);
+        for e in &mut self.entries {
+            moved |= e.progress(sh);
         }
-        if sh.draining.load(Ordering::Acquire) && !moved && entries.iter().all(Entry::drained) {
+        if sh.draining.load(Ordering::Acquire) && !moved && self.entries.iter().all(Entry::drained)
+        {
             sh.drained.store(true, Ordering::Release);
         }
-        // Idle: park at once. Every event the proxy waits for unparks it
-        // (a completion through the transport's waker, a published or
-        // drained slot through the executor's kick), and an unpark that
-        // came since the pass above makes this return at once. Spinning
+        moved
+    }
+}
+
+/// The proxy's loop: serve every link, park when nothing moves.
+pub(crate) fn run(sh: Arc<Shared>, pump: Arc<Mutex<Pump>>, parker: Parker) {
+    while !sh.stop.load(Ordering::Acquire) {
+        let moved = pump.lock().pass(&sh);
+        // Idle: park at once. Every event unparks whoever runs the next
+        // pass: a completion this thread, or the executor when it is
+        // parked on the network (which then runs the pass); a slot the
+        // executor published or drained is passed by the executor, or
+        // unparks this thread when it holds the pump. An unpark that came
+        // since the pass above makes this return at once. Spinning
         // or yielding here only takes the CPU from the socket threads and
         // executors it waits for (measured on 2 cores: docs/PERFORMANCE.md).
         if !moved {
             parker.park_timeout(Duration::from_millis(50));
         }
     }
-    // The links' slots must outlive the requests naming them: the owner
-    // closed every connection (joining its threads) before setting `stop`.
-    drop(entries);
-    drop(controls);
+    // The links' slots must outlive the requests naming them: the pump
+    // (and its entries) lives until the last of this thread and the
+    // `NetPart`, which closes every connection (joining their threads)
+    // before setting `stop`.
 }

@@ -4,10 +4,17 @@
 //! A message of `size` bytes becomes one part per socket ([`split`]:
 //! small messages travel whole on socket 0, the other sockets carry only a
 //! header), each part queued on the worker that owns its socket.
+//!
+//! A small message (at most one chunk) on a socket with no send queued
+//! leaves from the thread that called `isend`, as NCCL's socket transport
+//! sends messages below its chunk size from the caller's `test`: waking
+//! the socket thread and being woken back by it costs two context
+//! switches per message, more than the message's own system call. What
+//! the socket does not take at once goes to the worker as usual.
 
 use std::net::{Shutdown, TcpStream};
 use std::os::fd::OwnedFd;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 
@@ -28,7 +35,6 @@ struct Helper {
     thread: Option<JoinHandle<()>>,
 }
 
-#[derive(Debug)]
 pub(crate) struct Conn {
     pub label: String,
     helpers: Mutex<Vec<Helper>>,
@@ -39,8 +45,27 @@ pub(crate) struct Conn {
     seq: AtomicU32,
     stop: Arc<AtomicBool>,
     failed: Arc<OnceLock<NetError>>,
-    /// Clones of the sockets, to shut them down on close.
+    /// Clones of the sockets: to shut them down on close, and to send
+    /// small messages inline.
     socks: Vec<TcpStream>,
+    /// Send parts queued on each socket's worker and not yet written:
+    /// inline sends only where there are none, so bytes keep their order.
+    queued: Arc<[AtomicUsize]>,
+    /// Held across a send, so message numbers and the sockets' queues
+    /// take messages in one order.
+    sending: Mutex<()>,
+    waker: Option<Waker>,
+}
+
+impl std::fmt::Debug for Conn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Conn")
+            .field("label", &self.label)
+            .field("nsocks", &self.nsocks)
+            .field("seq", &self.seq)
+            .field("queued", &self.queued)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Conn {
@@ -67,6 +92,7 @@ impl Conn {
             clones.push(s.try_clone().map_err(|e| io("dup", e))?);
         }
         let nsocks = socks.len();
+        let queued: Arc<[AtomicUsize]> = (0..nsocks).map(|_| AtomicUsize::new(0)).collect();
         let mut helpers = Vec::new();
         let mut rest = socks.into_iter();
         for t in 0..nsocks.div_ceil(per_thread) {
@@ -84,6 +110,8 @@ impl Conn {
                 failed: failed.clone(),
                 waker: waker.clone(),
                 deadline: cfg.deadline,
+                queued: queued.clone(),
+                first: t * per_thread,
             };
             let thread = std::thread::Builder::new()
                 .name(format!("oxccl-net-{t}"))
@@ -105,6 +133,9 @@ impl Conn {
             stop,
             failed,
             socks: clones,
+            queued,
+            sending: Mutex::new(()),
+            waker,
         })
     }
 
@@ -136,9 +167,11 @@ impl Conn {
         Ok(())
     }
 
-    /// Queues a message of `len` bytes at `ptr` on every socket.
+    /// Sends a message of `len` bytes at `ptr` on every socket: inline
+    /// where it is small and the socket idle, else queued on the workers.
     pub fn send(&self, ptr: usize, len: usize, tag: u32) -> Result<Arc<Req>, NetError> {
         self.check()?;
+        let _order = self.sending.lock();
         let seq = self.seq.fetch_add(1, Ordering::AcqRel);
         let req = Req::new(self.nsocks, Some(len as u64));
         let hdr = PartHeader {
@@ -146,13 +179,49 @@ impl Conn {
             tag,
             size: len as u64,
         };
-        let parts = (0..self.nsocks)
-            .map(|i| {
-                let (off, n) = split(len, self.nsocks, i, self.min_chunk);
-                Part::send(req.clone(), i, hdr, ptr + off, n)
-            })
-            .collect();
-        self.submit(parts)?;
+        let small = len <= self.min_chunk;
+        let mut queue = Vec::with_capacity(self.nsocks);
+        let mut ended = false;
+        for i in 0..self.nsocks {
+            let (off, n) = split(len, self.nsocks, i, self.min_chunk);
+            let mut p = Part::send(req.clone(), i, hdr, ptr + off, n);
+            // `queued` only falls to 0 once the worker wrote its last
+            // part's last byte (Release there, Acquire here), and only this
+            // thread (under `sending`) raises it: no worker writes this
+            // socket while we do.
+            if small && self.queued[i].load(Ordering::Acquire) == 0 {
+                match worker::push(&mut p, &self.socks[i]) {
+                    Ok((true, _)) => {
+                        ended |= req.part_done();
+                        continue;
+                    }
+                    Ok((false, _)) => {}
+                    Err(e) => {
+                        // As the worker does with a failing socket: the
+                        // connection takes no more requests, this one fails.
+                        let e = NetError::Io {
+                            conn: format!("{} (socket {i})", self.label),
+                            what: "send",
+                            detail: e.to_string(),
+                        };
+                        let _ = self.failed.set(e.clone());
+                        req.fail(e);
+                        ended = true;
+                        break;
+                    }
+                }
+            }
+            self.queued[i].fetch_add(1, Ordering::AcqRel);
+            queue.push(p);
+        }
+        if !queue.is_empty() {
+            self.submit(queue)?;
+        }
+        if ended {
+            if let Some(w) = &self.waker {
+                w();
+            }
+        }
         Ok(req)
     }
 

@@ -1,9 +1,10 @@
 //! Non-blocking socket reads and writes that never raise SIGPIPE.
 
+use std::io::IoSlice;
 use std::os::fd::AsFd;
 
 use rustix::io::Errno;
-use rustix::net::{RecvFlags, SendFlags};
+use rustix::net::{RecvFlags, SendAncillaryBuffer, SendFlags};
 
 /// What one attempt moved.
 pub(crate) enum Moved {
@@ -18,6 +19,25 @@ pub(crate) enum Moved {
 pub(crate) fn send(fd: impl AsFd, buf: &[u8]) -> Result<Moved, Errno> {
     loop {
         match rustix::net::send(&fd, buf, SendFlags::NOSIGNAL | SendFlags::DONTWAIT) {
+            Ok(n) => return Ok(Moved::Bytes(n)),
+            Err(Errno::INTR) => continue,
+            Err(Errno::AGAIN) => return Ok(Moved::Blocked),
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Writes what the socket takes of `head` then `body` in one system call
+/// (a part's header and its body: a small message leaves in one segment
+/// and one syscall instead of two).
+pub(crate) fn send2(fd: impl AsFd, head: &[u8], body: &[u8]) -> Result<Moved, Errno> {
+    if head.is_empty() {
+        return send(fd, body);
+    }
+    let iov = [IoSlice::new(head), IoSlice::new(body)];
+    loop {
+        let flags = SendFlags::NOSIGNAL | SendFlags::DONTWAIT;
+        match rustix::net::sendmsg(&fd, &iov, &mut SendAncillaryBuffer::default(), flags) {
             Ok(n) => return Ok(Moved::Bytes(n)),
             Err(Errno::INTR) => continue,
             Err(Errno::AGAIN) => return Ok(Moved::Blocked),

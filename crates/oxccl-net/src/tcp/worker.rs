@@ -14,7 +14,7 @@
 use std::collections::VecDeque;
 use std::net::TcpStream;
 use std::os::fd::{AsFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -99,6 +99,11 @@ pub(crate) struct Ctx {
     pub failed: Arc<OnceLock<NetError>>,
     pub waker: Option<Waker>,
     pub deadline: Duration,
+    /// Send parts queued per socket of the connection (shared with
+    /// [`super::conn::Conn`], which sends inline only on a socket with
+    /// none), and this worker's first socket's index there.
+    pub queued: Arc<[AtomicUsize]>,
+    pub first: usize,
 }
 
 impl Ctx {
@@ -121,24 +126,54 @@ impl Ctx {
     }
 }
 
-/// Moves bytes of `p` on `sock`. `Ok(true)` when the part is complete.
-fn advance(p: &mut Part, sock: &TcpStream, ctx: &Ctx, i: usize) -> Result<(bool, bool), NetError> {
+/// Writes what `sock` takes of send part `p`, header and body together in
+/// one system call per attempt (a small message leaves as one segment).
+/// `(done, moved)`. Used by the worker and, for small messages on an idle
+/// socket, by the thread that called `isend` ([`super::conn`]).
+pub(crate) fn push(p: &mut Part, sock: &TcpStream) -> Result<(bool, bool), rustix::io::Errno> {
+    let (ptr, len) = p.body.unwrap_or_default();
+    let body: &[u8] = if len == 0 {
+        &[]
+    } else {
+        // SAFETY: `isend`'s contract keeps these `len` bytes valid and
+        // unwritten until the request completes or the comm closes; the
+        // worker is joined before close returns, and the calling thread
+        // uses them only inside its `isend`.
+        unsafe { std::slice::from_raw_parts(ptr as *const u8, len) }
+    };
     let mut moved = false;
+    while p.hdr_done < PartHeader::BYTES || p.body_done < len {
+        match io::send2(sock.as_fd(), &p.hdr[p.hdr_done..], &body[p.body_done..])? {
+            // A stream socket takes at least a byte unless it would block.
+            Moved::Bytes(0) | Moved::Blocked | Moved::Closed => return Ok((false, moved)),
+            Moved::Bytes(n) => {
+                let h = n.min(PartHeader::BYTES - p.hdr_done);
+                p.hdr_done += h;
+                p.body_done += n - h;
+                moved = true;
+            }
+        }
+    }
+    Ok((true, true))
+}
+
+/// Moves bytes of `p` on `sock`: `(done, moved)`.
+fn advance(p: &mut Part, sock: &TcpStream, ctx: &Ctx, i: usize) -> Result<(bool, bool), NetError> {
     let io_err = |what, e: rustix::io::Errno| NetError::Io {
         conn: ctx.conn(sock, i),
         what,
         detail: e.to_string(),
     };
+    if p.wants_write() {
+        return push(p, sock).map_err(|e| io_err("send", e));
+    }
+    let mut moved = false;
     let closed = |detail: &str| NetError::Closed {
         conn: ctx.conn(sock, i),
         detail: detail.into(),
     };
     while p.hdr_done < PartHeader::BYTES {
-        let r = if p.wants_write() {
-            io::send(sock.as_fd(), &p.hdr[p.hdr_done..]).map_err(|e| io_err("send", e))?
-        } else {
-            io::recv(sock.as_fd(), &mut p.hdr[p.hdr_done..]).map_err(|e| io_err("recv", e))?
-        };
+        let r = io::recv(sock.as_fd(), &mut p.hdr[p.hdr_done..]).map_err(|e| io_err("recv", e))?;
         match r {
             Moved::Bytes(n) => {
                 p.hdr_done += n;
@@ -183,20 +218,12 @@ fn advance(p: &mut Part, sock: &TcpStream, ctx: &Ctx, i: usize) -> Result<(bool,
     }
     let (ptr, len) = p.body.unwrap_or_default();
     while p.body_done < len {
-        let r = if p.wants_write() {
-            // SAFETY: `isend`'s contract keeps these `len` bytes valid and
-            // unwritten until the request completes or the comm closes,
-            // and closing joins this thread first.
-            let b = unsafe { std::slice::from_raw_parts(ptr as *const u8, len) };
-            io::send(sock.as_fd(), &b[p.body_done..]).map_err(|e| io_err("send", e))?
-        } else {
-            // SAFETY: `irecv`'s contract gives this request the posted
-            // bytes until it completes or the comm closes; `split` keeps
-            // the part inside the message, and the message fits the posted
-            // capacity (checked above). Parts of one message are disjoint.
-            let b = unsafe { std::slice::from_raw_parts_mut(ptr as *mut u8, len) };
-            io::recv(sock.as_fd(), &mut b[p.body_done..]).map_err(|e| io_err("recv", e))?
-        };
+        // SAFETY: `irecv`'s contract gives this request the posted bytes
+        // until it completes or the comm closes; `split` keeps the part
+        // inside the message, and the message fits the posted capacity
+        // (checked above). Parts of one message are disjoint.
+        let b = unsafe { std::slice::from_raw_parts_mut(ptr as *mut u8, len) };
+        let r = io::recv(sock.as_fd(), &mut b[p.body_done..]).map_err(|e| io_err("recv", e))?;
         match r {
             Moved::Bytes(n) => {
                 p.body_done += n;
@@ -273,6 +300,11 @@ pub(crate) fn run(socks: Vec<TcpStream>, ctx: Ctx) {
                             break;
                         }
                         let p = queues[i].pop_front().expect("front exists");
+                        if p.wants_write() {
+                            // Its last byte is written: the socket is the
+                            // caller's again once no other send is queued.
+                            ctx.queued[ctx.first + i].fetch_sub(1, Ordering::Release);
+                        }
                         if p.req.part_done() {
                             ctx.wake();
                         }
