@@ -513,6 +513,34 @@ mod tests {
     }
 
     #[test]
+    fn slow_network_hops_pick_a_tree_for_small_allreduce() {
+        // 8 ranks forced onto the network (a host each), one hop 146 µs as
+        // measured on the H200 host: a ring's 14 hops lose to the double
+        // binary tree's 2 × log2(8) = 6 at 8 B; bandwidth wins back for the
+        // ring at 64 MiB.
+        let p = Policy::network(
+            &NetPlacement {
+                host_of: (0..8).collect(),
+                bw: 1.4,
+                hop_us: Some(146.0),
+            },
+            2,
+        );
+        let best = |bytes, algos: &[Algo]| {
+            p.best(CollKind::AllReduce, bytes, false, algos, &[Proto::Simple])
+        };
+        let small = best(8, &Algo::ALL);
+        assert!(
+            matches!(small.algo, Algo::DoubleBinaryTree | Algo::BinaryTree),
+            "{small}"
+        );
+        let ring = best(8, &[Algo::Ring]).us();
+        assert!(ring > 14.0 * 146.0, "{ring}");
+        assert!(small.us() < 7.0 * 146.0, "{small}");
+        assert_eq!(best(64 << 20, &Algo::ALL).algo, Algo::Ring);
+    }
+
+    #[test]
     fn host_registered_calls_keep_direct_plans() {
         // The host backend runs Simple only: no FIFO protocol, so no FIFO
         // variant competes on registered buffers.
