@@ -52,7 +52,21 @@ fn messages_of_every_size_arrive_whole_and_in_order() {
     for (threads, per) in [(1, 1), (2, 2), (3, 1)] {
         let (a, b) = (net(11, threads, per), net(11, threads, per));
         let (s, r) = pair(&a, &b);
-        let sizes = [0usize, 1, 4095, 4096, 70_000, 1 << 20, 3 * (1 << 20) + 17];
+        // Small after large: a small message rides socket 0 alone, behind
+        // a large one's parts on every socket.
+        let sizes = [
+            0usize,
+            1,
+            4095,
+            4096,
+            70_000,
+            1 << 20,
+            3 * (1 << 20) + 17,
+            5,
+            1 << 20,
+            0,
+            9000,
+        ];
         let msgs: Vec<Vec<u8>> = sizes
             .iter()
             .enumerate()

@@ -1,9 +1,11 @@
 //! One end of a connection: its sockets spread over helper threads
 //! ([`worker`]), the next message number, and the connection's failure.
 //!
-//! A message of `size` bytes becomes one part per socket ([`split`]:
-//! small messages travel whole on socket 0, the other sockets carry only a
-//! header), each part queued on the worker that owns its socket.
+//! A message of `size` bytes becomes one part per socket that carries
+//! some of it ([`split`]: small messages travel whole on socket 0, alone),
+//! each part queued on the worker that owns its socket. A receive is
+//! posted on socket 0 only: its header gives the size, from which the
+//! worker queues the message's other parts ([`worker`]).
 //!
 //! A small message (at most one chunk) on a socket with no send queued
 //! leaves from the thread that called `isend`, as NCCL's socket transport
@@ -13,31 +15,26 @@
 //! the socket does not take at once goes to the worker as usual.
 
 use std::net::{Shutdown, TcpStream};
-use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 
-use crossbeam::channel::{unbounded, Sender};
+use crossbeam::channel::unbounded;
 use parking_lot::Mutex;
 use rustix::event::{eventfd, EventfdFlags};
 
 use crate::config::TcpConfig;
 use crate::error::NetError;
 use crate::tcp::req::{Req, Waker};
-use crate::tcp::worker::{self, Ctx, Part, RecvSpec};
+use crate::tcp::worker::{self, Ctx, Lane, Part, RecvSpec};
 use crate::wire::{split, PartHeader};
 
 #[derive(Debug)]
-struct Helper {
-    tx: Sender<Part>,
-    bell: Arc<OwnedFd>,
-    thread: Option<JoinHandle<()>>,
-}
-
 pub(crate) struct Conn {
     pub label: String,
-    helpers: Mutex<Vec<Helper>>,
+    /// Each socket thread's queue and doorbell.
+    lanes: Arc<[Lane]>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
     per_thread: usize,
     nsocks: usize,
     min_chunk: usize,
@@ -54,17 +51,19 @@ pub(crate) struct Conn {
     /// Held across a send, so message numbers and the sockets' queues
     /// take messages in one order.
     sending: Mutex<()>,
-    waker: Option<Waker>,
+    waker: Wake,
 }
 
-impl std::fmt::Debug for Conn {
+/// The transport's waker, for completions on the calling thread.
+struct Wake(Option<Waker>);
+
+impl std::fmt::Debug for Wake {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Conn")
-            .field("label", &self.label)
-            .field("nsocks", &self.nsocks)
-            .field("seq", &self.seq)
-            .field("queued", &self.queued)
-            .finish_non_exhaustive()
+        f.write_str(if self.0.is_some() {
+            "Wake(set)"
+        } else {
+            "Wake(none)"
+        })
     }
 }
 
@@ -93,19 +92,29 @@ impl Conn {
         }
         let nsocks = socks.len();
         let queued: Arc<[AtomicUsize]> = (0..nsocks).map(|_| AtomicUsize::new(0)).collect();
-        let mut helpers = Vec::new();
-        let mut rest = socks.into_iter();
-        for t in 0..nsocks.div_ceil(per_thread) {
-            let mine: Vec<TcpStream> = rest.by_ref().take(per_thread).collect();
+        let nthreads = nsocks.div_ceil(per_thread);
+        let mut lanes = Vec::with_capacity(nthreads);
+        let mut rxs = Vec::with_capacity(nthreads);
+        for _ in 0..nthreads {
             let (tx, rx) = unbounded();
             let bell = Arc::new(
                 eventfd(0, EventfdFlags::NONBLOCK | EventfdFlags::CLOEXEC)
                     .map_err(|e| io("eventfd", e.into()))?,
             );
+            lanes.push(Lane { tx, bell });
+            rxs.push(rx);
+        }
+        let lanes: Arc<[Lane]> = lanes.into();
+        let mut threads = Vec::with_capacity(nthreads);
+        let mut rest = socks.into_iter();
+        for (t, rx) in rxs.into_iter().enumerate() {
+            let mine: Vec<TcpStream> = rest.by_ref().take(per_thread).collect();
             let ctx = Ctx {
                 label: label.clone(),
                 rx,
-                bell: bell.clone(),
+                bell: lanes[t].bell.clone(),
+                lanes: lanes.clone(),
+                per_thread,
                 stop: stop.clone(),
                 failed: failed.clone(),
                 waker: waker.clone(),
@@ -117,15 +126,12 @@ impl Conn {
                 .name(format!("oxccl-net-{t}"))
                 .spawn(move || worker::run(mine, ctx))
                 .map_err(|e| io("spawning a socket thread", e))?;
-            helpers.push(Helper {
-                tx,
-                bell,
-                thread: Some(thread),
-            });
+            threads.push(thread);
         }
         Ok(Conn {
             label,
-            helpers: Mutex::new(helpers),
+            lanes,
+            threads: Mutex::new(threads),
             per_thread,
             nsocks,
             min_chunk: cfg.min_chunk,
@@ -135,7 +141,7 @@ impl Conn {
             socks: clones,
             queued,
             sending: Mutex::new(()),
-            waker,
+            waker: Wake(waker),
         })
     }
 
@@ -151,18 +157,11 @@ impl Conn {
     }
 
     fn submit(&self, parts: Vec<Part>) -> Result<(), NetError> {
-        let helpers = self.helpers.lock();
         for p in parts {
-            let h = &helpers[p.sock / self.per_thread];
-            let p = Part {
-                sock: p.sock % self.per_thread,
-                ..p
-            };
-            h.tx.send(p).map_err(|_| NetError::Closed {
+            worker::post(&self.lanes, self.per_thread, p).map_err(|_| NetError::Closed {
                 conn: self.label.clone(),
                 detail: "its socket thread is gone".into(),
             })?;
-            let _ = rustix::io::write(&*h.bell, &1u64.to_ne_bytes());
         }
         Ok(())
     }
@@ -173,7 +172,12 @@ impl Conn {
         self.check()?;
         let _order = self.sending.lock();
         let seq = self.seq.fetch_add(1, Ordering::AcqRel);
-        let req = Req::new(self.nsocks, Some(len as u64));
+        // Socket 0 always carries the header; another socket only a part
+        // with bytes (the receiver knows which from the size).
+        let nparts = (0..self.nsocks)
+            .filter(|&i| i == 0 || split(len, self.nsocks, i, self.min_chunk).1 > 0)
+            .count();
+        let req = Req::new(nparts, Some(len as u64));
         let hdr = PartHeader {
             seq,
             tag,
@@ -184,6 +188,9 @@ impl Conn {
         let mut ended = false;
         for i in 0..self.nsocks {
             let (off, n) = split(len, self.nsocks, i, self.min_chunk);
+            if i > 0 && n == 0 {
+                continue;
+            }
             let mut p = Part::send(req.clone(), i, hdr, ptr + off, n);
             // `queued` only falls to 0 once the worker wrote its last
             // part's last byte (Release there, Acquire here), and only this
@@ -218,7 +225,7 @@ impl Conn {
             self.submit(queue)?;
         }
         if ended {
-            if let Some(w) = &self.waker {
+            if let Some(w) = &self.waker.0 {
                 w();
             }
         }
@@ -229,25 +236,18 @@ impl Conn {
     pub fn recv(&self, ptr: usize, cap: usize, tag: u32) -> Result<Arc<Req>, NetError> {
         self.check()?;
         let seq = self.seq.fetch_add(1, Ordering::AcqRel);
-        let req = Req::new(self.nsocks, None);
-        let parts = (0..self.nsocks)
-            .map(|part| {
-                Part::recv(
-                    req.clone(),
-                    part,
-                    RecvSpec {
-                        ptr,
-                        cap,
-                        seq,
-                        tag,
-                        nparts: self.nsocks,
-                        part,
-                        min_chunk: self.min_chunk,
-                    },
-                )
-            })
-            .collect();
-        self.submit(parts)?;
+        // Socket 0's part; the worker adds the others once the size is in.
+        let req = Req::new(1, None);
+        let spec = RecvSpec {
+            ptr,
+            cap,
+            seq,
+            tag,
+            nparts: self.nsocks,
+            part: 0,
+            min_chunk: self.min_chunk,
+        };
+        self.submit(vec![Part::recv(req.clone(), 0, spec)])?;
         Ok(req)
     }
 
@@ -258,12 +258,12 @@ impl Conn {
         for s in &self.socks {
             let _ = s.shutdown(Shutdown::Both);
         }
-        let mut helpers = self.helpers.lock();
-        for h in helpers.iter_mut() {
-            let _ = rustix::io::write(&*h.bell, &1u64.to_ne_bytes());
-            if let Some(t) = h.thread.take() {
-                let _ = t.join();
-            }
+        let mut threads = self.threads.lock();
+        for l in self.lanes.iter() {
+            let _ = rustix::io::write(&*l.bell, &1u64.to_ne_bytes());
+        }
+        for t in threads.drain(..) {
+            let _ = t.join();
         }
     }
 }

@@ -42,6 +42,12 @@ impl Req {
         }
     }
 
+    /// `n` more parts (a receive learns them from its first part's
+    /// header, before that part is done).
+    pub fn add_parts(&self, n: usize) {
+        self.remaining.fetch_add(n, Ordering::AcqRel);
+    }
+
     /// One part is done; `true` when it was the last.
     pub fn part_done(&self) -> bool {
         self.remaining.fetch_sub(1, Ordering::AcqRel) == 1

@@ -6,6 +6,11 @@
 //! A part is a header then a body. Send parts carry both; a receive part
 //! reads the header first, checks it (sequence, tag, size against the
 //! posted buffer) and only then knows where its body goes ([`split`]).
+//! Only socket 0 carries every message: a receive is posted there, and its
+//! header's size says which other sockets carry a part (those [`split`]
+//! gives bytes), which this worker then queues on their workers, in
+//! message order, so a small message costs one socket, not a header on
+//! each.
 //! A socket's parts run in order, so the messages of a connection arrive
 //! in order. A socket error, an early close, a malformed header or a
 //! socket that moves nothing for the deadline fails the whole connection:
@@ -18,7 +23,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use crossbeam::channel::Receiver;
+use crossbeam::channel::{Receiver, Sender};
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
 
 use crate::error::NetError;
@@ -90,11 +95,36 @@ impl Part {
     }
 }
 
+/// One worker's queue of parts and the doorbell that wakes it.
+#[derive(Debug)]
+pub(crate) struct Lane {
+    pub tx: Sender<Part>,
+    pub bell: Arc<OwnedFd>,
+}
+
+/// Queues part `p` (its `sock` the connection's socket index) on the
+/// worker owning that socket; gives back its request if that worker is
+/// gone.
+pub(crate) fn post(lanes: &[Lane], per_thread: usize, p: Part) -> Result<(), Arc<Req>> {
+    let lane = &lanes[p.sock / per_thread];
+    let p = Part {
+        sock: p.sock % per_thread,
+        ..p
+    };
+    lane.tx.send(p).map_err(|e| e.0.req)?;
+    let _ = rustix::io::write(&*lane.bell, &1u64.to_ne_bytes());
+    Ok(())
+}
+
 /// What a worker needs besides its sockets.
 pub(crate) struct Ctx {
     pub label: String,
     pub rx: Receiver<Part>,
     pub bell: Arc<OwnedFd>,
+    /// Every worker's lane (a receive's later parts go to their sockets'
+    /// workers) and how many sockets each has.
+    pub lanes: Arc<[Lane]>,
+    pub per_thread: usize,
     pub stop: Arc<AtomicBool>,
     pub failed: Arc<OnceLock<NetError>>,
     pub waker: Option<Waker>,
@@ -157,8 +187,15 @@ pub(crate) fn push(p: &mut Part, sock: &TcpStream) -> Result<(bool, bool), rusti
     Ok((true, true))
 }
 
-/// Moves bytes of `p` on `sock`: `(done, moved)`.
-fn advance(p: &mut Part, sock: &TcpStream, ctx: &Ctx, i: usize) -> Result<(bool, bool), NetError> {
+/// Moves bytes of `p` on `sock`: `(done, moved)`. A receive's first part,
+/// once its header is in, adds the message's other parts to `more`.
+fn advance(
+    p: &mut Part,
+    sock: &TcpStream,
+    ctx: &Ctx,
+    i: usize,
+    more: &mut Vec<Part>,
+) -> Result<(bool, bool), NetError> {
     let io_err = |what, e: rustix::io::Errno| NetError::Io {
         conn: ctx.conn(sock, i),
         what,
@@ -213,7 +250,19 @@ fn advance(p: &mut Part, sock: &TcpStream, ctx: &Ctx, i: usize) -> Result<(bool,
             )));
         }
         p.req.agree_size(h.size).map_err(bad)?;
-        let (off, len) = split(h.size as usize, spec.nparts, spec.part, spec.min_chunk);
+        let size = h.size as usize;
+        if spec.part == 0 {
+            // Counted before this part can complete, so the request does
+            // not finish early.
+            let before = more.len();
+            more.extend(
+                (1..spec.nparts)
+                    .filter(|&j| split(size, spec.nparts, j, spec.min_chunk).1 > 0)
+                    .map(|j| Part::recv(p.req.clone(), j, RecvSpec { part: j, ..spec })),
+            );
+            p.req.add_parts(more.len() - before);
+        }
+        let (off, len) = split(size, spec.nparts, spec.part, spec.min_chunk);
         p.body = Some((spec.ptr + off, len));
     }
     let (ptr, len) = p.body.unwrap_or_default();
@@ -288,12 +337,13 @@ pub(crate) fn run(socks: Vec<TcpStream>, ctx: Ctx) {
             continue;
         }
         let mut moved_any = false;
+        let mut more = Vec::new();
         for (i, sock) in socks.iter().enumerate() {
             if dead[i].is_some() {
                 continue;
             }
             while let Some(p) = queues[i].front_mut() {
-                match advance(p, sock, &ctx, i) {
+                match advance(p, sock, &ctx, i, &mut more) {
                     Ok((done, moved)) => {
                         moved_any |= moved;
                         if !done {
@@ -317,6 +367,21 @@ pub(crate) fn run(socks: Vec<TcpStream>, ctx: Ctx) {
                         break;
                     }
                 }
+            }
+        }
+        // A receive's later parts, in message order: this worker's own
+        // sockets directly, the others through their lanes.
+        let mine = ctx.first / ctx.per_thread;
+        for p in more {
+            if p.sock / ctx.per_thread == mine {
+                let s = p.sock % ctx.per_thread;
+                queues[s].push_back(Part { sock: s, ..p });
+            } else if let Err(req) = post(&ctx.lanes, ctx.per_thread, p) {
+                req.fail(NetError::Closed {
+                    conn: ctx.label.clone(),
+                    detail: "a socket thread is gone".into(),
+                });
+                ctx.wake();
             }
         }
         if moved_any {
