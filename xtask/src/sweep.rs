@@ -222,6 +222,11 @@ pub fn run(a: SweepArgs) -> anyhow::Result<()> {
     let sizes: Vec<usize> = std::iter::successors(Some(a.min_bytes), |&s| s.checked_mul(a.factor))
         .take_while(|&s| s <= a.max_bytes)
         .collect();
+    if a.pick && (a.procs.is_some() || a.from_env) {
+        // Each variant makes fresh communicators, which a launched rank
+        // cannot do alone: say so rather than print an empty table.
+        bail!("--pick runs its ranks as threads of one process: use --ranks N, not --procs or --from-env");
+    }
     if let Some(list) = &a.procs {
         return procs::launch(list);
     }
