@@ -9,17 +9,22 @@
 //!   sign is or-ed in, one unpack makes bf16 words and a shift or a mask
 //!   makes them f32s. E4M3 values are held times 2^-8 as in the AVX2
 //!   lanes; NaNs widen to a quiet NaN.
-//! - Rounding back is the AVX2 lanes' own: `vcvtps2ph` to f16, then a
-//!   16-bit round to nearest even that saturates as `float8::from_f32`
-//!   does (here without shifts: the fp8 byte is the word's high byte).
-//!   Exact for the reason given there (and checked on every pair).
+//! - Rounding back starts as in the AVX2 lanes: `vcvtps2ph` to f16 (exact
+//!   for the reason given there, and checked on every pair), then a round
+//!   to nearest even of each word's low byte with one test and one masked
+//!   add, the fp8 byte being the word's high byte (E4M3: of the word
+//!   doubled). Saturation and NaN are left to one step on the 64 packed
+//!   bytes ([`e5m2_saturate`], [`e4m3_saturate`]), where the AVX2 lanes
+//!   spend a clamp, a NaN compare and a blend on every 16 values.
+//! - Prod widens and rounds magnitudes and puts the sign (the signs' xor)
+//!   back once on the packed bytes; E4M3 Prod's tables hold each factor
+//!   times 2^-4, so a product comes out at the rounding's 2^-8 scale with
+//!   no multiply.
 //! - The unpack interleaves within 128-bit lanes and `vcvtps2ph` packs
 //!   across them; one constant two-register byte permutation ([`ORDER`])
 //!   takes the high bytes back in element order.
 
 use std::arch::x86_64::*;
-
-use super::fp8::E4M3_PROD_SCALE;
 
 /// Whether this CPU can run [`fold`].
 pub(in crate::widened) fn available() -> bool {
@@ -47,6 +52,15 @@ const E4M3_FORMAT: Format = Format {
     mantissa_bits: 3,
     bias: 7,
     scale: -8,
+    e5m2: false,
+};
+
+/// E4M3 for Prod: each factor times 2^-4, so that a product comes out
+/// times 2^-8, the scale the rounding takes, without a multiply.
+const E4M3_PROD_FORMAT: Format = Format {
+    mantissa_bits: 3,
+    bias: 7,
+    scale: -4,
     e5m2: false,
 };
 
@@ -106,6 +120,7 @@ const fn tables(f: &Format) -> Tables {
 }
 
 static E4M3_TABLES: Tables = tables(&E4M3_FORMAT);
+static E4M3_PROD_TABLES: Tables = tables(&E4M3_PROD_FORMAT);
 static E5M2_TABLES: Tables = tables(&E5M2_FORMAT);
 
 /// Output byte `j` of a step is byte `ORDER[j]` of the two rounded
@@ -133,7 +148,7 @@ const ORDER: [u8; 64] = {
 pub(in crate::widened) fn fold(acc: &mut [u8], src: &[u8], prod: bool, e5m2: bool) -> usize {
     match (prod, e5m2) {
         (false, false) => steps::<false, false>(acc, src, &E4M3_TABLES),
-        (true, false) => steps::<true, false>(acc, src, &E4M3_TABLES),
+        (true, false) => steps::<true, false>(acc, src, &E4M3_PROD_TABLES),
         (false, true) => steps::<false, true>(acc, src, &E5M2_TABLES),
         (true, true) => steps::<true, true>(acc, src, &E5M2_TABLES),
     }
@@ -147,26 +162,41 @@ fn steps<const PROD: bool, const E5M2: bool>(acc: &mut [u8], src: &[u8], t: &Tab
     let order = load(&ORDER);
     let mut done = 0;
     for (a, s) in acc.chunks_exact_mut(64).zip(src.chunks_exact(64)) {
-        let x = widen(load(a), hi, lo);
-        let y = widen(load(s), hi, lo);
+        let (xb, yb) = (load(a), load(s));
+        // A product's sign is the signs' xor: Prod widens and rounds
+        // magnitudes and puts the sign back once, on the packed bytes.
+        let x = widen::<PROD>(xb, hi, lo);
+        let y = widen::<PROD>(yb, hi, lo);
         let mut r = x;
         for i in 0..4 {
-            r[i] = match (PROD, E5M2) {
-                (false, _) => _mm512_add_ps(x[i], y[i]),
-                (true, true) => _mm512_mul_ps(x[i], y[i]),
-                // E4M3 products come out scaled by 2^-16.
-                (true, false) => {
-                    _mm512_mul_ps(_mm512_mul_ps(x[i], y[i]), _mm512_set1_ps(E4M3_PROD_SCALE))
-                }
+            r[i] = if PROD {
+                _mm512_mul_ps(x[i], y[i])
+            } else {
+                _mm512_add_ps(x[i], y[i])
             };
         }
         let [r0, r1, r2, r3] = r;
-        let (n0, n1) = if E5M2 {
-            (e5m2_narrow(r0, r1), e5m2_narrow(r2, r3))
+        let (h0, h1) = (f16_bits(r0, r1), f16_bits(r2, r3));
+        let pack = |n0, n1| _mm512_permutex2var_epi8(n0, order, n1);
+        let mut out = if E5M2 {
+            e5m2_saturate::<PROD>(pack(e5m2_narrow(h0), e5m2_narrow(h1)))
         } else {
-            (e4m3_narrow(r0, r1), e4m3_narrow(r2, r3))
+            let magnitude = e4m3_saturate(pack(e4m3_narrow(h0), e4m3_narrow(h1)));
+            if PROD {
+                magnitude
+            } else {
+                // magnitude | (sign & 0x80), the signs packed as the values.
+                let sign = pack(h0, h1);
+                _mm512_ternarylogic_epi32::<0xf8>(magnitude, sign, _mm512_set1_epi8(i8::MIN))
+            }
         };
-        store(a, _mm512_permutex2var_epi8(n0, order, n1));
+        if PROD {
+            // out | ((x ^ y) & 0x80): the rounded magnitudes have bit 7
+            // clear (or are NaN, which any sign leaves NaN).
+            let sign = _mm512_ternarylogic_epi32::<0x28>(xb, yb, _mm512_set1_epi8(i8::MIN));
+            out = _mm512_or_si512(out, sign);
+        }
+        store(a, out);
         done += 64;
     }
     done
@@ -175,11 +205,17 @@ fn steps<const PROD: bool, const E5M2: bool>(acc: &mut [u8], src: &[u8], t: &Tab
 /// 64 fp8 bytes to f32 (see [`ORDER`] for which value lands where).
 #[target_feature(enable = "avx512f,avx512bw,avx512vbmi")]
 #[inline]
-fn widen(x: __m512i, hi: (__m512i, __m512i), lo: (__m512i, __m512i)) -> [__m512; 4] {
+fn widen<const MAGNITUDE: bool>(
+    x: __m512i,
+    hi: (__m512i, __m512i),
+    lo: (__m512i, __m512i),
+) -> [__m512; 4] {
     // `vpermi2b` reads the low 7 bits of each index: the magnitude.
-    let h = _mm512_permutex2var_epi8(hi.0, x, hi.1);
-    // h | (x & 0x80): the sign.
-    let h = _mm512_ternarylogic_epi32::<0xf8>(h, x, _mm512_set1_epi8(i8::MIN));
+    let mut h = _mm512_permutex2var_epi8(hi.0, x, hi.1);
+    if !MAGNITUDE {
+        // h | (x & 0x80): the sign.
+        h = _mm512_ternarylogic_epi32::<0xf8>(h, x, _mm512_set1_epi8(i8::MIN));
+    }
     let l = _mm512_permutex2var_epi8(lo.0, x, lo.1);
     // bf16 words: elements 16k + 0..8 of lane k, then 16k + 8..16.
     let (w0, w1) = (_mm512_unpacklo_epi8(l, h), _mm512_unpackhi_epi8(l, h));
@@ -201,54 +237,81 @@ fn splat16(x: u16) -> __m512i {
     _mm512_set1_epi16(x as i16)
 }
 
-/// 32 f32 rounded to f16 (`vcvtps2ph`, to nearest even), then to fp8 in
-/// the high byte of each word (the low byte is left over), as
-/// [`super::fp8`]'s `narrow` rounds: |h| clamped to `last`, E4M3 (`E4M3`
-/// true: its fp8 bits sit one lower in the f16) doubled, the low 8 bits
-/// dropped to nearest even, NaN lanes `nan(|h|)`, the sign put back.
-/// Picking high bytes and masked adds leave out the shifts that the AVX2
-/// lanes use, which compete with the shuffles.
+/// 32 f32 to f16 bits (`vcvtps2ph`, to nearest even).
 #[target_feature(enable = "avx512f,avx512bw,avx512vbmi")]
 #[inline]
-fn narrow<const E4M3: bool>(
-    lo: __m512,
-    hi: __m512,
-    last: u16,
-    nan: impl Fn(__m512i) -> __m512i,
-) -> __m512i {
-    let h = _mm512_inserti64x4::<1>(
+fn f16_bits(lo: __m512, hi: __m512) -> __m512i {
+    _mm512_inserti64x4::<1>(
         _mm512_castsi256_si512(_mm512_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(lo)),
         _mm512_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(hi),
-    );
-    let a = _mm512_and_si512(h, splat16(0x7fff));
-    let mut c = _mm512_min_epu16(a, splat16(last));
-    if E4M3 {
-        c = _mm512_add_epi16(c, c);
-    }
-    // Round half up, except a tie whose kept bit is even.
-    let tie_even = _mm512_cmpeq_epi16_mask(_mm512_and_si512(c, splat16(0x1ff)), splat16(0x80));
-    let r = _mm512_mask_add_epi16(c, !tie_even, c, splat16(0x80));
-    let r = _mm512_mask_mov_epi16(r, _mm512_cmpgt_epu16_mask(a, splat16(0x7c00)), nan(a));
-    // Bit 15 (the sign) from h, the rest from r.
-    _mm512_ternarylogic_epi32::<0xca>(splat16(0x8000), h, r)
+    )
 }
 
-/// E4M3 (values times 2^-8): past 464 0x7e, NaN 0x7f (as `fp8::e4m3_narrow16`).
+/// The high byte of each word rounded to nearest even: half up (0x80
+/// added), except where bits 0-6 and 8 are all clear. That is a tie
+/// whose kept bit is even, or a low byte of 0, where adding would not
+/// change the high byte anyway: one test instead of an and and a compare.
 #[target_feature(enable = "avx512f,avx512bw,avx512vbmi")]
 #[inline]
-fn e4m3_narrow(lo: __m512, hi: __m512) -> __m512i {
-    // 464 * 2^-8 = 1.8125 is f16 0x3f40.
-    narrow::<true>(lo, hi, 0x3f40, |_| splat16(0x7f00))
+fn round_high_byte(c: __m512i) -> __m512i {
+    let stay = _mm512_testn_epi16_mask(c, splat16(0x17f));
+    _mm512_mask_add_epi16(c, !stay, c, splat16(0x80))
 }
 
-/// E5M2: 0x7b at most, NaN 0x7e with the top two payload bits.
+/// f16 bits `h` of E4M3 values times 2^-8 to the E4M3 magnitude in the
+/// high byte of each word, before saturation. E4M3's bits sit one lower
+/// in the f16 than a high byte, so this doubles |h| (`h + h`, which also
+/// drops the sign) and rounds the low byte off. Magnitudes from 0x7f up
+/// are finite values to saturate (at most 0xc4: 784, the largest product)
+/// and NaN comes out as 0xfc (f16 0x7e00 or 0xfe00: the only NaNs here
+/// are the tables' and the default NaN, without payload); [`e4m3_saturate`]
+/// sorts them out on the packed bytes, one step for 64 values instead of a
+/// clamp and NaN case per 32.
 #[target_feature(enable = "avx512f,avx512bw,avx512vbmi")]
 #[inline]
-fn e5m2_narrow(lo: __m512, hi: __m512) -> __m512i {
-    // (a & 0xff00) | 0x7e00; 0x7b7f is the last f16 below 61440.
-    narrow::<false>(lo, hi, 0x7b7f, |a| {
-        _mm512_ternarylogic_epi32::<0xf8>(splat16(0x7e00), a, splat16(0xff00_u16))
-    })
+fn e4m3_narrow(h: __m512i) -> __m512i {
+    round_high_byte(_mm512_add_epi16(h, h))
+}
+
+/// Packed magnitude bytes from [`e4m3_narrow`]: 0xfc (NaN) becomes 0x7f,
+/// the others at most 0x7e, as `float8::from_f32` saturates.
+#[target_feature(enable = "avx512f,avx512bw,avx512vbmi")]
+#[inline]
+fn e4m3_saturate(b: __m512i) -> __m512i {
+    let nan = _mm512_cmpeq_epi8_mask(b, _mm512_set1_epi8(0xfc_u8 as i8));
+    let b = _mm512_min_epu8(b, _mm512_set1_epi8(0x7e));
+    _mm512_mask_mov_epi8(b, nan, _mm512_set1_epi8(0x7f))
+}
+
+/// f16 bits `h` to E5M2 in the high byte of each word, sign included,
+/// before saturation: E5M2 is the top byte of an f16, so rounding the low
+/// byte off to nearest even is all it takes. Finite values from 61440 up
+/// and infinities come out as magnitude 0x7c, which
+/// [`e5m2_saturate`] takes down to 0x7b on the packed bytes, one step
+/// for 64 values instead of a clamp and NaN case per 32. NaN stays NaN:
+/// the only NaNs here are quiet ones without payload (the tables' and
+/// the default NaN), f16 0x7e00 or 0xfe00, magnitude 0x7e after rounding
+/// (a payload reaching 0x7f80 would carry into the sign).
+#[target_feature(enable = "avx512f,avx512bw,avx512vbmi")]
+#[inline]
+fn e5m2_narrow(h: __m512i) -> __m512i {
+    // |h| is at most 0x7e00, so rounding never reaches the sign.
+    round_high_byte(h)
+}
+
+/// Packed E5M2 bytes from [`e5m2_narrow`]: magnitude 0x7c (what
+/// saturates) becomes 0x7b, as `float8::from_f32` saturates.
+#[target_feature(enable = "avx512f,avx512bw,avx512vbmi")]
+#[inline]
+fn e5m2_saturate<const MAGNITUDE: bool>(b: __m512i) -> __m512i {
+    // Magnitudes need no mask: a NaN there (0xfe) is not 0x7c either.
+    let m = if MAGNITUDE {
+        b
+    } else {
+        _mm512_and_si512(b, _mm512_set1_epi8(0x7f))
+    };
+    let over = _mm512_cmpeq_epi8_mask(m, _mm512_set1_epi8(0x7c));
+    _mm512_mask_sub_epi8(b, over, b, _mm512_set1_epi8(1))
 }
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vbmi")]
@@ -288,6 +351,7 @@ mod tests {
         for m in 0..128u8 {
             for (t, want, k) in [
                 (&E4M3_TABLES, F8E4M3::from_bits(m).to_f32(), 256.0),
+                (&E4M3_PROD_TABLES, F8E4M3::from_bits(m).to_f32(), 16.0),
                 (&E5M2_TABLES, F8E5M2::from_bits(m).to_f32(), 1.0),
             ] {
                 let m = usize::from(m);
@@ -330,7 +394,7 @@ mod tests {
         }
         let (e4, e5) = (|b| F8E4M3::from_bits(b), |b| F8E5M2::from_bits(b));
         assert_eq!(mismatches::<_, false, false>(e4, &E4M3_TABLES), []);
-        assert_eq!(mismatches::<_, true, false>(e4, &E4M3_TABLES), []);
+        assert_eq!(mismatches::<_, true, false>(e4, &E4M3_PROD_TABLES), []);
         assert_eq!(mismatches::<_, false, true>(e5, &E5M2_TABLES), []);
         assert_eq!(mismatches::<_, true, true>(e5, &E5M2_TABLES), []);
     }
