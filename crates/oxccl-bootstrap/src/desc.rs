@@ -85,16 +85,36 @@ pub fn host_identity_with(get: impl Fn(&str) -> Option<String>) -> String {
     )
 }
 
+/// The version of everything ranks say to each other: bootstrap frames,
+/// network messages (`oxccl-net`), the call check's shared records. Bump
+/// it with any change to one of them; the root refuses a hello of another
+/// version, naming the rank, so ranks of two builds fail at init with the
+/// reason instead of misreading each other later. 2: network messages
+/// travel only on the sockets that carry their bytes (4e59e2e).
+pub const PROTOCOL: u32 = 2;
+
 /// A rank's first message to the root.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Hello {
+    /// The sender's [`PROTOCOL`].
+    pub protocol: u32,
     pub nranks: u32,
     pub desc: RankDesc,
 }
 
 impl Hello {
+    /// A hello of this build's protocol.
+    pub fn new(nranks: u32, desc: RankDesc) -> Hello {
+        Hello {
+            protocol: PROTOCOL,
+            nranks,
+            desc,
+        }
+    }
+
     pub fn encode(&self) -> Vec<u8> {
         let mut w = Writer::default();
+        w.u32(self.protocol);
         w.u32(self.nranks);
         self.desc.encode(&mut w);
         w.0
@@ -103,6 +123,7 @@ impl Hello {
     pub fn decode(b: &[u8]) -> Result<Hello, WireError> {
         let mut r = Reader::new(b, "hello");
         let h = Hello {
+            protocol: r.u32()?,
             nranks: r.u32()?,
             desc: RankDesc::decode(&mut r)?,
         };

@@ -83,7 +83,7 @@ impl Bootstrap {
         let (listener, desc) = listen_like(info.root, rank, dev)?;
         let stream = sock::connect(info.root, deadline, rank, "the root", limit)?;
         let mut root = Conn::new(stream, magic, rank, format!("root {}", info.root), limit);
-        root.send(Kind::Hello, &Hello { nranks, desc }.encode(), deadline)?;
+        root.send(Kind::Hello, &Hello::new(nranks, desc).encode(), deadline)?;
         let table = root.recv_kind(Kind::Table, deadline)?;
         let descs = decode_table(&table, nranks).map_err(|e| root.wire(e))?;
         drop(root);

@@ -15,7 +15,7 @@ use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::desc::{encode_table, Hello, RankDesc, MAX_RANKS};
+use crate::desc::{encode_table, Hello, RankDesc, MAX_RANKS, PROTOCOL};
 use crate::error::{BootstrapError, WireError};
 use crate::sock::{self, Conn};
 use crate::wire::Kind;
@@ -153,6 +153,13 @@ pub(crate) fn serve(l: &TcpListener, magic: u64, limit: Duration) -> Result<(), 
 /// Why hello `h` cannot join the rendezvous so far, if it cannot.
 fn check(h: &Hello, nranks: Option<u32>, slots: &[Option<Joined>]) -> Result<(), String> {
     let r = h.desc.rank;
+    if h.protocol != PROTOCOL {
+        return Err(format!(
+            "rank {r} (pid {} on {}) speaks oxccl protocol {} but the root speaks {PROTOCOL}: \
+             run one oxccl build on every rank",
+            h.desc.pid, h.desc.host, h.protocol
+        ));
+    }
     if h.nranks == 0 || h.nranks > MAX_RANKS {
         return Err(format!(
             "rank {r} asked for {} ranks (1..={MAX_RANKS})",
@@ -183,5 +190,43 @@ fn fail_all(slots: &mut [Option<Joined>], why: &str, deadline: Instant) {
     for j in slots.iter_mut().filter_map(Option::take) {
         let mut c = j.conn;
         let _ = c.send(Kind::Fail, why.as_bytes(), deadline);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hello(protocol: u32, rank: u32) -> Hello {
+        let desc = RankDesc {
+            rank,
+            host: "h/1".into(),
+            pid: 42,
+            device: -1,
+            bus_id: String::new(),
+            listen: "127.0.0.1:1".parse().unwrap(),
+        };
+        Hello {
+            protocol,
+            ..Hello::new(2, desc)
+        }
+    }
+
+    /// A rank of another build is refused by name and version; one of
+    /// this build passes, and the version survives the wire.
+    #[test]
+    fn a_hello_of_another_protocol_is_refused_naming_the_rank() {
+        assert_eq!(check(&hello(PROTOCOL, 1), None, &[]), Ok(()));
+        let why = check(&hello(PROTOCOL - 1, 1), None, &[]).unwrap_err();
+        assert!(why.contains("rank 1 (pid 42 on h/1)"), "{why}");
+        assert!(
+            why.contains(&format!(
+                "protocol {} but the root speaks {PROTOCOL}",
+                PROTOCOL - 1
+            )),
+            "{why}"
+        );
+        let h = hello(PROTOCOL + 7, 0);
+        assert_eq!(Hello::decode(&h.encode()).unwrap(), h);
     }
 }
