@@ -293,10 +293,12 @@ fn many(c: &Communicator) {
     usable(c);
 }
 
+/// A rank process of the tests above (`ROLE` set); in a plain test run it
+/// has nothing to do.
 #[test]
-#[ignore = "a rank process of the tests above"]
 fn child() {
     let Ok(role) = std::env::var(ROLE) else {
+        println!("child: runs only as a rank process the other tests spawn ({ROLE} unset)");
         return;
     };
     let c = child_rank(config());

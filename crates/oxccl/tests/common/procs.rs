@@ -1,5 +1,5 @@
 //! Ranks as child processes of a test: the test binary re-executes itself
-//! running its ignored test `child`, told its role by `OXCCL_MP_ROLE` (and
+//! running its test `child`, told its role by `OXCCL_MP_ROLE` (and
 //! its rank by `OXCCL_MP_ID`/`_N`/`_RANK`); the parent reads their lines.
 
 use std::io::{BufRead, BufReader};
@@ -45,16 +45,10 @@ pub fn spawn_via(
         }
         None => Command::new(exe),
     };
-    cmd.args([
-        "--exact",
-        "child",
-        "--ignored",
-        "--nocapture",
-        "--test-threads=1",
-    ])
-    .env(ROLE, role)
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped());
+    cmd.args(["--exact", "child", "--nocapture", "--test-threads=1"])
+        .env(ROLE, role)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
     for v in oxccl::LaunchEnv::vars() {
         cmd.env_remove(v);
     }
