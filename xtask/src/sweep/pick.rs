@@ -139,7 +139,7 @@ pub(crate) fn run_on(
                         format!("{} {}{fifo} {}ch", c.algo, c.proto, c.channels)
                     });
                     Ok(Timed {
-                        us: median(&mut times),
+                        us: oxccl_bench::median(times),
                         choice,
                     })
                 })();
@@ -242,19 +242,6 @@ fn reps(size: usize) -> usize {
     }
 }
 
-/// The median of `v` (the mean of the middle two for an even count).
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let m = v.len() / 2;
-    if v.is_empty() {
-        0.0
-    } else if v.len() % 2 == 1 {
-        v[m]
-    } else {
-        (v[m - 1] + v[m]) / 2.0
-    }
-}
-
 /// The pick's time over the best forced variant's, and where both ran the
 /// same configuration, 1 with their raw ratio (the noise) beside it.
 fn ratio(pick: &Timed, best: &Timed) -> (f64, Option<f64>) {
@@ -295,10 +282,7 @@ mod tests {
     }
 
     #[test]
-    fn medians_and_repetitions() {
-        assert_eq!(median(&mut [3.0, 1.0, 2.0]), 2.0);
-        assert_eq!(median(&mut [4.0, 1.0, 3.0, 2.0]), 2.5);
-        assert_eq!(median(&mut [7.0]), 7.0);
+    fn repetitions() {
         assert_eq!((reps(4096), reps(SMALL), reps(SMALL + 1)), (5, 5, 1));
     }
 
