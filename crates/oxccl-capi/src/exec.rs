@@ -127,7 +127,7 @@ pub fn check(c: &CComm, raw: Raw) -> CResult<Call> {
         }
     };
     let op = match raw.what {
-        What::Coll(k) if k.is_reduction() => c.op(raw.op, dt)?,
+        What::Coll(k) if k.is_reduction() => c.op(raw.op, dt, raw.stream as usize)?,
         _ => RedOp::Sum,
     };
     check_ptr("sendbuff", raw.send as usize, send_len, dt)?;
@@ -231,20 +231,31 @@ pub fn run_group(ops: &[Pending]) -> CResult<()> {
     g.end().map_err(CError::from)
 }
 
-/// `ncclScalarDevice` where the scalar is in device memory.
-pub fn scalar_device_unsupported() -> CError {
-    CError::usage(
-        "ncclScalarDevice on a GPU communicator is not supported yet: pass the scalar as ncclScalarHostImmediate",
-    )
-}
-
-/// A PreMulSum scalar at `addr` (`ncclScalarDevice`), read at call time.
-pub fn read_scalar(c: &CComm, addr: usize, dt: DataType) -> CResult<f64> {
+/// A PreMulSum scalar at `addr` (`ncclScalarDevice`), read at call time:
+/// on the host backend directly, on CUDA after the work issued on the
+/// call's `stream` (the scalar is often computed there), which this
+/// waits for. NCCL reads it in the kernel instead; the value is the same,
+/// but a call on a stream being captured into a graph is refused.
+pub fn read_scalar(c: &CComm, addr: usize, dt: DataType, stream: usize) -> CResult<f64> {
     match c.space()? {
         // SAFETY: checked non-null and aligned when the op was made; the
         // caller keeps it valid while the op exists (NCCL's contract).
         Space::Host => Ok(unsafe { typed!(dt, read_host(addr)) }),
-        Space::Device => Err(scalar_device_unsupported()),
+        Space::Device => {
+            let comm = c.get()?;
+            let mut word = 0u64;
+            // SAFETY: the scalar is one element of `dt` (at most 8 bytes)
+            // of device memory the caller keeps alive while the op exists;
+            // `stream` is the caller's stream of this call.
+            let bytes = unsafe {
+                std::slice::from_raw_parts_mut((&mut word as *mut u64).cast::<u8>(), dt.size())
+            };
+            // SAFETY: as above.
+            unsafe { comm.read_raw(RawStream(stream as u64), addr as u64, bytes) }
+                .map_err(CError::from)?;
+            // SAFETY: `word` is 8-aligned and holds the element's bytes.
+            Ok(unsafe { typed!(dt, read_host(&word as *const u64 as usize)) })
+        }
     }
 }
 

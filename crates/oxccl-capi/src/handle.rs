@@ -146,7 +146,9 @@ impl CComm {
     }
 
     /// The reduction op behind an `ncclRedOp_t` value (read as an int).
-    pub fn op(&self, op: std::ffi::c_int, dtype: oxccl::DataType) -> CResult<RedOp> {
+    /// An `ncclScalarDevice` scalar is read now, after the work issued on
+    /// `stream` (the caller's stream of the call).
+    pub fn op(&self, op: std::ffi::c_int, dtype: oxccl::DataType, stream: usize) -> CResult<RedOp> {
         Ok(match op {
             0 => RedOp::Sum,
             1 => RedOp::Prod,
@@ -168,7 +170,7 @@ impl CComm {
                 }
                 RedOp::PreMulSum(match p.scalar {
                     Scalar::Value(v) => v,
-                    Scalar::At(addr) => crate::exec::read_scalar(self, addr, dtype)?,
+                    Scalar::At(addr) => crate::exec::read_scalar(self, addr, dtype, stream)?,
                 })
             }
             v => {

@@ -10,7 +10,7 @@ use parking_lot::Mutex;
 use crate::abi::{self, NcclCommT, NcclDataType, NcclRedOp, NcclResult, SUCCESS};
 use crate::error::{guard, CError, CResult};
 use crate::exec;
-use crate::handle::{self, PreMul, Scalar, Space};
+use crate::handle::{self, PreMul, Scalar};
 
 use super::out;
 
@@ -43,12 +43,7 @@ pub unsafe extern "C" fn ncclRedOpCreatePreMulSum(
         let s = match residence {
             // SAFETY: the caller's host scalar of `dt`, checked aligned.
             abi::SCALAR_HOST_IMMEDIATE => Scalar::Value(unsafe { typed!(dt, read_at(addr)) }),
-            abi::SCALAR_DEVICE => {
-                if c.space()? == Space::Device {
-                    return Err(exec::scalar_device_unsupported());
-                }
-                Scalar::At(addr)
-            }
+            abi::SCALAR_DEVICE => Scalar::At(addr),
             v => {
                 return Err(CError::arg(format!(
                     "residence {v} is not ncclScalarDevice (0) or ncclScalarHostImmediate (1)"

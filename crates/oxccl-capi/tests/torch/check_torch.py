@@ -79,6 +79,10 @@ def collectives(dist, torch, c, n, r, dev):
     x = full(r + 1); dist.all_reduce(x, op=dist.ReduceOp.AVG); c.eq("all_reduce avg", x, full(s / n), 1e-6)
     x = full(r + 1); dist.all_reduce(x, op=dist._make_nccl_premul_sum(2.0))
     c.eq("all_reduce premul_sum", x, full(2 * s))
+    # A tensor factor is ncclScalarDevice: read from device memory per call.
+    f = torch.tensor([0.5 * (r + 1)], device=dev)
+    x = full(2.0); dist.all_reduce(x, op=dist._make_nccl_premul_sum(f))
+    c.eq("all_reduce premul_sum (tensor factor)", x, full(s))
     for dt in (torch.bfloat16, torch.float16, torch.int64, torch.int32, torch.uint8, torch.float64):
         x = full(r + 1, dt); dist.all_reduce(x); c.eq(f"all_reduce {dt}", x, full(s, dt))
     root = 1 % n
