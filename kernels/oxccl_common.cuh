@@ -14,3 +14,6 @@
 // from global memory as they run.
 #define OX_STAGE_STEPS 256
 #define OX_STAGE_OPS 512
+
+// A buffer address without its allocation's tag (OX_TAG_SHIFT).
+#define OX_ADDR_MASK ((1ull << OX_TAG_SHIFT) - 1)

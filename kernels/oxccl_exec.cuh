@@ -471,13 +471,25 @@ __device__ void ox_exec(const OxDesc& d) {
         s_flag[i] = 0;
         s_peer[i] = o.kind == OXK_LOCAL ? d.rank : o.kind == OXK_REMOTE ? o.idx : o.buf;
         if (o.kind == OXK_LOCAL) {
-          p = (char*)d.bufs[o.buf] + o.off * sizeof(T);
+          p = (char*)(d.bufs[o.buf] & OX_ADDR_MASK) + o.off * sizeof(T);
         } else if (o.kind == OXK_REMOTE) {
-          // Across processes the peer published its own address; its
-          // heap lies elsewhere in this process (a fixed delta per peer).
-          const i64 delta = d.heap_delta ? d.heap_delta[o.idx] : 0;
-          p = (char*)(ox_ld_volatile(&d.ptr_table[o.idx * OX_MAX_BUFS + o.buf]) + delta) +
-              o.off * sizeof(T);
+          const u64 v = ox_ld_volatile(&d.ptr_table[o.idx * OX_MAX_BUFS + o.buf]);
+          i64 delta = 0;
+          if (d.heap_delta) {
+            // Across processes the peer published its own address, tagged
+            // with the allocation it lies in (0: its heap, loaded with the
+            // address so the common case costs no extra round trip); that
+            // allocation lies elsewhere in this process.
+            const i64* row = d.heap_delta + (u64)o.idx * OX_MAPS;
+            delta = row[0];
+            const u32 tag = (u32)(v >> OX_TAG_SHIFT);
+            if (tag != 0) delta = row[tag];
+            if (delta == OX_UNMAPPED) {
+              ox_fail(d, OXE_UNMAPPED, o.idx, step, 0, 0);
+              ok = false;
+            }
+          }
+          p = ok ? (char*)((v & OX_ADDR_MASK) + delta) + o.off * sizeof(T) : 0;
         } else {
           cn = (OxConn*)o.off;
           // A side's own counter and the other side's are loaded together

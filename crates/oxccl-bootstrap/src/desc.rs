@@ -90,8 +90,10 @@ pub fn host_identity_with(get: impl Fn(&str) -> Option<String>) -> String {
 /// it with any change to one of them; the root refuses a hello of another
 /// version, naming the rank, so ranks of two builds fail at init with the
 /// reason instead of misreading each other later. 2: network messages
-/// travel only on the sockets that carry their bytes (4e59e2e).
-pub const PROTOCOL: u32 = 2;
+/// travel only on the sockets that carry their bytes (4e59e2e). 3: CUDA
+/// ranks as processes share the caller's allocations through a second
+/// shared region, and kernels publish tagged addresses.
+pub const PROTOCOL: u32 = 3;
 
 /// A rank's first message to the root.
 #[derive(Clone, Debug, PartialEq, Eq)]

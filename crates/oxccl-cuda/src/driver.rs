@@ -528,6 +528,18 @@ impl Stream {
         Ok(st != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
     }
 
+    /// An error instead of a wait on a stream being captured into a graph
+    /// (waiting there would fail and invalidate the caller's capture).
+    fn refuse_capture(&self, what: &str) -> Result<()> {
+        if self.capturing()? {
+            return Err(CudaError::Invalid(format!(
+                "{what} waits for the stream, which is being captured into a CUDA graph: \
+                 do it outside the capture"
+            )));
+        }
+        Ok(())
+    }
+
     /// Enqueues zeroing `bytes` bytes at `dst` (returns at once).
     ///
     /// # Safety
@@ -547,6 +559,27 @@ impl Stream {
         }
     }
 
+    /// Enqueues storing `v` (little-endian) at `dst` as two 32-bit memsets
+    /// (returns at once; needs no host buffer that must outlive the call).
+    ///
+    /// # Safety
+    /// `dst` must be valid, 4-byte aligned device memory of 8 bytes until
+    /// the stream reaches the memsets.
+    pub unsafe fn store_u64_async(&self, dst: u64, v: u64) -> Result<()> {
+        debug_assert!(dst.is_multiple_of(4));
+        self.ctx.bind()?;
+        for (at, half) in [(dst, v as u32), (dst + 4, (v >> 32) as u32)] {
+            // SAFETY: caller's contract.
+            unsafe {
+                check(
+                    "cuMemsetD32Async",
+                    sys::cuMemsetD32Async(at, half, 1, self.raw),
+                )?
+            };
+        }
+        Ok(())
+    }
+
     /// Copies host bytes to device memory, ordered on this stream, and waits.
     ///
     /// The stream is drained first, so the copy itself never waits for a
@@ -560,6 +593,7 @@ impl Stream {
     /// # Safety
     /// `dst` must be valid device memory of `src.len()` bytes.
     pub unsafe fn write_sync(&self, dst: u64, src: &[u8]) -> Result<()> {
+        self.refuse_capture("writing device memory")?;
         self.synchronize()?;
         self.ctx.bind()?;
         // SAFETY: caller's contract; `src` outlives the synchronisation below.
@@ -574,6 +608,7 @@ impl Stream {
     /// # Safety
     /// `src` must be valid device memory of `dst.len()` bytes.
     pub unsafe fn read_sync(&self, src: u64, dst: &mut [u8]) -> Result<()> {
+        self.refuse_capture("reading device memory")?;
         self.synchronize()?;
         self.ctx.bind()?;
         // SAFETY: caller's contract; `dst` outlives the synchronisation below.

@@ -24,13 +24,24 @@ pub const HANDLE_BYTES: usize = 64;
 /// The IPC handle of `mem` (a whole `cuMemAlloc` allocation), for peer
 /// processes to [`Imported::open`].
 pub fn export(mem: &DevMem, ctx: &Ctx) -> Result<[u8; HANDLE_BYTES]> {
+    // SAFETY: a DevMem is a live cuMemAlloc allocation of `ctx`.
+    unsafe { export_base(mem.ptr, ctx) }
+}
+
+/// The IPC handle of the `cuMemAlloc` allocation whose base is `base`.
+///
+/// # Safety
+/// `base` must be the first byte of a live `cuMemAlloc` allocation of
+/// `ctx` (the driver refuses other memory with an error, but a freed and
+/// reused address would export someone else's memory).
+pub unsafe fn export_base(base: u64, ctx: &Ctx) -> Result<[u8; HANDLE_BYTES]> {
     ctx.bind()?;
     let mut h = sys::CUipcMemHandle_st {
         reserved: [0; HANDLE_BYTES],
     };
-    // SAFETY: `mem.ptr` is the base of a live cuMemAlloc allocation in the
-    // bound context; `h` is a valid out-pointer.
-    unsafe { check("cuIpcGetMemHandle", sys::cuIpcGetMemHandle(&mut h, mem.ptr))? };
+    // SAFETY: `base` is the base of a live cuMemAlloc allocation in the
+    // bound context (caller's contract); `h` is a valid out-pointer.
+    unsafe { check("cuIpcGetMemHandle", sys::cuIpcGetMemHandle(&mut h, base))? };
     Ok(h.reserved.map(|c| c as u8))
 }
 

@@ -67,6 +67,19 @@ pub const E_TIMEOUT: u32 = 1;
 pub const E_ABORTED: u32 = 2;
 /// Error code: another rank failed first.
 pub const E_PEER_FAILED: u32 = 3;
+/// Error code: a peer's buffer lies in an allocation this process could
+/// not map (its delta is [`UNMAPPED`]).
+pub const E_UNMAPPED: u32 = 4;
+/// Ranks as processes: the published address of a buffer carries, in its
+/// top byte, the tag of the owner's allocation it lies in (0: the owner's
+/// heap; 1.. an allocation of the caller's the owner shared, see
+/// `world::exports`). Local uses mask it off.
+pub const TAG_SHIFT: u32 = 56;
+/// Tags per rank, the width of a row of the delta table (`OX_MAPS`).
+pub const MAPS: usize = 256;
+/// A delta table entry whose allocation is not mapped here. Real deltas
+/// are differences of allocation bases (multiples of 256), never odd.
+pub const UNMAPPED: i64 = 1;
 
 /// Every constant the kernels see: `(C name, value, why)`, in header order.
 pub const CONSTANTS: &[(&str, u64, &str)] = &[
@@ -126,6 +139,18 @@ pub const CONSTANTS: &[(&str, u64, &str)] = &[
     ),
     ("OXE_ABORTED", E_ABORTED as u64, ""),
     ("OXE_PEER_FAILED", E_PEER_FAILED as u64, ""),
+    ("OXE_UNMAPPED", E_UNMAPPED as u64, ""),
+    (
+        "OX_TAG_SHIFT",
+        TAG_SHIFT as u64,
+        "a published address's top byte: its allocation's tag (ranks as processes)",
+    ),
+    ("OX_MAPS", MAPS as u64, "tags per rank: a row of heap_delta"),
+    (
+        "OX_UNMAPPED",
+        UNMAPPED as u64,
+        "a heap_delta entry whose allocation is not mapped here",
+    ),
     (
         "OXA_MESSAGE",
         Awaited::Message.code() as u64,
@@ -276,10 +301,11 @@ device_record! {
     /// `abort_flag`: host-mapped, non-zero aborts; `world_fail`: set by
     /// any rank that failed, polled by all; `scale_bits`: the pre-scale as
     /// the element type's bits; `heap_delta`: null when ranks are threads
-    /// of one process, else `[nranks]` byte offsets added to a peer's
-    /// published base, its heap's address here minus its address in the
-    /// peer's own process (ranks as processes: each maps the others' heaps
-    /// where its driver chose).
+    /// of one process, else `[nranks][OX_MAPS]` byte offsets added to a
+    /// peer's published base, by the tag in its top byte: the allocation's
+    /// address here minus its address in the peer's own process (ranks as
+    /// processes: each maps the others' heaps, and the caller's allocations
+    /// they share, where its driver chose); `OX_UNMAPPED` where none is.
     OxDesc {
         steps: u64 => "const OxStep* steps",
         ops: u64 => "const OxOperand* ops",

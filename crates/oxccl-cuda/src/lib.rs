@@ -32,8 +32,8 @@ pub use device::{
 };
 pub use error::{CudaError, Result};
 pub use world::{
-    default_heap_bytes, Exchange, GateMode, Party, Prepared, World, WorldConfig, HEAP_VAR,
-    MAX_RESIDENT_KERNELS,
+    default_heap_bytes, Exchange, GateMode, Party, Prepared, Shared, World, WorldConfig,
+    EXPORT_BYTES, HEAP_VAR, LAST_TAG, MAX_RESIDENT_KERNELS,
 };
 pub mod topo_probe;
 pub use topo_probe::{detect_topology, driver_facts};

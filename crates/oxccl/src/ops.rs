@@ -3,6 +3,7 @@
 
 use oxccl_core::{Element, RedOp};
 
+use crate::backend::{RawBuf, RawStream};
 use crate::buffer::Buffer;
 use crate::check::Call;
 use crate::comm::Communicator;
@@ -43,5 +44,24 @@ impl Communicator {
         let op = RedOp::PreMulSum(v);
         crate::validate::check_op(op, T::DTYPE)?;
         Ok(op)
+    }
+
+    /// Reads `dst.len()` bytes at `addr` (device memory of this rank's
+    /// device on CUDA, host memory on the host backend) after the work
+    /// issued so far on `stream` has completed, which this waits for: the
+    /// C ABI's read of an `ncclScalarDevice` scalar at each call. Refused,
+    /// with nothing changed, on a stream being captured into a graph.
+    ///
+    /// # Safety
+    /// `addr` holds `dst.len()` bytes this rank may read; `stream` as in
+    /// [`Communicator::collective_raw`].
+    pub unsafe fn read_raw(&self, stream: RawStream, addr: u64, dst: &mut [u8]) -> Result<()> {
+        let raw = RawBuf {
+            addr,
+            bytes: dst.len(),
+        };
+        let backend = &self.clique().backend;
+        // SAFETY: caller's contract (memory and stream).
+        unsafe { self.on_stream(stream, || backend.read(self.rank(), raw, dst)) }
     }
 }

@@ -157,10 +157,13 @@ impl Communicator {
             ))
         })?;
         let raw = RawBuf { addr: ptr, bytes };
+        // Shared unasked where the backend can (CUDA ranks as processes),
+        // only under the call check, which orders the sharing before every
+        // peer's launch and makes all ranks agree on the plan.
+        let registered = self.registered(raw)
+            || (self.checking() && self.clique().backend.share_external(self.rank(), raw));
         Ok(Arg {
-            space: Space::External {
-                registered: self.registered(raw),
-            },
+            space: Space::External { registered },
             raw,
             len,
         })

@@ -14,9 +14,10 @@
 //! (peer access for `cuMemAlloc`, `cuMemPoolSetAccess` for pool memory,
 //! `cuMemSetAccess` for VMM), which registration checks.
 //!
-//! CUDA ranks as processes accept registrations but run FIFO plans on
-//! them: a peer process reaches only a rank's `alloc` heap, which it
-//! mapped at creation (`docs/CUDA_PROCESSES.md`).
+//! CUDA ranks as processes need no registration: with the call check on,
+//! each raw call shares its buffers' allocations with the peer processes
+//! (`Backend::share_external`; `cudaMalloc`/`cuMemAlloc` memory, not pool
+//! or VMM memory), registered or not (`docs/CUDA_PROCESSES.md`).
 //!
 //! A raw call uses a direct plan only where both of its buffers lie in
 //! ranges this rank registered and every rank agrees (the call check

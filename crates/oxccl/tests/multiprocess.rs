@@ -145,6 +145,37 @@ fn every_collective_across_processes_on_cuda() {
     }
 }
 
+/// The caller's own device memory (`cuMemAlloc`, as a framework's caching
+/// allocator has it) through the raw entry points: on the device path each
+/// rank shares its allocations with its peer processes per call, so the
+/// direct plans run on them; freed and reallocated memory gets a fresh
+/// mapping.
+#[test]
+fn the_callers_memory_runs_direct_plans_across_processes_on_cuda() {
+    oxccl::backend::cuda::prefer_process_rank_queues();
+    let test = "the_callers_memory_runs_direct_plans_across_processes_on_cuda";
+    if oxccl::backend::cuda::device_or_skip(test).is_none() {
+        return;
+    }
+    for n in [2u32, 3] {
+        let lines = run_ranks_on("external", n, "cuda");
+        assert_eq!(ok_lines(&lines).len(), n as usize, "{lines:#?}");
+        for l in &lines {
+            if tagged(l, "BACKEND ")
+                .iter()
+                .any(|b| b.contains("heaps shared"))
+            {
+                let k: usize = tagged(l, "DIRECT ")
+                    .first()
+                    .and_then(|d| d.split_whitespace().nth(1))
+                    .and_then(|k| k.parse().ok())
+                    .unwrap_or_else(|| panic!("no DIRECT line: {l:#?}"));
+                assert!(k > 0, "no direct plan ran on the caller's memory: {l:#?}");
+            }
+        }
+    }
+}
+
 #[test]
 fn split_groups_by_color_and_orders_by_key() {
     let lines = run_ranks("split", 4);
@@ -657,17 +688,8 @@ fn check_one<T: Element>(
             .unwrap();
         out
     };
-    // Other ranks' outputs are taken as right: each process checks its own.
-    let exp = oxccl::core::reference::expected(&coll, &inputs, &op.lower(T::DTYPE, n));
-    let outputs: Vec<Vec<T>> = (0..n as usize)
-        .map(|r| {
-            if r == me as usize {
-                out.clone()
-            } else {
-                exp[r].clone().unwrap_or_default()
-            }
-        })
-        .collect();
+    // Each process checks its own output.
+    let outputs = testkit::own_outputs(&coll, &inputs, me, out, op);
     testkit::compare(&coll, &inputs, &outputs, op)
 }
 
@@ -740,6 +762,115 @@ fn child_all() {
         }
     }
     cases += 1;
+    finish_child(me, cases, wrong, first);
+}
+
+/// A CUDA driver call of the external-memory child, which must succeed.
+fn cu(what: &str, r: cudarc::driver::sys::CUresult) {
+    assert_eq!(r, cudarc::driver::sys::CUresult::CUDA_SUCCESS, "{what}");
+}
+
+/// Collectives through `collective_raw` on this process's own `cuMemAlloc`
+/// memory, each case on fresh allocations freed afterwards (after a
+/// barrier: nothing of any rank's is in flight then).
+fn child_external() {
+    use cudarc::driver::sys;
+    use oxccl::{RawColl, RawStream};
+    let c = child_comm(Duration::from_secs(60));
+    println!("BACKEND {}", c.describe_backend());
+    let (n, me) = (c.nranks(), c.rank());
+    let (mut cases, mut wrong, mut first, mut direct) = (0usize, 0u64, None, 0usize);
+    // Binds the device's context to this thread for the driver calls below.
+    c.barrier().unwrap();
+    let kinds = [
+        CollKind::AllReduce,
+        CollKind::AllGather,
+        CollKind::ReduceScatter,
+        CollKind::Broadcast,
+        CollKind::Reduce,
+        CollKind::AllToAll,
+    ];
+    for round in 0..2 {
+        for kind in kinds {
+            for (count, in_place) in [(1000usize, false), (150_000, true), (1 << 20, false)] {
+                let root = if kind.has_root() { n - 1 } else { 0 };
+                let coll = Collective::new(kind, count, root);
+                let op = RedOp::Sum;
+                let inputs: Vec<Vec<f32>> = (0..n)
+                    .map(|r| testkit::input::<f32>(&coll, n, r, op, 5 + round))
+                    .collect();
+                let (lin, lout) = (coll.input_len(n), coll.output_len(n));
+                let es = 4u64;
+                let bytes = |l: usize| (l.max(1) * 4).max(16);
+                let (mut a, mut b) = (0u64, 0u64);
+                // SAFETY: plain allocations, freed below after the barrier.
+                unsafe {
+                    cu(
+                        "cuMemAlloc",
+                        sys::cuMemAlloc_v2(&mut a, bytes(lin.max(lout))),
+                    );
+                    if !in_place {
+                        cu("cuMemAlloc", sys::cuMemAlloc_v2(&mut b, bytes(lout)));
+                    }
+                }
+                let blk = (me as usize * count) as u64 * es;
+                let (send, recv) = match (in_place, kind) {
+                    (false, _) => (a, b),
+                    (true, CollKind::AllGather | CollKind::Gather) => (a + blk, a),
+                    (true, CollKind::ReduceScatter | CollKind::Scatter) => (a, a + blk),
+                    (true, _) => (a, a),
+                };
+                let src = &inputs[me as usize];
+                // SAFETY: `send` holds `lin` f32s; a synchronous copy.
+                unsafe {
+                    cu(
+                        "cuMemcpyHtoD",
+                        sys::cuMemcpyHtoD_v2(send, src.as_ptr().cast(), src.len() * 4),
+                    )
+                };
+                let call = RawColl {
+                    kind,
+                    send: send as *const std::ffi::c_void,
+                    recv: recv as *mut std::ffi::c_void,
+                    count,
+                    dtype: DataType::F32,
+                    op,
+                    root,
+                };
+                println!("CASE round {round} {kind} count {count} in_place={in_place} send {send:#x} recv {recv:#x}");
+                // SAFETY: both buffers live until after the barrier below;
+                // stream 0 is the legacy default stream.
+                unsafe { c.collective_raw(call, RawStream::DEFAULT) }.unwrap();
+                direct += usize::from(c.last_choice().is_some_and(|ch| ch.is_direct()));
+                c.barrier().unwrap();
+                let mut out = vec![0f32; lout];
+                // SAFETY: `recv` holds `lout` f32s; the call completed.
+                unsafe {
+                    cu(
+                        "cuMemcpyDtoH",
+                        sys::cuMemcpyDtoH_v2(out.as_mut_ptr().cast(), recv, lout * 4),
+                    );
+                    cu("cuMemFree", sys::cuMemFree_v2(a));
+                    if b != 0 {
+                        cu("cuMemFree", sys::cuMemFree_v2(b));
+                    }
+                }
+                let outputs = testkit::own_outputs(&coll, &inputs, me, out, op);
+                let (w, f) = testkit::compare(&coll, &inputs, &outputs, op);
+                cases += 1;
+                wrong += w;
+                if w > 0 && first.is_none() {
+                    first = Some(format!(
+                        "round {round} {kind} count {count} in_place={in_place}: {}",
+                        f.unwrap_or_default()
+                    ));
+                }
+                // Everyone has read its result before anyone frees more.
+                c.barrier().unwrap();
+            }
+        }
+    }
+    println!("DIRECT {direct} calls");
     finish_child(me, cases, wrong, first);
 }
 
@@ -917,6 +1048,7 @@ fn child() {
     };
     match role.as_str() {
         "all" => child_all(),
+        "external" => child_external(),
         "split" => child_split(),
         "env" => child_env(),
         "loop" => child_loop(),

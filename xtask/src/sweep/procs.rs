@@ -128,14 +128,7 @@ fn own_check<T: Element>(
     out: Vec<T>,
     op: RedOp,
 ) -> (u64, Option<String>) {
-    let n = inputs.len();
-    let mut outputs: Vec<Vec<T>> = if coll.kind == CollKind::SendRecv {
-        (0..n).map(|r| inputs[(r + n - 1) % n].clone()).collect()
-    } else {
-        let exp = oxccl::core::reference::expected(coll, inputs, &op.lower(T::DTYPE, n as u32));
-        exp.into_iter().map(Option::unwrap_or_default).collect()
-    };
-    outputs[me as usize] = out;
+    let outputs = oxccl::core::testkit::own_outputs(coll, inputs, me, out, op);
     if coll.kind == CollKind::SendRecv {
         super::check_sendrecv(inputs, &outputs)
     } else {

@@ -5,6 +5,27 @@ use crate::coll::{CollKind, Collective};
 use crate::element::Element;
 use crate::redop::{LoweredOp, RedOp};
 
+/// Every rank's output as one process sees it when it checks only its
+/// own: rank `me`'s is `out`, the others' are the reference's (for
+/// Send/Recv on a ring, the previous rank's input).
+pub fn own_outputs<T: Element>(
+    coll: &Collective,
+    inputs: &[Vec<T>],
+    me: u32,
+    out: Vec<T>,
+    op: RedOp,
+) -> Vec<Vec<T>> {
+    let n = inputs.len();
+    let mut outputs: Vec<Vec<T>> = if coll.kind == CollKind::SendRecv {
+        (0..n).map(|r| inputs[(r + n - 1) % n].clone()).collect()
+    } else {
+        let exp = crate::reference::expected(coll, inputs, &op.lower(T::DTYPE, n as u32));
+        exp.into_iter().map(Option::unwrap_or_default).collect()
+    };
+    outputs[me as usize] = out;
+    outputs
+}
+
 /// Compares outputs with the reference ([`crate::reference::expected`]).
 /// Returns the number of wrong elements (missing ones, of missing ranks
 /// too, included) and a description of the first. Exact cases

@@ -14,7 +14,7 @@ mod input;
 pub mod model;
 
 pub use bound::{rounding_bound, tolerance, ulp, Tolerance};
-pub use compare::compare;
+pub use compare::{compare, own_outputs};
 pub use input::input;
 
 use crate::coll::CollKind;

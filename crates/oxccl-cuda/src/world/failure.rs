@@ -6,7 +6,7 @@ use std::time::Duration;
 use oxccl_core::{Awaited, FaultCause, WaitFault};
 
 use crate::error::{CudaError, Result};
-use crate::layout::{OxError, E_ABORTED, E_PEER_FAILED, E_TIMEOUT};
+use crate::layout::{OxError, E_ABORTED, E_PEER_FAILED, E_TIMEOUT, E_UNMAPPED};
 
 use super::World;
 
@@ -55,6 +55,14 @@ impl World {
             E_TIMEOUT => FaultCause::Deadline,
             E_ABORTED => FaultCause::Aborted,
             E_PEER_FAILED => FaultCause::PeerFailed,
+            E_UNMAPPED => {
+                return Err(CudaError::Invalid(format!(
+                    "rank {} (channel {}, step {}) could not reach a buffer of rank {}: its \
+                     allocation was not mapped into this process (see the earlier warning \
+                     on opening it)",
+                    r.rank, r.channel, r.step, r.peer
+                )))
+            }
             other => {
                 return Err(CudaError::Invalid(format!(
                     "unknown device error code {other}"

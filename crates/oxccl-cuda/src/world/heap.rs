@@ -49,6 +49,11 @@ impl Heap {
         self.arena.ptr
     }
 
+    /// Whether `[start, end)` lies in the arena.
+    pub(super) fn contains(&self, start: u64, end: u64) -> bool {
+        start >= self.arena.ptr && end <= self.arena.ptr + self.arena.bytes as u64
+    }
+
     pub(super) fn arena(&self) -> &DevMem {
         &self.arena
     }

@@ -173,7 +173,7 @@ impl World {
             for (i, (&a, o)) in bufs.iter().zip(&p.scratch_offsets).enumerate() {
                 d.bufs[i] = match o {
                     Some(off) => scratch_base + *off as u64,
-                    None => a,
+                    None => self.tagged(a),
                 };
             }
             // SAFETY: `OxDesc` is the kernel's parameter type (crate::layout);

@@ -15,9 +15,11 @@
 //! and cached per rank), [`launch`] (the kernel and its parameter),
 //! [`gate`] (a launch returns once the launches its kernel depends on were
 //! made, where streams may share hardware queues), [`streams`] (calls on a caller's stream: fork and join with events),
-//! [`external`] (memory the caller allocated: checks for registration) and
+//! [`external`] (memory the caller allocated: checks for registration),
+//! [`exports`] (ranks as processes: the caller's allocations shared per call) and
 //! [`failure`] (the device error records, abort and the failure word).
 
+mod exports;
 mod external;
 mod failure;
 mod gate;
@@ -41,6 +43,7 @@ use crate::error::{CudaError, Result};
 use crate::kernels;
 use crate::layout::MAX_BUFS;
 
+pub use exports::{Shared, EXPORT_BYTES, LAST_TAG};
 pub use gate::{GateMode, Party};
 pub use heap::{default_heap_bytes, HEAP_VAR};
 pub use launch::scale_bits;

@@ -19,6 +19,7 @@
 //! arena (one table for the clique, as in one process), and each process
 //! holds, per peer, the delta from the peer's address of its heap to this
 //! process's mapping of it, which kernels add to what the peer published.
+//! The caller's own allocations are shared per call (`exports`).
 //! Kernels of different processes spin on each other's counters: that
 //! needs MPS on a shared GPU (the facade chooses; see
 //! `oxccl::backend::cuda_procs`).
@@ -50,10 +51,13 @@ pub(super) struct SharedLinks {
     /// The clique's table of published buffer addresses (in rank 0's
     /// arena), as mapped here.
     pub(super) table: u64,
-    /// This rank's heap, and per rank the delta kernels add to its
-    /// published addresses (`[nranks]` i64, this process's device).
+    /// This rank's heap, and per rank and tag the delta kernels add to
+    /// its published addresses (`[nranks][MAPS]` i64, this process's
+    /// device; `exports`).
     pub(super) heap: Heap,
     pub(super) delta: DevMem,
+    /// The caller's allocations shared with peers, and theirs mapped here.
+    pub(super) exports: std::sync::Mutex<super::exports::Exports>,
     _own: DevMem,
     _peers: Vec<Imported>,
 }
@@ -170,7 +174,7 @@ impl World {
         }
         let delta = match (&local, &err) {
             (Ok((_, ctx, ..)), None) => {
-                let bytes: Vec<u8> = deltas.iter().flat_map(|d| d.to_le_bytes()).collect();
+                let bytes = super::exports::initial_table(me as usize, &deltas);
                 let m = DevMem::uninit(ctx, bytes.len());
                 match m.and_then(|m| m.upload(&bytes).map(|()| m)) {
                     Ok(m) => Some(m),
@@ -198,6 +202,7 @@ impl World {
             channels,
             heap,
             delta,
+            exports: Default::default(),
             _own: own,
             _peers: peers,
         });

@@ -101,9 +101,10 @@ pub(crate) fn create_procs(
         w.abort();
     })
     .map_err(crate::init::map_bootstrap)?;
+    let exports = super::cuda_exports::ExportBoard::new(boot)?;
     Ok(Arc::new(CudaBackend {
         world,
-        procs: Some(Procs { me, watch }),
+        procs: Some(Procs { me, watch, exports }),
     }))
 }
 
@@ -131,6 +132,8 @@ fn heap_bytes() -> Result<usize, Error> {
 struct Procs {
     me: u32,
     watch: oxccl_bootstrap::PeerWatch,
+    /// The caller's allocations shared between the processes.
+    exports: super::cuda_exports::ExportBoard,
 }
 
 /// Maps a CUDA backend error onto the facade's.
@@ -214,9 +217,28 @@ impl Backend for CudaBackend {
     }
 
     fn registered_external(&self) -> bool {
-        // Across processes a peer reaches only a rank's heap (`alloc`),
-        // not memory the caller allocated and registered.
+        // Across processes a peer reaches a rank's heap (`alloc`), and the
+        // caller's allocations only as `share_external` shares them.
         self.procs.is_none()
+    }
+
+    fn share_external(&self, rank: u32, buf: RawBuf) -> bool {
+        let Some(p) = self.procs.as_ref() else {
+            return false;
+        };
+        match self.world.share_range(rank, buf.addr, buf.bytes) {
+            Ok(Some(sh)) => {
+                if let Some(rec) = &sh.record {
+                    p.exports.publish(sh.tag, rec);
+                }
+                true
+            }
+            Ok(None) => false,
+            Err(e) => {
+                tracing::debug!(rank, error = %e, "oxccl: not shared with the peer processes");
+                false
+            }
+        }
     }
 
     fn chunk_bytes(&self) -> usize {
@@ -291,10 +313,16 @@ impl Backend for CudaBackend {
         } else {
             Party::All
         };
+        // Peers' allocations shared for this call, mapped ahead of the
+        // kernel on this rank's stream.
+        if let Some(procs) = &self.procs {
+            procs.exports.import_new(w);
+        }
         // SAFETY: the caller guarantees (trait contract) every non-scratch
         // buffer is device memory of this rank valid until the stream
         // reaches the kernel; the facade only picks plans with remote steps
-        // for buffers from `alloc`, which every rank can address.
+        // for buffers every rank can address: from `alloc`, registered, or
+        // shared for the call (`share_external`).
         unsafe { w.launch_as(p, launch.rank, &bufs[..n], launch.dtype, launch.op, party) }
             .map_err(map_error)
     }

@@ -21,6 +21,7 @@
 //! | timer | `Instant` | CUDA events on the rank's stream |
 
 pub mod cuda;
+pub(crate) mod cuda_exports;
 pub(crate) mod cuda_procs;
 pub mod cuda_staged;
 pub mod host;
@@ -236,9 +237,22 @@ pub trait Backend: Send + Sync + Debug {
 
     /// Whether memory registered with [`Backend::check_external`] may run
     /// direct plans (every rank reaches it). Not for CUDA ranks as
-    /// processes: peers map only each rank's `alloc` heap.
+    /// processes: peers map each rank's `alloc` heap at creation, and the
+    /// caller's allocations per call ([`Backend::share_external`]).
     fn registered_external(&self) -> bool {
         true
+    }
+
+    /// Makes `buf`, memory the caller allocated on `rank`'s device and
+    /// passed to a call about to be checked, reachable by every rank for
+    /// that call where the backend can do so unasked; `false` where it
+    /// cannot (the call then runs a FIFO plan unless `buf` is registered).
+    /// CUDA ranks as processes share the allocation with their peer
+    /// processes here. Only called with the call check on: a peer learns
+    /// of the allocation before its launch through the check's ordering.
+    fn share_external(&self, rank: u32, buf: RawBuf) -> bool {
+        let _ = (rank, buf);
+        false
     }
 
     /// Whether memory from [`Backend::alloc`] is host memory of this
