@@ -27,7 +27,9 @@ pub struct HostConfig {
     pub shm_heap_bytes: usize,
     /// Ranks over the network: channels connected per peer at setup (each
     /// a connection per direction); plans may use at most this many.
-    /// Default 2, at most 32.
+    /// Default 4 (a ring needs about that many to keep a link busy:
+    /// `oxccl_topo::policy::NET_CHANNELS_TO_FILL`), at most 32;
+    /// `OXCCL_NET_CHANNELS` sets it.
     pub net_channels: usize,
     /// Ranks as processes of one host: use the network transport anyway
     /// (as `NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1` do). Ranks on different
@@ -55,7 +57,7 @@ impl Default for HostConfig {
             slot_bytes: 512 << 10,
             spin: 64,
             shm_heap_bytes: 16 << 30,
-            net_channels: 2,
+            net_channels: 4,
             force_network: false,
             net_send_by_reference: true,
             net_receive_in_place: true,

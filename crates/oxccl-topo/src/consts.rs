@@ -212,6 +212,10 @@ pub struct Constants {
     /// algorithms are given: the selector adds a channel only while each
     /// carries at least this many (see the table above for why).
     pub direct_chan_min_bytes: f64,
+    /// The same for every other algorithm (0: no minimum). Over the
+    /// network a channel that carries less than a round of full slots
+    /// adds messages, not overlap.
+    pub fifo_chan_min_bytes: f64,
     /// The direct algorithms (one-shot, two-shot, all-pairs) run registered
     /// plans: peers' buffers are read and written in place, with no FIFO
     /// connection, so no protocol's FIFO handshake applies. They are then
@@ -252,6 +256,7 @@ impl Default for Constants {
             direct_peer_lat: 0.2,
             direct_bw: 0.85,
             direct_chan_min_bytes: 65536.0,
+            fifo_chan_min_bytes: 0.0,
             direct_fifo_free: false,
             fitted: Vec::new(),
             fitted_coll: Vec::new(),
@@ -305,7 +310,7 @@ impl Constants {
         if is_direct(algo) {
             self.direct_chan_min_bytes
         } else {
-            0.0
+            self.fifo_chan_min_bytes
         }
     }
 

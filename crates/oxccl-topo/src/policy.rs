@@ -200,15 +200,37 @@ pub struct NetPlacement {
     pub hop_us: Option<f64>,
 }
 
+/// Channels a ring needs over the network to fill the link: a channel
+/// runs its steps in order, so each ring round waits for its messages
+/// (a block out, its reduction back) and one channel keeps the link busy
+/// only part of the time. On the 2-core development VM (2 processes over
+/// `lo`, 64 MiB AllReduce, docs/PERFORMANCE.md) 1, 2 and 4 channels moved
+/// about 1.3, 1.6 and 1.9 GB/s.
+pub const NET_CHANNELS_TO_FILL: f64 = 4.0;
+
+/// Fewest bytes (nccl-tests size) a channel over the network is given:
+/// two of the host backend's 512 KiB slots. A channel with less has one
+/// message each way per ring step, and more channels then add messages
+/// (each a hand-off through proxy and socket threads), not overlap.
+pub const NET_CHANNEL_MIN_BYTES: f64 = 1024.0 * 1024.0;
+
 /// The model's constants for ranks as processes over the network. A FIFO
 /// message costs host memory passes inside a host (as [`host_constants`])
-/// and the network's bandwidth between hosts, whichever is slower; one
-/// proxy thread per process carries every channel, so channels add no
-/// bandwidth (the fewest within 1% win). No plan is registered there:
-/// only FIFO plans are timed.
+/// and the network's bandwidth between hosts, whichever is slower. A
+/// channel carries at most [`NET_CHANNELS_TO_FILL`]-th of the network's
+/// bandwidth and at least [`NET_CHANNEL_MIN_BYTES`], so bandwidth-bound
+/// calls take that many channels and latency-bound ones one (the fewest
+/// within 1% win). No plan is
+/// registered there: only FIFO plans are timed.
 pub fn net_constants(p: &NetPlacement) -> Constants {
+    let bw = if p.bw > 0.0 {
+        p.bw
+    } else {
+        crate::consts::NET_DEFAULT_BW
+    };
     let mut c = Constants {
-        chan_cap: [1e9; 3],
+        chan_cap: [bw / NET_CHANNELS_TO_FILL; 3],
+        fifo_chan_min_bytes: NET_CHANNEL_MIN_BYTES,
         ..Constants::default()
     };
     if let Some(h) = p.hop_us {
@@ -485,24 +507,7 @@ mod tests {
             4,
         );
         assert!(one.hosts().is_empty());
-        let at = |bw: f64, hop: f64, bytes: usize| {
-            let p = Policy::network(
-                &NetPlacement {
-                    host_of: vec![0, 1],
-                    bw,
-                    hop_us: Some(hop),
-                },
-                4,
-            );
-            p.best(
-                CollKind::AllReduce,
-                bytes,
-                false,
-                &Algo::ALL,
-                &[Proto::Simple],
-            )
-            .us()
-        };
+        let at = |bw: f64, hop: f64, bytes: usize| two_hosts(bw, hop, 4, bytes).us();
         // 64 MiB on 2 hosts: bandwidth-bound at the network's 1 GB/s
         // (busbw = algbw on 2 ranks), and faster on a faster network.
         let t = at(1.0, 10.0, 64 << 20);
@@ -510,6 +515,40 @@ mod tests {
         assert!(at(2.0, 10.0, 64 << 20) < t * 0.6);
         // 8 B: latency-bound, by the hop's latency.
         assert!(at(1.0, 100.0, 8) > at(1.0, 10.0, 8) + 100.0);
+    }
+
+    /// The best AllReduce of `bytes` on 2 ranks over a network of `bw`
+    /// GB/s and `hop` µs, at most `max` channels.
+    fn two_hosts(bw: f64, hop: f64, max: u32, bytes: usize) -> Choice {
+        let placement = NetPlacement {
+            host_of: vec![0, 1],
+            bw,
+            hop_us: Some(hop),
+        };
+        let all = Algo::ALL;
+        Policy::network(&placement, max).best(
+            CollKind::AllReduce,
+            bytes,
+            false,
+            &all,
+            &[Proto::Simple],
+        )
+    }
+
+    #[test]
+    fn network_rings_take_channels_only_when_bandwidth_bound() {
+        // 2 ranks forced onto loopback (a host each), as measured on the
+        // 2-core VM: one channel per small call, every channel up to
+        // NET_CHANNELS_TO_FILL for 64 MiB.
+        for max in [2, 4, 8] {
+            for small in [8, 64 << 10, 1 << 20] {
+                let c = two_hosts(3.5, 50.0, max, small);
+                assert_eq!(c.channels, 1, "{c}");
+            }
+            let big = two_hosts(3.5, 50.0, max, 64 << 20);
+            assert_eq!(big.algo, Algo::Ring, "{big}");
+            assert_eq!(big.channels, max.min(NET_CHANNELS_TO_FILL as u32), "{big}");
+        }
     }
 
     #[test]

@@ -106,6 +106,32 @@ fn flag(var: &'static str, default: bool) -> Result<bool, HostError> {
     }
 }
 
+/// Channels to connect per peer: `default` (the configuration's), unless
+/// `OXCCL_NET_CHANNELS` (1 to 32) says otherwise.
+fn channels(default: usize) -> Result<usize, HostError> {
+    match oxccl_bootstrap::env::process("OXCCL_NET_CHANNELS") {
+        None => Ok(default),
+        Some(v) => v
+            .trim()
+            .parse::<usize>()
+            .ok()
+            .filter(|n| (1..=crate::shm::MAX_CHANNELS).contains(n))
+            .ok_or_else(|| {
+                HostError::Net(
+                    oxccl_bootstrap::env::BadVar {
+                        var: "OXCCL_NET_CHANNELS",
+                        value: v,
+                        reason: format!(
+                            "expected an integer from 1 to {}",
+                            crate::shm::MAX_CHANNELS
+                        ),
+                    }
+                    .to_string(),
+                )
+            }),
+    }
+}
+
 fn net_err(e: NetError) -> HostError {
     HostError::Net(e.to_string())
 }
@@ -124,7 +150,7 @@ impl NetPart {
     pub fn new(boot: &Bootstrap, cfg: &HostConfig, rank: Unparker) -> Result<NetPart, HostError> {
         let me = boot.rank();
         let n = boot.nranks();
-        let nch = cfg.net_channels;
+        let nch = channels(cfg.net_channels)?;
         // Channel `nch` is the control connection.
         let conns = nch + 1;
         let ip = boot.descs()[me as usize].listen.ip();
