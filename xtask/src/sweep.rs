@@ -42,7 +42,10 @@
 //! Over the network transport (ranks on several hosts, or
 //! `NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1`) the ceiling is one plain TCP
 //! stream on rank 0's interface, measured by rank 0 alone in the same run,
-//! and `floor` is busbw divided by it.
+//! and `floor` is busbw divided by it. The header also gives each of two
+//! such streams run at once: every rank of a ring AllReduce sends and
+//! receives at once, so where both directions share the cores (loopback)
+//! that is the most its busbw can reach.
 
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
@@ -286,6 +289,13 @@ pub fn run(a: SweepArgs) -> anyhow::Result<()> {
                 out,
                 "# network ceiling: {bw:.2} GB/s (one TCP stream of {bytes} bytes on rank 0's interface, same run); floor = busbw / ceiling"
             )?;
+            if let Some(two) = comms[0].duplex_bandwidth(bytes).transpose()? {
+                writeln!(
+                    out,
+                    "# two streams at once: {two:.2} GB/s each ({:.1}% of one stream; a 2-rank ring AllReduce sends and receives at once, so where both share the cores this bounds its busbw)",
+                    100.0 * two / bw
+                )?;
+            }
             Some(bw)
         } else {
             let bw = comms[0].copy_bandwidth(bytes)?;

@@ -266,6 +266,17 @@ impl HostFabric {
         )
     }
 
+    /// Over the network: GB/s of each of two TCP streams of `bytes` bytes
+    /// on this rank's interface run at once, measured now
+    /// ([`oxccl_net::streams_throughput`]); `None` otherwise.
+    pub fn duplex_bandwidth(&self, bytes: usize) -> Option<Result<f64, HostError>> {
+        let n = self.net.as_ref()?;
+        Some(
+            oxccl_net::streams_throughput(n.ip, bytes, 2, 5, self.deadline())
+                .map_err(|e| HostError::Net(e.to_string())),
+        )
+    }
+
     /// Whether scratch and `alloc` memory come from a heap peers map.
     pub(crate) fn shared_heap(&self) -> bool {
         self.procs.is_some()

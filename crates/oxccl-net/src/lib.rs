@@ -26,6 +26,6 @@ pub mod wire;
 pub use api::{Comm, ListenComm, MemHandle, MemKind, Net, Properties, RecvComm, Request, SendComm};
 pub use config::TcpConfig;
 pub use error::{NetError, WireError};
-pub use stream::stream_throughput;
+pub use stream::{stream_throughput, streams_throughput};
 pub use tcp::{TcpNet, Waker};
 pub use wire::Handle;

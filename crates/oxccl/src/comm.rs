@@ -422,6 +422,14 @@ impl Communicator {
         self.clique.backend.stream_bandwidth(bytes)
     }
 
+    /// Over the network: GB/s of each of two such streams at once (both
+    /// directions of an exchange sharing this host's cores); `None` when
+    /// the ranks do not talk over the network or the backend does not
+    /// measure it (staged CUDA ranks).
+    pub fn duplex_bandwidth(&self, bytes: usize) -> Option<Result<f64>> {
+        self.clique.backend.duplex_bandwidth(bytes)
+    }
+
     /// Any collective, by kind: the generic entry point the typed methods,
     /// the sweep and the tests share. Counts come from the buffers (see
     /// [`oxccl_core::Collective`] for each collective's layout); `op` is

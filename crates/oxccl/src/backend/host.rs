@@ -312,6 +312,12 @@ impl Backend for HostBackend {
             .map(|r| r.map_err(map_error))
     }
 
+    fn duplex_bandwidth(&self, bytes: usize) -> Option<Result<f64, Error>> {
+        self.fabric
+            .duplex_bandwidth(bytes)
+            .map(|r| r.map_err(map_error))
+    }
+
     fn net_placement(&self) -> Option<oxccl_topo::NetPlacement> {
         Some(oxccl_topo::NetPlacement {
             host_of: self.host_of.clone(),

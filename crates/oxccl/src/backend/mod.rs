@@ -445,6 +445,15 @@ pub trait Backend: Send + Sync + Debug {
         None
     }
 
+    /// Ranks over the network: GB/s of each of two such streams run at
+    /// once (what two ranks exchanging both ways can move each way when
+    /// they share the host's cores, as over loopback). `None` when the
+    /// ranks do not talk over the network or the backend does not measure
+    /// it.
+    fn duplex_bandwidth(&self, _bytes: usize) -> Option<Result<f64, Error>> {
+        None
+    }
+
     /// Ranks over the network: where they are (each rank's host) and what
     /// the network gives, for the cost model, rings and trees; `None`
     /// when the ranks do not talk over the network.
