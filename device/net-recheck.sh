@@ -1,0 +1,42 @@
+#!/bin/bash
+# Issue 13 on the H200 host: the network transport over loopback. Build
+# here with device/build-binaries.sh, then on the device machine with
+# carry [".gpu"], from the repository root:  bash device/net-recheck.sh
+# About 120 s (each step has its own timeout; at most 190 s in all).
+# 1. 2 host-backend processes over TCP (lo), 64 MiB AllReduce with
+#    --baseline, 3 runs with the default sockets and 3 with 4 threads x 2
+#    sockets: per run the stream ceiling, each of two streams at once
+#    (two-way), busbw and floor out of place / in place; then the medians.
+# 2. 8 CUDA processes forced onto TCP (staged), every collective 8 B-4 MiB.
+set -o pipefail
+G=$PWD/.gpu; O=${OUT:-/tmp/out}; mkdir -p $O
+export OXCCL_CACHE_DIR=/tmp/oxcache; mkdir -p $OXCCL_CACHE_DIR; cp $G/cache/* $OXCCL_CACHE_DIR/ 2>/dev/null
+export OXCCL_REQUIRE_GPU=1 NCCL_NVLS_ENABLE=0
+export NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_SOCKET_IFNAME=lo OXCCL_DEADLINE_MS=30000
+T0=$(date +%s)
+st() { echo "=== [$(( $(date +%s) - T0 )) s] $*"; }
+sum() { grep -E "^# oxccl sweep|Out of bounds|rror" "$1" | cut -c1-160 | head -6; }
+# One line per run: ceiling, two-way, busbw oop/ip, floor oop/ip, wrong.
+row() {
+  awk '/network ceiling/ {c=$4} /two streams at once/ {d=$6}
+       /^ +67108864/ {printf "ceiling %s GB/s two-way %s GB/s busbw %s / %s GB/s floor %s / %s wrong %s/%s\n", c, d, $8, $13, $10, $15, $9, $14}' "$1"
+}
+med() { sort -g | awk '{v[NR]=$1} END {if (NR) print v[int((NR+1)/2)]; else print "-"}'; }
+loop="sweep --procs 2 --backend host -b 64M -e 64M --coll allreduce -n 5 -w 2 --baseline"
+st "issue 13: 2 host processes over TCP (lo), 64 MiB AllReduce, --baseline"
+for cfg in default 4x2; do
+  env=""; [ $cfg = 4x2 ] && env="NCCL_SOCKET_NTHREADS=4 NCCL_NSOCKS_PERTHREAD=2"
+  for i in 1 2 3; do
+    env $env timeout 40 $G/xtask $loop > $O/loop-$cfg-$i.txt 2>&1; rc=$?
+    echo "$cfg run $i rc=$rc: $(row $O/loop-$cfg-$i.txt)"
+    [ $rc = 0 ] || sum $O/loop-$cfg-$i.txt
+  done
+  for col in 10 15; do
+    m=$(cat $O/loop-$cfg-*.txt | awk -v c=$col '/^ +67108864/ {sub("%","",$c); print $c}' | med)
+    [ $col = 10 ] && echo -n "$cfg median floor: out of place $m%" || echo " in place $m%"
+  done
+done
+st "issue 13: 8 CUDA processes over TCP (lo), every collective 8 B-4 MiB"
+timeout 70 $G/xtask sweep --backend cuda -b 8 -e 4M -f 16 -n 5 -w 2 --procs 8 > $O/net8.txt 2>&1; echo "rc=$?"; sum $O/net8.txt
+grep -E "^# Collective|^ +(8|524288|4194304) " $O/net8.txt | cut -c1-120
+st done
