@@ -165,7 +165,7 @@ pub fn run(a: SimulateArgs) -> anyhow::Result<()> {
 }
 
 /// The host backend's selector for `nodes` hosts of `per_host` rank
-/// processes each over a network of `bw` GB/s (two channels, the
+/// processes each over a network of `bw` GB/s (four channels, the
 /// transport's default).
 fn net_selector(nodes: u32, per_host: u32, bw: f64, hop_us: Option<f64>) -> Selector {
     let host_of: Vec<u32> = (0..nodes.max(1))
@@ -176,7 +176,7 @@ fn net_selector(nodes: u32, per_host: u32, bw: f64, hop_us: Option<f64>) -> Sele
         bw,
         hop_us,
     };
-    Policy::network(&p, 2)
+    Policy::network(&p, oxccl_topo::policy::NET_CHANNELS_TO_FILL as u32)
         .selector(false, Algo::Ring, Transport::Fifo)
         .clone()
 }
