@@ -27,10 +27,12 @@ st "issue 13: 2 host processes over TCP (lo), 64 MiB AllReduce, --baseline"
 for cfg in default 4x2; do
   env=""; [ $cfg = 4x2 ] && env="NCCL_SOCKET_NTHREADS=4 NCCL_NSOCKS_PERTHREAD=2"
   for i in 1 2 3; do
-    env $env timeout 40 $G/xtask $loop > $O/loop-$cfg-$i.txt 2>&1; rc=$?
+    env $env NCCL_DEBUG=INFO timeout 40 $G/xtask $loop > $O/loop-$cfg-$i.txt 2>&1; rc=$?
     echo "$cfg run $i rc=$rc: $(row $O/loop-$cfg-$i.txt)"
     [ $rc = 0 ] || sum $O/loop-$cfg-$i.txt
   done
+  # The selector's choice (expected: algo ring, channels 4).
+  grep -ohE "algo [a-z]+ proto [a-z]+ channels [0-9]+" $O/loop-$cfg-*.txt | sort | uniq -c
   for col in 10 15; do
     m=$(cat $O/loop-$cfg-*.txt | awk -v c=$col '/^ +67108864/ {sub("%","",$c); print $c}' | med)
     [ $col = 10 ] && echo -n "$cfg median floor: out of place $m%" || echo " in place $m%"
