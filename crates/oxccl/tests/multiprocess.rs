@@ -870,6 +870,69 @@ fn child_external() {
             }
         }
     }
+    // Send/Recv on a ring, 1 Mi f32 (a direct read of the sender's
+    // buffer from 256 KiB on), on fresh allocations.
+    let count = 1usize << 20;
+    let (next, prev) = ((me + 1) % n, (me + n - 1) % n);
+    let data: Vec<f32> = (0..count)
+        .map(|i| (me as usize * 7 + i % 1000) as f32)
+        .collect();
+    let (mut sbuf, mut rbuf) = (0u64, 0u64);
+    // SAFETY: plain allocations and a synchronous copy, freed below after
+    // the barrier.
+    unsafe {
+        cu("cuMemAlloc", sys::cuMemAlloc_v2(&mut sbuf, count * 4));
+        cu("cuMemAlloc", sys::cuMemAlloc_v2(&mut rbuf, count * 4));
+        cu(
+            "cuMemcpyHtoD",
+            sys::cuMemcpyHtoD_v2(sbuf, data.as_ptr().cast(), count * 4),
+        );
+    }
+    oxccl::group(|g| {
+        // SAFETY: both buffers live until after the barrier below.
+        unsafe {
+            g.send_raw(
+                &c,
+                sbuf as *const _,
+                count,
+                DataType::F32,
+                next,
+                RawStream::DEFAULT,
+            )?;
+            g.recv_raw(
+                &c,
+                rbuf as *mut _,
+                count,
+                DataType::F32,
+                prev,
+                RawStream::DEFAULT,
+            )
+        }
+    })
+    .unwrap();
+    c.barrier().unwrap();
+    let mut got = vec![0f32; count];
+    // SAFETY: `rbuf` holds `count` f32s; the exchange completed.
+    unsafe {
+        cu(
+            "cuMemcpyDtoH",
+            sys::cuMemcpyDtoH_v2(got.as_mut_ptr().cast(), rbuf, count * 4),
+        );
+    }
+    let want: Vec<f32> = (0..count)
+        .map(|i| (prev as usize * 7 + i % 1000) as f32)
+        .collect();
+    cases += 1;
+    if got != want {
+        wrong += got.iter().zip(&want).filter(|(a, b)| a != b).count() as u64;
+        first.get_or_insert_with(|| "send/recv on the caller's memory delivered wrong data".into());
+    }
+    c.barrier().unwrap();
+    // SAFETY: nothing of any rank's is in flight after the barrier.
+    unsafe {
+        cu("cuMemFree", sys::cuMemFree_v2(sbuf));
+        cu("cuMemFree", sys::cuMemFree_v2(rbuf));
+    }
     println!("DIRECT {direct} calls");
     finish_child(me, cases, wrong, first);
 }
