@@ -68,8 +68,8 @@ impl World {
     /// Checks that `bytes` bytes at `ptr` are device memory on `rank`'s
     /// device that every rank of the clique may load and store, as a
     /// registered range must be. Nothing is changed. (When ranks are
-    /// processes, peers reach only the ranks' heaps, so the facade runs
-    /// FIFO plans on registered memory anyway.)
+    /// processes, registration changes nothing: calls share their
+    /// allocations with the peers themselves, [`World::share_range`].)
     pub fn check_external(&self, rank: u32, ptr: u64, bytes: usize) -> Result<()> {
         let dev = self.dev(rank)?;
         dev.ctx.bind()?;
