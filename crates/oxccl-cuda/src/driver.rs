@@ -209,17 +209,25 @@ pub struct Ctx {
 /// communicator creation rather than as a deadline at the first call.
 fn mps_full(code: sys::cudaError_enum) -> Option<&'static str> {
     use sys::cudaError_enum as E;
-    matches!(
-        code,
-        E::CUDA_ERROR_MPS_MAX_CLIENTS_REACHED | E::CUDA_ERROR_MPS_MAX_CONNECTIONS_REACHED
-    )
-    .then_some(
-        "the GPU's MPS server has no room for another client process (MPS serves a bounded \
-         number of clients per GPU, fewer the more hardware queues each asks for with \
-         CUDA_DEVICE_MAX_CONNECTIONS); run fewer rank processes per GPU, ask for fewer queues \
-         (CUDA_DEVICE_MAX_CONNECTIONS=2), run the ranks as threads of one process (no such \
-         limit), or stop MPS (ranks as processes then go through host memory)",
-    )
+    match code {
+        E::CUDA_ERROR_MPS_MAX_CLIENTS_REACHED | E::CUDA_ERROR_MPS_MAX_CONNECTIONS_REACHED => Some(
+            "the GPU's MPS server has no room for another client process (MPS serves a bounded \
+             number of clients per GPU, fewer the more hardware queues each asks for with \
+             CUDA_DEVICE_MAX_CONNECTIONS); run fewer rank processes per GPU, ask for fewer \
+             queues (CUDA_DEVICE_MAX_CONNECTIONS=2), run the ranks as threads of one process \
+             (no such limit), or stop MPS (ranks as processes then go through host memory)",
+        ),
+        // Seen on the H200 under MPS: 16 rank processes ran, and of 32 the
+        // 16th to start failed here, with the device's memory mostly free.
+        E::CUDA_ERROR_OUT_OF_MEMORY => Some(
+            "no memory for another context: the device's memory is full, or, under MPS, the \
+             server has no room for another client process (on the H200, 32 rank processes \
+             failed here where 16 ran); run fewer rank processes per GPU, ask for fewer \
+             hardware queues (CUDA_DEVICE_MAX_CONNECTIONS=2), give each a smaller heap \
+             (OXCCL_PROC_HEAP), or run the ranks as threads of one process",
+        ),
+        _ => None,
+    }
 }
 
 // SAFETY: a CUcontext handle may be used from any thread once made current
@@ -959,11 +967,12 @@ mod tests {
         for code in [
             E::CUDA_ERROR_MPS_MAX_CLIENTS_REACHED,
             E::CUDA_ERROR_MPS_MAX_CONNECTIONS_REACHED,
+            E::CUDA_ERROR_OUT_OF_MEMORY,
         ] {
             let why = mps_full(code).expect("an MPS limit");
             assert!(why.contains("fewer rank processes per GPU"), "{why}");
             assert!(why.contains("CUDA_DEVICE_MAX_CONNECTIONS"), "{why}");
         }
-        assert_eq!(mps_full(E::CUDA_ERROR_OUT_OF_MEMORY), None);
+        assert_eq!(mps_full(E::CUDA_ERROR_INVALID_VALUE), None);
     }
 }
