@@ -6,7 +6,9 @@
 //!   groups go through [`lanes`]: 16 or 32 values widened to f32 in AVX
 //!   registers, folded, rounded back (fp8 Max/Min compare the bytes);
 //!   fp8 Sum and Prod 64 bytes a step where the CPU also has AVX-512 F, BW
-//!   and VBMI, widened by table lookup.
+//!   and VBMI, on the bytes themselves (table lookups and byte arithmetic,
+//!   no f32) but for rare groups (results below the smallest normal,
+//!   infinities, NaNs), which are widened by table lookup and folded in f32.
 //! - The rest (a group's tail, other CPUs): f16 and bf16 in one fused loop
 //!   whose conversions are branch-free integer and f32 arithmetic the
 //!   compiler vectorises (the `half` crate's scalar and slice conversions

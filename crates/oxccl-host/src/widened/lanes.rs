@@ -8,8 +8,8 @@
 //! - bf16: an unpack, and the same round-to-nearest-even integer add.
 //! - fp8 ([`fp8`]): Sum and Prod through f16 by F16C, Max and Min on the
 //!   bytes themselves. Where the CPU also has AVX-512 F, BW and VBMI, fp8
-//!   Sum and Prod take 64 bytes a step through [`fp8_avx512`] first
-//!   (widening by table lookup), these lanes the rest.
+//!   Sum and Prod take 64 bytes a step through [`fp8_avx512`] first (on
+//!   the bytes: lookups and byte arithmetic), these lanes the rest.
 //!
 //! Max and Min in f32 are `f32::max`/`f32::min` as LLVM lowers them on x86
 //! (`maxps(b, a)`, then `b` where `a` is NaN), so equal operands (±0) give

@@ -13,9 +13,8 @@
 //!   half an fp8 step. Thirty-two values per 32-byte step, four registers:
 //!   43 instructions per 16 values, most of the time in the F16C
 //!   widenings. Where the CPU has AVX-512 F, BW and VBMI, 64-byte groups
-//!   go through [`super::fp8_avx512`] instead (widened by table lookup,
-//!   rounded through f16 as here but saturated on the packed bytes: 2.2
-//!   to 2.6 times faster), and these lanes fold what is left and serve
+//!   go through [`super::fp8_avx512`] instead (on the bytes, with no f32
+//!   but for rare groups), and these lanes fold what is left and serve
 //!   CPUs without it.
 //! - Max and Min need no arithmetic: `f32::max`/`min` of two widened fp8
 //!   values is one of them, so the result is that operand's byte rounded
