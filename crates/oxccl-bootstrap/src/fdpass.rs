@@ -8,6 +8,13 @@
 //! A datagram carries the magic, the sender's rank, a tag chosen by the
 //! caller and up to [`MAX_FDS`] descriptors. Receivers match on (sender,
 //! tag) and keep early arrivals, so peers may send in any order.
+//!
+//! A socket's queue holds only `net.unix.max_dgram_qlen` datagrams (10 by
+//! default), and descriptors in flight count against the sender's
+//! `RLIMIT_NOFILE`: when every rank sends to every peer before receiving
+//! (the host fabric's segment exchange), more than 11 ranks would all wait
+//! on full queues that nobody drains. So a send that has to wait drains
+//! its own mailbox into the early arrivals meanwhile.
 
 use std::io::{IoSlice, IoSliceMut};
 use std::mem::MaybeUninit;
@@ -39,6 +46,8 @@ pub struct FdMailbox {
     scope: u16,
     rank: u32,
     early: Mutex<Vec<Parcel>>,
+    /// The bootstrap's deadline, for messages (unset: the wait's own length).
+    limit: Option<Duration>,
 }
 
 fn name(magic: u64, scope: u16, rank: u32) -> Result<SocketAddrUnix, BootstrapError> {
@@ -71,7 +80,42 @@ impl FdMailbox {
             scope,
             rank,
             early: Mutex::new(Vec::new()),
+            limit: None,
         })
+    }
+
+    /// This mailbox, naming `limit` as the deadline in its timeouts.
+    pub(crate) fn with_limit(mut self, limit: Duration) -> FdMailbox {
+        self.limit = Some(limit);
+        self
+    }
+
+    fn timeout(&self, started: Instant, waiting_for: String) -> BootstrapError {
+        BootstrapError::Timeout {
+            rank: self.rank,
+            waiting_for,
+            limit: self.limit.unwrap_or_else(|| started.elapsed()),
+        }
+    }
+
+    /// Waits up to `t` for a datagram, then keeps every one queued as an
+    /// early arrival (frees the senders waiting on this queue).
+    fn drain(&self, t: Duration) -> Result<(), BootstrapError> {
+        let mut t = t;
+        loop {
+            let ts = Timespec {
+                tv_sec: t.as_secs() as _,
+                tv_nsec: t.subsec_nanos() as _,
+            };
+            let mut pfd = [PollFd::new(&self.sock, PollFlags::IN)];
+            if poll(&mut pfd, Some(&ts)).unwrap_or(0) == 0 {
+                return Ok(());
+            }
+            if let Some(p) = self.recv_one()? {
+                self.early.lock().unwrap_or_else(|p| p.into_inner()).push(p);
+            }
+            t = Duration::ZERO;
+        }
     }
 
     /// Sends `fds` with `tag` to rank `to`'s mailbox (on this machine).
@@ -93,6 +137,7 @@ impl FdMailbox {
         msg[8..12].copy_from_slice(&self.rank.to_le_bytes());
         msg[12..].copy_from_slice(&tag.to_le_bytes());
         let addr = name(self.magic, self.scope, to)?;
+        let started = Instant::now();
         let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
         loop {
             let mut anc = SendAncillaryBuffer::new(&mut space);
@@ -107,20 +152,22 @@ impl FdMailbox {
                 SendFlags::DONTWAIT,
             ) {
                 Ok(_) => return Ok(()),
-                // The peer's queue is full, or it has not bound yet.
+                // The peer's queue is full, it has not bound yet, or too
+                // many descriptors are in flight: the peer may be sending to
+                // us meanwhile, so take its messages while waiting.
                 Err(e)
                     if e == rustix::io::Errno::AGAIN
                         || e == rustix::io::Errno::CONNREFUSED
-                        || e == rustix::io::Errno::NOENT =>
+                        || e == rustix::io::Errno::NOENT
+                        || e == rustix::io::Errno::TOOMANYREFS =>
                 {
                     if Instant::now() >= deadline {
-                        return Err(BootstrapError::Timeout {
-                            rank: self.rank,
-                            waiting_for: format!("rank {to}'s fd mailbox to take a message ({e})"),
-                            limit: Duration::ZERO,
-                        });
+                        return Err(self.timeout(
+                            started,
+                            format!("rank {to}'s fd mailbox to take a message ({e})"),
+                        ));
                     }
-                    std::thread::sleep(Duration::from_millis(2));
+                    self.drain(Duration::from_millis(2))?;
                 }
                 Err(e) => {
                     return Err(BootstrapError::PeerLost {
@@ -140,6 +187,7 @@ impl FdMailbox {
         tag: u64,
         deadline: Instant,
     ) -> Result<Vec<OwnedFd>, BootstrapError> {
+        let started = Instant::now();
         loop {
             {
                 let mut early = self.early.lock().unwrap_or_else(|p| p.into_inner());
@@ -149,24 +197,11 @@ impl FdMailbox {
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return Err(BootstrapError::Timeout {
-                    rank: self.rank,
-                    waiting_for: format!("descriptors from rank {from} (tag {tag})"),
-                    limit: Duration::ZERO,
-                });
+                return Err(
+                    self.timeout(started, format!("descriptors from rank {from} (tag {tag})"))
+                );
             }
-            let t = left.min(Duration::from_millis(100));
-            let ts = Timespec {
-                tv_sec: t.as_secs() as _,
-                tv_nsec: t.subsec_nanos() as _,
-            };
-            let mut pfd = [PollFd::new(&self.sock, PollFlags::IN)];
-            if poll(&mut pfd, Some(&ts)).unwrap_or(0) == 0 {
-                continue;
-            }
-            if let Some(p) = self.recv_one()? {
-                self.early.lock().unwrap_or_else(|p| p.into_inner()).push(p);
-            }
+            self.drain(left.min(Duration::from_millis(100)))?;
         }
     }
 

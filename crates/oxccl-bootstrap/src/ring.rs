@@ -69,7 +69,7 @@ impl Bootstrap {
                 limit,
                 descs: vec![my_desc(rank, dev)],
                 ring: Mutex::new(None),
-                mailbox: FdMailbox::bind(magic, 0, rank)?,
+                mailbox: FdMailbox::bind(magic, 0, rank)?.with_limit(limit),
                 listener: None,
                 subsets: Mutex::new(HashMap::new()),
             });
@@ -89,7 +89,7 @@ impl Bootstrap {
         drop(root);
         // Bound only once the root has vouched that this rank is unique
         // (peers' sends retry until it is bound).
-        let mailbox = FdMailbox::bind(magic, info.root.port(), rank)?;
+        let mailbox = FdMailbox::bind(magic, info.root.port(), rank)?.with_limit(limit);
         Bootstrap::linked(magic, limit, deadline, descs, rank, listener, mailbox)
     }
 

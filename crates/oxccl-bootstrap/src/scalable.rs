@@ -126,7 +126,7 @@ impl Bootstrap {
         // 3. One ring, under a magic of its own (the meetings' mailboxes
         // and connections used root 0's).
         let magic = subset_magic(root0.magic, 0, &[nranks, nroots]);
-        let mailbox = FdMailbox::bind(magic, root0.root.port(), rank)?;
+        let mailbox = FdMailbox::bind(magic, root0.root.port(), rank)?.with_limit(limit);
         let deadline = Instant::now() + limit;
         Bootstrap::linked(magic, limit, deadline, descs, rank, listener, mailbox)
     }

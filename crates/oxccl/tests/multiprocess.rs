@@ -290,6 +290,16 @@ fn killed_process_is_named_with(backend: &str, extra: &[(&'static str, &str)]) {
     assert!(oxccl_shm_entries().is_empty(), "{:?}", oxccl_shm_entries());
 }
 
+/// More processes than a Unix datagram queue holds messages
+/// (`net.unix.max_dgram_qlen`, 10 by default): every rank sends its
+/// segment to every peer before receiving, which used to hang until the
+/// deadline past 11 ranks (issue 16).
+#[test]
+fn sixteen_processes_initialise_and_reduce() {
+    let lines = run_ranks("tiny", 16);
+    assert_eq!(ok_lines(&lines).len(), 16, "{lines:#?}");
+}
+
 #[test]
 fn one_rank_needs_no_root_and_ignores_its_id() {
     let c = Communicator::init_rank(
@@ -1041,6 +1051,20 @@ fn child_init() {
     }
 }
 
+/// Init, then one 2-element AllReduce, checked.
+fn child_tiny() {
+    let c = child_comm(Duration::from_secs(60));
+    let (n, me) = (c.nranks(), c.rank());
+    let mut v = [me as f32, 1.0];
+    c.all_reduce_in_place(&mut v[..], RedOp::Sum).unwrap();
+    let want = [(0..n).map(|r| r as f32).sum(), n as f32];
+    if v == want {
+        println!("OK rank {me}");
+    } else {
+        println!("WRONG rank {me}: {v:?}, want {want:?}");
+    }
+}
+
 /// A rank in a network namespace: an AllReduce and an AllGather of 1 Mi
 /// elements each, checked.
 fn child_ns() {
@@ -1117,6 +1141,7 @@ fn child() {
         "loop" => child_loop(),
         "abort" => child_abort(),
         "init" => child_init(),
+        "tiny" => child_tiny(),
         "send_exit" => child_send_exit(),
         "ns" => child_ns(),
         other => panic!("{ROLE}={other:?}: no such rank role"),
