@@ -36,6 +36,11 @@ use crate::select::{Choice, Selector, Transport};
 /// of the right order; `calibrate` can fit better ones from a sweep.
 const HOST_PASS_GBPS: f64 = 20.0;
 
+/// What one rank's FIFO messages move inside a host, GB/s: three memory
+/// passes per byte (see [`host_constants`]). Over the network it bounds a
+/// ring's bandwidth however fast the link is.
+const HOST_FIFO_GBPS: f64 = HOST_PASS_GBPS / 3.0;
+
 /// The model's constants for the host backend of `nranks` ranks, where
 /// every rank shares one memory system and time goes in memory passes.
 ///
@@ -217,19 +222,18 @@ pub const NET_CHANNEL_MIN_BYTES: f64 = 1024.0 * 1024.0;
 /// The model's constants for ranks as processes over the network. A FIFO
 /// message costs host memory passes inside a host (as [`host_constants`])
 /// and the network's bandwidth between hosts, whichever is slower. A
-/// channel carries at most [`NET_CHANNELS_TO_FILL`]-th of the network's
-/// bandwidth and at least [`NET_CHANNEL_MIN_BYTES`], so bandwidth-bound
-/// calls take that many channels and latency-bound ones one (the fewest
-/// within 1% win). No plan is
-/// registered there: only FIFO plans are timed.
+/// channel carries at most [`NET_CHANNELS_TO_FILL`]-th of that slower
+/// path's bandwidth and at least [`NET_CHANNEL_MIN_BYTES`], so
+/// bandwidth-bound calls take that many channels and latency-bound ones
+/// one (the fewest within 1% win), whatever the link's measured or stated
+/// speed. (A quarter of the link alone would let one or two channels reach
+/// the host's [`HOST_FIFO_GBPS`] on a link faster than about 13 GB/s, a
+/// 200 or 400 Gb/s NIC or a fast loopback probe, and the selector would
+/// stop there.) No plan is registered there: only FIFO plans are timed.
 pub fn net_constants(p: &NetPlacement) -> Constants {
-    let bw = if p.bw > 0.0 {
-        p.bw
-    } else {
-        crate::consts::NET_DEFAULT_BW
-    };
+    let path = net_bw(p).min(HOST_FIFO_GBPS);
     let mut c = Constants {
-        chan_cap: [bw / NET_CHANNELS_TO_FILL; 3],
+        chan_cap: [path / NET_CHANNELS_TO_FILL; 3],
         fifo_chan_min_bytes: NET_CHANNEL_MIN_BYTES,
         ..Constants::default()
     };
@@ -239,6 +243,16 @@ pub fn net_constants(p: &NetPlacement) -> Constants {
         }
     }
     c
+}
+
+/// The network's bandwidth per host, GB/s: the placement's, else the
+/// model's default [`crate::consts::NET_DEFAULT_BW`].
+fn net_bw(p: &NetPlacement) -> f64 {
+    if p.bw > 0.0 {
+        p.bw
+    } else {
+        crate::consts::NET_DEFAULT_BW
+    }
 }
 
 /// The policy of one communicator set: its two selectors.
@@ -270,14 +284,9 @@ impl Policy {
     /// bandwidth.
     pub fn network(p: &NetPlacement, max_channels: u32) -> Policy {
         let n = p.host_of.len().max(1);
-        let bw = if p.bw > 0.0 {
-            p.bw
-        } else {
-            crate::consts::NET_DEFAULT_BW
-        };
         let selector = Selector::new(&Topology::empty(), &vec![0; n])
             .with_max_channels(max_channels)
-            .with_hosts(&p.host_of, HOST_PASS_GBPS / 3.0, bw)
+            .with_hosts(&p.host_of, HOST_FIFO_GBPS, net_bw(p))
             .with_constants(net_constants(p));
         Policy {
             registered: selector.clone(),
@@ -548,6 +557,89 @@ mod tests {
             let big = two_hosts(3.5, 50.0, max, 64 << 20);
             assert_eq!(big.algo, Algo::Ring, "{big}");
             assert_eq!(big.channels, max.min(NET_CHANNELS_TO_FILL as u32), "{big}");
+        }
+    }
+
+    /// Run S, call 10 on the H200 host (16 cores), 2 host processes over
+    /// `lo`, 64 MiB AllReduce: each run's hop as measured at setup (µs) and
+    /// the network bandwidth its ranks agreed (GB/s), recovered from the
+    /// time the selector predicted for its one channel (13312.2 to 21588.6
+    /// µs, 8.4 µs + 2 hops + 64 MiB at that bandwidth).
+    const H200_LOOPBACK: [(f64, f64); 6] = [
+        (28.2, 3.903),
+        (26.7, 4.694),
+        (58.6, 5.089),
+        (28.8, 4.513),
+        (26.3, 3.117),
+        (32.1, 4.206),
+    ];
+
+    #[test]
+    fn the_h200_hosts_loopback_figures_take_every_channel_for_64_mib() {
+        // Run S's binary (4ac6bf0's model) connected 2 channels and chose
+        // 1 in every run; each of its figures must give a bandwidth-bound
+        // ring every channel connected (up to NET_CHANNELS_TO_FILL). Four
+        // channels reach what that binary predicted for its one (64 MiB at
+        // the agreed bandwidth); one channel moves a quarter of it.
+        for (hop, bw) in H200_LOOPBACK {
+            for max in [2, 4] {
+                let c = two_hosts(bw, hop, max, 64 << 20);
+                assert_eq!(
+                    (c.algo, c.channels),
+                    (Algo::Ring, max),
+                    "{c} at {bw} GB/s, {hop} us"
+                );
+            }
+            let ring = |ch| {
+                Policy::network(
+                    &NetPlacement {
+                        host_of: vec![0, 1],
+                        bw,
+                        hop_us: Some(hop),
+                    },
+                    4,
+                )
+                .predict(
+                    CollKind::AllReduce,
+                    64 << 20,
+                    false,
+                    &Choice {
+                        algo: Algo::Ring,
+                        proto: Proto::Simple,
+                        channels: ch,
+                        transport: Transport::Fifo,
+                        predicted_us: None,
+                        forced: false,
+                    },
+                )
+                .expect("the ring is timed")
+            };
+            let bound = 8.4 + 2.0 * hop + 67_108.864 / bw;
+            assert!((ring(4) / bound - 1.0).abs() < 0.01, "{}", ring(4));
+            assert!(ring(1) > 3.0 * bound, "{}", ring(1));
+        }
+    }
+
+    #[test]
+    fn fast_links_take_every_channel_for_bandwidth_bound_rings() {
+        // A many-core host's link may measure or state far more than the
+        // 2-core VM's loopback (a 100 to 800 Gb/s NIC: 12.5 to 100 GB/s).
+        // However fast, a 64 MiB ring takes NET_CHANNELS_TO_FILL channels
+        // (a channel waits on its own messages whatever the link's speed),
+        // and calls of at most a channel's minimum keep one.
+        for bw in [0.5, 1.0, 3.9, 8.0, 12.5, 25.0, 50.0, 100.0] {
+            for hop in [5.0, 28.0, 200.0] {
+                let big = two_hosts(bw, hop, 4, 64 << 20);
+                assert_eq!(
+                    (big.algo, big.channels),
+                    (Algo::Ring, 4),
+                    "{big} at {bw} GB/s, {hop} us"
+                );
+                for small in [8, 64 << 10, 1 << 20] {
+                    let c = two_hosts(bw, hop, 4, small);
+                    assert_eq!(c.channels, 1, "{c} at {bw} GB/s, {hop} us, {small} B");
+                }
+            }
         }
     }
 
