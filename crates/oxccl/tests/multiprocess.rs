@@ -342,8 +342,10 @@ fn every_collective_over_the_network_transport() {
         assert_eq!(ok_lines(&lines).len(), n as usize, "{lines:#?}");
         for (r, l) in lines.iter().enumerate() {
             let b = tagged(l, "BACKEND ");
+            // With the channels connected (the default four).
             assert!(
-                b.iter().any(|b| b.contains("over NET/Socket/0")),
+                b.iter()
+                    .any(|b| b.contains("over NET/Socket/0 (4 channels)")),
                 "rank {r}: {b:?}"
             );
             // The hop latency measured at setup, which the selector's model

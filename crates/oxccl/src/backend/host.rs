@@ -155,9 +155,12 @@ impl Backend for HostBackend {
                     .network_hop_us()
                     .map(|h| format!(", one hop {h:.0} us"))
                     .unwrap_or_default();
+                // The channels connected: run S's log would have shown a
+                // binary older than the four of 7cb56f3 at a glance.
                 format!(
-                    "host, rank {r} of {} processes over {via}{hop}",
-                    self.nranks
+                    "host, rank {r} of {} processes over {via} ({} channels){hop}",
+                    self.nranks,
+                    self.fabric.max_channels()
                 )
             }
             (Some(r), None) => format!("host, rank {r} of {} processes", self.nranks),
