@@ -9,6 +9,10 @@ cd "$(dirname "$0")/.."
 mkdir -p .gpu
 G=.gpu
 T=${CARGO_TARGET_DIR:-target}
+# Every binary from one tree: run S's xtask was built at 18:00, before a
+# merge at 18:03 brought 7cb56f3, and the rest after it (docs/perf/LOG.md).
+tree() { git rev-parse HEAD; git diff HEAD -- crates kernels xtask Cargo.toml Cargo.lock | sha1sum; }
+START=$(tree)
 exe() { # the test executable cargo built for `cargo test --release $*`
   cargo test --release --no-run --message-format=json "$@" 2>/dev/null |
     python3 -c 'import sys,json
@@ -46,5 +50,10 @@ if [ -d "$NVRTC" ]; then
   rm -rf $G/cache
   LD_LIBRARY_PATH=$NVRTC OXCCL_CACHE_DIR=$PWD/$G/cache $T/release/examples/compile_kernels
 fi
+if [ "$(tree)" != "$START" ]; then
+  echo "build-binaries.sh: the sources changed during the build (a merge?); run it again" >&2
+  exit 1
+fi
+echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- crates kernels xtask && echo "" || echo "-dirty")" > $G/COMMIT
 ls -la $G
 du -ch $G | tail -1

@@ -14,6 +14,7 @@ export OXCCL_CACHE_DIR=/tmp/oxcache; mkdir -p $OXCCL_CACHE_DIR; cp $G/cache/* $O
 export OXCCL_REQUIRE_GPU=1 NCCL_NVLS_ENABLE=0
 export NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_SOCKET_IFNAME=lo OXCCL_DEADLINE_MS=30000
 T0=$(date +%s)
+echo "binaries of $(cat $G/COMMIT 2>/dev/null || echo "an unknown commit (no .gpu/COMMIT)")"
 st() { echo "=== [$(( $(date +%s) - T0 )) s] $*"; }
 sum() { grep -E "^# oxccl sweep|Out of bounds|rror" "$1" | cut -c1-160 | head -6; }
 # One line per run: ceiling, two-way, busbw oop/ip, floor oop/ip, wrong.
@@ -31,7 +32,9 @@ for cfg in default 4x2; do
     echo "$cfg run $i rc=$rc: $(row $O/loop-$cfg-$i.txt)"
     [ $rc = 0 ] || sum $O/loop-$cfg-$i.txt
   done
-  # The selector's choice (expected: algo ring, channels 4).
+  # The channels connected (4 by default since 7cb56f3) and the selector's
+  # choice (expected: algo ring, channels 4).
+  grep -ohE "over NET/Socket/0 \([0-9]+ channels\)" $O/loop-$cfg-*.txt | sort | uniq -c
   grep -ohE "algo [a-z]+ proto [a-z]+ channels [0-9]+" $O/loop-$cfg-*.txt | sort | uniq -c
   for col in 10 15; do
     m=$(cat $O/loop-$cfg-*.txt | awk -v c=$col '/^ +67108864/ {sub("%","",$c); print $c}' | med)
