@@ -103,7 +103,7 @@ fn push_shape_and_bytes() {
     }
 }
 
-/// Above the executor's 32 destinations the generator falls back to the
+/// Above the executor's 128 destinations the generator falls back to the
 /// pull scheme: no remote writes, three barriers per channel.
 #[test]
 fn falls_back_to_pull_above_the_operand_limit() {

@@ -343,6 +343,9 @@ impl Default for OxChan {
 const _: () = assert!(std::mem::size_of::<OxConn>() == CONN_HEADER);
 // A thread per operand of a step, and the step record's u8 counts.
 const _: () = assert!(2 * MAX_OPERANDS <= THREADS as usize && MAX_OPERANDS <= u8::MAX as usize);
+// The core's pushing plans have one destination (two-shot: and one source)
+// per rank up to this many ranks.
+const _: () = assert!(oxccl_core::gen::MAX_PUSH_RANKS as usize <= MAX_OPERANDS);
 const _: () = assert!(std::mem::size_of::<OxSem>() == SEM_BYTES);
 
 /// Copies `bytes` into `b` at `at`.

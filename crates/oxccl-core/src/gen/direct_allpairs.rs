@@ -48,7 +48,7 @@
 //! writer of its output, and the root for every reader of its input. One
 //! barrier each per channel and call, not per piece. A step then has one
 //! source and up to n destinations; the CUDA executor takes at most
-//! [`MAX_PUSH_RANKS`] = 32 destinations per step, so above that both fall
+//! [`MAX_PUSH_RANKS`] = 128 destinations per step, so above that both fall
 //! back to pulling (rows below).
 //!
 //! **Reduce** spreads the reduction over every rank instead of leaving it
@@ -69,9 +69,9 @@
 //! step, element by element, and touched by no other rank or channel, so
 //! no scratch is needed (`interp::check_in_place`'s race detection proves
 //! it). The step has n sources and one destination, the operand counts of
-//! a reduction done by the root alone, so the CUDA executor's limit of 32
+//! a reduction done by the root alone, so the CUDA executor's limit of 128
 //! operands per step binds both alike: unlike two-shot's push there is no
-//! fallback above 32 ranks that would help.
+//! fallback above 128 ranks that would help.
 //!
 //! Synchronisation, per channel, as a handshake between each owner of
 //! memory that a peer accesses and each such peer (the checker proves it,
@@ -84,7 +84,7 @@
 //!
 //! ReduceScatter, AllToAll, Reduce and the pushes (which also write every
 //! peer) access every peer, so both handshakes are full barriers (2(n−1)
-//! steps each); pulled Broadcast (above 32 ranks) and Scatter read the
+//! steps each); pulled Broadcast (above 128 ranks) and Scatter read the
 //! root, and Gather writes it (non-roots 1 + 1 steps, the root 2(n−1)).
 //!
 //! In-place AllToAll is the one case where a rank overwrites memory that
@@ -116,12 +116,12 @@
 //!
 //! | collective    | steps per piece                                   |
 //! |---------------|---------------------------------------------------|
-//! | AllGather, n ≤ 32 | 1 copy of its input into n outputs (n−1 peers' in place) |
-//! | AllGather, n > 32 | n−1 gets + 1 own copy (none in place)         |
+//! | AllGather, n ≤ 128 | 1 copy of its input into n outputs (n−1 peers' in place) |
+//! | AllGather, n > 128 | n−1 gets + 1 own copy (none in place)         |
 //! | ReduceScatter | 1 reduce_from of n sources                        |
 //! | AllToAll      | n−1 gets + 1 own copy (in place: 1 swap per piece of each pair it owns) |
-//! | Broadcast, n ≤ 32 | 1 get (root: copy) of its block of the root's input into n outputs (all but the root's in place) |
-//! | Broadcast, n > 32 | non-roots 1 get; root 1 copy (none in place)  |
+//! | Broadcast, n ≤ 128 | 1 get (root: copy) of its block of the root's input into n outputs (all but the root's in place) |
+//! | Broadcast, n > 128 | non-roots 1 get; root 1 copy (none in place)  |
 //! | Scatter       | non-roots 1 get; root 1 copy (none in place)      |
 //! | Reduce        | 1 reduce_from of n sources into the root's output |
 //! | Gather        | non-roots 1 put of their input into the root's output; root 1 own copy (none in place) |

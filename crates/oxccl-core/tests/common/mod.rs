@@ -120,8 +120,8 @@ pub fn moved(p: &Plan, rank: usize) -> (usize, usize) {
         .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
 }
 
-/// A random registered-plan case: rank counts mostly small, some around
-/// the 32-operand boundary; counts with empty, uneven and chunked blocks.
+/// A random registered-plan case: rank counts mostly small, some of 30–34
+/// ranks; counts with empty, uneven and chunked blocks.
 #[derive(Clone, Debug)]
 pub struct RandomCase {
     pub n: u32,
