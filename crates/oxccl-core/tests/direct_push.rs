@@ -10,7 +10,7 @@
 mod common;
 
 use common::{is_sync, moved, own_blocks, plan_check_error};
-use oxccl_core::gen::{split, MAX_PUSH_RANKS};
+use oxccl_core::gen::{split, MAX_PUSH_RANKS, PUSH_GROUP};
 use oxccl_core::interp::check_in_place;
 use oxccl_core::plan::{Dst, Loc, Plan, Src, Step};
 use oxccl_core::testkit::{op_defined, OPS};
@@ -129,14 +129,30 @@ fn shape(
             let middle = &ch.steps[k..ch.steps.len() - k];
             // Nothing to write: one rank holding its bytes already.
             let idle = n == 1 && in_place;
-            let want = if idle { 0 } else { span.len().div_ceil(chunk) };
+            // One step per piece and group of up to PUSH_GROUP outputs.
+            let fan = n as usize - usize::from(in_place);
+            let groups = fan.div_ceil(PUSH_GROUP);
+            let want = if idle {
+                0
+            } else {
+                span.len().div_ceil(chunk) * groups
+            };
             assert_eq!(middle.len(), want, "{what}");
             let mut next = span.start;
-            for s in middle {
-                let Step::Xfer(x) = s else {
-                    panic!("{what}: sync step between the barriers")
-                };
+            for piece in middle.chunks(groups.max(1)) {
+                let xs: Vec<_> = piece
+                    .iter()
+                    .map(|s| match s {
+                        Step::Xfer(x) => x,
+                        _ => panic!("{what}: sync step between the barriers"),
+                    })
+                    .collect();
+                let x = xs[0];
                 assert!(!x.post && x.len <= chunk && x.srcs.len() == 1, "{what}");
+                for y in &xs {
+                    assert!(y.srcs == x.srcs && y.len == x.len && !y.post, "{what}");
+                    assert!(!y.dsts.is_empty() && y.dsts.len() <= PUSH_GROUP, "{what}");
+                }
                 let (owner, off) = source(r, &x.srcs[0]);
                 assert_eq!(off, next, "{what}: pieces in order");
                 next += x.len;
@@ -163,7 +179,8 @@ fn shape(
                     .filter(|&q| !(in_place && q == already))
                     .map(dst)
                     .collect();
-                assert_eq!(x.dsts, dsts, "{what}");
+                let got: Vec<Dst> = xs.iter().flat_map(|y| y.dsts.iter().copied()).collect();
+                assert_eq!(got, dsts, "{what}");
             }
             if !idle {
                 assert_eq!(next, span.end, "{what}: the whole span");
@@ -188,22 +205,29 @@ fn bytes(p: &Plan, kind: CollKind, count: usize, channels: u32, in_place: bool, 
             }
             _ => count,
         };
-        // One rank in place has nothing to move (and reads nothing).
-        let read = if fan == 0 { 0 } else { read };
-        assert_eq!(moved(p, r as usize), (read, fan * read), "{what} rank {r}");
+        // One rank in place has nothing to move (and reads nothing); each
+        // group of up to PUSH_GROUP outputs reads the piece once.
+        let groups = fan.div_ceil(PUSH_GROUP);
+        assert_eq!(
+            moved(p, r as usize),
+            (groups * read, fan * read),
+            "{what} rank {r}"
+        );
     }
     let total = (0..nn)
         .map(|r| moved(p, r))
         .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
-    // S: one output's size; all inputs are read once and every output byte
-    // not already in place is written once.
+    // S: one output's size; all inputs are read once per group of
+    // PUSH_GROUP outputs and every output byte not already in place is
+    // written once.
     let s = p.ranks[0].bufs[1].len;
+    let reads = |fan: usize| fan.div_ceil(PUSH_GROUP) * s;
     let floor = match (kind, in_place) {
         (_, true) if nn == 1 => (0, 0),
-        (CollKind::Broadcast, false) => (s, nn * s),
-        (CollKind::Broadcast, true) => (s, (nn - 1) * s),
-        (_, false) => (s, nn * s),
-        (_, true) => (s, nn * s - s),
+        (CollKind::Broadcast, false) => (reads(nn), nn * s),
+        (CollKind::Broadcast, true) => (reads(nn - 1), (nn - 1) * s),
+        (_, false) => (reads(nn), nn * s),
+        (_, true) => (reads(nn - 1), nn * s - s),
     };
     assert_eq!(total, floor, "{what}: the floor");
     for (q, w) in output_writes(p).iter().enumerate() {

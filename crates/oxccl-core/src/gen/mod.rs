@@ -14,6 +14,7 @@ mod ring;
 pub mod tree;
 
 pub use direct::MAX_PUSH_RANKS;
+pub use direct_allpairs::PUSH_GROUP;
 
 use crate::coll::{Algo, CollKind, Collective};
 use crate::error::CoreError;
