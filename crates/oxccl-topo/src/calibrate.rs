@@ -362,11 +362,12 @@ pub fn carry(fitted: &Constants, target: &Constants) -> Constants {
     }
 }
 
-/// The sweep of the built-in shared-GPU calibration, measured with 8 ranks sharing one H200,
-/// measured 2026-12-02: large sizes on registered buffers (`comm.alloc`),
-/// and 8 B AllReduce as a registered direct one-shot and as the FIFO
-/// one-shot under LL and Simple, with the run's launch floor; each point
-/// names its source. See the file's `provenance`.
+/// The sweep of the built-in shared-GPU calibration, measured with 8 ranks
+/// sharing one H200: large sizes on registered buffers (`comm.alloc`,
+/// 2026-12-02) and, for every collective, every algorithm's launch-bound
+/// calls up to 2 KiB as `sweep --pick` times them (2026-12-04), with the
+/// fastest of those as the floor; each point names its source. See the
+/// file's `provenance`.
 pub const SHARED_GPU: &str = include_str!("../calib/h200-1gpu-8ranks.json");
 
 /// The built-in calibration sweep for the placement `ranks_to_gpus` on
