@@ -150,8 +150,15 @@ impl Selector {
                     s.direct_bw
                 };
                 let bw = chan_bw.min(per_rank) * pf;
+                // Rooted: through FIFOs the root sends (or receives) every
+                // peer's copy; the registered plans spread the root's
+                // share over every rank (push Broadcast, spread Reduce:
+                // each rank moves 1/n of it to or from all), so they move
+                // what the ring does per rank, whatever n is.
                 let data = match kind {
-                    CollKind::Broadcast | CollKind::Reduce => bytes * f64::from(n - 1),
+                    CollKind::Broadcast | CollKind::Reduce if !c.direct_fifo_free => {
+                        bytes * f64::from(n - 1)
+                    }
                     _ => bytes * factor,
                 };
                 (lat, bw, data)

@@ -543,3 +543,49 @@ fn fifo_free_direct_plans_take_the_lowest_latency_under_simple() {
         )
         .is_none());
 }
+
+/// Registered all-pairs Broadcast and Reduce spread the root's share over
+/// every rank (push, spread reduction), so per rank they move about what
+/// they do at 8 ranks whatever the count; through FIFOs the root alone
+/// sends or receives every peer's copy. On the H200 (run T, 64 MiB) the
+/// model's old (n − 1) factor for both made the selector take the ring for
+/// Broadcast from 32 ranks on: 29% of the floor at 32, 64 and 128 ranks.
+#[test]
+fn registered_rooted_all_pairs_cost_does_not_grow_with_the_rank_count() {
+    let one = Topology::preset("single-gpu", 1).unwrap();
+    let bytes = 64 << 20;
+    for kind in [CollKind::Broadcast, CollKind::Reduce] {
+        let at = |n: usize, channels: u32| {
+            let policy = oxccl_topo::Policy::gpu(&one, &vec![0; n], channels);
+            let c = policy.best(kind, bytes, true, &Algo::ALL, &PROTOS);
+            let fifo = policy
+                .selector(false, Algo::AllPairs, oxccl_topo::select::Transport::Fifo)
+                .predict(
+                    kind,
+                    Algo::AllPairs,
+                    Proto::Simple,
+                    channels,
+                    bytes,
+                    n as u32,
+                )
+                .unwrap();
+            (c, fifo)
+        };
+        let (c8, fifo8) = at(8, 16);
+        for (n, channels) in [(32, 4), (64, 2), (128, 1)] {
+            let (c, fifo) = at(n, channels);
+            assert_eq!(
+                (c.algo, c.is_direct()),
+                (Algo::AllPairs, true),
+                "{kind} {n}: {c}"
+            );
+            let ratio = c.us() / c8.us();
+            assert!((0.9..1.3).contains(&ratio), "{kind} {n}: {c} against {c8}");
+            // The FIFO plan still pays for the root's n − 1 copies.
+            assert!(
+                fifo > 3.0 * fifo8,
+                "{kind} {n}: FIFO {fifo} against {fifo8}"
+            );
+        }
+    }
+}
