@@ -92,8 +92,11 @@ pub fn host_identity_with(get: impl Fn(&str) -> Option<String>) -> String {
 /// reason instead of misreading each other later. 2: network messages
 /// travel only on the sockets that carry their bytes (4e59e2e). 3: CUDA
 /// ranks as processes share the caller's allocations through a second
-/// shared region, and kernels publish tagged addresses.
-pub const PROTOCOL: u32 = 3;
+/// shared region, and kernels publish tagged addresses. 4: the host
+/// backend's network setup swaps each rank's socket proposal (threads and
+/// sockets per connection, set or default) before its listen handles, and
+/// every rank takes the layout they agree on.
+pub const PROTOCOL: u32 = 4;
 
 /// A rank's first message to the root.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -47,6 +47,12 @@ pub struct HostConfig {
     /// the executor copies from: one memory pass less per byte received.
     /// Default on; `OXCCL_NET_RECV_IN_PLACE=0` turns it off.
     pub net_receive_in_place: bool,
+    /// Ranks over the network: the cores this rank's socket threads may
+    /// use, from which each rank proposes its connections' default layout
+    /// (`oxccl_net::config::auto_sockets`; the ranks then agree on one).
+    /// Default 0: what the system grants the process
+    /// (`std::thread::available_parallelism`).
+    pub net_cores: usize,
 }
 
 impl Default for HostConfig {
@@ -61,6 +67,7 @@ impl Default for HostConfig {
             force_network: false,
             net_send_by_reference: true,
             net_receive_in_place: true,
+            net_cores: 0,
         }
     }
 }

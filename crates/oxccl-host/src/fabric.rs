@@ -241,6 +241,12 @@ impl HostFabric {
         self.net.as_ref().map(|n| n.via.as_str())
     }
 
+    /// Over the network: every connection's layout as the ranks agreed it,
+    /// `(threads, sockets per thread)`; `None` otherwise.
+    pub fn network_sockets(&self) -> Option<(usize, usize)> {
+        self.net.as_ref().map(|n| n.sockets)
+    }
+
     /// Over the network: the bandwidth per host every rank agreed on at
     /// setup for the cost model, GB/s (0 where unknown); `None` otherwise.
     pub fn network_bandwidth(&self) -> Option<f64> {

@@ -31,24 +31,35 @@ fn two_ranks(zero_copy: bool, slot_bytes: usize) -> Vec<Arc<HostFabric>> {
 /// [`two_ranks`] for `n` ranks; `zero_copy` sends by reference and lands
 /// messages in place.
 fn ranks(n: u32, zero_copy: bool, slot_bytes: usize) -> Vec<Arc<HostFabric>> {
+    fabrics(n, |_| HostConfig {
+        deadline: LIMIT,
+        slots: 2,
+        slot_bytes,
+        force_network: true,
+        net_send_by_reference: zero_copy,
+        net_receive_in_place: zero_copy,
+        ..HostConfig::default()
+    })
+    .into_iter()
+    .map(|f| f.expect("a network fabric"))
+    .collect()
+}
+
+/// `n` ranks over the network, rank `r` configured by `cfg(r)`: each
+/// rank's fabric, or why it has none.
+fn fabrics(
+    n: u32,
+    cfg: impl Fn(u32) -> HostConfig + Sync,
+) -> Vec<Result<Arc<HostFabric>, oxccl_host::HostError>> {
     let id = UniqueId::new(LIMIT).expect("a unique id");
     std::thread::scope(|s| {
         let hs: Vec<_> = (0..n)
             .map(|r| {
-                let id = &id;
+                let (id, cfg) = (&id, &cfg);
                 s.spawn(move || {
                     let boot = Bootstrap::init(id, n, r, &DeviceInfo::default(), LIMIT)
                         .expect("bootstrap");
-                    let cfg = HostConfig {
-                        deadline: LIMIT,
-                        slots: 2,
-                        slot_bytes,
-                        force_network: true,
-                        net_send_by_reference: zero_copy,
-                        net_receive_in_place: zero_copy,
-                        ..HostConfig::default()
-                    };
-                    HostFabric::across_processes(&boot, cfg).expect("a network fabric")
+                    HostFabric::across_processes(&boot, cfg(r))
                 })
             })
             .collect();
@@ -244,4 +255,53 @@ fn the_hop_latency_is_measured_at_setup_and_agreed() {
     // A fabric of threads has no network, hence no hop.
     let threads = HostFabric::new(2, HostConfig::default());
     assert_eq!(threads.network_hop_us(), None);
+}
+
+/// Ranks whose hosts would choose different sockets per connection (here
+/// told they may use 16 and 8 cores) agree on one layout, the smaller
+/// default, so both ends of every connection lay it out alike; and a
+/// plan runs over it. (A count set in the environment wins, and two set
+/// differently are refused: `oxccl-net`'s `config::agree`, and
+/// `crates/oxccl/tests/multiprocess.rs` with processes.)
+#[test]
+fn ranks_with_different_defaults_agree_on_the_sockets() {
+    if std::env::var_os("NCCL_SOCKET_NTHREADS").is_some()
+        || std::env::var_os("OXCCL_SOCKET_NTHREADS").is_some()
+    {
+        eprintln!("skipped: NCCL_SOCKET_NTHREADS is set, so no rank uses its default");
+        return;
+    }
+    let cores = |r: u32| if r == 0 { 16 } else { 8 };
+    let fabs: Vec<Arc<HostFabric>> = fabrics(2, |r| HostConfig {
+        deadline: LIMIT,
+        force_network: true,
+        net_cores: cores(r),
+        ..HostConfig::default()
+    })
+    .into_iter()
+    .map(|f| f.expect("a network fabric"))
+    .collect();
+    // 4 channels and the control connection, each way, to one peer.
+    let conns = 2 * (HostConfig::default().net_channels + 1);
+    let own: Vec<(usize, usize)> = (0..2)
+        .map(|r| oxccl_net::config::auto_sockets(cores(r), 2, conns))
+        .collect();
+    assert_ne!(own[0].0, own[1].0, "the defaults should differ: {own:?}");
+    let agreed: Vec<_> = fabs.iter().map(|f| f.network_sockets()).collect();
+    assert_eq!(agreed, vec![Some((2, 2)); 2], "own defaults {own:?}");
+    // The connections work: an AllReduce over them is right.
+    let coll = Collective::new(CollKind::AllReduce, 300_000, 1);
+    let mut req = PlanRequest::new(coll, 2, Algo::Ring);
+    req.channels = 2;
+    req.chunk = HostConfig::default().slot_bytes / 4;
+    let plan = generate(&req).expect("a ring plan");
+    let inputs: Vec<Vec<f32>> = (0..2)
+        .map(|r| testkit::input(&coll, 2, r, RedOp::Sum, 3))
+        .collect();
+    let op = RedOp::Sum.lower(DataType::F32, 2);
+    let outs: Vec<Vec<f32>> = run_plan(fabs.as_slice(), &plan, &inputs, false, &op, &[])
+        .into_iter()
+        .map(|r| r.expect("every rank ran").expect("no error").0)
+        .collect();
+    assert_eq!(testkit::compare(&coll, &inputs, &outs, RedOp::Sum).0, 0);
 }

@@ -342,10 +342,13 @@ fn every_collective_over_the_network_transport() {
         assert_eq!(ok_lines(&lines).len(), n as usize, "{lines:#?}");
         for (r, l) in lines.iter().enumerate() {
             let b = tagged(l, "BACKEND ");
-            // With the channels connected (the default four).
+            // With the channels connected (the default four), of the
+            // sockets the ranks agreed on (on this host: every rank's
+            // default, the same).
             assert!(
                 b.iter()
-                    .any(|b| b.contains("over NET/Socket/0 (4 channels)")),
+                    .any(|b| b.contains("over NET/Socket/0 (4 channels, ")
+                        && b.contains("x2 sockets)")),
                 "rank {r}: {b:?}"
             );
             // The hop latency measured at setup, which the selector's model
@@ -508,6 +511,47 @@ fn ranks_must_agree_on_the_network() {
         let err = tagged(l, "ERR ");
         assert!(
             err.first().is_some_and(|e| e.contains("NCCL_SHM_DISABLE")),
+            "rank {r}: {l:#?}"
+        );
+    }
+}
+
+/// Each connection's sockets: a count set on one rank (here
+/// `NCCL_SOCKET_NTHREADS=3` on rank 0 only) is every rank's, the other
+/// count each host's default; set on two ranks differently, init fails on
+/// both, naming the variable and the ranks.
+#[test]
+fn ranks_agree_on_the_sockets_and_a_set_count_wins() {
+    let (codes, lines) = spawn_ranks("init", 2, |r| {
+        let mut v = owned(OVER_NET);
+        if r == 0 {
+            v.push(("NCCL_SOCKET_NTHREADS", "3".into()));
+        }
+        v
+    });
+    assert_eq!(codes, vec![Some(0); 2], "{lines:#?}");
+    for (r, l) in lines.iter().enumerate() {
+        let ok = tagged(l, "OK init ");
+        assert!(
+            ok.first().is_some_and(|b| b.contains("3x2 sockets")),
+            "rank {r}: {l:#?}"
+        );
+    }
+    let (_, lines) = spawn_ranks("init", 2, |r| {
+        let mut v = owned(OVER_NET);
+        v.push(if r == 0 {
+            ("NCCL_SOCKET_NTHREADS", "3".into())
+        } else {
+            ("OXCCL_SOCKET_NTHREADS", "2".into())
+        });
+        v
+    });
+    for (r, l) in lines.iter().enumerate() {
+        let err = tagged(l, "ERR ");
+        assert!(
+            err.first()
+                .is_some_and(|e| e.contains("NCCL_SOCKET_NTHREADS")
+                    && e.contains("rank 1 sets 2 but rank 0 sets 3")),
             "rank {r}: {l:#?}"
         );
     }

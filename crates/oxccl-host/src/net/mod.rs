@@ -27,6 +27,7 @@ use crossbeam::channel::{unbounded, Sender};
 use crossbeam::sync::{Parker, Unparker};
 use oxccl_bootstrap::Bootstrap;
 use oxccl_core::plan::Rank;
+use oxccl_net::config::{auto_sockets, Proposal};
 use oxccl_net::{Handle, MemKind, Net, NetError, RecvComm, SendComm, TcpConfig, TcpNet};
 use parking_lot::Mutex;
 
@@ -68,6 +69,9 @@ pub(crate) struct NetPart {
     /// One hop's latency in µs as every rank agreed it, measured once the
     /// fabric can run plans ([`hop::measure`]).
     pub hop_us: std::sync::OnceLock<f64>,
+    /// Every connection's layout as the ranks agreed it: threads, and
+    /// sockets per thread.
+    pub sockets: (usize, usize),
 }
 
 /// Bytes of the stream measured where the interface's speed is unknown:
@@ -132,6 +136,79 @@ fn channels(default: usize) -> Result<usize, HostError> {
     }
 }
 
+/// The cores this rank's socket threads may use (`cfg.net_cores`, else
+/// what the system grants this process) and how many ranks share them:
+/// the ranks of this host (same host identity, or same address: ranks given
+/// different `NCCL_HOSTID`s on one machine still share its cores).
+fn share(boot: &Bootstrap, cfg: &HostConfig) -> (usize, usize) {
+    let cores = if cfg.net_cores > 0 {
+        cfg.net_cores
+    } else {
+        std::thread::available_parallelism().map_or(1, |c| c.get())
+    };
+    let descs = boot.descs();
+    let mine = &descs[boot.rank() as usize];
+    let local = descs
+        .iter()
+        .filter(|d| d.host == mine.host || d.listen.ip() == mine.listen.ip())
+        .count();
+    (cores, local.max(1))
+}
+
+/// The layout every rank takes, agreed through `boot` before anyone
+/// listens: every rank must lay out the same channels (`nch`) and slots,
+/// and every connection its sockets alike, so the ranks swap those and
+/// their socket proposals (`NCCL_SOCKET_NTHREADS`/`NCCL_NSOCKS_PERTHREAD`
+/// where set, else this host's default for `conns` connections) and take
+/// [`oxccl_net::config::agree`]'s answer.
+fn agree_layout(
+    boot: &Bootstrap,
+    cfg: &HostConfig,
+    nch: usize,
+    conns: usize,
+) -> Result<TcpConfig, HostError> {
+    let me = boot.rank();
+    let key = format!(
+        "{nch} channels, {} slots of {} bytes",
+        cfg.slots, cfg.slot_bytes
+    );
+    let (cores, local) = share(boot, cfg);
+    let auto = auto_sockets(cores, local, conns);
+    let mine = Proposal::from_env(auto).map_err(net_err)?;
+    let mut record = mine.encode().to_vec();
+    record.extend_from_slice(key.as_bytes());
+    let mut props = Vec::with_capacity(boot.nranks() as usize);
+    for (q, rec) in boot.all_gather(&record)?.iter().enumerate() {
+        let (p, theirs) = rec.split_at(Proposal::BYTES.min(rec.len()));
+        if theirs != key.as_bytes() {
+            return Err(HostError::Net(format!(
+                "rank {q} configures the network as {:?}, rank {me} as {key:?}: configure every rank alike",
+                String::from_utf8_lossy(theirs)
+            )));
+        }
+        props
+            .push(Proposal::decode(p).map_err(|e| {
+                HostError::Net(format!("rank {q} sent a bad socket proposal: {e}"))
+            })?);
+    }
+    let (nthreads, per_thread) = oxccl_net::config::agree(&props).map_err(net_err)?;
+    tracing::info!(
+        "oxccl-host: NET/Socket : Using {nthreads} threads and {per_thread} sockets per thread \
+         per connection (agreed by every rank; rank {me} proposed {} x {}, its default {} x {} \
+         for {cores} cores shared by {local} ranks of this host)",
+        mine.nthreads,
+        mine.nsocks_per_thread,
+        auto.0,
+        auto.1
+    );
+    Ok(TcpConfig {
+        nthreads,
+        nsocks_per_thread: per_thread,
+        deadline: cfg.deadline,
+        ..TcpConfig::default()
+    })
+}
+
 fn net_err(e: NetError) -> HostError {
     HostError::Net(e.to_string())
 }
@@ -154,9 +231,10 @@ impl NetPart {
         // Channel `nch` is the control connection.
         let conns = nch + 1;
         let ip = boot.descs()[me as usize].listen.ip();
-        let tcfg = TcpConfig::from_env(cfg.deadline).map_err(net_err)?;
         let send_by_reference = flag("OXCCL_NET_SEND_BY_REF", cfg.net_send_by_reference)?;
         let land_in_place = flag("OXCCL_NET_RECV_IN_PLACE", cfg.net_receive_in_place)?;
+        let peers: Vec<Rank> = (0..n).filter(|&p| p != me).collect();
+        let tcfg = agree_layout(boot, cfg, nch, peers.len() * conns * 2)?;
         let parker = Parker::new();
         let pu = parker.unparker().clone();
         let rank_waits = Arc::new(AtomicBool::new(false));
@@ -178,18 +256,8 @@ impl NetPart {
             ip,
             Some(waker),
         ));
-        // Every rank must lay out the same channels and sockets.
-        let key = format!(
-            "{nch} channels, {} slots of {} bytes, {} sockets",
-            cfg.slots,
-            cfg.slot_bytes,
-            tcfg.nsocks()
-        );
-        let peers: Vec<Rank> = (0..n).filter(|&p| p != me).collect();
         let mut listens = Vec::new();
-        let mut record = Vec::with_capacity(key.len() + 12 + peers.len() * conns * Handle::BYTES);
-        record.extend_from_slice(&(key.len() as u32).to_le_bytes());
-        record.extend_from_slice(key.as_bytes());
+        let mut record = Vec::with_capacity(8 + peers.len() * conns * Handle::BYTES);
         record.extend_from_slice(&link_bandwidth(&*net, ip, cfg.deadline).to_le_bytes());
         for &p in &peers {
             for c in 0..conns {
@@ -204,10 +272,7 @@ impl NetPart {
         let bw_gbps = all
             .iter()
             .map(|rec| {
-                let klen = rec.get(..4).map_or(0, |b| {
-                    u32::from_le_bytes(b.try_into().expect("4 bytes")) as usize
-                });
-                rec.get(4 + klen..12 + klen)
+                rec.get(..8)
                     .map_or(0.0, |b| f64::from_le_bytes(b.try_into().expect("8 bytes")))
             })
             .fold(f64::INFINITY, f64::min);
@@ -219,20 +284,10 @@ impl NetPart {
         let mut sends = HashMap::new();
         for &q in &peers {
             let rec = &all[q as usize];
-            let klen = rec.get(..4).map_or(0, |b| {
-                u32::from_le_bytes(b.try_into().expect("4 bytes")) as usize
-            });
-            let theirs = rec.get(4..4 + klen).unwrap_or_default();
-            if theirs != key.as_bytes() {
-                return Err(HostError::Net(format!(
-                    "rank {q} configures the network as {:?}, rank {me} as {key:?}: configure every rank alike",
-                    String::from_utf8_lossy(theirs)
-                )));
-            }
             // Our place among q's peers (q lists every rank but itself).
             let slot = if me < q { me } else { me - 1 } as usize;
             for c in 0..conns {
-                let at = 12 + klen + (slot * conns + c) * Handle::BYTES;
+                let at = 8 + (slot * conns + c) * Handle::BYTES;
                 let bytes = rec.get(at..at + Handle::BYTES).unwrap_or_default();
                 let h = Handle::decode(bytes, boot.magic()).map_err(|e| {
                     HostError::Net(format!("rank {q} sent a bad handle for channel {c}: {e}"))
@@ -278,9 +333,10 @@ impl NetPart {
         for c in 0..nch {
             for &p in &peers {
                 tracing::info!(
-                    "oxccl-host: Channel {c:02} : {me} -> {p} [send] via {via} ({} sockets, {} threads)",
+                    "oxccl-host: Channel {c:02} : {me} -> {p} [send] via {via} ({} sockets: {} threads x {})",
                     tcfg.nsocks(),
-                    tcfg.nthreads
+                    tcfg.nthreads,
+                    tcfg.nsocks_per_thread
                 );
                 tracing::info!("oxccl-host: Channel {c:02} : {p} -> {me} [receive] via {via}");
             }
@@ -325,6 +381,7 @@ impl NetPart {
             ip,
             bw_gbps,
             hop_us: std::sync::OnceLock::new(),
+            sockets: (tcfg.nthreads, tcfg.nsocks_per_thread),
         })
     }
 

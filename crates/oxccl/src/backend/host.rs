@@ -155,10 +155,16 @@ impl Backend for HostBackend {
                     .network_hop_us()
                     .map(|h| format!(", one hop {h:.0} us"))
                     .unwrap_or_default();
-                // The channels connected: run S's log would have shown a
-                // binary older than the four of 7cb56f3 at a glance.
+                // The channels connected (run S's log would have shown a
+                // binary older than the four of 7cb56f3 at a glance) and
+                // the sockets of each connection the ranks agreed on.
+                let socks = self
+                    .fabric
+                    .network_sockets()
+                    .map(|(t, s)| format!(", {t}x{s} sockets"))
+                    .unwrap_or_default();
                 format!(
-                    "host, rank {r} of {} processes over {via} ({} channels){hop}",
+                    "host, rank {r} of {} processes over {via} ({} channels{socks}){hop}",
                     self.nranks,
                     self.fabric.max_channels()
                 )
