@@ -127,10 +127,20 @@ fn communicators(config: Config) -> Vec<oxccl::Communicator> {
     oxccl::init_all_on(8, Arc::new(HostAsGpu(host)), config).unwrap()
 }
 
+/// `NCCL_ALGO=oneshot`.
+fn oneshot_config() -> Config {
+    Config {
+        algo: oxccl::config::parse_algo_filter("NCCL_ALGO", "oneshot").unwrap(),
+        ..Config::default()
+    }
+}
+
 #[test]
 fn registered_all_reduce_is_exact_on_the_fifo_and_the_direct_plan() {
-    let comms = communicators(Config::default());
-    // 2 f32: 8 B, the FIFO one-shot under LL on registered buffers.
+    // One-shot alone (NCCL_ALGO=oneshot), 2 f32: 8 B, its FIFO plan under
+    // LL on registered buffers (run T: 30.5-32.5 µs, faster than the
+    // direct plan's barriers at that size).
+    let comms = communicators(oneshot_config());
     for in_place in [false, true] {
         let c = all_reduce(&comms, 2, in_place);
         assert_eq!(
@@ -145,7 +155,8 @@ fn registered_all_reduce_is_exact_on_the_fifo_and_the_direct_plan() {
             .unwrap(),
         all_reduce(&comms, 2, false)
     );
-    // 1 MiB: the direct two-shot on every channel.
+    // 1 MiB, every algorithm allowed: the direct two-shot on every channel.
+    let comms = communicators(Config::default());
     for in_place in [false, true] {
         let c = all_reduce(&comms, 1 << 18, in_place);
         assert_eq!(
@@ -161,7 +172,7 @@ fn registered_all_reduce_is_exact_on_the_fifo_and_the_direct_plan() {
     // NCCL_PROTO=simple brings the direct one-shot back at 8 B.
     let config = Config {
         proto: oxccl::config::parse_proto_filter("NCCL_PROTO", "simple").unwrap(),
-        ..Config::default()
+        ..oneshot_config()
     };
     let comms = communicators(config);
     let c = all_reduce(&comms, 2, false);
