@@ -23,6 +23,7 @@ use super::Narrow;
 
 mod fp8;
 mod fp8_avx512;
+mod fp8_fp16;
 
 impl Narrow {
     fn size(self) -> usize {
@@ -48,8 +49,11 @@ pub(super) fn fold(acc: &mut [u8], src: &[u8], base: BaseOp, kind: Narrow, wide:
     let fp8 = matches!(kind, Narrow::E4M3 | Narrow::E5M2);
     let sum_or_prod = matches!(base, BaseOp::Sum | BaseOp::Prod);
     let mut done = 0;
-    if wide && fp8 && sum_or_prod && fp8_avx512::available() {
-        let (prod, e5m2) = (base == BaseOp::Prod, kind == Narrow::E5M2);
+    let (prod, e5m2) = (base == BaseOp::Prod, kind == Narrow::E5M2);
+    if wide && fp8 && base == BaseOp::Sum && fp8_fp16::available() {
+        // SAFETY: the CPU has AVX-512 F, BW, VBMI and FP16 (checked above).
+        done = unsafe { fp8_fp16::fold(acc, src, e5m2) };
+    } else if wide && fp8 && sum_or_prod && fp8_avx512::available() {
         // SAFETY: the CPU has AVX-512 F, BW and VBMI (checked above).
         done = unsafe { fp8_avx512::fold(acc, src, prod, e5m2) };
     }

@@ -643,7 +643,7 @@ fn widen<const MAGNITUDE: bool>(
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vbmi")]
 #[inline]
-fn splat16(x: u16) -> __m512i {
+pub(super) fn splat16(x: u16) -> __m512i {
     _mm512_set1_epi16(x as i16)
 }
 
@@ -663,7 +663,7 @@ fn f16_bits(lo: __m512, hi: __m512) -> __m512i {
 /// change the high byte anyway: one test instead of an and and a compare.
 #[target_feature(enable = "avx512f,avx512bw,avx512vbmi")]
 #[inline]
-fn round_high_byte(c: __m512i) -> __m512i {
+pub(super) fn round_high_byte(c: __m512i) -> __m512i {
     let stay = _mm512_testn_epi16_mask(c, splat16(0x17f));
     _mm512_mask_add_epi16(c, !stay, c, splat16(0x80))
 }
@@ -713,7 +713,7 @@ fn e5m2_narrow(h: __m512i) -> __m512i {
 /// saturates) becomes 0x7b, as `float8::from_f32` saturates.
 #[target_feature(enable = "avx512f,avx512bw,avx512vbmi")]
 #[inline]
-fn e5m2_saturate<const MAGNITUDE: bool>(b: __m512i) -> __m512i {
+pub(super) fn e5m2_saturate<const MAGNITUDE: bool>(b: __m512i) -> __m512i {
     // Magnitudes need no mask: a NaN there (0xfe) is not 0x7c either.
     let m = if MAGNITUDE {
         b
@@ -726,7 +726,7 @@ fn e5m2_saturate<const MAGNITUDE: bool>(b: __m512i) -> __m512i {
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vbmi")]
 #[inline]
-fn load(c: &[u8]) -> __m512i {
+pub(super) fn load(c: &[u8]) -> __m512i {
     assert!(c.len() >= 64);
     // SAFETY: 64 readable bytes (checked above); no alignment needed.
     unsafe { _mm512_loadu_si512(c.as_ptr().cast()) }
@@ -734,14 +734,14 @@ fn load(c: &[u8]) -> __m512i {
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vbmi")]
 #[inline]
-fn store(c: &mut [u8], v: __m512i) {
+pub(super) fn store(c: &mut [u8], v: __m512i) {
     assert!(c.len() >= 64);
     // SAFETY: 64 writable bytes (checked above); no alignment needed.
     unsafe { _mm512_storeu_si512(c.as_mut_ptr().cast(), v) }
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use oxccl_core::float8::{F8E4M3, F8E5M2};
     use oxccl_core::{BaseOp, Element};
 
@@ -775,7 +775,7 @@ mod tests {
     /// Pairs (`a << 8 | b`) where `run` on every pair (`acc` the first
     /// bytes, `src` the second) differs from `Element`'s arithmetic (NaN for
     /// NaN counts as equal: payloads are not specified).
-    fn pair_mismatches<T: Element>(
+    pub(in crate::widened) fn pair_mismatches<T: Element>(
         from: impl Fn(u8) -> T,
         base: BaseOp,
         run: impl FnOnce(&mut [u8], &[u8]) -> usize,
