@@ -8,7 +8,8 @@
 //!   fp8 Sum and Prod 64 bytes a step where the CPU also has AVX-512 F, BW
 //!   and VBMI, on the bytes themselves (table lookups and byte arithmetic,
 //!   no f32) but for rare groups (results below the smallest normal,
-//!   infinities, NaNs), which are widened by table lookup and folded in f32.
+//!   infinities, NaNs), which are widened by table lookup and folded in f32;
+//!   fp8 Sum in binary16 (`vaddph`) where the CPU has AVX512-FP16.
 //! - The rest (a group's tail, other CPUs): f16 and bf16 in one fused loop
 //!   whose conversions are branch-free integer and f32 arithmetic the
 //!   compiler vectorises (the `half` crate's scalar and slice conversions
@@ -60,7 +61,8 @@ enum Path {
     Scalar,
     /// AVX2 and F16C lanes, where the CPU has them.
     Avx2,
-    /// Also AVX-512 lanes (fp8 Sum and Prod), where the CPU has them.
+    /// Also AVX-512 lanes (fp8 Sum and Prod; Sum in binary16 with
+    /// AVX512-FP16), where the CPU has them.
     Widest,
 }
 

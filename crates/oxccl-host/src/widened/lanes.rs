@@ -9,7 +9,9 @@
 //! - fp8 ([`fp8`]): Sum and Prod through f16 by F16C, Max and Min on the
 //!   bytes themselves. Where the CPU also has AVX-512 F, BW and VBMI, fp8
 //!   Sum and Prod take 64 bytes a step through [`fp8_avx512`] first (on
-//!   the bytes: lookups and byte arithmetic), these lanes the rest.
+//!   the bytes: lookups and byte arithmetic), these lanes the rest; where
+//!   it also has AVX512-FP16, fp8 Sum goes through [`fp8_fp16`] instead
+//!   (binary16 adds, no byte shuffles).
 //!
 //! Max and Min in f32 are `f32::max`/`f32::min` as LLVM lowers them on x86
 //! (`maxps(b, a)`, then `b` where `a` is NaN), so equal operands (±0) give
@@ -42,8 +44,9 @@ pub(super) fn available() -> bool {
 /// Folds the whole 32-byte groups of `acc` and `src` (values of `kind`:
 /// `acc[i] = acc[i] (base) src[i]`) and returns how many elements it
 /// folded; the caller folds the rest. fp8 Sum and Prod go 64 bytes a step
-/// through [`fp8_avx512`] first when `wide` and the CPU has it. Callers
-/// check [`available`] first.
+/// through [`fp8_avx512`] first when `wide` and the CPU has it, fp8 Sum
+/// through [`fp8_fp16`] where the CPU has that. Callers check
+/// [`available`] first.
 #[target_feature(enable = "avx2,f16c")]
 pub(super) fn fold(acc: &mut [u8], src: &[u8], base: BaseOp, kind: Narrow, wide: bool) -> usize {
     let fp8 = matches!(kind, Narrow::E4M3 | Narrow::E5M2);
