@@ -21,7 +21,7 @@ use oxccl_bench::latency::{rank_latency, slowest, Latency, RUNS};
 use oxccl_core::gen::{generate, PlanRequest};
 use oxccl_core::plan::{BufDecl, BufRole, Channel, Plan, RankPlan, Step};
 use oxccl_core::{Algo, CollKind, Collective, DataType, Proto, RedOp};
-use oxccl_cuda::{World, WorldConfig};
+use oxccl_cuda::{Party, World, WorldConfig};
 
 /// (eager, graph) µs per call of the slowest rank, each rank on its own
 /// thread through the shared harness.
@@ -46,7 +46,7 @@ fn measure(w: &World, plan: &Plan, proto: Proto) -> (f64, f64) {
                     let p = w.prepare_proto(rp, 4, proto).unwrap();
                     let launch = || {
                         // SAFETY: live allocations of 8 bytes = the plan's 2 floats.
-                        Ok(unsafe { w.launch(&p, r, &addrs, DataType::F32, op) }?)
+                        Ok(unsafe { w.launch(&p, r, &addrs, DataType::F32, op, Party::All) }?)
                     };
                     let settle = || Ok(w.synchronize(r)?);
                     let l = rank_latency(w.stream(r).unwrap(), bar, &launch, &settle).unwrap();

@@ -20,7 +20,7 @@ use oxccl_core::{
     with_dtype, Algo, Awaited, CollKind, Collective, DataType, Element, FaultCause, Proto, RedOp,
 };
 use oxccl_cuda::driver::Graph;
-use oxccl_cuda::{device_or_skip, encode, CudaError, World, WorldConfig};
+use oxccl_cuda::{device_or_skip, encode, CudaError, Party, World, WorldConfig};
 
 mod device_cases;
 use device_cases::{cases, expected_cases, protos_for, Clique, GpuEnv};
@@ -154,7 +154,7 @@ fn run_ranks<T: Element>(
                     let p = w.prepare_proto(rp, T::DTYPE.size(), proto)?;
                     assert_eq!(p.proto(), proto);
                     // SAFETY: the addresses are live allocations of this clique sized for the plan.
-                    unsafe { w.launch(&p, r, &addrs, T::DTYPE, lowered)? };
+                    unsafe { w.launch(&p, r, &addrs, T::DTYPE, lowered, Party::All)? };
                     w.synchronize(r)?;
                     let mut bytes = vec![0u8; coll.output_len(n) * T::DTYPE.size()];
                     // SAFETY: the output holds that many bytes.
@@ -329,19 +329,19 @@ fn graph_replays(w: &World, proto: Proto) {
                 s.spawn(move || {
                     let rp = &plan.ranks[r as usize];
                     let b = setup::<i32>(w, r, coll, &inputs[r as usize], false, 0);
-                    let addrs = [b.input, b.output, 0];
+                    let addrs = &[b.input, b.output, 0][..rp.bufs.len()];
                     let p = w.prepare_proto(rp, 4, proto).unwrap();
                     // Eager warm-up: compiles, uploads, allocates scratch.
                     // SAFETY: live allocations sized for the plan.
                     unsafe {
-                        w.launch(&p, r, &addrs[..rp.bufs.len()], DataType::I32, lowered)
+                        w.launch(&p, r, addrs, DataType::I32, lowered, Party::All)
                             .unwrap()
                     };
                     w.synchronize(r).unwrap();
                     let stream = w.stream(r).unwrap();
                     let g = Graph::capture(stream, || {
                         // SAFETY: as above; the graph is replayed while the buffers live.
-                        unsafe { w.launch(&p, r, &addrs[..rp.bufs.len()], DataType::I32, lowered) }
+                        unsafe { w.launch(&p, r, addrs, DataType::I32, lowered, Party::All) }
                     })
                     .unwrap();
                     let mut results = Vec::new();
@@ -404,6 +404,7 @@ fn missing_peer(ndev: usize, proto: Proto) {
                 &[b.input, b.output, 0][..plan.ranks[0].bufs.len()],
                 DataType::F32,
                 &RedOp::Sum.lower(DataType::F32, 2),
+                Party::All,
             )
             .unwrap()
         };

@@ -88,37 +88,20 @@ impl World {
     /// at once). `bufs` has one device address per plan buffer; scratch
     /// entries are ignored (the clique provides scratch).
     ///
+    /// Where launches are gated (`gate`) it returns once the launches of
+    /// `party` in this process have been made as many times (a rendezvous
+    /// of their threads): [`Party::All`], every rank of the clique, for a
+    /// collective; [`Party::Peers`] with [`Prepared::peers`] for a plan of
+    /// Send/Recv only, which only the ranks it exchanges with launch (it
+    /// then returns once they, the ranks they exchange with, and so on,
+    /// have launched theirs).
+    ///
     /// # Safety
     /// Each non-scratch address must be device memory of the rank (or
     /// registered memory every rank can reach when the plan has remote
     /// steps) valid for the plan's length until the stream reaches the
     /// kernel.
-    ///
-    /// Where launches are gated (`gate`) it returns once every rank of
-    /// the clique in this process has launched as many times (a rendezvous
-    /// of their threads): the launch of a collective. See
-    /// [`World::launch_as`] for launches only some ranks make.
     pub unsafe fn launch(
-        &self,
-        p: &Prepared,
-        rank: u32,
-        bufs: &[u64],
-        dtype: DataType,
-        op: &LoweredOp,
-    ) -> Result<()> {
-        // SAFETY: the caller's contract, unchanged.
-        unsafe { self.launch_as(p, rank, bufs, dtype, op, Party::All) }
-    }
-
-    /// As [`World::launch`], waiting where gated for the launches of
-    /// `party`: [`Party::All`] for a collective, [`Party::Peers`] with
-    /// [`Prepared::peers`] for a plan of Send/Recv only, which only the
-    /// ranks it exchanges with launch (it then returns once they, the ranks
-    /// they exchange with, and so on, have launched theirs).
-    ///
-    /// # Safety
-    /// As [`World::launch`].
-    pub unsafe fn launch_as(
         &self,
         p: &Prepared,
         rank: u32,

@@ -323,7 +323,7 @@ impl Backend for CudaBackend {
         // reaches the kernel; the facade only picks plans with remote steps
         // for buffers every rank can address: from `alloc`, registered, or
         // shared for the call (`share_external`).
-        unsafe { w.launch_as(p, launch.rank, &bufs[..n], launch.dtype, launch.op, party) }
+        unsafe { w.launch(p, launch.rank, &bufs[..n], launch.dtype, launch.op, party) }
             .map_err(map_error)
     }
 
