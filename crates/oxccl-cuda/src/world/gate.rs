@@ -347,25 +347,32 @@ mod tests {
         assert!(!GateMode::Off.gates(128, 32));
     }
 
-    /// 128 ranks, 50 calls each: no rank returns from call k before every
-    /// rank has launched call k.
-    #[test]
-    fn no_rank_passes_a_call_before_every_rank_launched_it() {
-        const N: usize = 128;
-        const CALLS: u64 = 50;
-        let gate = Arc::new(Gate::new((0..N as u32).collect()));
-        let launched: Arc<Vec<AtomicU64>> = Arc::new((0..N).map(|_| AtomicU64::new(0)).collect());
-        let handles: Vec<_> = (0..N)
+    /// `n` ranks launch `rounds` times in threads; round k waits for
+    /// `peers(k, rank)` (`None`: every rank). Fails where a launch returns
+    /// before a rank of `set(k, rank)`, its connected set, launched round k.
+    fn launches_wait_for_their_sets(
+        n: usize,
+        rounds: u64,
+        peers: fn(u64, usize) -> Option<Vec<u32>>,
+        set: fn(u64, usize) -> Vec<usize>,
+    ) {
+        let gate = Arc::new(Gate::new((0..n as u32).collect()));
+        let launched: Arc<Vec<AtomicU64>> = Arc::new((0..n).map(|_| AtomicU64::new(0)).collect());
+        let handles: Vec<_> = (0..n)
             .map(|s| {
                 let (gate, launched) = (gate.clone(), launched.clone());
                 std::thread::spawn(move || {
-                    for k in 1..=CALLS {
+                    for k in 1..=rounds {
                         launched[s].store(k, Ordering::SeqCst);
-                        gate.pass(s, Party::All, Some(Duration::from_secs(60)), || false)
-                            .map_err(|f| format!("slot {s} call {k}: {f:?}"))?;
-                        if let Some(p) = launched.iter().position(|l| l.load(Ordering::SeqCst) < k)
+                        let peers = peers(k, s);
+                        let party = peers.as_deref().map_or(Party::All, Party::Peers);
+                        gate.pass(s, party, Some(Duration::from_secs(60)), || false)
+                            .map_err(|f| format!("slot {s} round {k}: {f:?}"))?;
+                        if let Some(p) = set(k, s)
+                            .into_iter()
+                            .find(|&p| launched[p].load(Ordering::SeqCst) < k)
                         {
-                            return Err(format!("slot {s} passed call {k} before slot {p}"));
+                            return Err(format!("slot {s} passed round {k} before slot {p}"));
                         }
                     }
                     Ok(())
@@ -375,6 +382,13 @@ mod tests {
         for h in handles {
             h.join().expect("thread").expect("gate order");
         }
+    }
+
+    /// 128 ranks, 50 calls each: no rank returns from call k before every
+    /// rank has launched call k.
+    #[test]
+    fn no_rank_passes_a_call_before_every_rank_launched_it() {
+        launches_wait_for_their_sets(128, 50, |_, _| None, |_, _| (0..128).collect());
     }
 
     /// A rank that never launches: the others stop at the deadline, naming it.
@@ -483,7 +497,6 @@ mod tests {
     #[test]
     fn no_launch_passes_before_its_connected_set() {
         const N: usize = 16;
-        const ROUNDS: u64 = 200;
         // Round k: 0 every rank (All), 1 a ring, 2 pairs (2i, 2i+1).
         let peers_of = |k: u64, r: usize| -> Option<Vec<u32>> {
             match k % 3 {
@@ -492,37 +505,14 @@ mod tests {
                 _ => Some(vec![(r ^ 1) as u32]),
             }
         };
-        let gate = Arc::new(Gate::new((0..N as u32).collect()));
-        let launched: Arc<Vec<AtomicU64>> = Arc::new((0..N).map(|_| AtomicU64::new(0)).collect());
-        let handles: Vec<_> = (0..N)
-            .map(|s| {
-                let (gate, launched) = (gate.clone(), launched.clone());
-                std::thread::spawn(move || {
-                    for k in 1..=ROUNDS {
-                        launched[s].store(k, Ordering::SeqCst);
-                        let peers = peers_of(k, s);
-                        let party = peers.as_deref().map_or(Party::All, Party::Peers);
-                        gate.pass(s, party, Some(Duration::from_secs(60)), || false)
-                            .map_err(|f| format!("slot {s} round {k}: {f:?}"))?;
-                        // The connected set: everyone, except in pair rounds.
-                        let set: Vec<usize> = if k % 3 == 2 {
-                            vec![s, s ^ 1]
-                        } else {
-                            (0..N).collect()
-                        };
-                        if let Some(p) = set
-                            .iter()
-                            .find(|&&p| launched[p].load(Ordering::SeqCst) < k)
-                        {
-                            return Err(format!("slot {s} passed round {k} before slot {p}"));
-                        }
-                    }
-                    Ok(())
-                })
-            })
-            .collect();
-        for h in handles {
-            h.join().expect("thread").expect("gate order");
-        }
+        // The connected set: everyone, except in pair rounds.
+        let set_of = |k: u64, r: usize| -> Vec<usize> {
+            if k % 3 == 2 {
+                vec![r, r ^ 1]
+            } else {
+                (0..N).collect()
+            }
+        };
+        launches_wait_for_their_sets(N, 200, peers_of, set_of);
     }
 }
