@@ -4,6 +4,7 @@
 
 use anyhow::Context as _;
 use oxccl_core::{Algo, CollKind, Proto};
+use oxccl_topo::policy::Policy;
 use oxccl_topo::search::{children, double_binary_tree};
 use oxccl_topo::select::Selector;
 use oxccl_topo::Topology;
@@ -26,9 +27,32 @@ pub struct TopoArgs {
     /// Write the topology as NCCL XML.
     #[arg(long)]
     pub dump: Option<String>,
-    /// Table of predicted times for this collective (e.g. allreduce).
+    /// Table of predicted times for this collective (e.g. allreduce), as
+    /// the communicator's selector sees them on buffers from `comm.alloc`.
     #[arg(long)]
     pub explain: Option<String>,
+    /// With `--explain`: on plain buffers (not registered), where only
+    /// FIFO plans run.
+    #[arg(long, requires = "explain")]
+    pub plain: bool,
+}
+
+/// SMs assumed for a GPU whose topology does not say (an NCCL XML file
+/// or a preset): an H100's and an H200's.
+const DEFAULT_SMS: u32 = 132;
+
+/// The channel cap the CUDA backend gives each rank: its share of the
+/// GPU's SMs (one block per channel), 1 to 32; the SM count, and whether
+/// the topology gave it.
+fn channel_cap(t: &Topology, per_gpu: u32) -> (u32, u32, bool) {
+    let sms = t
+        .gpus()
+        .first()
+        .and_then(|&g| t.nodes[g].gpu.as_ref())
+        .and_then(|g| g.attrs.get("sm_count"))
+        .and_then(|s| s.parse::<u32>().ok());
+    let n = sms.unwrap_or(DEFAULT_SMS);
+    ((n / per_gpu.max(1)).clamp(1, 32), n, sms.is_some())
 }
 
 /// Loads the topology the flags name; without one, this machine (sysfs,
@@ -145,7 +169,25 @@ pub fn run(a: TopoArgs) -> anyhow::Result<()> {
     }
     if let Some(coll) = &a.explain {
         let kind: CollKind = coll.parse()?;
-        print!("{}", explain(&sel, kind, nranks));
+        let (cap, sms, known) = channel_cap(&t, a.ranks_per_gpu);
+        let policy = Policy::gpu(&t, &ranks, cap);
+        print!("{}", explain(&policy, kind, nranks, !a.plain));
+        println!(
+            "(channel cap {cap} per rank: {} SMs / {} rank(s) per GPU{}; {} buffers{})",
+            sms,
+            a.ranks_per_gpu.max(1),
+            if known { "" } else { ", SM count assumed" },
+            if a.plain {
+                "plain"
+            } else {
+                "registered (comm.alloc)"
+            },
+            if a.plain {
+                ""
+            } else {
+                "; --plain for FIFO plans only"
+            }
+        );
     }
     Ok(())
 }
@@ -153,50 +195,57 @@ pub fn run(a: TopoArgs) -> anyhow::Result<()> {
 /// The protocols backends run (LL128 is modelled, run by none).
 const RUNNABLE: [Proto; 2] = [Proto::Simple, Proto::LL];
 
-/// `--explain`: per size, each algorithm's predicted time as the selector
-/// would run it (its better runnable protocol, `S`imple or `L`L, and the
-/// channel count the selector gives it), so the starred pick is its row's
-/// minimum; one column per algorithm that serves `kind`, under 120 columns.
-fn explain(sel: &Selector, kind: CollKind, nranks: u32) -> String {
+/// `--explain`: per size, each algorithm's predicted time as the
+/// communicator's policy would run it on `registered` buffers or not (its
+/// better runnable protocol, `S`imple or `L`L, its transport and the
+/// channel count the policy gives it), so the starred pick is its row's
+/// minimum and what the communicator picks; one column per algorithm that
+/// serves `kind`, under 120 columns.
+fn explain(policy: &Policy, kind: CollKind, nranks: u32, registered: bool) -> String {
     use std::fmt::Write as _;
+    // The policy's best among one algorithm, or `None` where the model
+    // times none of its plans (the policy then falls back to the ring).
+    let alone = |a: Algo, b: usize| {
+        let c = policy.best(kind, b, registered, &[a], &RUNNABLE);
+        (c.algo == a && c.predicted_us.is_some()).then_some(c)
+    };
     let algos: Vec<Algo> = Algo::ALL
         .into_iter()
-        .filter(|&a| {
-            RUNNABLE
-                .iter()
-                .any(|&p| sel.predict(kind, a, p, 1, 1024, nranks).is_some())
-        })
+        .filter(|&a| alone(a, 1024).is_some())
         .collect();
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "\nPredicted {kind} time (µs) on {nranks} ranks, each algorithm as the selector runs it \
-         (S simple, L ll; its channel count); * the pick"
+        "\nPredicted {kind} time (µs) on {nranks} ranks, each algorithm as the communicator \
+         runs it (S simple, L ll, D direct; its channel count); * the pick"
     );
     let _ = write!(out, "{:>9}", "size");
     for a in &algos {
         let _ = write!(out, " {:>10}", a.name());
     }
-    let _ = writeln!(out, "  {:>22} {:>10}", "pick", "busbw GB/s");
+    let _ = writeln!(out, "  {:>26} {:>10}", "pick", "busbw GB/s");
     let mut b = 8usize;
     while b <= 16 << 30 {
-        let pick = sel.choose(kind, b, nranks, &Algo::ALL, &RUNNABLE);
+        let pick = policy.best(kind, b, registered, &algos, &RUNNABLE);
         let _ = write!(out, "{:>9}", human(b));
         for &a in &algos {
-            // The same rule as the pick's, for this algorithm alone.
-            let c = sel.choose_among(kind, b, nranks, &RUNNABLE.map(|p| (a, p)));
-            let cell = c.map_or("-".to_string(), |c| {
-                let p = if c.proto == Proto::LL { 'L' } else { 'S' };
+            let cell = alone(a, b).map_or("-".to_string(), |c| {
+                let p = match (c.is_direct(), c.proto) {
+                    (true, _) => 'D',
+                    (false, Proto::LL) => 'L',
+                    (false, _) => 'S',
+                };
                 let mark = if a == pick.algo { '*' } else { ' ' };
                 format!("{:.1}{p}{mark}", c.us())
             });
             let _ = write!(out, " {cell:>10}");
         }
         let busbw = b as f64 / (pick.us() * 1000.0) * kind.busbw_factor(nranks);
+        let how = if pick.is_direct() { "direct" } else { "fifo" };
         let _ = writeln!(
             out,
-            "  {:>22} {:>10.1}",
-            format!("{}/{}/{}ch", pick.algo, pick.proto, pick.channels),
+            "  {:>26} {:>10.1}",
+            format!("{}/{}/{}ch/{how}", pick.algo, pick.proto, pick.channels),
             busbw
         );
         b *= 2;
@@ -212,18 +261,27 @@ mod tests {
     /// the pick's own time, for every collective on two machines.
     #[test]
     fn explain_stars_each_rows_minimum_within_120_columns() {
-        for (preset, nodes) in [("hgx-h100", 1), ("hgx-h100", 4), ("pcie-8gpu", 1)] {
+        let cases = [
+            ("hgx-h100", 1, 1, false),
+            ("hgx-h100", 4, 1, true),
+            ("pcie-8gpu", 1, 1, false),
+            // Ranks sharing a GPU: the calibrated policy, both buffers.
+            ("single-gpu", 1, 8, true),
+            ("single-gpu", 1, 8, false),
+            ("single-gpu", 1, 128, true),
+        ];
+        for (preset, nodes, per_gpu, registered) in cases {
             let t = Topology::preset(preset, nodes).unwrap();
-            let ranks = placement(&t, 1);
-            let sel = Selector::new(&t, &ranks);
+            let ranks = placement(&t, per_gpu);
+            let policy = Policy::gpu(&t, &ranks, channel_cap(&t, per_gpu).0);
             for kind in CollKind::ALL {
-                let text = explain(&sel, kind, ranks.len() as u32);
+                let text = explain(&policy, kind, ranks.len() as u32, registered);
                 let mut rows = 0;
                 for line in text.lines().skip(3) {
                     assert!(line.chars().count() <= 120, "{kind}: {line}");
                     let cells: Vec<(f64, bool)> = line
                         .split_whitespace()
-                        .filter(|w| w.ends_with(['S', 'L', '*']))
+                        .filter(|w| w.ends_with(['S', 'L', 'D', '*']))
                         .filter_map(|w| {
                             let star = w.ends_with('*');
                             let w = w.trim_end_matches('*');
