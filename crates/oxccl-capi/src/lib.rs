@@ -14,7 +14,7 @@
 //! message for `ncclGetLastError`. Enum arguments are read as integers
 //! ([`abi`]); communicator handles are keys into a table of live
 //! communicators ([`handle`]), never dereferenced; every pointer is
-//! checked before use ([`exec::check`]), and nothing is written when a
+//! checked before use (`exec::check`), and nothing is written when a
 //! check fails.
 
 /// Calls `$f::<T>(args)` with `T` the Rust element type of a `DataType`.

@@ -227,7 +227,7 @@ pub const NET_CHANNEL_MIN_BYTES: f64 = 1024.0 * 1024.0;
 /// bandwidth-bound calls take that many channels and latency-bound ones
 /// one (the fewest within 1% win), whatever the link's measured or stated
 /// speed. (A quarter of the link alone would let one or two channels reach
-/// the host's [`HOST_FIFO_GBPS`] on a link faster than about 13 GB/s, a
+/// the host's `HOST_FIFO_GBPS` on a link faster than about 13 GB/s, a
 /// 200 or 400 Gb/s NIC or a fast loopback probe, and the selector would
 /// stop there.) No plan is registered there: only FIFO plans are timed.
 pub fn net_constants(p: &NetPlacement) -> Constants {

@@ -45,7 +45,7 @@
 //! # Element types
 //!
 //! Buffers hold any [`Element`]: `i8`, `u8`, `i32`, `u32`, `i64`, `u64`,
-//! `f32`, `f64`, and, re-exported here, [`f16`] and [`bf16`] (16-bit
+//! `f32`, `f64`, and, re-exported here, [`f16`](struct@f16) and [`bf16`] (16-bit
 //! floats) and [`F8E4M3`] and [`F8E5M2`] (8-bit floats), as NCCL's twelve
 //! `ncclDataType_t`s. 16- and 8-bit values are combined in f32 and
 //! rounded back after each operation, bit for bit alike on every backend.

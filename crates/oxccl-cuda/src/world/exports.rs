@@ -140,7 +140,7 @@ impl World {
     /// by peer processes' kernels for the coming call, where it can be:
     /// `None` when ranks are threads of one process, or the memory cannot
     /// be shared (not legacy-IPC capable: pool or VMM memory; another
-    /// device; an allocation under 2 MiB ([`REGION`]); the tags ran out).
+    /// device; an allocation under 2 MiB (`REGION`); the tags ran out).
     /// See the module docs.
     pub fn share_range(&self, rank: u32, ptr: u64, bytes: usize) -> Result<Option<Shared>> {
         let Some(s) = self.shared.as_ref() else {

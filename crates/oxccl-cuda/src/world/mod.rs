@@ -10,14 +10,15 @@
 //! stall them until their deadline. Freed buffers go to a per-device pool,
 //! reused in stream order (`memory`).
 //!
-//! One job per file: [`memory`] (user buffers, the pool, scratch), [`links`]
-//! (FIFO and semaphore memory between ranks), [`upload`] (a plan encoded
-//! and cached per rank), [`launch`] (the kernel and its parameter),
-//! [`gate`] (a launch returns once the launches its kernel depends on were
-//! made, where streams may share hardware queues), [`streams`] (calls on a caller's stream: fork and join with events),
-//! [`external`] (memory the caller allocated: checks for registration),
-//! [`exports`] (ranks as processes: the caller's allocations shared per call) and
-//! [`failure`] (the device error records, abort and the failure word).
+//! One job per file (private modules): `memory` (user buffers, the pool,
+//! scratch), `links` (FIFO and semaphore memory between ranks), `upload` (a
+//! plan encoded and cached per rank), `launch` (the kernel and its
+//! parameter), `gate` (a launch returns once the launches its kernel depends
+//! on were made, where streams may share hardware queues), `streams` (calls
+//! on a caller's stream: fork and join with events), `external` (memory the
+//! caller allocated: checks for registration), `exports` (ranks as
+//! processes: the caller's allocations shared per call) and `failure` (the
+//! device error records, abort and the failure word).
 
 mod exports;
 mod external;
