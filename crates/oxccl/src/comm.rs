@@ -57,6 +57,15 @@ pub struct Communicator {
     pub(crate) regs: parking_lot::RwLock<crate::register::Registry>,
 }
 
+/// A dropped communicator, like a destroyed one, tells its peers among
+/// threads of this process that it will publish no more calls: a peer
+/// waiting for it fails at once naming it, instead of at its deadline.
+impl Drop for Communicator {
+    fn drop(&mut self) {
+        self.clique.board.leave(self.rank);
+    }
+}
+
 /// Creates `n` communicators, ranks `0..n` of one clique in this process,
 /// configured from the environment (see [`crate::config`]).
 pub fn init_all(n: u32) -> Result<Vec<Communicator>> {
@@ -358,6 +367,7 @@ impl Communicator {
     /// [`Error::Destroyed`]. Buffers stay valid until dropped.
     pub fn destroy(&self) {
         self.destroyed.store(true, Ordering::Release);
+        self.clique.board.leave(self.rank);
     }
 
     /// Aborts the whole clique: every rank's pending and later operations

@@ -273,6 +273,69 @@ fn cuda_mismatched_calls_are_errors_on_every_rank() {
     every_case(BackendKind::Cuda);
 }
 
+/// A peer whose communicator was dropped or destroyed will never call
+/// again: its peers among threads fail at once naming it, long before
+/// their deadline (20 s here), on a collective and on a send.
+fn gone_peers(backend: BackendKind) {
+    let mut set = comms(backend, 3);
+    drop(set.pop());
+    let out = on_ranks(&set, |c| {
+        let b = c.alloc::<f32>(8).unwrap();
+        c.all_reduce_in_place(&b, RedOp::Sum)
+    });
+    for r in out {
+        let e = r.unwrap_err();
+        assert!(matches!(e, Error::Aborted(_)), "{e}");
+        let m = e.to_string();
+        assert!(
+            m.contains("peer rank 2 destroyed or dropped its communicator")
+                && m.contains("call #1 (allreduce(sum) of 8 x float)"),
+            "{m}"
+        );
+    }
+    let pair = comms(backend, 2);
+    pair[1].destroy();
+    let b = pair[0].alloc::<f32>(8).unwrap();
+    let m = pair[0].send(&b, 1).unwrap_err().to_string();
+    assert!(
+        m.contains("peer rank 1 destroyed or dropped")
+            && m.contains("send #0 of 8 x float to rank 1"),
+        "{m}"
+    );
+}
+
+#[test]
+fn host_a_dropped_or_destroyed_peer_is_named_at_once() {
+    gone_peers(BackendKind::Host);
+}
+
+#[test]
+fn cuda_a_dropped_or_destroyed_peer_is_named_at_once() {
+    if oxccl::backend::cuda::device_or_skip("cuda_a_dropped_or_destroyed_peer_is_named_at_once")
+        .is_none()
+    {
+        return;
+    }
+    gone_peers(BackendKind::Cuda);
+}
+
+/// The commonest first mistake: one thread calling every rank in turn.
+/// Rank 0's call can only end at the deadline; its error says why.
+#[test]
+fn host_one_thread_calling_every_rank_is_told_how_to_call() {
+    let comms = impatient(2);
+    let b = comms[0].alloc::<f32>(8).unwrap();
+    let m = comms[0]
+        .all_reduce_in_place(&b, RedOp::Sum)
+        .unwrap_err()
+        .to_string();
+    assert!(m.contains("ranks 1 have not reached it"), "{m}");
+    assert!(
+        m.contains("from a thread of their own") && m.contains("oxccl::group"),
+        "{m}"
+    );
+}
+
 /// Host communicators with a 300 ms deadline.
 fn impatient(n: u32) -> Vec<Communicator> {
     oxccl::init_all_with(

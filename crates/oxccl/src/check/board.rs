@@ -6,7 +6,7 @@
 //! the same slots and the same waits.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use crossbeam::utils::{Backoff, CachePadded};
@@ -133,6 +133,9 @@ enum Mem {
 #[derive(Debug)]
 struct Local {
     rows: Box<[CachePadded<[Slot; DEPTH]>]>,
+    /// Per rank: its communicator was destroyed or dropped, so it will
+    /// publish nothing more (a wait for it fails at once, naming it).
+    gone: Box<[AtomicBool]>,
     pairs: Mutex<HashMap<(u32, u32), PairLog>>,
     sleepers: AtomicUsize,
     lock: Mutex<()>,
@@ -157,6 +160,7 @@ impl Board {
             nranks,
             Mem::Local(Local {
                 rows: (0..nranks).map(|_| CachePadded::default()).collect(),
+                gone: (0..nranks).map(|_| AtomicBool::new(false)).collect(),
                 pairs: Mutex::default(),
                 sleepers: AtomicUsize::new(0),
                 lock: Mutex::new(()),
@@ -224,6 +228,30 @@ impl Board {
         match &self.mem {
             Mem::Local(_) => self.wake_all(),
             Mem::Shared(s) => s.abort(rank),
+        }
+    }
+
+    /// `rank`'s communicator was destroyed or dropped: among threads of
+    /// this process, a wait for it ends at once naming it. (Across
+    /// processes a rank that leaves usually exits, which the pid watcher
+    /// reports; one that lives on is met by the waiter's deadline.)
+    pub fn leave(&self, rank: u32) {
+        if let Mem::Local(l) = &self.mem {
+            l.gone[rank as usize].store(true, Ordering::SeqCst);
+            self.wake_all();
+        }
+    }
+
+    /// What a waiter among threads of this process is told when its peers
+    /// are late: the usual cause is one thread calling for several ranks.
+    fn late_hint(&self) -> &'static str {
+        match self.mem {
+            Mem::Local(_) => {
+                " (ranks of one process each call from a thread of their own, or from one \
+                 thread inside one `oxccl::group`: a thread blocked in one rank's call never \
+                 reaches the next rank's)"
+            }
+            Mem::Shared(_) => "",
         }
     }
 
@@ -442,17 +470,19 @@ impl Board {
             if let Some(deadline) = ctx.deadline {
                 if waited >= deadline {
                     return Err(Error::Timeout(format!(
-                        "rank {} waited {deadline:?} (the deadline) before any data moved: {}",
+                        "rank {} waited {deadline:?} (the deadline) before any data moved: {}{}",
                         ctx.rank,
-                        pending()
+                        pending(),
+                        self.late_hint()
                     )));
                 }
                 if !warned && waited >= deadline / 10 {
                     warned = true;
                     tracing::warn!(
                         rank = ctx.rank,
-                        "oxccl: still waiting after {waited:?} (deadline {deadline:?}): {}",
-                        pending()
+                        "oxccl: still waiting after {waited:?} (deadline {deadline:?}): {}{}",
+                        pending(),
+                        self.late_hint()
                     );
                 }
             }
@@ -461,16 +491,26 @@ impl Board {
 }
 
 impl Board {
-    /// Across processes: the error for a peer that aborted, or for a rank
-    /// this wait needs whose process exited (it will never publish).
+    /// The error for a rank this wait needs that will never publish: among
+    /// threads, one whose communicator is gone ([`Board::leave`]); across
+    /// processes, a peer that aborted or whose process exited.
     fn lost(
         &self,
         me: u32,
         waits_on: &dyn Fn(u32) -> bool,
         pending: &dyn Fn() -> String,
     ) -> Option<Error> {
-        let Mem::Shared(s) = &self.mem else {
-            return None;
+        let s = match &self.mem {
+            Mem::Local(l) => {
+                let r = (0..self.nranks).find(|&r| {
+                    r != me && waits_on(r) && l.gone[r as usize].load(Ordering::SeqCst)
+                })?;
+                return Some(Error::Aborted(format!(
+                    "rank {me}: peer rank {r} destroyed or dropped its communicator before reaching this call: {}; the communicator set is unusable: rebuild it",
+                    pending()
+                )));
+            }
+            Mem::Shared(s) => s,
         };
         if let Some(r) = s.aborted_by().filter(|&r| r != me) {
             return Some(Error::Aborted(format!(

@@ -28,7 +28,10 @@
 //!   next collective.
 //! - Waits are bounded by the configured deadline (then the clique fails,
 //!   as a data wait's deadline fails it) and log a warning, naming the
-//!   ranks not yet arrived, once a tenth of the deadline has passed.
+//!   ranks not yet arrived, once a tenth of the deadline has passed. Among
+//!   threads, both say how ranks of one process must call (the usual cause
+//!   is one thread calling every rank in turn), and a wait for a rank whose
+//!   communicator was destroyed or dropped fails at once, naming it.
 //!
 //! The exchange goes through [`Board`]. Ranks as threads keep it in this
 //! process's memory. Ranks as processes of one host (the host backend
