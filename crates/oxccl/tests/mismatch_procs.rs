@@ -178,6 +178,23 @@ fn a_rank_that_aborts_is_named_by_peers_waiting_in_the_check() {
     }
 }
 
+/// A rank whose process destroys its communicator and lives on: its
+/// peers' waits in the check name it at once (its process has not exited,
+/// and the deadline is a minute away).
+#[test]
+fn a_rank_that_destroys_its_communicator_is_named_by_waiting_peers() {
+    let lines = run("leaves", 3, |_| Vec::new());
+    for r in [0usize, 2] {
+        let errs = tagged(&lines[r], "ERR ");
+        let e = errs.first().unwrap_or_else(|| panic!("{lines:#?}"));
+        assert!(
+            e.contains("peer rank 1 destroyed or dropped its communicator"),
+            "rank {r}: {e}"
+        );
+        assert!(!e.contains("timeout"), "rank {r}: {e}");
+    }
+}
+
 // ---- the ranks ----
 
 /// `case`'s outcome on this rank as one line.
@@ -331,6 +348,21 @@ fn child() {
                 // not, their calls fail at entry, naming the abort too).
                 std::thread::sleep(Duration::from_millis(300));
                 c.abort();
+                return;
+            }
+            match c.all_reduce_in_place(&b, RedOp::Sum) {
+                Ok(()) => println!("OK no error"),
+                Err(e) => println!("ERR {e}"),
+            }
+        }
+        "leaves" => {
+            let b = c.alloc::<f32>(8).unwrap();
+            c.exchange(&[]).unwrap();
+            if c.rank() == 1 {
+                c.destroy();
+                // Alive well past its peers' calls: only the destroy can
+                // name it.
+                std::thread::sleep(Duration::from_secs(3));
                 return;
             }
             match c.all_reduce_in_place(&b, RedOp::Sum) {

@@ -231,14 +231,24 @@ impl Board {
         }
     }
 
-    /// `rank`'s communicator was destroyed or dropped: among threads of
-    /// this process, a wait for it ends at once naming it. (Across
-    /// processes a rank that leaves usually exits, which the pid watcher
-    /// reports; one that lives on is met by the waiter's deadline.)
+    /// `rank`'s communicator was destroyed or dropped: a wait for it ends
+    /// at once naming it, among threads and across processes (where a
+    /// process that exits is also named, by the pid watcher).
     pub fn leave(&self, rank: u32) {
-        if let Mem::Local(l) = &self.mem {
-            l.gone[rank as usize].store(true, Ordering::SeqCst);
-            self.wake_all();
+        match &self.mem {
+            Mem::Local(l) => {
+                l.gone[rank as usize].store(true, Ordering::SeqCst);
+                self.wake_all();
+            }
+            Mem::Shared(s) => s.leave(rank),
+        }
+    }
+
+    /// Whether `rank`'s communicator is gone ([`Board::leave`]).
+    fn left(&self, rank: u32) -> bool {
+        match &self.mem {
+            Mem::Local(l) => l.gone[rank as usize].load(Ordering::SeqCst),
+            Mem::Shared(s) => s.left(rank),
         }
     }
 
@@ -491,36 +501,35 @@ impl Board {
 }
 
 impl Board {
-    /// The error for a rank this wait needs that will never publish: among
-    /// threads, one whose communicator is gone ([`Board::leave`]); across
-    /// processes, a peer that aborted or whose process exited.
+    /// The error for a rank this wait needs that will never publish: one
+    /// whose communicator is gone ([`Board::leave`]); across processes
+    /// also a peer that aborted or whose process exited.
     fn lost(
         &self,
         me: u32,
         waits_on: &dyn Fn(u32) -> bool,
         pending: &dyn Fn() -> String,
     ) -> Option<Error> {
-        let s = match &self.mem {
-            Mem::Local(l) => {
-                let r = (0..self.nranks).find(|&r| {
-                    r != me && waits_on(r) && l.gone[r as usize].load(Ordering::SeqCst)
-                })?;
-                return Some(Error::Aborted(format!(
-                    "rank {me}: peer rank {r} destroyed or dropped its communicator before reaching this call: {}; the communicator set is unusable: rebuild it",
-                    pending()
-                )));
-            }
-            Mem::Shared(s) => s,
+        let needed = |r: u32| r != me && waits_on(r);
+        let shared = match &self.mem {
+            Mem::Shared(s) => Some(s),
+            Mem::Local(_) => None,
         };
-        if let Some(r) = s.aborted_by().filter(|&r| r != me) {
+        if let Some(r) = shared.and_then(|s| s.aborted_by()).filter(|&r| r != me) {
             return Some(Error::Aborted(format!(
                 "rank {me}: peer rank {r} is lost: it aborted the communicator before any data moved: {}; rebuild it",
                 pending()
             )));
         }
+        if let Some(r) = (0..self.nranks).find(|&r| needed(r) && self.left(r)) {
+            return Some(Error::Aborted(format!(
+                "rank {me}: peer rank {r} destroyed or dropped its communicator before reaching this call: {}; the communicator set is unusable: rebuild it",
+                pending()
+            )));
+        }
         let (r, pid) = (0..self.nranks)
-            .filter(|&r| r != me && waits_on(r))
-            .find_map(|r| s.exited(r).map(|pid| (r, pid)))?;
+            .filter(|&r| needed(r))
+            .find_map(|r| shared?.exited(r).map(|pid| (r, pid)))?;
         Some(Error::Aborted(format!(
             "rank {me}: peer rank {r} (pid {pid}) exited or was killed before any data moved: {}; the communicator is unusable: rebuild it",
             pending()

@@ -30,8 +30,9 @@
 //!   as a data wait's deadline fails it) and log a warning, naming the
 //!   ranks not yet arrived, once a tenth of the deadline has passed. Among
 //!   threads, both say how ranks of one process must call (the usual cause
-//!   is one thread calling every rank in turn), and a wait for a rank whose
-//!   communicator was destroyed or dropped fails at once, naming it.
+//!   is one thread calling every rank in turn). A wait for a rank whose
+//!   communicator was destroyed or dropped fails at once, naming it, among
+//!   threads and across processes (a "gone" word per rank of the board).
 //!
 //! The exchange goes through [`Board`]. Ranks as threads keep it in this
 //! process's memory. Ranks as processes of one host (the host backend

@@ -10,7 +10,7 @@
 //! | offset | what |
 //! | --- | --- |
 //! | 0 | [`Header`]: wake-up epoch (the futex word), sleepers |
-//! | [`HEADER`] | a row of [`DEPTH`] slots per rank, [`ROW`] bytes each |
+//! | [`HEADER`] | a row of [`DEPTH`] slots per rank, then its "gone" word, [`ROW`] bytes each |
 //! | after the rows | a [`PairShm`] per ordered pair (sender, receiver) |
 
 use std::collections::HashMap;
@@ -77,7 +77,9 @@ struct PairShm {
 
 const PAIR: usize = size_of::<PairShm>().next_multiple_of(64);
 const _: () = assert!(size_of::<Header>() <= HEADER);
-const _: () = assert!(size_of::<[Slot; DEPTH]>() <= ROW);
+const _: () = assert!(size_of::<[Slot; DEPTH]>() + size_of::<AtomicU64>() <= ROW);
+/// Where a row's "gone" word sits: after its slots, 8-byte aligned.
+const GONE: usize = size_of::<[Slot; DEPTH]>().next_multiple_of(8);
 
 const PRESENT: u64 = 1 << 63;
 const HAS_DIRECT: u64 = 1 << 32;
@@ -182,6 +184,33 @@ impl SharedBoard {
                 .add(HEADER + rank as usize * ROW)
                 .cast::<[Slot; DEPTH]>()
         }
+    }
+
+    /// `rank`'s "gone" word: 1 once its communicator was destroyed or
+    /// dropped.
+    fn gone_word(&self, rank: u32) -> &AtomicU64 {
+        debug_assert!(rank < self.nranks);
+        // SAFETY: the word sits GONE bytes into `rank`'s row, inside it
+        // (asserted above) and 8-byte aligned (rows are ROW-aligned from a
+        // page-aligned base); zero-filled shared memory is a valid atomic.
+        unsafe {
+            &*self
+                .region
+                .base()
+                .add(HEADER + rank as usize * ROW + GONE)
+                .cast::<AtomicU64>()
+        }
+    }
+
+    /// Records that `rank`'s communicator is gone and wakes everyone.
+    pub fn leave(&self, rank: u32) {
+        self.gone_word(rank).store(1, Ordering::Release);
+        wake(&self.region);
+    }
+
+    /// Whether `rank`'s communicator is gone (it publishes no more).
+    pub fn left(&self, rank: u32) -> bool {
+        self.gone_word(rank).load(Ordering::Acquire) != 0
     }
 
     fn pair(&self, (s, r): (u32, u32)) -> &PairShm {
