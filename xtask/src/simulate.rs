@@ -6,7 +6,7 @@ use oxccl_topo::select::Selector;
 use oxccl_topo::{NetPlacement, Policy, Topology, Transport};
 use plotters::prelude::*;
 
-use crate::topo::{human, placement};
+use crate::topo::{channel_cap, human, placement};
 
 #[derive(Debug, clap::Args)]
 pub struct SimulateArgs {
@@ -57,6 +57,9 @@ const COLUMNS: [(&str, Option<Algo>); 4] = [
     ("pick", None),
 ];
 
+/// `algo`'s time as the selector would run it alone: its better protocol
+/// and the channel count the selector's own rule gives it (the pick's rule,
+/// so the pick is never slower than a column).
 fn best(
     sel: &Selector,
     kind: CollKind,
@@ -65,15 +68,9 @@ fn best(
     bytes: usize,
     n: u32,
 ) -> Option<f64> {
-    let mut t = f64::INFINITY;
-    for &p in protos {
-        for &c in &sel.channel_options() {
-            if let Some(x) = sel.predict(kind, algo, p, c, bytes, n) {
-                t = t.min(x);
-            }
-        }
-    }
-    t.is_finite().then_some(t)
+    let pairs: Vec<(Algo, Proto)> = protos.iter().map(|&p| (algo, p)).collect();
+    sel.choose_among(kind, bytes, n, &pairs)
+        .and_then(|c| c.predicted_us)
 }
 
 pub fn run(a: SimulateArgs) -> anyhow::Result<()> {
@@ -97,7 +94,11 @@ pub fn run(a: SimulateArgs) -> anyhow::Result<()> {
                 let t = Topology::preset(&a.preset, nodes)?;
                 let ranks = placement(&t, a.ranks_per_gpu);
                 let n = ranks.len() as u32;
-                (Selector::new(&t, &ranks), a.preset.clone(), n)
+                (
+                    gpu_selector(&t, &ranks, a.ranks_per_gpu),
+                    a.preset.clone(),
+                    n,
+                )
             }
         };
         println!("\n{what} × {nodes} host(s), {n} ranks, {kind}: time µs / busbw GB/s");
@@ -162,6 +163,15 @@ pub fn run(a: SimulateArgs) -> anyhow::Result<()> {
         println!("\nwrote {path}");
     }
     Ok(())
+}
+
+/// The CUDA communicator's selector of FIFO plans for `ranks` on `t`
+/// (`Policy::gpu`: its channel cap, and the built-in calibration where
+/// ranks share a GPU), as `xtask topo --explain --plain` tables it.
+fn gpu_selector(t: &Topology, ranks: &[usize], per_gpu: u32) -> Selector {
+    Policy::gpu(t, ranks, channel_cap(t, per_gpu).0)
+        .selector(false, Algo::Ring, Transport::Fifo)
+        .clone()
 }
 
 /// The host backend's selector for `nodes` hosts of `per_host` rank
@@ -250,4 +260,44 @@ fn plot(
         .draw()?;
     root.present()?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The pick is never slower than a column (both follow the selector's
+    /// rule), on presets across hosts and on ranks sharing one GPU (the
+    /// calibrated policy).
+    #[test]
+    fn the_pick_is_each_rows_minimum() {
+        let protos = [Proto::Simple, Proto::LL];
+        for (preset, nodes, per_gpu) in [
+            ("hgx-h100", 64, 1),
+            ("pcie-8gpu", 2, 1),
+            ("single-gpu", 1, 8),
+        ] {
+            let t = Topology::preset(preset, nodes).unwrap();
+            let ranks = placement(&t, per_gpu);
+            let n = ranks.len() as u32;
+            let sel = gpu_selector(&t, &ranks, per_gpu);
+            for kind in [
+                CollKind::AllReduce,
+                CollKind::AllGather,
+                CollKind::Broadcast,
+            ] {
+                for b in (0..=31).map(|i| 8usize << i) {
+                    let pick = sel.choose(kind, b, n, &Algo::ALL, &protos).us();
+                    for (_, algo) in COLUMNS {
+                        if let Some(t) = algo.and_then(|a| best(&sel, kind, a, &protos, b, n)) {
+                            assert!(
+                                pick <= t * (1.0 + 1e-9),
+                                "{preset} {kind} {b} B: pick {pick} > {algo:?} {t}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
 }

@@ -44,7 +44,7 @@ const DEFAULT_SMS: u32 = 132;
 /// The channel cap the CUDA backend gives each rank: its share of the
 /// GPU's SMs (one block per channel), 1 to 32; the SM count, and whether
 /// the topology gave it.
-fn channel_cap(t: &Topology, per_gpu: u32) -> (u32, u32, bool) {
+pub fn channel_cap(t: &Topology, per_gpu: u32) -> (u32, u32, bool) {
     let sms = t
         .gpus()
         .first()
