@@ -187,8 +187,56 @@ pub fn check_layout(root: &Path) -> anyhow::Result<Vec<String>> {
     Ok(out)
 }
 
+/// The map of the code: at most this many lines (issue 14's shape).
+const MAP: &str = "docs/ARCHITECTURE.md";
+const MAP_LINES: usize = 300;
+
+/// What keeps `docs/ARCHITECTURE.md` a map rather than a log: its length,
+/// and no dates or commit hashes (figures and history live in
+/// `docs/PERFORMANCE.md` and `docs/perf/LOG.md`).
+pub fn map_violations(text: &str) -> Vec<String> {
+    let mut v = Vec::new();
+    let lines = text.lines().count();
+    if lines > MAP_LINES {
+        v.push(format!("{MAP}: {lines} lines, at most {MAP_LINES}"));
+    }
+    for (i, line) in text.lines().enumerate() {
+        let b = line.as_bytes();
+        let is_date = |w: &[u8]| {
+            w.len() == 10
+                && w.iter().enumerate().all(|(k, c)| {
+                    if k == 4 || k == 7 {
+                        *c == b'-'
+                    } else {
+                        c.is_ascii_digit()
+                    }
+                })
+        };
+        if b.windows(10).any(is_date) {
+            v.push(format!("{MAP}:{}: a date: {line}", i + 1));
+        }
+        let hash = line.split(|c: char| !c.is_ascii_alphanumeric()).find(|w| {
+            (7..=40).contains(&w.len())
+                && w.chars()
+                    .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase())
+                && w.chars().any(|c| c.is_ascii_digit())
+                && w.chars().any(|c| c.is_ascii_alphabetic())
+        });
+        if let Some(h) = hash {
+            v.push(format!("{MAP}:{}: a commit hash? `{h}`", i + 1));
+        }
+    }
+    v
+}
+
 pub fn run() -> anyhow::Result<()> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let map = std::fs::read_to_string(root.join(MAP)).with_context(|| format!("reading {MAP}"))?;
+    let v = map_violations(&map);
+    if !v.is_empty() {
+        bail!("the architecture map grew a log:\n{}", v.join("\n"));
+    }
+    println!("tidy: {MAP} is a map ({} lines)", map.lines().count());
     let v = check_layout(&root)?;
     if !v.is_empty() {
         bail!("host/device layout defined twice:\n{}", v.join("\n"));
@@ -211,6 +259,17 @@ mod tests {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
         let v = check(&root).unwrap();
         assert!(v.is_empty(), "{}", v.join("\n"));
+    }
+
+    #[test]
+    fn the_map_stays_a_map_and_a_log_is_caught() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let map = std::fs::read_to_string(root.join(MAP)).unwrap();
+        let v = map_violations(&map);
+        assert!(v.is_empty(), "{}", v.join("\n"));
+        assert_eq!(map_violations("measured 2026-12-04 at 6901d29\n").len(), 2);
+        assert!(map_violations("a decade, defaced; sm_90, 8 ranks, deadbeef\n").is_empty());
+        assert_eq!(map_violations(&"x\n".repeat(MAP_LINES + 1)).len(), 1);
     }
 
     #[test]
