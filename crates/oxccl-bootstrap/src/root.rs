@@ -94,7 +94,8 @@ pub(crate) fn serve(l: &TcpListener, magic: u64, limit: Duration) -> Result<(), 
                 .collect();
             let why = failed.clone().unwrap_or_else(|| {
                 format!(
-                    "bootstrap deadline of {limit:?}: rank(s) {missing:?} never joined the root"
+                    "bootstrap deadline of {limit:?}: {} never joined the root",
+                    oxccl_core::ranks_named(&missing)
                 )
             });
             fail_all(&mut slots, &why, deadline + Duration::from_secs(1));

@@ -96,6 +96,40 @@ impl WaitFault {
     }
 }
 
+/// A list of ranks as people write it, runs folded: `0, 2-4, 7`.
+pub fn describe_ranks(ranks: &[u32]) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < ranks.len() {
+        let mut j = i;
+        while j + 1 < ranks.len() && ranks[j + 1] == ranks[j] + 1 {
+            j += 1;
+        }
+        out.push(if j == i {
+            ranks[i].to_string()
+        } else {
+            format!("{}-{}", ranks[i], ranks[j])
+        });
+        i = j + 1;
+    }
+    out.join(", ")
+}
+
+/// `rank 3`, or `ranks 0, 2-4`.
+pub fn ranks_named(ranks: &[u32]) -> String {
+    match ranks {
+        [r] => format!("rank {r}"),
+        _ => format!("ranks {}", describe_ranks(ranks)),
+    }
+}
+
+/// The subject of a sentence about `ranks`, with its verb: `rank 3 has`,
+/// `ranks 0, 2-4 have` (`verb` is `(singular, plural)`).
+pub fn ranks_with(ranks: &[u32], verb: (&str, &str)) -> String {
+    let v = if ranks.len() == 1 { verb.0 } else { verb.1 };
+    format!("{} {v}", ranks_named(ranks))
+}
+
 impl fmt::Display for WaitFault {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
@@ -123,7 +157,7 @@ impl fmt::Display for WaitFault {
             )?,
         }
         if !self.absent.is_empty() {
-            write!(f, "; rank(s) {:?} never joined this call", self.absent)?;
+            write!(f, "; {} never joined this call", ranks_named(&self.absent))?;
         }
         Ok(())
     }
@@ -161,8 +195,11 @@ mod tests {
         assert_eq!(
             f.to_string(),
             "rank 1 channel 2 step 3: waited 8000 ms for a signal from peer 0 past the deadline; \
-             rank(s) [0] never joined this call"
+             rank 0 never joined this call"
         );
+        assert_eq!(describe_ranks(&[0, 2, 3, 4, 7]), "0, 2-4, 7");
+        assert_eq!(ranks_with(&[5], ("has", "have")), "rank 5 has");
+        assert_eq!(ranks_with(&[1, 2], ("has", "have")), "ranks 1-2 have");
         let g = WaitFault {
             cause: FaultCause::PeerFailed,
             ..f.clone()

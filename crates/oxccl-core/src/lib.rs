@@ -23,7 +23,7 @@ pub use coll::{Algo, CollKind, Collective, Proto};
 pub use dtype::DataType;
 pub use element::Element;
 pub use error::CoreError;
-pub use fault::{Awaited, FaultCause, WaitFault};
+pub use fault::{describe_ranks, ranks_named, ranks_with, Awaited, FaultCause, WaitFault};
 pub use gen::{generate, PlanRequest};
 pub use plan::Plan;
 pub use redop::{BaseOp, LoweredOp, RedOp};

@@ -39,7 +39,7 @@ fn barrier_meets_every_rank_and_names_a_missing_one() {
     .unwrap();
     let m = lonely[0].barrier().unwrap_err().to_string();
     assert!(
-        m.contains("barrier") && m.contains("ranks 1 have not reached it"),
+        m.contains("barrier") && m.contains("rank 1 has not reached it"),
         "{m}"
     );
 }

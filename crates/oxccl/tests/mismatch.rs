@@ -329,7 +329,7 @@ fn host_one_thread_calling_every_rank_is_told_how_to_call() {
         .all_reduce_in_place(&b, RedOp::Sum)
         .unwrap_err()
         .to_string();
-    assert!(m.contains("ranks 1 have not reached it"), "{m}");
+    assert!(m.contains("rank 1 has not reached it"), "{m}");
     assert!(
         m.contains("from a thread of their own") && m.contains("oxccl::group"),
         "{m}"
@@ -380,7 +380,7 @@ fn host_collective_with_a_missing_rank_times_out_naming_it() {
         .collect();
     assert!(!timeouts.is_empty());
     for m in timeouts {
-        assert!(m.contains("ranks 2 have not reached it"), "{m}");
+        assert!(m.contains("rank 2 has not reached it"), "{m}");
         assert!(m.contains("call #1 (allreduce(sum) of 8 x float)"), "{m}");
     }
 }

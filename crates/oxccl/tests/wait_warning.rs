@@ -28,7 +28,7 @@ fn a_long_wait_warns_before_its_deadline() {
         .lines()
         .find(|l| l.contains("still waiting"))
         .unwrap_or_else(|| panic!("no warning in {log:?}; error {e}"));
-    assert!(warn.contains("ranks 1 have not reached it"), "{warn}");
+    assert!(warn.contains("rank 1 has not reached it"), "{warn}");
     assert!(warn.contains(" WARN "), "{warn}");
     assert!(matches!(e, oxccl::Error::Timeout(_)), "{e}");
 }

@@ -13,9 +13,9 @@ use crossbeam::utils::{Backoff, CachePadded};
 use oxccl_core::DataType;
 use parking_lot::{Condvar, Mutex};
 
-use super::fingerprint::describe_ranks;
 use super::shared::SharedBoard;
 use crate::error::{Error, Result};
+use oxccl_core::ranks_with;
 
 /// Slots per rank. A rank publishes call `s + 1` only after it read every
 /// rank's record of call `s`, so no rank is more than one call ahead of
@@ -291,9 +291,9 @@ impl Board {
             || {
                 let missing: Vec<u32> = (0..self.nranks).filter(|&r| !ready(r)).collect();
                 format!(
-                    "{}: ranks {} have not reached it",
+                    "{}: {} reached it",
                     what(),
-                    describe_ranks(&missing)
+                    ranks_with(&missing, ("has not", "have not"))
                 )
             },
         )?;
@@ -606,7 +606,7 @@ mod tests {
             let e = board.gather(&ctx, 3, &|| "call #3".into()).unwrap_err();
             let msg = e.to_string();
             assert!(matches!(e, Error::Timeout(_)), "{msg}");
-            assert!(msg.contains("ranks 1 have not reached it"), "{msg}");
+            assert!(msg.contains("rank 1 has not reached it"), "{msg}");
         }
     }
 }

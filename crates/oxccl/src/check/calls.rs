@@ -4,9 +4,10 @@
 use oxccl_core::DataType;
 
 use super::board::{P2pOutcome, P2pRecord, WaitCtx};
-use super::fingerprint::{describe_ranks, Call};
+use super::fingerprint::Call;
 use crate::comm::Communicator;
 use crate::error::{Error, Result};
+use oxccl_core::ranks_named;
 
 /// The collective calls a communicator has published (its next call is
 /// `seq + 1`). Held locked for the whole of a call, which is what orders
@@ -113,10 +114,7 @@ impl Communicator {
         }
         let detail = groups
             .iter()
-            .map(|(c, ranks)| {
-                let who = if ranks.len() == 1 { "rank" } else { "ranks" };
-                format!("{who} {}: {c}", describe_ranks(ranks))
-            })
+            .map(|(c, ranks)| format!("{}: {c}", ranks_named(ranks)))
             .collect::<Vec<_>>()
             .join("; ");
         Err(Error::Mismatch {

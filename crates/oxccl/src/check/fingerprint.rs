@@ -188,25 +188,6 @@ impl fmt::Display for Call {
     }
 }
 
-/// Ranks as a short list: `0`, `1-3`, `0, 2, 5-7`.
-pub(crate) fn describe_ranks(ranks: &[u32]) -> String {
-    let mut out: Vec<String> = Vec::new();
-    let mut i = 0;
-    while i < ranks.len() {
-        let mut j = i;
-        while j + 1 < ranks.len() && ranks[j + 1] == ranks[j] + 1 {
-            j += 1;
-        }
-        out.push(if j == i {
-            ranks[i].to_string()
-        } else {
-            format!("{}-{}", ranks[i], ranks[j])
-        });
-        i = j + 1;
-    }
-    out.join(", ")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -293,7 +274,5 @@ mod tests {
             let got = Call::coll(k, DataType::F32, 1024, op, root).to_string();
             assert_eq!(got, format!("{want} of 1024 x float"));
         }
-        assert_eq!(describe_ranks(&[0, 2, 3, 4, 7]), "0, 2-4, 7");
-        assert_eq!(describe_ranks(&[5]), "5");
     }
 }

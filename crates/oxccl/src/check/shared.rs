@@ -447,8 +447,8 @@ pub(crate) fn agree_on_check(boot: &Bootstrap, on: bool) -> Result<bool> {
             .collect();
         tracing::warn!(
             rank = boot.rank(),
-            "oxccl: the call check is off: ranks {} turned it off (OXCCL_CHECK_CALLS), the others did not",
-            super::fingerprint::describe_ranks(&off)
+            "oxccl: the call check is off: {} turned it off (OXCCL_CHECK_CALLS), the others did not",
+            oxccl_core::ranks_named(&off)
         );
         return Ok(false);
     }
