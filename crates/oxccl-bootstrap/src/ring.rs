@@ -39,6 +39,10 @@ pub struct Bootstrap {
     subsets: Mutex<HashMap<Vec<u32>, u64>>,
 }
 
+/// How long a rank waits for the root's table past its own deadline, to
+/// hear the root's reason when the rendezvous fails.
+const ROOT_REASON_GRACE: Duration = Duration::from_secs(2);
+
 #[derive(Debug)]
 struct Ring {
     next: Conn,
@@ -84,7 +88,11 @@ impl Bootstrap {
         let stream = sock::connect(info.root, deadline, rank, "the root", limit)?;
         let mut root = Conn::new(stream, magic, rank, format!("root {}", info.root), limit);
         root.send(Kind::Hello, &Hello::new(nranks, desc).encode(), deadline)?;
-        let table = root.recv_kind(Kind::Table, deadline)?;
+        // A little past this rank's own deadline: a root that gives up at
+        // its deadline (started with rank 0, so no later than this one's)
+        // sends why (the ranks that never joined), which beats a bare
+        // timeout of this wait.
+        let table = root.recv_kind(Kind::Table, deadline + ROOT_REASON_GRACE)?;
         let descs = decode_table(&table, nranks).map_err(|e| root.wire(e))?;
         drop(root);
         // Bound only once the root has vouched that this rank is unique

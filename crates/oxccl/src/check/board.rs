@@ -501,9 +501,11 @@ impl Board {
 }
 
 impl Board {
-    /// The error for a rank this wait needs that will never publish: one
-    /// whose communicator is gone ([`Board::leave`]); across processes
-    /// also a peer that aborted or whose process exited.
+    /// The error for a rank this wait needs that will never publish, the
+    /// likeliest root cause first: across processes, one that aborted, or
+    /// whose process exited; one whose communicator is gone
+    /// ([`Board::leave`]); across processes, else, a peer that aborted
+    /// after it reached this call (most likely because of a third rank).
     fn lost(
         &self,
         me: u32,
@@ -515,9 +517,22 @@ impl Board {
             Mem::Shared(s) => Some(s),
             Mem::Local(_) => None,
         };
-        if let Some(r) = shared.and_then(|s| s.aborted_by()).filter(|&r| r != me) {
-            return Some(Error::Aborted(format!(
+        let aborted = shared.and_then(|s| s.aborted_by()).filter(|&r| r != me);
+        let abort_error = |r: u32| {
+            Error::Aborted(format!(
                 "rank {me}: peer rank {r} is lost: it aborted the communicator before any data moved: {}; rebuild it",
+                pending()
+            ))
+        };
+        if let Some(r) = aborted.filter(|&r| needed(r)) {
+            return Some(abort_error(r));
+        }
+        let exited = (0..self.nranks)
+            .filter(|&r| needed(r))
+            .find_map(|r| shared?.exited(r).map(|pid| (r, pid)));
+        if let Some((r, pid)) = exited {
+            return Some(Error::Aborted(format!(
+                "rank {me}: peer rank {r} (pid {pid}) exited or was killed before any data moved: {}; the communicator is unusable: rebuild it",
                 pending()
             )));
         }
@@ -527,13 +542,7 @@ impl Board {
                 pending()
             )));
         }
-        let (r, pid) = (0..self.nranks)
-            .filter(|&r| needed(r))
-            .find_map(|r| shared?.exited(r).map(|pid| (r, pid)))?;
-        Some(Error::Aborted(format!(
-            "rank {me}: peer rank {r} (pid {pid}) exited or was killed before any data moved: {}; the communicator is unusable: rebuild it",
-            pending()
-        )))
+        aborted.map(abort_error)
     }
 }
 
