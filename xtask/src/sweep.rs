@@ -206,7 +206,13 @@ fn list<T: Copy>(
 
 pub fn run(a: SweepArgs) -> anyhow::Result<()> {
     if a.factor < 2 || a.min_bytes == 0 || a.min_bytes > a.max_bytes || a.iters == 0 {
-        bail!("need -f >= 2, 0 < -b <= -e and -n >= 1");
+        bail!(
+            "need -f >= 2, 0 < -b <= -e and -n >= 1 (got -f {} -b {} -e {} -n {})",
+            a.factor,
+            a.min_bytes,
+            a.max_bytes,
+            a.iters
+        );
     }
     let colls = list(&a.coll, &CollKind::ALL, |s| Ok(s.parse::<CollKind>()?))?;
     let dtypes = list(&a.dtype, &DataType::ALL, |s| Ok(s.parse::<DataType>()?))?;
@@ -233,8 +239,16 @@ pub fn run(a: SweepArgs) -> anyhow::Result<()> {
     if let Some(list) = &a.procs {
         return procs::launch(list);
     }
-    if !a.from_env && (a.ranks == 0 || a.root >= a.ranks) {
-        bail!("root {} out of range for {} ranks", a.root, a.ranks);
+    if !a.from_env && a.ranks == 0 {
+        bail!("--ranks must be at least 1");
+    }
+    if !a.from_env && a.root >= a.ranks {
+        bail!(
+            "root {} out of range for {} ranks (-r 0 to {})",
+            a.root,
+            a.ranks,
+            a.ranks - 1
+        );
     }
     if a.pick {
         let mut out = std::io::stdout().lock();
@@ -333,6 +347,18 @@ pub fn run(a: SweepArgs) -> anyhow::Result<()> {
             header(&mut out, kind, copy_gbps.is_some(), &nccl)?;
             last_kind = Some(kind);
         }
+        if sizes
+            .iter()
+            .all(|&s| count_for(kind, s, dt.size(), n).is_none())
+        {
+            // nccl-tests prints nothing here either; say why instead.
+            let least = count_for_least(kind, dt.size(), n);
+            writeln!(
+                out,
+                "# no {kind} {dt} row: -e {} B is less than one element per rank ({least} B on {n} ranks)",
+                a.max_bytes
+            )?;
+        }
         for &size in &sizes {
             bar.inc(1);
             let Some(count) = count_for(kind, size, dt.size(), n) else {
@@ -412,7 +438,9 @@ pub fn run(a: SweepArgs) -> anyhow::Result<()> {
     }
     bar.finish_and_clear();
     let wrong: u64 = rows.iter().map(|r| r.wrong).sum();
-    let avg_bus = rows.iter().map(|r| r.busbw_gbps).sum::<f64>() / rows.len().max(1) as f64;
+    // Starts at +0.0: an empty f64 sum is -0.0, printed as "-0.0000".
+    let avg_bus =
+        rows.iter().map(|r| r.busbw_gbps).fold(0.0, |x, y| x + y) / rows.len().max(1) as f64;
     writeln!(
         out,
         "# Out of bounds values : {wrong} {}",
@@ -578,15 +606,20 @@ impl Pools {
 /// Elements per rank for a row of `size` bytes (nccl-tests' size is the
 /// larger buffer), or `None` when it rounds to zero.
 fn count_for(kind: CollKind, size: usize, es: usize, n: u32) -> Option<usize> {
-    let per = match kind {
+    Some(size / count_for_least(kind, es, n)).filter(|&c| c > 0)
+}
+
+/// The fewest bytes (nccl-tests' size) that make a call of `kind`: one
+/// element, per rank where the size is the whole output.
+fn count_for_least(kind: CollKind, es: usize, n: u32) -> usize {
+    match kind {
         CollKind::AllGather
         | CollKind::Gather
         | CollKind::ReduceScatter
         | CollKind::Scatter
         | CollKind::AllToAll => es * n as usize,
         _ => es,
-    };
-    Some(size / per).filter(|&c| c > 0)
+    }
 }
 
 fn progress(show: bool, total: u64) -> indicatif::ProgressBar {
