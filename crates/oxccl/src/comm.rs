@@ -129,6 +129,9 @@ impl Clique {
         crate::debug::init(config.debug);
         // First, so that ranks failing later below fail alike, after it.
         let board = match &boot {
+            Some(b) if config.check_calls && n > 1 && config.check_calls_across_hosts => {
+                Board::mirrored(b)?
+            }
             Some(b) if config.check_calls && n > 1 => Board::shared(b)?,
             _ => Board::new(n),
         };

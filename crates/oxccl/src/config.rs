@@ -25,7 +25,8 @@
 //! it);
 //! `OXCCL_BACKEND` = `host` | `cuda` | `auto`; `OXCCL_CHUNK_BYTES` (`64K`,
 //! `1M`, ...) sets the piece size plans pipeline in; `OXCCL_CHECK_CALLS=0`
-//! turns off the comparison of calls between ranks.
+//! turns off the comparison of calls between ranks, `=all` extends it to
+//! ranks that talk over the network.
 //!
 //! Logging has one variable: `OXCCL_DEBUG` (else `NCCL_DEBUG`) = `NONE` |
 //! `VERSION` | `WARN` | `ABORT` | `INFO` | `TRACE` (NCCL's levels), written
@@ -271,6 +272,12 @@ pub struct Config {
     /// memory joins them (not over the network): a communicator's
     /// [`crate::Communicator::config`] says whether it checks.
     pub check_calls: bool,
+    /// Also compare calls between ranks that talk over the network
+    /// (`OXCCL_CHECK_CALLS=all`; default off): each collective then costs
+    /// every rank n − 1 small messages out and in, over connections made at
+    /// init (`check/mirror.rs`). Only with [`Config::check_calls`], and only
+    /// if every rank asks for it.
+    pub check_calls_across_hosts: bool,
     /// The machine a GPU backend's selector models, given instead of
     /// detected (what `OXCCL_TOPO_FILE` does, without the process
     /// environment or the live driver). `None`: detect it. The host
@@ -289,6 +296,7 @@ impl Default for Config {
             chunk_bytes: None,
             debug: None,
             check_calls: true,
+            check_calls_across_hosts: false,
             topology: None,
         }
     }
@@ -347,7 +355,16 @@ impl Config {
             })?;
         }
         if let Some((var, v)) = pick("OXCCL_CHECK_CALLS", None) {
-            c.check_calls = parse_bool(var, &v)?;
+            let all = v.trim().eq_ignore_ascii_case("all");
+            c.check_calls = all
+                || parse_bool(var, &v).map_err(|_| Error::Config {
+                    var: var.into(),
+                    value: v.clone(),
+                    reason:
+                        "expected 1 or 0 (true/false, on/off, yes/no), or all (across hosts too)"
+                            .into(),
+                })?;
+            c.check_calls_across_hosts = all;
         }
         if let Some((var, v)) = pick("OXCCL_DEBUG", Some("NCCL_DEBUG")) {
             c.debug = Some(DebugLevel::parse(var, &v)?);

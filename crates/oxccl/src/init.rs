@@ -132,15 +132,25 @@ impl Communicator {
             }
             (_, _) => backend::host::create_procs(&boot, &opts)?,
         };
-        // Ranks check calls only if every rank asked for it and shared
-        // memory joins them (the board's records live there).
-        let check_calls = if n > 1 {
-            crate::check::agree_on_check(&boot, config.check_calls)?
+        // Ranks check calls only if every rank asked for it; the records
+        // live in shared memory, or mirrored over TCP between ranks that
+        // talk over the network (if every rank asked for that too).
+        let (check_calls, across) = if n > 1 {
+            let mode = crate::check::agree_on_check(
+                &boot,
+                config.check_calls,
+                config.check_calls_across_hosts,
+            )?;
+            (
+                mode != crate::check::CheckMode::Off,
+                mode == crate::check::CheckMode::Mirrored,
+            )
         } else {
-            config.check_calls
+            (config.check_calls, false)
         };
         let config = Config {
             check_calls,
+            check_calls_across_hosts: across,
             ..config
         };
         let clique = Clique::new(n, backend, config, Some(boot))?;

@@ -80,7 +80,11 @@
 //! [`Config::check_calls`] (`OXCCL_CHECK_CALLS=0`) turns it off. It covers
 //! ranks as threads and ranks as processes of one host (records in shared
 //! memory); ranks that talk over the network (other hosts, or
-//! `NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1`) run unchecked, said at init.
+//! `NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1`) check only with
+//! `OXCCL_CHECK_CALLS=all` on every rank
+//! ([`Config::check_calls_across_hosts`]: records mirrored over TCP, n − 1
+//! small messages per rank and collective), else run unchecked, said at
+//! init.
 //! Zero-count calls are no-ops and take no part in it. A rank whose
 //! communicator is destroyed or dropped is named at once by the peers
 //! waiting for it (threads, or processes of one host), not at the deadline.

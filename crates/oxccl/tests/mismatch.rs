@@ -392,7 +392,16 @@ fn host_check_can_be_switched_off() {
     let cfg = Config::from_vars(|k| (k == "OXCCL_CHECK_CALLS").then(|| "0".into())).unwrap();
     assert!(!cfg.check_calls);
     assert!(Config::default().check_calls);
-    assert!(Config::from_vars(|k| (k == "OXCCL_CHECK_CALLS").then(|| "maybe".into())).is_err());
+    let e = Config::from_vars(|k| (k == "OXCCL_CHECK_CALLS").then(|| "maybe".into()))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("or all"), "{e}");
+    // `all`: on, and across the network too; plain `1` leaves that off.
+    let all = Config::from_vars(|k| (k == "OXCCL_CHECK_CALLS").then(|| "ALL".into())).unwrap();
+    assert!(all.check_calls && all.check_calls_across_hosts);
+    let one = Config::from_vars(|k| (k == "OXCCL_CHECK_CALLS").then(|| "1".into())).unwrap();
+    assert!(one.check_calls && !one.check_calls_across_hosts);
+    assert!(!Config::default().check_calls_across_hosts);
     let comms = oxccl::init_all_with(
         3,
         Config {

@@ -45,9 +45,33 @@ fn mismatch(lines: &[Vec<String>], r: usize, case: &str) -> String {
         .to_string()
 }
 
+/// NCCL's switches that leave only the network between ranks of one host,
+/// over loopback, and the check asked for across it.
+const OVER_NET: &[(&str, &str)] = &[
+    ("NCCL_P2P_DISABLE", "1"),
+    ("NCCL_SHM_DISABLE", "1"),
+    ("NCCL_SOCKET_IFNAME", "lo"),
+    ("OXCCL_CHECK_CALLS", "all"),
+];
+
+fn vars(v: &[(&'static str, &str)]) -> Vec<(&'static str, String)> {
+    v.iter().map(|(k, x)| (*k, x.to_string())).collect()
+}
+
 #[test]
 fn mismatched_calls_across_four_processes_are_errors_on_every_rank() {
-    let lines = run("cases", 4, |_| Vec::new());
+    mismatched_calls_are_errors(&[]);
+}
+
+/// The same cases between processes that talk over the network, the
+/// records mirrored over TCP (`OXCCL_CHECK_CALLS=all`).
+#[test]
+fn mismatched_calls_over_the_network_are_errors_on_every_rank() {
+    mismatched_calls_are_errors(OVER_NET);
+}
+
+fn mismatched_calls_are_errors(extra: &[(&'static str, &str)]) {
+    let lines = run("cases", 4, |_| vars(extra));
     for (r, l) in lines.iter().enumerate() {
         assert_eq!(tagged(l, "CHECK "), ["CHECK on"], "on by default: {l:#?}");
         // Every case was followed by a correct AllReduce on every rank.
@@ -115,7 +139,16 @@ fn mismatched_calls_across_four_processes_are_errors_on_every_rank() {
 /// #100 (the pair's #250) fails on both sides, naming it.
 #[test]
 fn groups_of_many_send_recv_across_processes() {
-    let lines = run("many", 2, |_| Vec::new());
+    groups_of_many_send_recv(&[]);
+}
+
+#[test]
+fn groups_of_many_send_recv_over_the_network() {
+    groups_of_many_send_recv(OVER_NET);
+}
+
+fn groups_of_many_send_recv(extra: &[(&'static str, &str)]) {
+    let lines = run("many", 2, |_| vars(extra));
     for (r, l) in lines.iter().enumerate() {
         assert_eq!(tagged(l, "MANY "), ["MANY 150 right"], "rank {r}: {l:#?}");
         let m = mismatch(&lines, r, "many");
@@ -148,7 +181,16 @@ fn the_check_off_still_runs_and_ranks_must_all_ask_for_it() {
 
 #[test]
 fn a_process_killed_during_the_check_is_named_by_the_others() {
-    let (kids, rx) = spawn_ranks_live("dies", 4, |_| Vec::new());
+    killed_during_the_check(&[], "peer rank 2 (pid");
+}
+
+#[test]
+fn a_process_killed_during_the_check_over_the_network_is_named() {
+    killed_during_the_check(OVER_NET, "peer rank 2's connection closed");
+}
+
+fn killed_during_the_check(extra: &[(&'static str, &str)], named: &str) {
+    let (kids, rx) = spawn_ranks_live("dies", 4, |_| vars(extra));
     // Ranks 0, 1 and 3 enter an AllReduce; rank 2 never does.
     let (codes, lines) = kill_once_all_say(kids, &rx, "READY", 2);
     for r in [0usize, 1, 3] {
@@ -157,7 +199,7 @@ fn a_process_killed_during_the_check_is_named_by_the_others() {
         let e = errs.first().unwrap_or_else(|| panic!("{lines:#?}"));
         // Named by the check (not by a data wait: nothing moved), and not
         // at the deadline (60 s).
-        assert!(e.contains("peer rank 2 (pid"), "rank {r}: {e}");
+        assert!(e.contains(named), "rank {r}: {e}");
         assert!(e.contains("before any data moved"), "rank {r}: {e}");
         assert!(!e.contains("timeout"), "rank {r}: {e}");
     }
@@ -183,7 +225,16 @@ fn a_rank_that_aborts_is_named_by_peers_waiting_in_the_check() {
 /// and the deadline is a minute away).
 #[test]
 fn a_rank_that_destroys_its_communicator_is_named_by_waiting_peers() {
-    let lines = run("leaves", 3, |_| Vec::new());
+    destroyed_is_named(&[]);
+}
+
+#[test]
+fn a_rank_that_destroys_its_communicator_over_the_network_is_named() {
+    destroyed_is_named(OVER_NET);
+}
+
+fn destroyed_is_named(extra: &[(&'static str, &str)]) {
+    let lines = run("leaves", 3, |_| vars(extra));
     for r in [0usize, 2] {
         let errs = tagged(&lines[r], "ERR ");
         let e = errs.first().unwrap_or_else(|| panic!("{lines:#?}"));

@@ -13,6 +13,7 @@ use crossbeam::utils::{Backoff, CachePadded};
 use oxccl_core::DataType;
 use parking_lot::{Condvar, Mutex};
 
+use super::mirror::Mirror;
 use super::shared::SharedBoard;
 use crate::error::{Error, Result};
 use oxccl_core::ranks_with;
@@ -127,11 +128,26 @@ enum Mem {
     Local(Local),
     /// Ranks are processes of this host.
     Shared(SharedBoard),
+    /// Ranks talk over the network: each keeps its own copy, fed by its
+    /// peers' frames ([`super::mirror`]).
+    Mirror(Mirror),
 }
 
-/// The records of ranks that are threads of this process.
+impl Mem {
+    /// The records in this process's memory (threads, or a mirror).
+    fn local(&self) -> Option<&Local> {
+        match self {
+            Mem::Local(l) => Some(l),
+            Mem::Mirror(m) => Some(m.local()),
+            Mem::Shared(_) => None,
+        }
+    }
+}
+
+/// The records of ranks that are threads of this process (or a rank's
+/// mirror of its peers' records).
 #[derive(Debug)]
-struct Local {
+pub(super) struct Local {
     rows: Box<[CachePadded<[Slot; DEPTH]>]>,
     /// Per rank: its communicator was destroyed or dropped, so it will
     /// publish nothing more (a wait for it fails at once, naming it).
@@ -140,6 +156,67 @@ struct Local {
     sleepers: AtomicUsize,
     lock: Mutex<()>,
     wake: Condvar,
+}
+
+impl Local {
+    pub(super) fn new(nranks: u32) -> Local {
+        Local {
+            rows: (0..nranks).map(|_| CachePadded::default()).collect(),
+            gone: (0..nranks).map(|_| AtomicBool::new(false)).collect(),
+            pairs: Mutex::default(),
+            sleepers: AtomicUsize::new(0),
+            lock: Mutex::new(()),
+            wake: Condvar::new(),
+        }
+    }
+
+    /// Wakes every sleeping waiter.
+    pub(super) fn wake_all(&self) {
+        if self.sleepers.load(Ordering::SeqCst) > 0 {
+            let _g = self.lock.lock();
+            self.wake.notify_all();
+        }
+    }
+
+    /// Stores `rank`'s record of collective `seq` (`seq` last, Release).
+    pub(super) fn store(&self, rank: u32, seq: u64, words: [u64; 4]) {
+        let Some(row) = self.rows.get(rank as usize) else {
+            return;
+        };
+        let slot = &row[(seq % DEPTH as u64) as usize];
+        for (w, v) in slot.words.iter().zip(words) {
+            w.store(v, Ordering::Relaxed);
+        }
+        slot.seq.store(seq, Ordering::SeqCst);
+    }
+
+    /// Stores `rank`'s side of Send/Recv record `k` (a peer's, mirrored).
+    pub(super) fn put_side(&self, rank: u32, rec: P2pRecord, k: u64) {
+        let side = usize::from(!rec.send);
+        let mut pairs = self.pairs.lock();
+        let log = pairs.entry(rec.pair(rank)).or_default();
+        log.open.entry(k).or_default().sides[side] = Some((rec.count, rec.dtype, rec.direct));
+    }
+
+    /// Forgets `rank`'s side of record `k` (it withdrew it unmatched).
+    pub(super) fn drop_side(&self, rank: u32, rec: P2pRecord, k: u64) {
+        let side = usize::from(!rec.send);
+        let mut pairs = self.pairs.lock();
+        if let Some(log) = pairs.get_mut(&rec.pair(rank)) {
+            if let Some(m) = log.open.get_mut(&k) {
+                m.sides[side] = None;
+                if m.sides.iter().all(Option::is_none) {
+                    log.open.remove(&k);
+                }
+            }
+        }
+    }
+
+    pub(super) fn mark_gone(&self, rank: u32) {
+        if let Some(g) = self.gone.get(rank as usize) {
+            g.store(true, Ordering::SeqCst);
+        }
+    }
 }
 
 /// How long waiters of a clique of `nranks` rank threads spin on a
@@ -156,17 +233,17 @@ fn spin_for(nranks: u32, cores: usize) -> Duration {
 impl Board {
     /// The board of `nranks` rank threads of this process.
     pub fn new(nranks: u32) -> Board {
-        Board::with(
-            nranks,
-            Mem::Local(Local {
-                rows: (0..nranks).map(|_| CachePadded::default()).collect(),
-                gone: (0..nranks).map(|_| AtomicBool::new(false)).collect(),
-                pairs: Mutex::default(),
-                sleepers: AtomicUsize::new(0),
-                lock: Mutex::new(()),
-                wake: Condvar::new(),
-            }),
-        )
+        Board::with(nranks, Mem::Local(Local::new(nranks)))
+    }
+
+    /// The board of a clique whose ranks talk over the network: every rank
+    /// calls this at init (it connects every pair of ranks).
+    pub fn mirrored(boot: &oxccl_bootstrap::Bootstrap) -> Result<Board> {
+        let n = boot.nranks();
+        Ok(Board::with(
+            n,
+            Mem::Mirror(Mirror::new(boot, Local::new(n))?),
+        ))
     }
 
     /// The board of a clique of processes on this host: every rank calls
@@ -190,9 +267,10 @@ impl Board {
     }
 
     fn row(&self, rank: u32) -> &[Slot; DEPTH] {
-        match &self.mem {
-            Mem::Local(l) => &l.rows[rank as usize],
-            Mem::Shared(s) => s.row(rank),
+        match (&self.mem, self.mem.local()) {
+            (_, Some(l)) => &l.rows[rank as usize],
+            (Mem::Shared(s), None) => s.row(rank),
+            (_, None) => unreachable!("only the shared board has no local records"),
         }
     }
 
@@ -211,14 +289,10 @@ impl Board {
 
     /// Wakes every sleeping waiter (after a publish, or an abort).
     pub fn wake_all(&self) {
-        match &self.mem {
-            Mem::Local(l) => {
-                if l.sleepers.load(Ordering::SeqCst) > 0 {
-                    let _g = l.lock.lock();
-                    l.wake.notify_all();
-                }
-            }
-            Mem::Shared(s) => s.wake_all(),
+        match (&self.mem, self.mem.local()) {
+            (_, Some(l)) => l.wake_all(),
+            (Mem::Shared(s), None) => s.wake_all(),
+            (_, None) => {}
         }
     }
 
@@ -228,6 +302,7 @@ impl Board {
         match &self.mem {
             Mem::Local(_) => self.wake_all(),
             Mem::Shared(s) => s.abort(rank),
+            Mem::Mirror(m) => m.abort(rank),
         }
     }
 
@@ -237,18 +312,20 @@ impl Board {
     pub fn leave(&self, rank: u32) {
         match &self.mem {
             Mem::Local(l) => {
-                l.gone[rank as usize].store(true, Ordering::SeqCst);
+                l.mark_gone(rank);
                 self.wake_all();
             }
             Mem::Shared(s) => s.leave(rank),
+            Mem::Mirror(m) => m.leave(rank),
         }
     }
 
     /// Whether `rank`'s communicator is gone ([`Board::leave`]).
     fn left(&self, rank: u32) -> bool {
-        match &self.mem {
-            Mem::Local(l) => l.gone[rank as usize].load(Ordering::SeqCst),
-            Mem::Shared(s) => s.left(rank),
+        match (&self.mem, self.mem.local()) {
+            (_, Some(l)) => l.gone[rank as usize].load(Ordering::SeqCst),
+            (Mem::Shared(s), None) => s.left(rank),
+            (_, None) => false,
         }
     }
 
@@ -261,7 +338,7 @@ impl Board {
                  thread inside one `oxccl::group`: a thread blocked in one rank's call never \
                  reaches the next rank's)"
             }
-            Mem::Shared(_) => "",
+            Mem::Shared(_) | Mem::Mirror(_) => "",
         }
     }
 
@@ -272,6 +349,9 @@ impl Board {
             w.store(v, Ordering::Relaxed);
         }
         slot.seq.store(seq, Ordering::SeqCst);
+        if let Mem::Mirror(m) = &self.mem {
+            m.published(rank, seq, words);
+        }
         self.wake_all();
     }
 
@@ -315,9 +395,10 @@ impl Board {
     /// Posts one side of a Send/Recv of `rank`; returns its index on the
     /// pair (the k-th send matches the k-th receive).
     pub fn post(&self, rank: u32, rec: P2pRecord) -> u64 {
-        let l = match &self.mem {
-            Mem::Local(l) => l,
-            Mem::Shared(s) => return s.post(rank, rec),
+        let l = match (&self.mem, self.mem.local()) {
+            (_, Some(l)) => l,
+            (Mem::Shared(s), None) => return s.post(rank, rec),
+            (_, None) => unreachable!("only the shared board has no local records"),
         };
         let side = usize::from(!rec.send);
         let k = {
@@ -328,6 +409,9 @@ impl Board {
             log.open.entry(k).or_default().sides[side] = Some((rec.count, rec.dtype, rec.direct));
             k
         };
+        if let Mem::Mirror(m) = &self.mem {
+            m.posted(rank, rec, k);
+        }
         self.wake_all();
         k
     }
@@ -355,7 +439,9 @@ impl Board {
             ctx,
             || {
                 let theirs = match &self.mem {
-                    Mem::Local(l) => take_local(l, pair, k, other),
+                    Mem::Local(l) => take_local(l, pair, k, other, 2),
+                    // Only this rank compares its copy of the pair.
+                    Mem::Mirror(m) => take_local(m.local(), pair, k, other, 1),
                     Mem::Shared(s) => match s.take(ctx.rank, &rec, k) {
                         Ok(t) => t,
                         Err(e) => return Some(Err(e)),
@@ -395,9 +481,10 @@ impl Board {
     /// Withdraws `rank`'s unmatched record `k` (its group failed before
     /// its data moved), when it is still the last one it posted on the pair.
     pub fn withdraw(&self, rank: u32, rec: P2pRecord, k: u64) {
-        let l = match &self.mem {
-            Mem::Local(l) => l,
-            Mem::Shared(s) => return s.withdraw(rank, &rec, k),
+        let l = match (&self.mem, self.mem.local()) {
+            (_, Some(l)) => l,
+            (Mem::Shared(s), None) => return s.withdraw(rank, &rec, k),
+            (_, None) => unreachable!("only the shared board has no local records"),
         };
         let side = usize::from(!rec.send);
         let mut pairs = l.pairs.lock();
@@ -409,6 +496,9 @@ impl Board {
             if unmatched && log.posted[side] == k + 1 {
                 log.posted[side] = k;
                 log.open.remove(&k);
+                if let Mem::Mirror(m) = &self.mem {
+                    m.withdrew(rank, rec, k);
+                }
             }
         }
     }
@@ -448,8 +538,8 @@ impl Board {
         }
         let mut warned = false;
         loop {
-            let found = match &self.mem {
-                Mem::Local(l) => {
+            let found = match (&self.mem, self.mem.local()) {
+                (_, Some(l)) => {
                     l.sleepers.fetch_add(1, Ordering::SeqCst);
                     let found = {
                         let mut g = l.lock.lock();
@@ -462,7 +552,8 @@ impl Board {
                     l.sleepers.fetch_sub(1, Ordering::SeqCst);
                     found
                 }
-                Mem::Shared(s) => s.sleep_unless(&mut ready),
+                (Mem::Shared(s), None) => s.sleep_unless(&mut ready),
+                (_, None) => unreachable!("only the shared board has no local records"),
             };
             if let Some(r) = found.or_else(&mut ready) {
                 return r;
@@ -513,11 +604,12 @@ impl Board {
         pending: &dyn Fn() -> String,
     ) -> Option<Error> {
         let needed = |r: u32| r != me && waits_on(r);
-        let shared = match &self.mem {
-            Mem::Shared(s) => Some(s),
+        let aborted = match &self.mem {
+            Mem::Shared(s) => s.aborted_by(),
+            Mem::Mirror(m) => m.aborted_by(),
             Mem::Local(_) => None,
-        };
-        let aborted = shared.and_then(|s| s.aborted_by()).filter(|&r| r != me);
+        }
+        .filter(|&r| r != me);
         let abort_error = |r: u32| {
             Error::Aborted(format!(
                 "rank {me}: peer rank {r} is lost: it aborted the communicator before any data moved: {}; rebuild it",
@@ -529,10 +621,18 @@ impl Board {
         }
         let exited = (0..self.nranks)
             .filter(|&r| needed(r))
-            .find_map(|r| shared?.exited(r).map(|pid| (r, pid)));
-        if let Some((r, pid)) = exited {
+            .find_map(|r| match &self.mem {
+                Mem::Shared(s) => s
+                    .exited(r)
+                    .map(|pid| format!("peer rank {r} (pid {pid}) exited or was killed")),
+                Mem::Mirror(m) => m.closed(r).then(|| {
+                    format!("peer rank {r}'s connection closed (its process exited or was killed, or its host is unreachable)")
+                }),
+                Mem::Local(_) => None,
+            });
+        if let Some(what) = exited {
             return Some(Error::Aborted(format!(
-                "rank {me}: peer rank {r} (pid {pid}) exited or was killed before any data moved: {}; the communicator is unusable: rebuild it",
+                "rank {me}: {what} before any data moved: {}; the communicator is unusable: rebuild it",
                 pending()
             )));
         }
@@ -553,13 +653,14 @@ fn take_local(
     pair: (u32, u32),
     k: u64,
     other: usize,
+    comparers: u8,
 ) -> Option<(usize, DataType, Option<u16>)> {
     let mut pairs = l.pairs.lock();
     let log = pairs.get_mut(&pair)?;
     let m = log.open.get_mut(&k)?;
     let theirs = m.sides[other]?;
     m.seen += 1;
-    if m.seen == 2 {
+    if m.seen == comparers {
         log.open.remove(&k);
     }
     Some(theirs)

@@ -46,18 +46,24 @@
 //! check only if every rank asked for it (a rank with
 //! `OXCCL_CHECK_CALLS=0` turns it off for all, with a warning).
 //!
-//! Not checked: ranks that talk over the network (on different hosts, as
+//! Ranks that talk over the network (on different hosts, as
 //! `NCCL_HOSTID` stands in for, or forced by `NCCL_P2P_DISABLE=1
-//! NCCL_SHM_DISABLE=1`). Their records would have to travel over the
-//! bootstrap's sockets, which is not built; init says so once at INFO, and
+//! NCCL_SHM_DISABLE=1`) check only if every rank sets
+//! `OXCCL_CHECK_CALLS=all` ([`crate::Config::check_calls_across_hosts`]):
+//! each rank then keeps its own copy of the board, and sends what it
+//! publishes, posts, withdraws, or an abort or departure, over one TCP
+//! connection per pair of ranks made at init (`mirror.rs`); a closed
+//! connection names its peer. It costs n − 1 small messages per rank and
+//! collective, so it is off there by default (said once at init), and
 //! mismatched calls there fail in the data path or at the deadline.
 
 mod board;
 mod calls;
 mod fingerprint;
+mod mirror;
 mod shared;
 
 pub(crate) use board::Board;
 pub(crate) use calls::{CallSeq, Posted};
 pub(crate) use fingerprint::Call;
-pub(crate) use shared::agree_on_check;
+pub(crate) use shared::{agree_on_check, CheckMode};

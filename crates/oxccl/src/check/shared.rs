@@ -429,37 +429,64 @@ fn free(e: &Entry) {
     e.k1.store(0, Ordering::Relaxed);
 }
 
-/// Whether a clique of processes checks its calls: every rank asked for it
-/// (`on`, exchanged over `boot`: ranks configured differently run without
-/// it, with a warning) and shared memory joins them. Ranks that talk over
-/// the network (on several hosts, or forced onto it) run unchecked: their
-/// records would have to travel over the bootstrap, which is not built
-/// (and ranks in separate network namespaces cannot pass the region's fd);
-/// said once at init.
-pub(crate) fn agree_on_check(boot: &Bootstrap, on: bool) -> Result<bool> {
+/// How a clique of processes checks its calls.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CheckMode {
+    Off,
+    /// Records in a region every rank maps (processes of one host).
+    Shared,
+    /// Records mirrored over TCP (ranks that talk over the network).
+    Mirrored,
+}
+
+/// How a clique of processes checks its calls: only if every rank asked
+/// for it (`on`, exchanged over `boot`: ranks configured differently run
+/// without it, with a warning). Ranks of one host share a region; ranks
+/// that talk over the network (on several hosts, or forced onto it)
+/// mirror their records over TCP if every rank also asked for that
+/// (`across`, `OXCCL_CHECK_CALLS=all`), else run unchecked, said once at
+/// init (ranks in separate network namespaces cannot pass the region's
+/// fd).
+pub(crate) fn agree_on_check(boot: &Bootstrap, on: bool, across: bool) -> Result<CheckMode> {
+    let mine = u8::from(on) | u8::from(on && across) << 1;
     let all = boot
-        .all_gather(&[u8::from(on)])
+        .all_gather(&[mine])
         .map_err(crate::init::map_bootstrap)?;
-    let ons = all.iter().filter(|v| v.as_slice() == [1]).count();
+    let asked = |bit: u8| {
+        all.iter()
+            .filter(|v| v.first().is_some_and(|b| b & bit != 0))
+            .count()
+    };
+    let ons = asked(1);
     if ons != 0 && ons != all.len() {
         let off: Vec<u32> = (0..all.len() as u32)
-            .filter(|&r| all[r as usize].as_slice() != [1])
+            .filter(|&r| all[r as usize].first().is_none_or(|b| b & 1 == 0))
             .collect();
         tracing::warn!(
             rank = boot.rank(),
             "oxccl: the call check is off: {} turned it off (OXCCL_CHECK_CALLS), the others did not",
             oxccl_core::ranks_named(&off)
         );
-        return Ok(false);
+        return Ok(CheckMode::Off);
+    }
+    if ons == 0 {
+        return Ok(CheckMode::Off);
     }
     let network =
         oxccl_host::HostFabric::network_wanted(boot).map_err(crate::backend::host::map_error)?;
-    if on && network {
+    if !network {
+        return Ok(CheckMode::Shared);
+    }
+    if asked(2) == all.len() {
         tracing::info!(
             rank = boot.rank(),
-            "oxccl: the call check is off: ranks that talk over the network (on different hosts, or NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1) are not checked; mismatched calls there fail or hang until the deadline"
+            "oxccl: the call check crosses the network (OXCCL_CHECK_CALLS=all): n - 1 messages per rank per collective"
         );
-        return Ok(false);
+        return Ok(CheckMode::Mirrored);
     }
-    Ok(on)
+    tracing::info!(
+        rank = boot.rank(),
+        "oxccl: the call check is off: ranks that talk over the network (on different hosts, or NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1) are checked only with OXCCL_CHECK_CALLS=all on every rank; mismatched calls there fail or hang until the deadline"
+    );
+    Ok(CheckMode::Off)
 }

@@ -88,6 +88,13 @@ impl ConfigBuilder {
         self
     }
 
+    /// Whether calls are compared between ranks that talk over the network
+    /// too (default off; see [`Config::check_calls_across_hosts`]).
+    pub fn check_calls_across_hosts(mut self, on: bool) -> Self {
+        self.0.check_calls_across_hosts = on;
+        self
+    }
+
     /// Logging, as `OXCCL_DEBUG` would set it.
     pub fn debug(mut self, level: DebugLevel) -> Self {
         self.0.debug = Some(level);
