@@ -101,7 +101,7 @@ pub(crate) fn serve(l: &TcpListener, magic: u64, limit: Duration) -> Result<(), 
             fail_all(&mut slots, &why, deadline + Duration::from_secs(1));
             return Err(BootstrapError::Timeout {
                 rank: ROOT,
-                waiting_for: format!("ranks {missing:?} at the root"),
+                waiting_for: format!("{} at the root", oxccl_core::ranks_named(&missing)),
                 limit,
             });
         }

@@ -156,14 +156,16 @@ fn round(
     }
     while g.done.is_none() {
         if board.cv.wait_until(&mut g, deadline).timed_out() {
-            let missing: Vec<usize> = (0..n)
+            let missing: Vec<u32> = (0..n)
                 .filter(|&r| expected[r] && r != me && g.entries[r].is_none() && !g.quit[r])
+                .map(|r| r as u32)
                 .collect();
             g.entries[me] = None;
             g.quit[me] = true;
             return Err(Error::Timeout(format!(
-                "rank {me}: split or shrink waited {:?} for ranks {missing:?}, which never called it",
-                cl.config.deadline
+                "rank {me}: split or shrink waited {:?} for {}, which never called it",
+                cl.config.deadline,
+                oxccl_core::ranks_named(&missing)
             )));
         }
     }

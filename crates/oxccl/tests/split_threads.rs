@@ -81,7 +81,7 @@ fn a_rank_that_never_splits_is_named_and_the_next_round_works() {
             .collect()
     });
     for e in errs {
-        assert!(e.contains("ranks [2]"), "{e}");
+        assert!(e.contains("for rank 2, which never called it"), "{e}");
     }
     let got: Vec<u32> = std::thread::scope(|s| {
         let hs: Vec<_> = cs
