@@ -208,3 +208,46 @@ fn a_tree_that_cannot_fit_is_refused_with_a_reason() {
         }
     }
 }
+
+/// What `xtask topo --explain` tables is what a communicator picks: the
+/// facade's choice on buffers from `alloc` (and with the default
+/// configuration) equals `Policy::gpu`'s best for the same placement and
+/// channel cap, for ranks sharing one GPU (the calibrated policy) and
+/// ranks on eight GPUs, every size from 8 B to 256 MiB.
+#[test]
+fn the_pick_is_the_policy_that_topo_explain_tables() {
+    use oxccl_topo::Policy;
+    use std::sync::Arc;
+    for (preset, gpus) in [
+        ("single-gpu", vec![0usize; 8]),
+        ("hgx-h100", (0..8).collect()),
+    ] {
+        let topo = oxccl_topo::Topology::preset(preset, 1).unwrap();
+        let config = Config {
+            topology: Some(topo.clone()),
+            ..Config::default()
+        };
+        let cap = 16;
+        let backend = Arc::new(oxccl::backend::null::NullBackend::new(cap, 1 << 17));
+        let comms = oxccl::init_all_on(8, backend, config).unwrap();
+        let policy = Policy::gpu(&topo, &gpus, cap);
+        for kind in [
+            CollKind::AllReduce,
+            CollKind::AllGather,
+            CollKind::ReduceScatter,
+            CollKind::Broadcast,
+            CollKind::AllToAll,
+        ] {
+            for count in (1..=25).map(|i| 1usize << i) {
+                let got = comms[0].choice_for(kind, count, DataType::F32).unwrap();
+                let bytes = oxccl::core::Collective::new(kind, count, 0).bytes(8, 4);
+                let want = policy.best(kind, bytes, true, &Algo::ALL, &[Proto::Simple, Proto::LL]);
+                assert_eq!(
+                    (got.algo, got.proto, got.channels, got.transport),
+                    (want.algo, want.proto, want.channels, want.transport),
+                    "{preset} {kind} {bytes} B: communicator {got}, policy {want}"
+                );
+            }
+        }
+    }
+}
