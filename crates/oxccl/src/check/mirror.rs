@@ -236,12 +236,16 @@ impl Mirror {
         while waiting > 0 {
             match listener.accept() {
                 Ok((mut s, _)) => {
-                    s.set_nonblocking(false)
-                        .and_then(|()| s.set_read_timeout(Some(limit)))
-                        .map_err(|e| net_error(me, "accept", &e))?;
+                    // A connection that does not greet like a peer (a port
+                    // scan, a stale rank) is dropped, not an init failure.
                     let mut b = [0u8; FRAME];
-                    s.read_exact(&mut b)
-                        .map_err(|e| net_error(me, "read a greeting", &e))?;
+                    let greeted = s
+                        .set_nonblocking(false)
+                        .and_then(|()| s.set_read_timeout(Some(limit)))
+                        .and_then(|()| s.read_exact(&mut b));
+                    if greeted.is_err() {
+                        continue;
+                    }
                     let hello = Frame::decode(&b)
                         .filter(|f| f.kind == Kind::Hello && f.num == magic && f.src < me)
                         .filter(|f| socks[f.src as usize].is_none());
