@@ -57,9 +57,10 @@ pub struct Communicator {
     pub(crate) regs: parking_lot::RwLock<crate::register::Registry>,
 }
 
-/// A dropped communicator, like a destroyed one, tells its peers among
-/// threads of this process that it will publish no more calls: a peer
-/// waiting for it fails at once naming it, instead of at its deadline.
+/// A dropped communicator, like a destroyed one, tells its peers (the
+/// call check's board: threads, processes of one host, or over the
+/// network) that it will publish no more calls: a peer waiting for it
+/// fails at once naming it, instead of at its deadline.
 impl Drop for Communicator {
     fn drop(&mut self) {
         self.clique.board.leave(self.rank);

@@ -268,8 +268,8 @@ pub struct Config {
     pub debug: Option<DebugLevel>,
     /// Compare every call's fingerprint with the peers' before any data
     /// moves (`OXCCL_CHECK_CALLS`, default on; see [`crate::Error::Mismatch`]).
-    /// Ranks as processes check only if every rank has it on and shared
-    /// memory joins them (not over the network): a communicator's
+    /// Ranks as processes check only if every rank has it on, and over the
+    /// network only with [`Config::check_calls_across_hosts`]: a communicator's
     /// [`crate::Communicator::config`] says whether it checks.
     pub check_calls: bool,
     /// Also compare calls between ranks that talk over the network

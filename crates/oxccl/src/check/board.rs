@@ -45,6 +45,16 @@ pub(super) struct Slot {
     words: [AtomicU64; 4],
 }
 
+impl Slot {
+    /// Writes the record of call `seq`: the words, then `seq` (SeqCst).
+    fn write(&self, seq: u64, words: [u64; 4]) {
+        for (w, v) in self.words.iter().zip(words) {
+            w.store(v, Ordering::Relaxed);
+        }
+        self.seq.store(seq, Ordering::SeqCst);
+    }
+}
+
 /// One side of a Send/Recv as its peer checks it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct P2pRecord {
@@ -133,13 +143,19 @@ enum Mem {
     Mirror(Mirror),
 }
 
+/// Where the records are read and written: this process's memory
+/// (threads, or a rank's mirror) or the shared region.
+enum Store<'a> {
+    Local(&'a Local),
+    Shared(&'a SharedBoard),
+}
+
 impl Mem {
-    /// The records in this process's memory (threads, or a mirror).
-    fn local(&self) -> Option<&Local> {
+    fn store(&self) -> Store<'_> {
         match self {
-            Mem::Local(l) => Some(l),
-            Mem::Mirror(m) => Some(m.local()),
-            Mem::Shared(_) => None,
+            Mem::Local(l) => Store::Local(l),
+            Mem::Mirror(m) => Store::Local(m.local()),
+            Mem::Shared(s) => Store::Shared(s),
         }
     }
 }
@@ -178,16 +194,11 @@ impl Local {
         }
     }
 
-    /// Stores `rank`'s record of collective `seq` (`seq` last, Release).
+    /// Stores `rank`'s record of collective `seq` (a peer's, mirrored).
     pub(super) fn store(&self, rank: u32, seq: u64, words: [u64; 4]) {
-        let Some(row) = self.rows.get(rank as usize) else {
-            return;
-        };
-        let slot = &row[(seq % DEPTH as u64) as usize];
-        for (w, v) in slot.words.iter().zip(words) {
-            w.store(v, Ordering::Relaxed);
+        if let Some(row) = self.rows.get(rank as usize) {
+            row[(seq % DEPTH as u64) as usize].write(seq, words);
         }
-        slot.seq.store(seq, Ordering::SeqCst);
     }
 
     /// Stores `rank`'s side of Send/Recv record `k` (a peer's, mirrored).
@@ -267,10 +278,9 @@ impl Board {
     }
 
     fn row(&self, rank: u32) -> &[Slot; DEPTH] {
-        match (&self.mem, self.mem.local()) {
-            (_, Some(l)) => &l.rows[rank as usize],
-            (Mem::Shared(s), None) => s.row(rank),
-            (_, None) => unreachable!("only the shared board has no local records"),
+        match self.mem.store() {
+            Store::Local(l) => &l.rows[rank as usize],
+            Store::Shared(s) => s.row(rank),
         }
     }
 
@@ -289,10 +299,9 @@ impl Board {
 
     /// Wakes every sleeping waiter (after a publish, or an abort).
     pub fn wake_all(&self) {
-        match (&self.mem, self.mem.local()) {
-            (_, Some(l)) => l.wake_all(),
-            (Mem::Shared(s), None) => s.wake_all(),
-            (_, None) => {}
+        match self.mem.store() {
+            Store::Local(l) => l.wake_all(),
+            Store::Shared(s) => s.wake_all(),
         }
     }
 
@@ -322,10 +331,9 @@ impl Board {
 
     /// Whether `rank`'s communicator is gone ([`Board::leave`]).
     fn left(&self, rank: u32) -> bool {
-        match (&self.mem, self.mem.local()) {
-            (_, Some(l)) => l.gone[rank as usize].load(Ordering::SeqCst),
-            (Mem::Shared(s), None) => s.left(rank),
-            (_, None) => false,
+        match self.mem.store() {
+            Store::Local(l) => l.gone[rank as usize].load(Ordering::SeqCst),
+            Store::Shared(s) => s.left(rank),
         }
     }
 
@@ -344,11 +352,7 @@ impl Board {
 
     /// Publishes `rank`'s record of collective call `seq` (from 1).
     pub fn publish(&self, rank: u32, seq: u64, words: [u64; 4]) {
-        let slot = self.slot(rank, seq);
-        for (w, v) in slot.words.iter().zip(words) {
-            w.store(v, Ordering::Relaxed);
-        }
-        slot.seq.store(seq, Ordering::SeqCst);
+        self.slot(rank, seq).write(seq, words);
         if let Mem::Mirror(m) = &self.mem {
             m.published(rank, seq, words);
         }
@@ -395,10 +399,9 @@ impl Board {
     /// Posts one side of a Send/Recv of `rank`; returns its index on the
     /// pair (the k-th send matches the k-th receive).
     pub fn post(&self, rank: u32, rec: P2pRecord) -> u64 {
-        let l = match (&self.mem, self.mem.local()) {
-            (_, Some(l)) => l,
-            (Mem::Shared(s), None) => return s.post(rank, rec),
-            (_, None) => unreachable!("only the shared board has no local records"),
+        let l = match self.mem.store() {
+            Store::Local(l) => l,
+            Store::Shared(s) => return s.post(rank, rec),
         };
         let side = usize::from(!rec.send);
         let k = {
@@ -481,10 +484,9 @@ impl Board {
     /// Withdraws `rank`'s unmatched record `k` (its group failed before
     /// its data moved), when it is still the last one it posted on the pair.
     pub fn withdraw(&self, rank: u32, rec: P2pRecord, k: u64) {
-        let l = match (&self.mem, self.mem.local()) {
-            (_, Some(l)) => l,
-            (Mem::Shared(s), None) => return s.withdraw(rank, &rec, k),
-            (_, None) => unreachable!("only the shared board has no local records"),
+        let l = match self.mem.store() {
+            Store::Local(l) => l,
+            Store::Shared(s) => return s.withdraw(rank, &rec, k),
         };
         let side = usize::from(!rec.send);
         let mut pairs = l.pairs.lock();
@@ -538,8 +540,8 @@ impl Board {
         }
         let mut warned = false;
         loop {
-            let found = match (&self.mem, self.mem.local()) {
-                (_, Some(l)) => {
+            let found = match self.mem.store() {
+                Store::Local(l) => {
                     l.sleepers.fetch_add(1, Ordering::SeqCst);
                     let found = {
                         let mut g = l.lock.lock();
@@ -552,8 +554,7 @@ impl Board {
                     l.sleepers.fetch_sub(1, Ordering::SeqCst);
                     found
                 }
-                (Mem::Shared(s), None) => s.sleep_unless(&mut ready),
-                (_, None) => unreachable!("only the shared board has no local records"),
+                Store::Shared(s) => s.sleep_unless(&mut ready),
             };
             if let Some(r) = found.or_else(&mut ready) {
                 return r;
