@@ -7,6 +7,7 @@
 #   bash device/open-issues-run.sh suite   # device suite 1-8 ranks, 64-rank facade test (~60 s)
 #   bash device/open-issues-run.sh pick    # issue 14 acceptance 3 (~250 s)
 #   bash device/open-issues-run.sh ranks   # issue 16 acceptance 2 and its figures (~400 s)
+#   bash device/open-issues-run.sh ranks 16 32   # the same at the counts named
 # Logs go to $OUT; the lines worth reading are printed.
 set -o pipefail
 G=$PWD/.gpu; O=${OUT:-/tmp/out}; mkdir -p "$O"
@@ -31,7 +32,7 @@ pick)
   echo "rc=$?"; rows $O/pick.txt | tail -60
   ;;
 ranks)
-  for n in 16 32 64 128; do
+  shift; for n in ${@:-16 32 64 128}; do
     st "issue 16: $n ranks, every collective 8 B-1 MiB, checked"
     OXCCL_DEADLINE_MS=20000 timeout 80 $G/xtask sweep --backend cuda --ranks $n -b 8 -e 1M -f 128 \
       -d float --coll all -n 2 -w 1 > $O/all$n.txt 2>&1

@@ -20,6 +20,7 @@
 //! waiting policy and the invariants.
 #![doc = include_str!("BACKEND.md")]
 
+mod bell;
 mod compile;
 mod config;
 mod error;
@@ -35,11 +36,12 @@ mod remote;
 mod shm;
 mod widened;
 
+pub use bell::{futex_wait, futex_wake_all, Bell};
 pub use config::HostConfig;
 pub use error::HostError;
 pub use exec::ExecStats;
 pub use fabric::HostFabric;
-pub use region::{futex_wait, futex_wake_all, SharedRegion};
+pub use region::SharedRegion;
 
 /// `acc[i] = acc[i] (base) src[i]` as the reductions fold f16, bf16 and
 /// fp8 blocks (`false`, nothing done, for other types); public only so

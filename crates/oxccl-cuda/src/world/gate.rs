@@ -43,8 +43,11 @@
 //! error explains.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Condvar, Mutex};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+use rustix::thread::futex;
 
 use super::lock;
 
@@ -142,8 +145,6 @@ struct Record {
 
 #[derive(Debug)]
 struct State {
-    /// Per slot: its [`Party::All`] launches.
-    all: Vec<u64>,
     /// `(a, b)`: slot a's launches naming slot b.
     pairs: HashMap<(usize, usize), u64>,
     /// Per slot: its latest Send/Recv launches, oldest first.
@@ -172,7 +173,7 @@ impl State {
     /// matching launch is still missing, ascending.
     fn missing(&self, slot: usize, rec: &Record) -> Vec<usize> {
         let mut absent = Vec::new();
-        let mut seen = vec![false; self.all.len()];
+        let mut seen = vec![false; self.records.len()];
         seen[slot] = true;
         let mut todo: Vec<(usize, usize, u64)> =
             rec.peers.iter().map(|&(b, k)| (slot, b, k)).collect();
@@ -197,10 +198,17 @@ impl State {
 pub struct Gate {
     /// The clique ranks, by slot.
     ranks: Vec<u32>,
+    /// Send/Recv launches, matched under the lock.
     state: Mutex<State>,
-    /// Notified when the fewest `All` launches of any slot grows, and at
-    /// every Send/Recv launch.
-    moved: Condvar,
+    /// Per slot: its [`Party::All`] launches, each written by its slot's
+    /// thread alone. Collectives take no lock: 128 rank threads on 16
+    /// cores that pass through one mutex per call leave one after another
+    /// (a lock, a condition variable: 1.75 ms per call at 128 threads on
+    /// the 2-core VM).
+    all: Box<[AtomicU64]>,
+    /// Bumped, and its sleepers woken, when a slot completes a collective
+    /// round and at every Send/Recv launch; waiters sleep on this word.
+    epoch: AtomicU32,
 }
 
 impl Gate {
@@ -210,12 +218,12 @@ impl Gate {
         Gate {
             ranks,
             state: Mutex::new(State {
-                all: vec![0; n],
                 pairs: HashMap::new(),
                 records: (0..n).map(|_| VecDeque::new()).collect(),
                 p2p: vec![0; n],
             }),
-            moved: Condvar::new(),
+            all: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            epoch: AtomicU32::new(0),
         }
     }
 
@@ -227,8 +235,7 @@ impl Gate {
     /// Counts a launch of `slot` without waiting (a launch that failed
     /// before reaching the stream: its peers must not wait for it).
     pub fn count(&self, slot: usize, party: Party<'_>) {
-        let mut st = lock(&self.state);
-        self.record(&mut st, slot, party);
+        self.record(slot, party);
     }
 
     /// Counts a launch of `slot`, then waits until every launch it is
@@ -244,24 +251,19 @@ impl Gate {
     ) -> Result<(), GateFault> {
         let start = Instant::now();
         let end = deadline.and_then(|d| start.checked_add(d));
-        let mut st = lock(&self.state);
-        let mine = self.record(&mut st, slot, party);
+        let mine = self.record(slot, party);
         loop {
-            let absent: Vec<usize> = match &mine {
-                Mine::All(k) => (0..st.all.len()).filter(|&s| st.all[s] < *k).collect(),
-                Mine::Peers(seq) => match st.records[slot].iter().rev().find(|r| r.seq == *seq) {
-                    Some(rec) => st.missing(slot, rec),
-                    // Pushed out by this slot's later launches: long done.
-                    None => Vec::new(),
-                },
-                Mine::Nothing => Vec::new(),
-            };
+            // Read before the check: a change after the check moves the
+            // epoch, and the futex then does not sleep.
+            let seen = self.epoch.load(Ordering::Acquire);
+            let absent = self.absent(slot, &mine, false);
             if absent.is_empty() {
                 return Ok(());
             }
             let now = Instant::now();
             let aborted = stop();
             if aborted || end.is_some_and(|e| now >= e) {
+                let absent = self.absent(slot, &mine, true);
                 return Err(GateFault {
                     waited: now - start,
                     absent: absent.iter().map(|&s| self.ranks[s]).collect(),
@@ -269,26 +271,62 @@ impl Gate {
                 });
             }
             let slice = end.map_or(POLL, |e| (e - now).min(POLL));
-            st = self
-                .moved
-                .wait_timeout(st, slice)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
+            let ts = rustix::event::Timespec {
+                tv_sec: slice.as_secs() as _,
+                tv_nsec: slice.subsec_nanos() as _,
+            };
+            // Returns at a wake-up, at the slice's end, or at once if the
+            // epoch already moved; each is checked again above.
+            let _ = futex::wait(&self.epoch, futex::Flags::PRIVATE, seen, Some(&ts));
         }
     }
 
+    /// The slots `mine` still waits for, ascending; for a collective only
+    /// the first unless `every` asks for each one.
+    fn absent(&self, slot: usize, mine: &Mine, every: bool) -> Vec<usize> {
+        match mine {
+            Mine::All(k) => {
+                let behind =
+                    (0..self.all.len()).filter(|&s| self.all[s].load(Ordering::SeqCst) < *k);
+                if every {
+                    behind.collect()
+                } else {
+                    behind.take(1).collect()
+                }
+            }
+            Mine::Peers(seq) => {
+                let st = lock(&self.state);
+                match st.records[slot].iter().rev().find(|r| r.seq == *seq) {
+                    Some(rec) => st.missing(slot, rec),
+                    // Pushed out by this slot's later launches: long done.
+                    None => Vec::new(),
+                }
+            }
+            Mine::Nothing => Vec::new(),
+        }
+    }
+
+    /// Moves the epoch and wakes every waiter.
+    fn moved(&self) {
+        self.epoch.fetch_add(1, Ordering::Release);
+        let _ = futex::wake(&self.epoch, futex::Flags::PRIVATE, i32::MAX as u32);
+    }
+
     /// Adds one launch of `slot` and wakes the waiters it may release.
-    fn record(&self, st: &mut State, slot: usize, party: Party<'_>) -> Mine {
+    fn record(&self, slot: usize, party: Party<'_>) -> Mine {
         match party {
             Party::All => {
-                let before = st.all.iter().copied().min().unwrap_or(0);
-                st.all[slot] += 1;
-                if st.all.iter().copied().min().unwrap_or(0) > before {
-                    self.moved.notify_all();
+                let k = self.all[slot].fetch_add(1, Ordering::SeqCst) + 1;
+                // Of slots finishing round k together, at least the later
+                // of any two sees the other's count (both SeqCst), so the
+                // last one in always wakes the round.
+                if self.all.iter().all(|c| c.load(Ordering::SeqCst) >= k) {
+                    self.moved();
                 }
-                Mine::All(st.all[slot])
+                Mine::All(k)
             }
             Party::Peers(ranks) => {
+                let st = &mut *lock(&self.state);
                 let mut peers: Vec<usize> = ranks
                     .iter()
                     .filter_map(|&r| self.slot(r))
@@ -314,7 +352,7 @@ impl Gate {
                     h.pop_front();
                 }
                 h.push_back(Record { seq, peers });
-                self.moved.notify_all();
+                self.moved();
                 Mine::Peers(seq)
             }
         }
@@ -514,5 +552,42 @@ mod tests {
             }
         };
         launches_wait_for_their_sets(N, 200, peers_of, set_of);
+    }
+}
+
+#[cfg(test)]
+mod timing {
+    use super::*;
+    use std::sync::Arc;
+
+    /// Not a check: prints what one `All` pass costs per call at 16, 32,
+    /// 64 and 128 threads (`cargo test --release -p oxccl-cuda gate_cost
+    /// -- --ignored --nocapture`).
+    #[test]
+    #[ignore]
+    fn gate_cost() {
+        for n in [16usize, 32, 64, 128] {
+            let gate = Arc::new(Gate::new((0..n as u32).collect()));
+            let rounds = 300u64;
+            let t = Instant::now();
+            let hs: Vec<_> = (0..n)
+                .map(|s| {
+                    let g = gate.clone();
+                    std::thread::spawn(move || {
+                        for _ in 0..rounds {
+                            g.pass(s, Party::All, Some(Duration::from_secs(60)), || false)
+                                .expect("pass");
+                        }
+                    })
+                })
+                .collect();
+            for h in hs {
+                h.join().expect("thread");
+            }
+            println!(
+                "{n} threads: {:.1} us per call",
+                t.elapsed().as_secs_f64() * 1e6 / rounds as f64
+            );
+        }
     }
 }

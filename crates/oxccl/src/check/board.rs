@@ -6,12 +6,13 @@
 //! the same slots and the same waits.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crossbeam::utils::{Backoff, CachePadded};
 use oxccl_core::DataType;
-use parking_lot::{Condvar, Mutex};
+use oxccl_host::Bell;
+use parking_lot::Mutex;
 
 use super::mirror::Mirror;
 use super::shared::SharedBoard;
@@ -169,9 +170,8 @@ pub(super) struct Local {
     /// publish nothing more (a wait for it fails at once, naming it).
     gone: Box<[AtomicBool]>,
     pairs: Mutex<HashMap<(u32, u32), PairLog>>,
-    sleepers: AtomicUsize,
-    lock: Mutex<()>,
-    wake: Condvar,
+    /// Rung by every change; waiters sleep on it, as across processes.
+    bell: Bell,
 }
 
 impl Local {
@@ -180,18 +180,13 @@ impl Local {
             rows: (0..nranks).map(|_| CachePadded::default()).collect(),
             gone: (0..nranks).map(|_| AtomicBool::new(false)).collect(),
             pairs: Mutex::default(),
-            sleepers: AtomicUsize::new(0),
-            lock: Mutex::new(()),
-            wake: Condvar::new(),
+            bell: Bell::default(),
         }
     }
 
     /// Wakes every sleeping waiter.
     pub(super) fn wake_all(&self) {
-        if self.sleepers.load(Ordering::SeqCst) > 0 {
-            let _g = self.lock.lock();
-            self.wake.notify_all();
-        }
+        self.bell.ring();
     }
 
     /// Stores `rank`'s record of collective `seq` (a peer's, mirrored).
@@ -356,7 +351,16 @@ impl Board {
         if let Mem::Mirror(m) = &self.mem {
             m.published(rank, seq, words);
         }
-        self.wake_all();
+        // Waiters of a call wait for every rank's record, so only the
+        // record that completes the call wakes them: a wake per publish
+        // woke each of 128 rank threads 128 times a call. Of ranks
+        // publishing last together, at least the later of any two sees the
+        // other's record (both SeqCst), so one of them wakes the waiters.
+        let complete =
+            (0..self.nranks).all(|r| self.slot(r, seq).seq.load(Ordering::SeqCst) >= seq);
+        if complete {
+            self.wake_all();
+        }
     }
 
     /// Waits until every rank published call `seq`, then returns every
@@ -541,19 +545,7 @@ impl Board {
         let mut warned = false;
         loop {
             let found = match self.mem.store() {
-                Store::Local(l) => {
-                    l.sleepers.fetch_add(1, Ordering::SeqCst);
-                    let found = {
-                        let mut g = l.lock.lock();
-                        let found = ready();
-                        if found.is_none() {
-                            l.wake.wait_for(&mut g, NAP);
-                        }
-                        found
-                    };
-                    l.sleepers.fetch_sub(1, Ordering::SeqCst);
-                    found
-                }
+                Store::Local(l) => l.bell.sleep_unless(NAP, &mut ready),
                 Store::Shared(s) => s.sleep_unless(&mut ready),
             };
             if let Some(r) = found.or_else(&mut ready) {

@@ -9,7 +9,7 @@
 //!
 //! | offset | what |
 //! | --- | --- |
-//! | 0 | [`Header`]: wake-up epoch (the futex word), sleepers |
+//! | 0 | [`Header`]: the bell (wake-up epoch, the futex word; sleepers), the first abort |
 //! | [`HEADER`] | a row of [`DEPTH`] slots per rank, then its "gone" word, [`ROW`] bytes each |
 //! | after the rows | a [`PairShm`] per ordered pair (sender, receiver) |
 
@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use crossbeam::utils::Backoff;
 use oxccl_bootstrap::{Bootstrap, PeerWatch};
 use oxccl_core::DataType;
-use oxccl_host::SharedRegion;
+use oxccl_host::{Bell, SharedRegion};
 use parking_lot::Mutex;
 
 use super::board::{P2pRecord, Slot, DEPTH, NAP};
@@ -44,10 +44,8 @@ const LOCK_LIMIT: Duration = Duration::from_secs(5);
 /// What every rank's sleepers share.
 #[repr(C)]
 struct Header {
-    /// Bumped by every publish; sleepers futex-wait on it.
-    epoch: AtomicU32,
-    /// Processes' waiters asleep (or about to be) on `epoch`.
-    sleepers: AtomicU32,
+    /// Rung by every publish; processes' waiters sleep on it.
+    bell: Bell,
     /// The first rank that aborted its communicator, + 1 (0: none). An
     /// abort fails the clique whatever carries its data (some transports
     /// tell peers only when they wait for data, never in the check).
@@ -129,11 +127,7 @@ fn header(region: &SharedRegion) -> &Header {
 }
 
 fn wake(region: &SharedRegion) {
-    let h = header(region);
-    h.epoch.fetch_add(1, Ordering::SeqCst);
-    if h.sleepers.load(Ordering::SeqCst) > 0 {
-        oxccl_host::futex_wake_all(&h.epoch);
-    }
+    header(region).bell.ring();
 }
 
 /// Holds a pair's lock word; releases it on drop.
@@ -274,15 +268,7 @@ impl SharedBoard {
 
     /// Sleeps until a publish, at most [`NAP`], unless `ready` answers.
     pub fn sleep_unless<T>(&self, ready: &mut impl FnMut() -> Option<T>) -> Option<T> {
-        let h = header(&self.region);
-        h.sleepers.fetch_add(1, Ordering::SeqCst);
-        let seen = h.epoch.load(Ordering::SeqCst);
-        let found = ready();
-        if found.is_none() {
-            oxccl_host::futex_wait(&h.epoch, seen, NAP);
-        }
-        h.sleepers.fetch_sub(1, Ordering::SeqCst);
-        found
+        header(&self.region).bell.sleep_unless(NAP, ready)
     }
 
     /// The pid of `rank`'s process if it exited.
