@@ -52,7 +52,11 @@ pub fn channel_cap(t: &Topology, per_gpu: u32) -> (u32, u32, bool) {
         .and_then(|g| g.attrs.get("sm_count"))
         .and_then(|s| s.parse::<u32>().ok());
     let n = sms.unwrap_or(DEFAULT_SMS);
-    ((n / per_gpu.max(1)).clamp(1, 32), n, sms.is_some())
+    (
+        oxccl_topo::policy::gpu_channel_cap(n, per_gpu),
+        n,
+        sms.is_some(),
+    )
 }
 
 /// Loads the topology the flags name; without one, this machine (sysfs,

@@ -82,6 +82,18 @@ pub fn host_constants(nranks: u32, registered: bool) -> Constants {
     }
 }
 
+/// Most channels (thread blocks) a rank's plan uses on a GPU.
+pub const MAX_GPU_CHANNELS: u32 = 32;
+
+/// The channels each of `ranks_on_gpu` ranks sharing a GPU of `sm_count`
+/// SMs may use: its share of the SMs, one block per channel, 1 to
+/// [`MAX_GPU_CHANNELS`]. The kernels of a call spin on each other, so every
+/// block of every rank on the GPU must be resident at once; the CUDA
+/// backend caps plans with it and `xtask topo`/`simulate` model the same.
+pub fn gpu_channel_cap(sm_count: u32, ranks_on_gpu: u32) -> u32 {
+    (sm_count / ranks_on_gpu.max(1)).clamp(1, MAX_GPU_CHANNELS)
+}
+
 /// The model's constants for a GPU backend whose channels are thread
 /// blocks: a rank's bus bandwidth (`shape.intra_bw`, its share of the GPU)
 /// needs `max_channels` blocks (its share of the SMs), so one channel
@@ -411,6 +423,15 @@ impl Policy {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_rank_gets_its_share_of_the_sms_from_1_to_32() {
+        assert_eq!(gpu_channel_cap(132, 8), 16);
+        assert_eq!(gpu_channel_cap(132, 1), 32);
+        assert_eq!(gpu_channel_cap(132, 128), 1);
+        assert_eq!(gpu_channel_cap(132, 256), 1);
+        assert_eq!(gpu_channel_cap(132, 0), 32);
+    }
 
     #[test]
     fn gpu_channels_reach_the_backend_limit_for_large_messages() {

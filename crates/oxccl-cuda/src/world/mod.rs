@@ -358,7 +358,7 @@ impl World {
     pub fn max_channels(&self) -> u32 {
         self.devices
             .iter()
-            .map(|d| (d.sm_count / d.ranks_here.max(1)).clamp(1, 32))
+            .map(|d| oxccl_topo::policy::gpu_channel_cap(d.sm_count, d.ranks_here))
             .min()
             .unwrap_or(1)
     }
