@@ -13,6 +13,8 @@
 //! - [`Bootstrap::all_gather`], [`Bootstrap::broadcast`],
 //!   [`Bootstrap::barrier`]: small collective calls over that ring, for
 //!   the layers above (shared-memory setup, `split`, the C ABI).
+//! - [`Bootstrap::mesh`]: a connection between every pair of ranks, for a
+//!   layer that keeps talking to each peer (the call check across hosts).
 //! - [`PeerWatch`]: a thread that notices a peer process's exit.
 //! - [`FdMailbox`]: file descriptors between processes of one machine
 //!   (`SCM_RIGHTS` over abstract Unix sockets).
@@ -30,6 +32,7 @@ mod error;
 mod fdpass;
 mod id;
 pub mod iface;
+mod mesh;
 mod ring;
 mod root;
 mod scalable;

@@ -6,8 +6,8 @@
 //! to the other side only, an abort and a departure to every peer. One
 //! thread per rank applies what arrives and wakes the waiters.
 //!
-//! One connection per pair of ranks, made at init from addresses the
-//! bootstrap gathers; a connection keeps its frames in order, so a
+//! One connection per pair of ranks, made at init by the bootstrap
+//! ([`Bootstrap::mesh`]); a connection keeps its frames in order, so a
 //! withdrawal always lands before the collective record that follows it
 //! (the poisoned call of `calls.rs`). A peer whose connection closes (its
 //! process exited, or was killed) is named by waits that need it.
@@ -16,12 +16,10 @@
 //! at a few hosts, quadratic in all, so it is off between hosts unless
 //! every rank asks for it (`OXCCL_CHECK_CALLS=all`).
 
-use std::io::Read;
-use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use oxccl_bootstrap::Bootstrap;
 use oxccl_core::DataType;
@@ -37,8 +35,6 @@ const FRAME: usize = 64;
 /// zeroed frame is refused).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
-    /// A connecting rank names itself (and the clique's magic).
-    Hello,
     /// A collective record.
     Coll,
     /// One side of a Send/Recv.
@@ -51,8 +47,7 @@ enum Kind {
     Leave,
 }
 
-const KINDS: [Kind; 6] = [
-    Kind::Hello,
+const KINDS: [Kind; 5] = [
     Kind::Coll,
     Kind::P2p,
     Kind::Withdraw,
@@ -75,7 +70,7 @@ impl Kind {
 }
 
 /// One frame, decoded: `src` sent it; `num` is the sequence number
-/// (collective), the message index (Send/Recv) or the magic (hello).
+/// (collective) or the message index (Send/Recv).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Frame {
     kind: Kind,
@@ -161,7 +156,6 @@ impl Inner {
     /// Applies one peer's frame to this rank's copy of the board.
     fn apply(&self, f: Frame) {
         match f.kind {
-            Kind::Hello => {}
             Kind::Coll => self.local.store(f.src, f.num, f.words),
             Kind::P2p => {
                 if let Some(rec) = f.rec {
@@ -197,78 +191,14 @@ pub(super) struct Mirror {
 }
 
 impl Mirror {
-    /// Connects every pair of `boot`'s ranks (each rank calls this at
-    /// init) and starts the thread that applies peers' frames.
+    /// Connects every pair of `boot`'s ranks ([`Bootstrap::mesh`]; each
+    /// rank calls this at init) and starts the thread that applies peers'
+    /// frames.
     pub fn new(boot: &Bootstrap, local: Local) -> Result<Mirror> {
         let (me, n) = (boot.rank(), boot.nranks());
-        let limit = boot.limit();
-        let deadline = Instant::now() + limit;
-        let ip: IpAddr = boot.descs()[me as usize].listen.ip();
-        let listener = TcpListener::bind((ip, 0)).map_err(|e| net_error(me, "listen", &e))?;
-        let mine = listener
-            .local_addr()
-            .map_err(|e| net_error(me, "listen", &e))?
-            .to_string();
-        let addrs = boot
-            .all_gather(mine.as_bytes())
+        let socks = boot
+            .mesh("call check")
             .map_err(crate::init::map_bootstrap)?;
-        let magic = boot.magic();
-        let mut socks: Vec<Option<TcpStream>> = (0..n).map(|_| None).collect();
-        // Lower ranks connect to higher ones; every listener exists before
-        // the all-gather above, so connects complete from its backlog.
-        for peer in me + 1..n {
-            let addr: SocketAddr = std::str::from_utf8(&addrs[peer as usize])
-                .ok()
-                .and_then(|s| s.parse().ok())
-                .ok_or_else(|| {
-                    Error::Bootstrap(format!("rank {peer} sent an unreadable check address"))
-                })?;
-            let s = TcpStream::connect_timeout(&addr, limit)
-                .map_err(|e| net_error(me, &format!("connect to rank {peer}"), &e))?;
-            write_frame(&s, &Frame::new(Kind::Hello, me, magic).encode())
-                .map_err(|e| net_error(me, &format!("greet rank {peer}"), &e.into()))?;
-            socks[peer as usize] = Some(s);
-        }
-        listener
-            .set_nonblocking(true)
-            .map_err(|e| net_error(me, "listen", &e))?;
-        let mut waiting = me;
-        while waiting > 0 {
-            match listener.accept() {
-                Ok((mut s, _)) => {
-                    // A connection that does not greet like a peer (a port
-                    // scan, a stale rank) is dropped, not an init failure.
-                    let mut b = [0u8; FRAME];
-                    let greeted = s
-                        .set_nonblocking(false)
-                        .and_then(|()| s.set_read_timeout(Some(limit)))
-                        .and_then(|()| s.read_exact(&mut b));
-                    if greeted.is_err() {
-                        continue;
-                    }
-                    let hello = Frame::decode(&b)
-                        .filter(|f| f.kind == Kind::Hello && f.num == magic && f.src < me)
-                        .filter(|f| socks[f.src as usize].is_none());
-                    let Some(h) = hello else {
-                        continue; // a stranger or a stale peer: not ours
-                    };
-                    socks[h.src as usize] = Some(s);
-                    waiting -= 1;
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    if Instant::now() >= deadline {
-                        let missing: Vec<u32> =
-                            (0..me).filter(|&r| socks[r as usize].is_none()).collect();
-                        return Err(Error::Timeout(format!(
-                            "rank {me}: the call check's connections: {} never connected within {limit:?}",
-                            oxccl_core::ranks_named(&missing)
-                        )));
-                    }
-                    std::thread::sleep(Duration::from_millis(1));
-                }
-                Err(e) => return Err(net_error(me, "accept", &e)),
-            }
-        }
         let inner = Arc::new(Inner {
             me,
             local,
@@ -508,12 +438,12 @@ mod tests {
                 ..Frame::new(Kind::Withdraw, 2, 5)
             },
             Frame::new(Kind::Leave, 1, 0),
-            Frame::new(Kind::Hello, 0, 0x5eed),
+            Frame::new(Kind::Abort, 0, 0),
         ] {
             assert_eq!(Frame::decode(&f.encode()), Some(f));
         }
         let mut bad = Frame::new(Kind::Abort, 1, 0).encode();
-        for code in [0, 7, 0x7f] {
+        for code in [0, 6, 0x7f] {
             bad[0] = code;
             assert_eq!(Frame::decode(&bad), None);
         }
