@@ -14,9 +14,10 @@ pub enum HostError {
     /// culprits, several hops up the chain of waits.
     #[error("{0}; the communicator is unusable: rebuild it")]
     Deadline(WaitFault),
-    /// [`crate::HostFabric::abort`] was called.
-    #[error("rank {rank}: the communicator was aborted; rebuild it")]
-    Aborted { rank: Rank },
+    /// [`crate::HostFabric::abort`] was called; `why` says by whom and
+    /// why.
+    #[error("rank {rank}: the communicator was aborted ({why}); rebuild it")]
+    Aborted { rank: Rank, why: String },
     /// The fabric failed earlier (or a peer's failure stopped this call).
     #[error("{0}")]
     Failed(String),

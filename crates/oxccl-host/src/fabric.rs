@@ -551,16 +551,11 @@ impl HostFabric {
     }
 
     /// Fails every rank's pending and future call promptly with
-    /// [`HostError::Aborted`]. The fabric stays unusable.
-    pub fn abort(&self) {
+    /// [`HostError::Aborted`], which tells `why` (who aborted, and for
+    /// what). The fabric stays unusable.
+    pub fn abort(&self, why: &str) {
         self.aborted.store(true, Ordering::Release);
-        match &self.procs {
-            Some(p) => self.fail(format!(
-                "rank {} aborted the communicator; rebuild it",
-                p.me
-            )),
-            None => self.fail("the communicator was aborted; rebuild it".into()),
-        }
+        self.fail(why.to_string());
     }
 
     /// Why the fabric is unusable, once it is: a [`HostError::Failed`]
@@ -668,7 +663,8 @@ impl HostFabric {
     /// The error rank `me` returns if the fabric is failed.
     pub(crate) fn stop_error(&self, me: Rank) -> Option<HostError> {
         if self.aborted.load(Ordering::Acquire) {
-            return Some(HostError::Aborted { rank: me });
+            let why = self.reason.lock().clone().unwrap_or_default();
+            return Some(HostError::Aborted { rank: me, why });
         }
         self.failure()
     }

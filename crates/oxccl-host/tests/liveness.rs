@@ -197,11 +197,14 @@ fn missing_rank_fails_everyone_and_the_fabric_stays_failed() {
 fn abort_stops_waiting_ranks() {
     let fab = HostFabric::new(4, small_config(64));
     // Abort once ranks 1-3 are certainly inside their calls.
-    let res = after_arrival(&fab, 4, &[0], |f| f.abort());
+    let res = after_arrival(&fab, 4, &[0], |f| f.abort("rank 0 gave up"));
     assert!(res[0].is_none());
     for (r, res) in res.into_iter().enumerate().skip(1) {
         match res.unwrap() {
-            Err(HostError::Aborted { rank }) => assert_eq!(rank, r as u32),
+            Err(HostError::Aborted { rank, why }) => {
+                assert_eq!(rank, r as u32);
+                assert_eq!(why, "rank 0 gave up");
+            }
             other => panic!("rank {r}: expected Aborted, got {other:?}"),
         }
     }

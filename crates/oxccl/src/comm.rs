@@ -377,7 +377,8 @@ impl Communicator {
     /// Aborts the whole clique: every rank's pending and later operations
     /// fail promptly ([`Error::Aborted`], then [`Error::Failed`]).
     pub fn abort(&self) {
-        self.clique.backend.abort();
+        let why = format!("rank {} aborted the communicator", self.rank);
+        self.clique.backend.abort(&why);
         self.clique.board.abort(self.rank);
     }
 
@@ -729,7 +730,8 @@ impl Communicator {
     /// error on.
     pub(crate) fn fail(&self, what: &str, e: Error) -> Error {
         tracing::warn!(rank = self.rank, error = %e, "oxccl: {what} failed; aborting the communicator");
-        self.clique.backend.abort();
+        let why = format!("rank {}: {what} failed: {e}", self.rank);
+        self.clique.backend.abort(&why);
         self.clique.board.abort(self.rank);
         e
     }

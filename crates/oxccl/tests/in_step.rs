@@ -85,7 +85,7 @@ impl Backend for InStep {
     fn synchronize(&self, rank: u32) -> Result<(), Error> {
         self.inner.synchronize(rank)
     }
-    fn abort(&self) {}
+    fn abort(&self, _why: &str) {}
     fn failure(&self) -> Option<Error> {
         None
     }

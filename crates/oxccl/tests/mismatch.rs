@@ -258,6 +258,50 @@ fn every_case(backend: BackendKind) {
     groups(&comms);
 }
 
+/// Rank 0's group sends 16 to rank 1, which receives 32, and sends 32 to
+/// rank 2, which receives 32: ranks 0 and 1 get the mismatch; rank 2,
+/// whose pair matched and whose data never comes, gets an error naming
+/// rank 0 and why (the communicator fails) instead of its deadline's
+/// timeout.
+fn a_failed_pair_fails_the_group_peers(backend: BackendKind) {
+    let comms = comms(backend, 3);
+    let out = on_ranks(&comms, |c| {
+        let b = c.alloc::<i32>(32).unwrap();
+        let r = match c.rank() {
+            0 => oxccl::group(|g| {
+                g.send(c, b.slice(..16), 1)?;
+                g.send(c, &b, 2)
+            }),
+            _ => c.recv(&b, 0),
+        };
+        r.and_then(|()| c.synchronize())
+    });
+    assert!(mismatch(&out[0]).contains("rank 0 sends 16 x int32 to rank 1"));
+    assert!(mismatch(&out[1]).contains("but rank 0 sends 16 x int32"));
+    match &out[2] {
+        Err(Error::Timeout(m)) => panic!("rank 2 waited out its deadline: {m}"),
+        Err(e) => {
+            let m = e.to_string();
+            assert!(m.contains("rank 0: a Send/Recv group"), "{m}");
+            assert!(m.contains("rank 0 sends 16 x int32 to rank 1"), "{m}");
+        }
+        Ok(()) => panic!("rank 2 received what rank 0 never sent"),
+    }
+}
+
+#[test]
+fn host_a_failed_pair_fails_the_group_peers() {
+    a_failed_pair_fails_the_group_peers(BackendKind::Host);
+}
+
+#[test]
+fn cuda_a_failed_pair_fails_the_group_peers() {
+    if oxccl::backend::cuda::device_or_skip("cuda_a_failed_pair_fails_the_group_peers").is_none() {
+        return;
+    }
+    a_failed_pair_fails_the_group_peers(BackendKind::Cuda);
+}
+
 #[test]
 fn host_mismatched_calls_are_errors_on_every_rank() {
     every_case(BackendKind::Host);

@@ -69,8 +69,8 @@ impl Backend for HostAsGpu {
     fn synchronize(&self, rank: u32) -> Result<(), Error> {
         self.0.synchronize(rank)
     }
-    fn abort(&self) {
-        self.0.abort()
+    fn abort(&self, why: &str) {
+        self.0.abort(why)
     }
     fn failure(&self) -> Option<Error> {
         self.0.failure()

@@ -70,7 +70,11 @@ pub fn create_on(opts: &BackendOptions, devices: Vec<i32>) -> Result<Arc<dyn Bac
 
 fn create_with(cfg: WorldConfig) -> Result<Arc<dyn Backend>, Error> {
     let world = World::new(cfg).map_err(map_error)?;
-    Ok(Arc::new(CudaBackend { world, procs: None }))
+    Ok(Arc::new(CudaBackend {
+        world,
+        procs: None,
+        why: Default::default(),
+    }))
 }
 
 /// The CUDA backend of this process's rank of a process clique whose
@@ -105,6 +109,7 @@ pub(crate) fn create_procs(
     Ok(Arc::new(CudaBackend {
         world,
         procs: Some(Procs { me, watch, exports }),
+        why: Default::default(),
     }))
 }
 
@@ -161,6 +166,9 @@ pub struct CudaBackend {
     world: Arc<World>,
     /// Ranks as processes: this process's rank and its peer watcher.
     procs: Option<Procs>,
+    /// Why this process aborted the clique (the first reason), for the
+    /// errors of the waits it ends.
+    why: parking_lot::Mutex<Option<String>>,
 }
 
 impl CudaBackend {
@@ -172,9 +180,16 @@ impl CudaBackend {
         )))
     }
 
-    /// `e`, unless a peer process was lost (which explains it).
+    /// `e`, unless a peer process was lost (which explains it); an abort
+    /// says why, where this process aborted.
     fn explain(&self, e: CudaError) -> Error {
-        self.lost().unwrap_or_else(|| map_error(e))
+        if let Some(lost) = self.lost() {
+            return lost;
+        }
+        match (&e, self.why.lock().as_deref()) {
+            (CudaError::Aborted, Some(why)) => Error::Aborted(format!("{e} ({why})")),
+            _ => map_error(e),
+        }
     }
 
     /// The rank whose stream serves whole-backend measurements.
@@ -374,7 +389,8 @@ impl Backend for CudaBackend {
             .map_err(map_error)
     }
 
-    fn abort(&self) {
+    fn abort(&self, why: &str) {
+        self.why.lock().get_or_insert_with(|| why.to_string());
         self.world.abort();
     }
 

@@ -274,8 +274,8 @@ impl Backend for CudaStaged {
         self.world.synchronize(ME).map_err(map_error)
     }
 
-    fn abort(&self) {
-        self.host.abort();
+    fn abort(&self, why: &str) {
+        self.host.abort(why);
         self.world.abort();
     }
 

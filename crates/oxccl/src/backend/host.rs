@@ -303,8 +303,8 @@ impl Backend for HostBackend {
         Ok(())
     }
 
-    fn abort(&self) {
-        self.fabric.abort();
+    fn abort(&self, why: &str) {
+        self.fabric.abort(why);
     }
 
     fn failure(&self) -> Option<Error> {

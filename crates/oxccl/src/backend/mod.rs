@@ -402,8 +402,9 @@ pub trait Backend: Send + Sync + Debug {
         }
     }
 
-    /// Makes every rank's pending and future waits fail promptly.
-    fn abort(&self);
+    /// Makes every rank's pending and future waits fail promptly, with
+    /// errors that tell `why` (which rank aborted, and for what).
+    fn abort(&self, why: &str);
 
     /// The first failure any rank of the clique hit, if any.
     fn failure(&self) -> Option<Error>;

@@ -101,7 +101,7 @@ impl Backend for NullBackend {
     fn synchronize(&self, _: u32) -> Result<(), Error> {
         Ok(())
     }
-    fn abort(&self) {}
+    fn abort(&self, _why: &str) {}
     fn failure(&self) -> Option<Error> {
         None
     }

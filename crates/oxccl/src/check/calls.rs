@@ -162,6 +162,9 @@ impl Communicator {
     /// difference this rank's unmatched records are withdrawn and the
     /// group fails; a peer that entered a collective instead of posting
     /// the other side gets that collective poisoned, so it fails too.
+    /// Where another pair of the group matched, that peer would wait for
+    /// data that never comes, so the communicator fails (aborted, naming
+    /// this rank) rather than leave it to its deadline.
     /// Returns, per posted record, the other side's direct buffer id.
     pub(crate) fn compare_p2p(
         &self,
@@ -226,6 +229,12 @@ impl Communicator {
         self.withdraw_p2p(posted);
         if let Some(call) = poison {
             self.publish_call(seq, call, false, 0);
+        }
+        if !theirs.is_empty() {
+            // Peers whose side matched have passed their check and will
+            // wait for data this rank never moves: only the communicator's
+            // failure reaches them before their deadline.
+            return Err(self.fail("a Send/Recv group whose other pairs matched", err));
         }
         Err(err)
     }
