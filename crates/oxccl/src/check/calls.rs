@@ -162,9 +162,11 @@ impl Communicator {
     /// difference this rank's unmatched records are withdrawn and the
     /// group fails; a peer that entered a collective instead of posting
     /// the other side gets that collective poisoned, so it fails too.
-    /// Where another pair of the group matched, that peer would wait for
-    /// data that never comes, so the communicator fails (aborted, naming
-    /// this rank) rather than leave it to its deadline.
+    /// Where the group also has a peer none of whose pairs failed, that
+    /// peer would wait for data that never comes, so the communicator
+    /// fails (aborted, naming this rank) rather than leave it to its
+    /// deadline; a group whose every peer sees a failing pair keeps the
+    /// communicator usable.
     /// Returns, per posted record, the other side's direct buffer id.
     pub(crate) fn compare_p2p(
         &self,
@@ -176,6 +178,8 @@ impl Communicator {
         let ctx = self.wait_ctx(&failure);
         let board = &self.clique().board;
         let mut problem: Option<(Error, Option<Call>)> = None;
+        // Peers that see this group fail on their own side of a pair.
+        let mut failing = Vec::new();
         for p in posted {
             let r = p.rec;
             let outcome = board
@@ -190,6 +194,7 @@ impl Communicator {
             match outcome {
                 P2pOutcome::Matched { direct } => theirs.push(direct),
                 P2pOutcome::Differs { count, dtype } => {
+                    failing.push(r.peer);
                     problem.get_or_insert((
                         Error::Mismatch {
                             rank: me,
@@ -202,6 +207,7 @@ impl Communicator {
                     ));
                 }
                 P2pOutcome::PeerMovedOn { seq: at } => {
+                    failing.push(r.peer);
                     let blocked = Call::Blocked {
                         peer: r.peer,
                         send: r.send,
@@ -230,10 +236,11 @@ impl Communicator {
         if let Some(call) = poison {
             self.publish_call(seq, call, false, 0);
         }
-        if !theirs.is_empty() {
-            // Peers whose side matched have passed their check and will
+        if posted.iter().any(|p| !failing.contains(&p.rec.peer)) {
+            // A peer with no failing pair in this group passed its check
+            // (or will post and wait for a side now withdrawn) and would
             // wait for data this rank never moves: only the communicator's
-            // failure reaches them before their deadline.
+            // failure reaches it before its deadline.
             return Err(self.fail("a Send/Recv group whose other pairs matched", err));
         }
         Err(err)
