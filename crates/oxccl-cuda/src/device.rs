@@ -57,9 +57,7 @@ pub fn device_info(ordinal: i32) -> Result<DeviceInfo> {
         let ctx = Ctx::new(ordinal)?;
         let name = cudarc::driver::result::device::get_name(ctx.dev)
             .map_err(|e| CudaError::driver("cuDeviceGetName", e))?;
-        // SAFETY: valid device.
-        let total_mem = unsafe { cudarc::driver::result::device::total_mem(ctx.dev) }
-            .map_err(|e| CudaError::driver("cuDeviceTotalMem", e))?;
+        let total_mem = ctx.total_mem()?;
         let major = ctx.attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
         let minor = ctx.attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
         let sms = ctx.attr(A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;

@@ -273,6 +273,13 @@ impl Ctx {
         Ok(c == self.ctx)
     }
 
+    /// The device's memory in bytes.
+    pub fn total_mem(&self) -> Result<usize> {
+        // SAFETY: `dev` is a valid device.
+        unsafe { result::device::total_mem(self.dev) }
+            .map_err(|e| CudaError::driver("cuDeviceTotalMem", e))
+    }
+
     pub fn attr(&self, a: sys::CUdevice_attribute) -> Result<i32> {
         // SAFETY: `dev` is a valid device.
         unsafe { result::device::get_attribute(self.dev, a) }

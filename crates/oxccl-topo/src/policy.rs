@@ -267,12 +267,59 @@ fn net_bw(p: &NetPlacement) -> f64 {
     }
 }
 
+/// What a plan's FIFO connections take of a device's memory, and how much
+/// they may: a FIFO plan of all-pairs shape (one-shot, two-shot,
+/// all-pairs) connects every rank to each of the n − 1 others on each
+/// channel, so on one GPU its memory grows with the square of the ranks
+/// sharing it (128 ranks on an H100: 128 × 127 LL connections of 4 MiB,
+/// 65 GB, and the allocation failed). Rings and trees keep a few
+/// connections per rank.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LinkMemory {
+    /// Bytes of one connection's buffer, per protocol ([`Proto::ALL`]
+    /// order).
+    pub per_link: [u64; 3],
+    /// Ranks whose connections land in one device's memory (the busiest
+    /// device's count).
+    pub ranks_per_device: u32,
+    /// Bytes one plan's connections may take on a device.
+    pub budget: u64,
+}
+
+impl LinkMemory {
+    /// The share of a device's memory one plan's connections may take.
+    pub const SHARE: u64 = 4;
+
+    /// Bytes the connections of a FIFO plan of `algo` under `proto` with
+    /// `channels` channels take on the busiest device, for `nranks` ranks.
+    pub fn need(&self, algo: Algo, proto: Proto, channels: u32, nranks: u32) -> u64 {
+        let peers = if is_direct(algo) {
+            nranks.saturating_sub(1)
+        } else {
+            // A ring's two neighbours, a tree's parent and two children.
+            3
+        };
+        let p = Proto::ALL.iter().position(|&x| x == proto).unwrap_or(0);
+        u64::from(self.ranks_per_device)
+            * u64::from(peers)
+            * u64::from(channels.max(1))
+            * self.per_link[p]
+    }
+
+    /// Whether that plan's connections fit the budget.
+    pub fn fits(&self, algo: Algo, proto: Proto, channels: u32, nranks: u32) -> bool {
+        self.need(algo, proto, channels, nranks) <= self.budget
+    }
+}
+
 /// The policy of one communicator set: its two selectors.
 #[derive(Clone, Debug)]
 pub struct Policy {
     registered: Selector,
     fifo: Selector,
     nranks: u32,
+    /// Where FIFO connections must fit (`None`: anywhere).
+    links: Option<LinkMemory>,
 }
 
 impl Policy {
@@ -287,6 +334,7 @@ impl Policy {
                 .with_constants(host_constants(nranks, true)),
             fifo: selector.with_constants(host_constants(nranks, false)),
             nranks,
+            links: None,
         }
     }
 
@@ -304,6 +352,7 @@ impl Policy {
             registered: selector.clone(),
             fifo: selector,
             nranks: n as u32,
+            links: None,
         }
     }
 
@@ -320,6 +369,7 @@ impl Policy {
             registered,
             fifo,
             nranks: gpus.len().max(1) as u32,
+            links: None,
         }
     }
 
@@ -329,6 +379,38 @@ impl Policy {
             registered,
             fifo,
             nranks,
+            links: None,
+        }
+    }
+
+    /// Keeps FIFO plans whose connections would not fit `links` out of
+    /// the choice (`None`: no limit).
+    pub fn with_link_memory(mut self, links: Option<LinkMemory>) -> Policy {
+        self.links = links;
+        self
+    }
+
+    /// `sel`'s best plan among `cands` whose FIFO connections fit
+    /// (`fifo(c)`: whether choice `c` runs on FIFO connections): a pick
+    /// that does not fit is dropped and the choice made again.
+    fn choose_fitting(
+        &self,
+        sel: &Selector,
+        kind: CollKind,
+        bytes: usize,
+        cands: &[(Algo, Proto)],
+        fifo: impl Fn(&Choice) -> bool,
+    ) -> Option<Choice> {
+        let mut cands = cands.to_vec();
+        loop {
+            let c = sel.choose_among(kind, bytes, self.nranks, &cands)?;
+            let fits = self
+                .links
+                .is_none_or(|l| !fifo(&c) || l.fits(c.algo, c.proto, c.channels, self.nranks));
+            if fits {
+                return Some(c);
+            }
+            cands.retain(|&x| x != (c.algo, c.proto));
         }
     }
 
@@ -371,9 +453,15 @@ impl Policy {
         protos: &[Proto],
     ) -> Choice {
         let n = self.nranks;
+        let own_fifo = |c: &Choice| !(registered && is_direct(c.algo));
         let own = self
-            .selector(registered, Algo::Ring, Transport::Direct)
-            .choose_among(kind, bytes, n, &candidates(algos, protos, registered))
+            .choose_fitting(
+                self.selector(registered, Algo::Ring, Transport::Direct),
+                kind,
+                bytes,
+                &candidates(algos, protos, registered),
+                own_fifo,
+            )
             .map(|c| Choice {
                 transport: if registered && is_direct(c.algo) {
                     Transport::Direct
@@ -383,8 +471,13 @@ impl Policy {
                 ..c
             });
         let fifo = if registered {
-            self.fifo
-                .choose_among(kind, bytes, n, &fifo_variants(algos, protos))
+            self.choose_fitting(
+                &self.fifo,
+                kind,
+                bytes,
+                &fifo_variants(algos, protos),
+                |_| true,
+            )
         } else {
             None
         };
@@ -431,6 +524,53 @@ mod tests {
         assert_eq!(gpu_channel_cap(132, 128), 1);
         assert_eq!(gpu_channel_cap(132, 256), 1);
         assert_eq!(gpu_channel_cap(132, 0), 32);
+    }
+
+    /// 128 ranks on one 80 GB GPU: every small call's pick on registered
+    /// and on plain buffers keeps its FIFO connections within a quarter of
+    /// the memory, and for AllGather that changes the pick (its FIFO
+    /// all-pairs variant would need 128 × 127 LL connections, as the one
+    /// that failed to allocate on the H100).
+    #[test]
+    fn many_ranks_on_one_gpu_pick_plans_whose_connections_fit() {
+        const N: u32 = 128;
+        let topo = Topology::preset("single-gpu", 1).unwrap();
+        let plain = Policy::gpu(&topo, &[0; N as usize], gpu_channel_cap(132, N));
+        let links = LinkMemory {
+            per_link: [(2 << 20) + 4096, (4 << 20) + 4096, (2 << 20) + 4096],
+            ranks_per_device: N,
+            budget: (80 << 30) / LinkMemory::SHARE,
+        };
+        let limited = plain.clone().with_link_memory(Some(links));
+        let algos = Algo::ALL;
+        let protos = [Proto::Simple, Proto::LL];
+        let mut changed = 0;
+        for kind in [
+            CollKind::AllReduce,
+            CollKind::AllGather,
+            CollKind::ReduceScatter,
+            CollKind::Broadcast,
+        ] {
+            for bytes in [8usize, 1024, 128 << 10, 1 << 20] {
+                for registered in [true, false] {
+                    let c = limited.best(kind, bytes, registered, &algos, &protos);
+                    let fifo = c.transport == Transport::Fifo;
+                    assert!(
+                        !fifo || links.fits(c.algo, c.proto, c.channels, N),
+                        "{kind:?} {bytes} B registered={registered}: {c:?} needs {} B",
+                        links.need(c.algo, c.proto, c.channels, N)
+                    );
+                    let p = plain.best(kind, bytes, registered, &algos, &protos);
+                    changed += usize::from(p != c);
+                }
+            }
+        }
+        assert!(
+            changed > 0,
+            "no unlimited pick was over the budget: the test shows nothing"
+        );
+        let ag = plain.best(CollKind::AllGather, 8, true, &algos, &protos);
+        assert!(!links.fits(ag.algo, ag.proto, ag.channels, N), "{ag:?}");
     }
 
     #[test]

@@ -94,7 +94,8 @@ impl Chooser {
             (Some(net), _) => Policy::network(&net, max_channels),
             (None, Some((topo, gpus))) => Policy::gpu(&topo, &gpus, max_channels),
             (None, None) => Policy::host(nranks, max_channels),
-        };
+        }
+        .with_link_memory(backend.link_memory());
         Ok(Chooser {
             policy,
             protos,

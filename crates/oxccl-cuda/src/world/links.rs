@@ -2,6 +2,7 @@
 //! protocol) or a semaphore, made on first use in the receiver's device.
 
 use oxccl_core::Proto;
+use oxccl_topo::policy::LinkMemory;
 
 use crate::driver::DevMem;
 use crate::encode::{self, LinkKey};
@@ -38,12 +39,35 @@ impl World {
         let dev = self.dev(to)?;
         let bytes = match kind {
             LinkKind::Sem => SEM_BYTES,
-            LinkKind::Fifo(p) => CONN_HEADER + self.cfg.nslots * self.fifo_slot_bytes(p),
+            LinkKind::Fifo(p) => self.fifo_link_bytes(p),
         };
         let m = DevMem::zeroed(&dev.ctx, bytes)?;
         let ptr = m.ptr;
         links.insert((kind, key), m);
         Ok(ptr)
+    }
+
+    /// Bytes of one `proto` connection: its header and its slots.
+    fn fifo_link_bytes(&self, proto: Proto) -> usize {
+        CONN_HEADER + self.cfg.nslots * self.fifo_slot_bytes(proto)
+    }
+
+    /// What a plan's FIFO connections take of a device and may take
+    /// ([`LinkMemory`]): each connection's buffer per protocol, the
+    /// busiest device's ranks, and a share of the smallest device's
+    /// memory.
+    pub fn link_memory(&self) -> LinkMemory {
+        LinkMemory {
+            per_link: Proto::ALL.map(|p| self.fifo_link_bytes(p) as u64),
+            ranks_per_device: self.devices.iter().map(|d| d.ranks_here).max().unwrap_or(1),
+            budget: self
+                .devices
+                .iter()
+                .map(|d| d.total_mem as u64)
+                .min()
+                .unwrap_or(0)
+                / LinkMemory::SHARE,
+        }
     }
 
     /// Slot stride of a `proto` connection: an LL slot carries a Simple

@@ -129,6 +129,8 @@ struct DeviceState {
     setup: Stream,
     arch: u32,
     sm_count: u32,
+    /// The device's memory in bytes.
+    total_mem: usize,
     ranks_here: u32,
     /// Per entry of `kernels::DTYPES`: the loaded module and its kernels
     /// (in `kernels::OPS` order). Set once; read without a lock on every
@@ -250,6 +252,7 @@ impl World {
             let major = ctx.attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
             let minor = ctx.attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
             let sm_count = ctx.attr(A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32;
+            let total_mem = ctx.total_mem()?;
             let setup = Stream::new(&ctx)?;
             devices.push(DeviceState {
                 ranks_here: here.len() as u32,
@@ -257,6 +260,7 @@ impl World {
                 setup,
                 arch: (major * 10 + minor) as u32,
                 sm_count,
+                total_mem,
                 modules: kernels::DTYPES.iter().map(|_| OnceLock::new()).collect(),
                 loading: Mutex::new(()),
                 pool: Mutex::new(HashMap::new()),

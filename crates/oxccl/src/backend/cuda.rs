@@ -264,6 +264,10 @@ impl Backend for CudaBackend {
         self.world.max_channels()
     }
 
+    fn link_memory(&self) -> Option<oxccl_topo::policy::LinkMemory> {
+        Some(self.world.link_memory())
+    }
+
     fn protocols(&self) -> &'static [oxccl_core::Proto] {
         &[oxccl_core::Proto::Simple, oxccl_core::Proto::LL]
     }

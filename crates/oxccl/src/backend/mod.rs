@@ -269,6 +269,12 @@ pub trait Backend: Send + Sync + Debug {
     /// Largest number of channels a plan may have.
     fn max_channels(&self) -> u32;
 
+    /// What FIFO connections take of device memory and may take, where
+    /// that bounds the plans (`None`: it does not).
+    fn link_memory(&self) -> Option<oxccl_topo::policy::LinkMemory> {
+        None
+    }
+
     /// Wire protocols `execute` implements for FIFO connections; the
     /// selector picks only among these (intersected with `NCCL_PROTO`).
     /// Both executors run Simple only today, so that is the default; a
