@@ -170,7 +170,8 @@ pub(super) struct Local {
     /// publish nothing more (a wait for it fails at once, naming it).
     gone: Box<[AtomicBool]>,
     pairs: Mutex<HashMap<(u32, u32), PairLog>>,
-    /// Rung by every change; waiters sleep on it, as across processes.
+    /// Rung by the record that completes a call and by every other
+    /// change; waiters sleep on it, as across processes.
     bell: Bell,
 }
 
