@@ -1,7 +1,8 @@
 //! The sweep's `--nccl` columns: NCCL (the machine's `libnccl.so.2`, with
 //! `NCCL_NVLS_ENABLE=0`) run on the very buffers oxccl just used, right
 //! after oxccl's timed iterations of each row, timed the same way (events
-//! around `-n` calls after `-w` warm-ups, slowest rank, mean per call).
+//! between each of `-n` calls after `-w` warm-ups, slowest rank, median
+//! call).
 //!
 //! NCCL needs one GPU per rank. Where it cannot run (several ranks on one
 //! GPU, host backend, no library) every row prints `n/a` and the reason is

@@ -9,10 +9,13 @@
 //! and the send buffer (out of place), the input outside the output (in
 //! place) and the guard must be unchanged (`check`); `#wrong` counts both
 //! kinds of fault and the sweep exits non-zero if any element is wrong. Reported time: the slowest
-//! rank's time for the `-n` iterations divided by `-n` (a mean per call),
-//! from backend timers (CUDA events on the rank's stream) started behind
-//! one untimed lead-in call, so the skew with which the host barrier
-//! releases the ranks is not counted (see `rank_run`).
+//! rank's median call of the `-n` timed iterations, each call a lap of a
+//! backend timer (a CUDA event on the rank's stream between calls) started
+//! behind one untimed lead-in call, so the skew with which the host barrier
+//! releases the ranks is not counted (see `rank_run`). The median rather
+//! than the mean: with more rank threads than host cores, one call the
+//! host's scheduler held up moved a mean of 5 calls by up to 2.5× (run U of
+//! `docs/perf/LOG.md`); a median of laps keeps the calls that ran.
 //!
 //! Buffers are allocated once per data type, at the largest size any
 //! collective of the sweep needs, and every row runs on views of them, so
@@ -284,7 +287,7 @@ pub fn run(a: SweepArgs) -> anyhow::Result<()> {
     )?;
     writeln!(
         out,
-        "# -b {} -e {} -f {} -n {} -w {} -c {} (time: slowest rank, mean per call)",
+        "# -b {} -e {} -f {} -n {} -w {} -c {} (time: slowest rank, median call)",
         a.min_bytes, a.max_bytes, a.factor, a.iters, a.warmup, a.check
     )?;
     // Over the network the ceiling is one TCP stream instead, and `floor`
@@ -838,11 +841,18 @@ fn measure_with<T: Element>(
     };
     let (wrong, first_wrong) = (wrong + outside.0, first_wrong.or(outside.1));
     Ok(Measured {
-        time: time / a.iters,
+        time,
         wrong,
         first_wrong,
         nccl: nrow.finish(&inputs),
     })
+}
+
+/// The median of one rank's laps (the upper middle one of an even count).
+fn median_lap(laps: &[Duration]) -> Duration {
+    let mut v = laps.to_vec();
+    v.sort_unstable();
+    v.get(v.len() / 2).copied().unwrap_or_default()
 }
 
 /// The error that explains a failed row: one rank's own failure rather
@@ -926,7 +936,7 @@ pub(crate) fn check_sendrecv<T: Element>(
 
 /// What one rank's share of a row gave.
 struct RankDone<T> {
-    /// Time of the `-n` timed calls.
+    /// Median time of one of the `-n` timed calls.
     time: Duration,
     /// The checked call's output (empty without `-c`).
     out: Vec<T>,
@@ -991,7 +1001,9 @@ fn rank_run<T: Element>(
         if let Some(m) = mirror {
             m.push(c)?;
         }
-        timer = Some(c.timer()?);
+        let mut t = c.timer()?;
+        t.reserve(a.iters as usize)?;
+        timer = Some(t);
         Ok(())
     });
     barrier.meet();
@@ -1021,10 +1033,14 @@ fn rank_run<T: Element>(
         // that gap is something else, not yet found.
         call()?;
         timer.start()?;
-        for _ in 0..a.iters {
+        for i in 0..a.iters {
+            if i > 0 {
+                timer.lap()?;
+            }
             call()?;
         }
-        t = timer.stop()?;
+        timer.stop()?;
+        t = median_lap(timer.laps());
         Ok(())
     });
     nccl.rank(c, send, recv, input, barrier, ok.is_ok());
@@ -1216,6 +1232,17 @@ mod tests {
         let got = root_cause(vec![aborted(), aborted()]).unwrap();
         assert!(got.to_string().contains("aborted"), "{got}");
         assert!(root_cause(Vec::new()).is_none());
+    }
+
+    #[test]
+    fn one_stalled_call_does_not_move_the_reported_time() {
+        let us = Duration::from_micros;
+        assert_eq!(
+            median_lap(&[us(100), us(250), us(101), us(99), us(102)]),
+            us(101)
+        );
+        assert_eq!(median_lap(&[us(7)]), us(7));
+        assert_eq!(median_lap(&[]), Duration::ZERO);
     }
 
     #[test]

@@ -736,7 +736,7 @@ impl NcclRank {
 
     /// Runs `warmup` calls, waits, calls `ready` (a barrier with the other
     /// ranks), then times `iters` calls with events on this rank's stream;
-    /// returns the mean time per call.
+    /// returns the median call.
     ///
     /// # Safety
     /// As [`NcclRank::enqueue`], for the whole run.
@@ -754,24 +754,30 @@ impl NcclRank {
         self.validate(call)?;
         let api = Api::get()?;
         let op = self.make_op(api, call)?;
-        let (e0, e1) = (Event::new(&self.ctx)?, Event::new(&self.ctx)?);
+        // One event between calls, as the sweep marks oxccl's laps: the
+        // median call, made before the timed region.
+        let events = (0..=iters.max(1))
+            .map(|_| Event::new(&self.ctx))
+            .collect::<std::result::Result<Vec<_>, _>>()?;
         for _ in 0..warmup {
             // SAFETY: caller's contract.
             unsafe { self.enqueue_op(api, call, op.op, send, recv)? };
         }
         self.wait(timeout)?;
         ready();
-        e0.record(&self.stream)?;
-        for _ in 0..iters {
+        events[0].record(&self.stream)?;
+        for e in &events[1..] {
             // SAFETY: caller's contract.
             unsafe { self.enqueue_op(api, call, op.op, send, recv)? };
+            e.record(&self.stream)?;
         }
-        e1.record(&self.stream)?;
         self.wait(timeout)?;
-        let ms = e1.elapsed_since(&e0)?;
-        Ok(Duration::from_secs_f64(
-            f64::from(ms.max(0.0)) / 1e3 / f64::from(iters.max(1)),
-        ))
+        let mut laps = events
+            .windows(2)
+            .map(|w| w[1].elapsed_since(&w[0]).map(|ms| f64::from(ms.max(0.0))))
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        laps.sort_by(f64::total_cmp);
+        Ok(Duration::from_secs_f64(laps[laps.len() / 2] / 1e3))
     }
 
     /// This rank's share of [`Nccl::allreduce_latency`].

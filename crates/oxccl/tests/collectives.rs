@@ -260,3 +260,54 @@ fn many_alternating_call_shapes_each_get_their_own_plan() {
     // Out of place and in place per count, whatever the rounds.
     assert_eq!(comms[0].cached_plans(), 2 * counts.len());
 }
+
+/// A timer with laps between calls: one lap per call, in order, that
+/// together make the whole; a lap or a stop before `start` is refused.
+fn timer_laps_cover_each_call(comms: &[Communicator]) {
+    let out = common::on_ranks(comms, |c| -> oxccl::Result<()> {
+        let b = c.alloc::<f32>(1 << 16)?;
+        b.copy_from_slice(&vec![1.0; 1 << 16])?;
+        let mut t = c.timer()?;
+        assert!(matches!(t.lap(), Err(oxccl::Error::InvalidUsage(_))));
+        t.reserve(3)?;
+        for _ in 0..2 {
+            t.start()?;
+            for i in 0..3 {
+                if i > 0 {
+                    t.lap()?;
+                }
+                c.all_reduce_in_place(&b, RedOp::Sum)?;
+            }
+            let total = t.stop()?;
+            let laps = t.laps();
+            assert_eq!(laps.len(), 3, "{laps:?}");
+            assert!(laps.iter().all(|l| !l.is_zero()), "{laps:?}");
+            let sum: std::time::Duration = laps.iter().sum();
+            // Device events round to about half a microsecond each.
+            let slack = std::time::Duration::from_micros(2);
+            assert!(
+                sum <= total + slack && total <= sum + slack,
+                "{laps:?} {total:?}"
+            );
+        }
+        assert!(matches!(t.stop(), Err(oxccl::Error::InvalidUsage(_))));
+        let n = c.nranks() as f32;
+        assert_eq!(b.to_vec()?[..2], [n * n * n * n * n * n; 2]);
+        Ok(())
+    });
+    for r in out {
+        r.unwrap();
+    }
+}
+
+#[test]
+fn host_timer_laps_cover_each_call() {
+    timer_laps_cover_each_call(&host(3));
+}
+
+#[test]
+fn cuda_timer_laps_cover_each_call() {
+    if let Some(comms) = common::cuda("cuda_timer_laps_cover_each_call", 2) {
+        timer_laps_cover_each_call(&comms);
+    }
+}

@@ -112,7 +112,7 @@ pub(super) fn measure_rank<T: Element>(
     }
     let time = recs.iter().map(|x| x.time_ns).max().unwrap_or(0);
     Ok(Measured {
-        time: Duration::from_nanos(time) / a.iters,
+        time: Duration::from_nanos(time),
         wrong: recs.iter().map(|x| x.wrong).sum(),
         first_wrong: recs.into_iter().find_map(|x| x.fault),
         nccl: nrow.finish(&inputs),

@@ -410,15 +410,15 @@ impl Backend for CudaBackend {
     }
 
     fn timer(&self, rank: u32) -> Result<Box<dyn Timer>, Error> {
-        let start = self.world.event(rank).map_err(map_error)?;
-        let stop = self.world.event(rank).map_err(map_error)?;
-        Ok(Box::new(CudaTimer {
+        let mut t = CudaTimer {
             world: self.world.clone(),
             rank,
-            start,
-            stop,
-            started: false,
-        }))
+            events: Vec::new(),
+            marks: 0,
+            laps: Vec::new(),
+        };
+        t.reserve(1)?;
+        Ok(Box::new(t))
     }
 
     fn rank_devices(&self) -> Option<Vec<i32>> {
@@ -454,33 +454,72 @@ impl Completion for CudaCompletion {
     }
 }
 
-/// Device-event timer on one rank's stream.
+/// Device-event timer on one rank's stream: one event per mark, made
+/// ahead by `reserve` or, failing that, at the mark.
 #[derive(Debug)]
 struct CudaTimer {
     world: Arc<World>,
     rank: u32,
-    start: Event,
-    stop: Event,
-    started: bool,
+    events: Vec<Event>,
+    /// Marks recorded since `start` (0: not started).
+    marks: usize,
+    laps: Vec<Duration>,
+}
+
+impl CudaTimer {
+    fn mark(&mut self) -> Result<(), Error> {
+        if self.marks == self.events.len() {
+            self.events
+                .push(self.world.event(self.rank).map_err(map_error)?);
+        }
+        let s = self.world.stream(self.rank).map_err(map_error)?;
+        self.events[self.marks].record(s).map_err(map_error)?;
+        self.marks += 1;
+        Ok(())
+    }
 }
 
 impl Timer for CudaTimer {
     fn start(&mut self) -> Result<(), Error> {
-        let s = self.world.stream(self.rank).map_err(map_error)?;
-        self.start.record(s).map_err(map_error)?;
-        self.started = true;
-        Ok(())
+        self.marks = 0;
+        self.laps.clear();
+        self.mark()
+    }
+
+    fn lap(&mut self) -> Result<(), Error> {
+        if self.marks == 0 {
+            return Err(super::not_started());
+        }
+        self.mark()
     }
 
     fn stop(&mut self) -> Result<Duration, Error> {
-        if !std::mem::take(&mut self.started) {
-            return Err(Error::InvalidUsage(
-                "timer stopped before it was started".into(),
-            ));
+        if self.marks == 0 {
+            return Err(super::not_started());
         }
-        let s = self.world.stream(self.rank).map_err(map_error)?;
-        self.stop.record(s).map_err(map_error)?;
-        let ms = self.stop.elapsed_since(&self.start).map_err(map_error)?;
-        Ok(Duration::from_secs_f64(f64::from(ms.max(0.0)) / 1e3))
+        self.mark()?;
+        let marks = std::mem::take(&mut self.marks);
+        self.events[marks - 1].synchronize().map_err(map_error)?;
+        let ms = |a: &Event, b: &Event| -> Result<Duration, Error> {
+            let ms = b.elapsed_since(a).map_err(map_error)?;
+            Ok(Duration::from_secs_f64(f64::from(ms.max(0.0)) / 1e3))
+        };
+        self.laps = self.events[..marks]
+            .windows(2)
+            .map(|w| ms(&w[0], &w[1]))
+            .collect::<Result<_, _>>()?;
+        ms(&self.events[0], &self.events[marks - 1])
+    }
+
+    fn laps(&self) -> &[Duration] {
+        &self.laps
+    }
+
+    fn reserve(&mut self, laps: usize) -> Result<(), Error> {
+        while self.events.len() < laps + 1 {
+            self.events
+                .push(self.world.event(self.rank).map_err(map_error)?);
+        }
+        Ok(())
     }
 }

@@ -12,7 +12,7 @@ use oxccl_core::plan::BufRole;
 use oxccl_core::Proto;
 use oxccl_host::{HostBuf, HostConfig, HostError, HostFabric};
 
-use super::{Backend, BackendKind, BackendOptions, Launch, RawBuf, Timer};
+use super::{Backend, BackendKind, BackendOptions, Launch, RawBuf, Timer, WallTimer};
 use crate::error::Error;
 
 /// Alignment of host allocations: enough for every element type and for
@@ -312,7 +312,7 @@ impl Backend for HostBackend {
     }
 
     fn timer(&self, _rank: u32) -> Result<Box<dyn Timer>, Error> {
-        Ok(Box::new(HostTimer { start: None }))
+        Ok(Box::<WallTimer>::default())
     }
 
     fn stream_bandwidth(&self, bytes: usize) -> Option<Result<f64, Error>> {
@@ -348,26 +348,6 @@ impl Backend for HostBackend {
             best = best.min(t.elapsed());
         }
         Ok(bytes as f64 / best.as_secs_f64().max(1e-9) / 1e9)
-    }
-}
-
-/// Wall-clock timer: host calls complete on return.
-#[derive(Debug)]
-pub(crate) struct HostTimer {
-    pub(crate) start: Option<Instant>,
-}
-
-impl Timer for HostTimer {
-    fn start(&mut self) -> Result<(), Error> {
-        self.start = Some(Instant::now());
-        Ok(())
-    }
-
-    fn stop(&mut self) -> Result<Duration, Error> {
-        self.start
-            .take()
-            .map(|s| s.elapsed())
-            .ok_or_else(|| Error::InvalidUsage("timer stopped before it was started".into()))
     }
 }
 

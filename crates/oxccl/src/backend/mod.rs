@@ -172,11 +172,67 @@ pub struct BackendOptions {
 }
 
 /// Elapsed-time measurement on one rank, in the rank's execution order:
-/// `start` marks the point after everything already issued, `stop` marks
-/// the point after everything issued since and waits for it.
+/// `start` marks the point after everything already issued, `lap` marks
+/// the point after everything issued since the previous mark (never
+/// waiting), `stop` marks the last point, waits for it and returns the
+/// time since `start`; [`Timer::laps`] then holds the time between each
+/// pair of consecutive marks. Call `lap` between the timed calls, not
+/// after the last one (`stop` ends the last lap).
 pub trait Timer: Send + Debug {
     fn start(&mut self) -> Result<(), Error>;
+    fn lap(&mut self) -> Result<(), Error>;
     fn stop(&mut self) -> Result<Duration, Error>;
+    /// The laps of the last measurement `stop` ended, in order (one lap,
+    /// the whole of it, when `lap` was never called).
+    fn laps(&self) -> &[Duration];
+    /// Makes what `laps` marks will need now, so that a timed region
+    /// allocates nothing (CUDA events); backends with nothing to make
+    /// return at once.
+    fn reserve(&mut self, _laps: usize) -> Result<(), Error> {
+        Ok(())
+    }
+}
+
+/// Host-clock marks: what the host and null backends time with (their
+/// calls complete on return, so the host's clock is their order).
+#[derive(Debug, Default)]
+pub struct WallTimer {
+    marks: Vec<std::time::Instant>,
+    laps: Vec<Duration>,
+}
+
+impl Timer for WallTimer {
+    fn start(&mut self) -> Result<(), Error> {
+        self.marks.clear();
+        self.laps.clear();
+        self.marks.push(std::time::Instant::now());
+        Ok(())
+    }
+    fn lap(&mut self) -> Result<(), Error> {
+        if self.marks.is_empty() {
+            return Err(not_started());
+        }
+        self.marks.push(std::time::Instant::now());
+        Ok(())
+    }
+    fn stop(&mut self) -> Result<Duration, Error> {
+        let Some(&first) = self.marks.first() else {
+            return Err(not_started());
+        };
+        self.marks.push(std::time::Instant::now());
+        self.laps = self.marks.windows(2).map(|w| w[1] - w[0]).collect();
+        let total = first.elapsed();
+        self.marks.clear();
+        Ok(total)
+    }
+    fn laps(&self) -> &[Duration] {
+        &self.laps
+    }
+}
+
+/// The error of a `lap` or `stop` with no `start` before it.
+pub(crate) fn not_started() -> Error {
+    Error::InvalidUsage("timer lap or stop before it was started".into())
 }
 
 /// Completion of the work one rank had issued when it was made (the

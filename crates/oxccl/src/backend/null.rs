@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use oxccl_core::{Plan, Proto};
 
-use super::{Backend, BackendKind, Launch, PreparedPlan, RawBuf, Timer};
+use super::{Backend, BackendKind, Launch, PreparedPlan, RawBuf, Timer, WallTimer};
 use crate::error::Error;
 
 /// The null backend. `max_channels` and `chunk_bytes` are what it reports.
@@ -106,27 +106,11 @@ impl Backend for NullBackend {
         None
     }
     fn timer(&self, _: u32) -> Result<Box<dyn Timer>, Error> {
-        Ok(Box::new(WallTimer(None)))
+        // Wall time on the calling thread: what a call costs the facade, as
+        // nothing is launched.
+        Ok(Box::<WallTimer>::default())
     }
     fn copy_bandwidth(&self, _: usize) -> Result<f64, Error> {
         Err(Error::Backend("no copies on the null backend".into()))
-    }
-}
-
-/// The null backend's timer: wall time on the calling thread (what a call
-/// costs the facade, as nothing is launched).
-#[derive(Debug)]
-struct WallTimer(Option<std::time::Instant>);
-
-impl Timer for WallTimer {
-    fn start(&mut self) -> Result<(), Error> {
-        self.0 = Some(std::time::Instant::now());
-        Ok(())
-    }
-    fn stop(&mut self) -> Result<std::time::Duration, Error> {
-        self.0
-            .take()
-            .map(|t| t.elapsed())
-            .ok_or_else(|| Error::InvalidUsage("timer stopped before it was started".into()))
     }
 }
