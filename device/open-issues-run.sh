@@ -38,7 +38,7 @@ ranks)
       -d float --coll all -n 2 -w 1 > $O/all$n.txt 2>&1
     echo "rc=$?"; grep -E "Out of bounds|rror" $O/all$n.txt | head -3
     st "issue 16: $n ranks, 64 MiB, floor ratios; 8 B AllReduce latency"
-    timeout 60 $G/xtask sweep --backend cuda --ranks $n -b 64M -e 64M -n 5 -w 1 -c 0 --baseline \
+    OXCCL_DEADLINE_MS=30000 timeout 100 $G/xtask sweep --backend cuda --ranks $n -b 64M -e 64M -n 20 -w 3 -c 0 --baseline \
       --coll allreduce,allgather,reducescatter,broadcast,reduce > $O/big$n.txt 2>&1
     echo "rc=$?"; rows $O/big$n.txt
     timeout 30 $G/xtask sweep --backend cuda --ranks $n --coll allreduce -b 8 -e 8 -n 100 -w 20 \
