@@ -15,7 +15,7 @@ export OXCCL_CACHE_DIR=/tmp/oxcache; mkdir -p $OXCCL_CACHE_DIR; cp $G/cache/* $O
 export OXCCL_REQUIRE_GPU=1 NCCL_NVLS_ENABLE=0
 T0=$(date +%s)
 st() { echo "=== [$(( $(date +%s) - T0 )) s] $*"; }
-rows() { grep -E "^ +[0-9]|^# (oxccl sweep|Collective|copy)|Out of bounds|rror|pick" "$1" | cut -c1-170; }
+rows() { grep -E "^ +[0-9]|^# (oxccl sweep|Collective|copy|spread)|Out of bounds|rror|pick" "$1" | cut -c1-170; }
 st "$(cat $G/COMMIT 2>/dev/null) on $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)"
 case "${1:-}" in
 suite)
@@ -38,7 +38,7 @@ ranks)
       -d float --coll all -n 2 -w 1 > $O/all$n.txt 2>&1
     echo "rc=$?"; grep -E "Out of bounds|rror" $O/all$n.txt | head -3
     st "issue 16: $n ranks, 64 MiB, floor ratios; 8 B AllReduce latency"
-    OXCCL_DEADLINE_MS=30000 timeout 100 $G/xtask sweep --backend cuda --ranks $n -b 64M -e 64M -n 20 -w 3 -c 0 --baseline \
+    OXCCL_SWEEP_SPREAD=1 OXCCL_DEADLINE_MS=30000 timeout 100 $G/xtask sweep --backend cuda --ranks $n -b 64M -e 64M -n 20 -w 3 -c 0 --baseline \
       --coll allreduce,allgather,reducescatter,broadcast,reduce > $O/big$n.txt 2>&1
     echo "rc=$?"; rows $O/big$n.txt
     timeout 30 $G/xtask sweep --backend cuda --ranks $n --coll allreduce -b 8 -e 8 -n 100 -w 20 \

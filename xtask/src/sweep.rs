@@ -16,6 +16,8 @@
 //! than the mean: with more rank threads than host cores, one call the
 //! host's scheduler held up moved a mean of 5 calls by up to 2.5× (run U of
 //! `docs/perf/LOG.md`); a median of laps keeps the calls that ran.
+//! `OXCCL_SWEEP_SPREAD=1` prints that rank's min, quartiles and max on
+//! stderr, one line per row, so a median can be read against its calls.
 //!
 //! Buffers are allocated once per data type, at the largest size any
 //! collective of the sweep needs, and every row runs on views of them, so
@@ -807,6 +809,7 @@ fn measure_with<T: Element>(
             .collect()
     });
     let mut time = Duration::ZERO;
+    let mut slowest = Vec::new();
     let mut inputs = Vec::new();
     let mut outputs = Vec::new();
     let mut outside = (0, None);
@@ -818,6 +821,9 @@ fn measure_with<T: Element>(
                 inputs.push(input);
                 match res {
                     Ok(done) => {
+                        if done.time >= time {
+                            slowest = done.laps;
+                        }
                         time = time.max(done.time);
                         outputs.push(done.out);
                         outside.0 += done.outside.0;
@@ -832,6 +838,7 @@ fn measure_with<T: Element>(
     if let Some(e) = root_cause(errs) {
         return Err(e);
     }
+    print_spread(coll, case.in_place, &slowest);
     let (wrong, first_wrong) = if a.check == 0 {
         (0, None)
     } else if coll.kind == CollKind::SendRecv {
@@ -849,6 +856,28 @@ fn measure_with<T: Element>(
 }
 
 /// The median of one rank's laps (the upper middle one of an even count).
+/// With `OXCCL_SWEEP_SPREAD` set, the slowest rank's calls (sorted) on
+/// stderr: min, quartiles, max, so a row's median can be read against the
+/// calls it came from (stdout keeps nccl-tests' format).
+fn print_spread(coll: &Collective, in_place: bool, sorted: &[Duration]) {
+    if std::env::var_os("OXCCL_SWEEP_SPREAD").is_none() || sorted.is_empty() {
+        return;
+    }
+    let at = |q: usize| sorted[(sorted.len() - 1) * q / 4].as_secs_f64() * 1e6;
+    eprintln!(
+        "# spread {} count {}{}: slowest rank's {} calls (µs): min {:.2} q1 {:.2} median {:.2} q3 {:.2} max {:.2}",
+        coll.kind,
+        coll.count,
+        if in_place { " in place" } else { "" },
+        sorted.len(),
+        at(0),
+        at(1),
+        at(2),
+        at(3),
+        at(4)
+    );
+}
+
 fn median_lap(laps: &[Duration]) -> Duration {
     let mut v = laps.to_vec();
     v.sort_unstable();
@@ -938,6 +967,8 @@ pub(crate) fn check_sendrecv<T: Element>(
 struct RankDone<T> {
     /// Median time of one of the `-n` timed calls.
     time: Duration,
+    /// Every timed call, sorted (for `OXCCL_SWEEP_SPREAD`).
+    laps: Vec<Duration>,
     /// The checked call's output (empty without `-c`).
     out: Vec<T>,
     /// Elements the checked call changed outside the output, and the first.
@@ -1016,6 +1047,7 @@ fn rank_run<T: Element>(
     });
     barrier.meet();
     let mut t = Duration::ZERO;
+    let mut laps = Vec::new();
     phase(&mut ok, &mut || {
         let Some(timer) = timer.as_mut() else {
             return Ok(());
@@ -1041,6 +1073,8 @@ fn rank_run<T: Element>(
         }
         timer.stop()?;
         t = median_lap(timer.laps());
+        laps = timer.laps().to_vec();
+        laps.sort_unstable();
         Ok(())
     });
     nccl.rank(c, send, recv, input, barrier, ok.is_ok());
@@ -1071,6 +1105,7 @@ fn rank_run<T: Element>(
     }
     ok.map(|()| RankDone {
         time: t,
+        laps,
         out,
         outside,
     })
