@@ -841,17 +841,37 @@ impl Function {
         }
     }
 
-    /// Blocks of `threads` threads that fit on one SM at once.
-    pub fn max_blocks_per_sm(&self, threads: u32) -> Result<u32> {
+    /// Blocks of `threads` threads, each with `smem` bytes of dynamic
+    /// shared memory, that fit on one SM at once.
+    pub fn max_blocks_per_sm(&self, threads: u32, smem: u32) -> Result<u32> {
         let mut n = 0;
         // SAFETY: valid function; out-pointer valid.
         unsafe {
             check(
                 "cuOccupancyMaxActiveBlocksPerMultiprocessor",
-                sys::cuOccupancyMaxActiveBlocksPerMultiprocessor(&mut n, self.0, threads as i32, 0),
+                sys::cuOccupancyMaxActiveBlocksPerMultiprocessor(
+                    &mut n,
+                    self.0,
+                    threads as i32,
+                    smem as usize,
+                ),
             )?
         };
         Ok(n.max(0) as u32)
+    }
+
+    /// Lets launches ask for up to `bytes` of dynamic shared memory (past
+    /// the default 48 KiB the driver wants it said first).
+    pub fn allow_dynamic_smem(&self, bytes: u32) -> Result<()> {
+        let v = i32::try_from(bytes).map_err(|_| CudaError::Invalid(format!("{bytes} bytes")))?;
+        // SAFETY: valid function; a plain attribute write.
+        check("cuFuncSetAttribute", unsafe {
+            sys::cuFuncSetAttribute(
+                self.0,
+                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                v,
+            )
+        })
     }
 
     /// Launches with one parameter passed by value.
@@ -866,6 +886,23 @@ impl Function {
         stream: &Stream,
         param: &P,
     ) -> Result<()> {
+        // SAFETY: the caller's contract, passed on.
+        unsafe { self.launch_smem(grid, threads, 0, stream, param) }
+    }
+
+    /// [`Function::launch`] with `smem` bytes of dynamic shared memory per
+    /// block (past 48 KiB, after [`Function::allow_dynamic_smem`]).
+    ///
+    /// # Safety
+    /// As [`Function::launch`].
+    pub unsafe fn launch_smem<P>(
+        &self,
+        grid: u32,
+        threads: u32,
+        smem: u32,
+        stream: &Stream,
+        param: &P,
+    ) -> Result<()> {
         stream.ctx.bind()?;
         let mut args = [param as *const P as *mut c_void];
         // SAFETY: caller's contract; the driver copies the parameter before returning.
@@ -874,7 +911,7 @@ impl Function {
                 self.0,
                 (grid, 1, 1),
                 (threads, 1, 1),
-                0,
+                smem,
                 stream.raw,
                 &mut args,
             )
