@@ -9,11 +9,11 @@
 //! - `enqueue`: host wall time per call of the same loops (how long the
 //!   facade plus `cuLaunchKernel` take to enqueue; when it is below the
 //!   device figure the GPU, not the host, sets the pace);
-//! - `sweep-style`: what `cargo xtask sweep -n 5` times: after a host
-//!   barrier, 5 calls between the events, mean per call, slowest rank;
-//!   once with the timer started at once (the sweep before its lead-in:
-//!   the ranks' start skew counts, divided by 5), once behind one untimed
-//!   lead-in call (the sweep now).
+//! - `sweep-style`: what `cargo xtask sweep -n 5` timed until fdb20fc
+//!   (it now reports each rank's median call): after a host barrier, 5
+//!   calls between the events, mean per call, slowest rank; once with the
+//!   timer started at once (the ranks' start skew counts, divided by 5),
+//!   once behind one untimed lead-in call.
 //!
 //! `call_latency [RANKS] [ALGO]`, default `8` and the selector's pick; ALGO
 //! takes `NCCL_ALGO` syntax and replaces `OXCCL_ALGO`/`NCCL_ALGO` from the
@@ -66,7 +66,7 @@ fn sweep_style(
 
 /// µs per call for one rank: device events (median run), host enqueue,
 /// sweep-style without and with the lead-in, device events (mean and
-/// slowest run: the sweep reports one run's mean, which stalls move).
+/// slowest run: the old sweep reported one run's mean, which stalls move).
 fn rank_run(c: &Communicator, bar: &Barrier) -> oxccl::Result<[f64; 6]> {
     let (send, recv) = (c.alloc::<f32>(2)?, c.alloc::<f32>(2)?);
     send.copy_from_slice(&[c.rank() as f32, 1.0])?;
