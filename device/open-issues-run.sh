@@ -8,6 +8,7 @@
 #   bash device/open-issues-run.sh pick    # issue 14 acceptance 3 (~250 s)
 #   bash device/open-issues-run.sh ranks   # issue 16 acceptance 2 and its figures (~400 s)
 #   bash device/open-issues-run.sh ranks 16 32   # the same at the counts named
+#   bash device/open-issues-run.sh smem 128 64   # one block per SM against none (~200 s)
 # Logs go to $OUT; the lines worth reading are printed.
 set -o pipefail
 G=$PWD/.gpu; O=${OUT:-/tmp/out}; mkdir -p "$O"
@@ -46,8 +47,24 @@ ranks)
     echo "rc=$?"; rows $O/lat$n.txt | tail -2
   done
   ;;
+smem)
+  # Issue 16's open question: does one block per SM (OXCCL_BLOCK_SMEM
+  # reserves shared memory no second block fits beside) steady the 64 MiB
+  # calls at many ranks? Each count twice without, twice with.
+  shift; for n in ${@:-128 64}; do for sm in 0 120000 0 120000; do
+    st "issue 16: $n ranks, 64 MiB, OXCCL_BLOCK_SMEM=$sm"
+    OXCCL_BLOCK_SMEM=$sm OXCCL_SWEEP_SPREAD=1 OXCCL_DEADLINE_MS=30000 timeout 80 $G/xtask sweep \
+      --backend cuda --ranks $n -b 64M -e 64M -n 20 -w 3 -c 0 --coll allreduce,allgather,reducescatter \
+      > $O/smem$n-$sm.txt 2>&1
+    echo "rc=$?"; rows $O/smem$n-$sm.txt | grep -E "^ +[0-9]|spread|rror"
+  done; done
+  st "issue 16: 128 ranks with OXCCL_BLOCK_SMEM=120000, every collective 8 B-1 MiB, checked"
+  OXCCL_BLOCK_SMEM=120000 OXCCL_DEADLINE_MS=20000 timeout 80 $G/xtask sweep --backend cuda --ranks 128 \
+    -b 8 -e 1M -f 128 -d float --coll all -n 2 -w 1 > $O/smemall128.txt 2>&1
+  echo "rc=$?"; grep -E "Out of bounds|rror" $O/smemall128.txt | head -3
+  ;;
 *)
-  echo "usage: bash device/open-issues-run.sh suite|pick|ranks" >&2
+  echo "usage: bash device/open-issues-run.sh suite|pick|ranks|smem" >&2
   exit 2
   ;;
 esac
