@@ -46,9 +46,17 @@ BINS="libnccl.so.2 call_latency xtask latency compile_kernels nccl_latency sync_
 # The kernel cache, compiled here by NVRTC 13.0 (the device's version) when it
 # is unpacked; it saves the device a cold compile (~70 s).
 NVRTC=${NVRTC:-/work/nvrtc/x/nvidia/cu13/lib}
+# NVRTC: the pip wheel nvidia-cuda-nvrtc==13.0.88 unpacked, with
+# libnvrtc.so linked to libnvrtc.so.13 (the loader asks for the bare name).
 if [ -d "$NVRTC" ]; then
   rm -rf $G/cache
   LD_LIBRARY_PATH=$NVRTC OXCCL_CACHE_DIR=$PWD/$G/cache $T/release/examples/compile_kernels
+  if [ -z "$(ls -A $G/cache 2>/dev/null)" ]; then
+    echo "build-binaries.sh: no kernel cache was written (is $NVRTC/libnvrtc.so there?)" >&2
+    exit 1
+  fi
+else
+  echo "build-binaries.sh: no NVRTC at $NVRTC: no kernel cache (the device compiles, ~70 s)" >&2
 fi
 if [ "$(tree)" != "$START" ]; then
   echo "build-binaries.sh: the sources changed during the build (a merge?); run it again" >&2
