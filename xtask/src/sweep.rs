@@ -855,7 +855,6 @@ fn measure_with<T: Element>(
     })
 }
 
-/// The median of one rank's laps (the upper middle one of an even count).
 /// With `OXCCL_SWEEP_SPREAD` set, the slowest rank's calls (sorted) on
 /// stderr: min, quartiles, max, so a row's median can be read against the
 /// calls it came from (stdout keeps nccl-tests' format).
@@ -872,12 +871,13 @@ fn print_spread(coll: &Collective, in_place: bool, sorted: &[Duration]) {
         sorted.len(),
         at(0),
         at(1),
-        at(2),
+        median_lap(sorted).as_secs_f64() * 1e6,
         at(3),
         at(4)
     );
 }
 
+/// The median of one rank's laps (the upper middle one of an even count).
 fn median_lap(laps: &[Duration]) -> Duration {
     let mut v = laps.to_vec();
     v.sort_unstable();
@@ -1072,9 +1072,9 @@ fn rank_run<T: Element>(
             call()?;
         }
         timer.stop()?;
-        t = median_lap(timer.laps());
         laps = timer.laps().to_vec();
         laps.sort_unstable();
+        t = median_lap(&laps);
         Ok(())
     });
     nccl.rank(c, send, recv, input, barrier, ok.is_ok());

@@ -468,10 +468,7 @@ struct CudaTimer {
 
 impl CudaTimer {
     fn mark(&mut self) -> Result<(), Error> {
-        if self.marks == self.events.len() {
-            self.events
-                .push(self.world.event(self.rank).map_err(map_error)?);
-        }
+        self.reserve(self.marks)?;
         let s = self.world.stream(self.rank).map_err(map_error)?;
         self.events[self.marks].record(s).map_err(map_error)?;
         self.marks += 1;

@@ -219,11 +219,11 @@ impl Timer for WallTimer {
         let Some(&first) = self.marks.first() else {
             return Err(not_started());
         };
-        self.marks.push(std::time::Instant::now());
+        let last = std::time::Instant::now();
+        self.marks.push(last);
         self.laps = self.marks.windows(2).map(|w| w[1] - w[0]).collect();
-        let total = first.elapsed();
         self.marks.clear();
-        Ok(total)
+        Ok(last - first)
     }
     fn laps(&self) -> &[Duration] {
         &self.laps
