@@ -9,6 +9,7 @@
 #   bash device/open-issues-run.sh ranks   # issue 16 acceptance 2 and its figures (~400 s)
 #   bash device/open-issues-run.sh ranks 16 32   # the same at the counts named
 #   bash device/open-issues-run.sh smem 128 64   # one block per SM against none (~200 s)
+#   bash device/open-issues-run.sh push 128      # outputs per pushing step; queues shared (~110 s)
 # Logs go to $OUT; the lines worth reading are printed.
 set -o pipefail
 G=$PWD/.gpu; O=${OUT:-/tmp/out}; mkdir -p "$O"
@@ -63,8 +64,29 @@ smem)
     -b 8 -e 1M -f 128 -d float --coll all -n 2 -w 1 > $O/smemall128.txt 2>&1
   echo "rc=$?"; grep -E "Out of bounds|rror" $O/smemall128.txt | head -3
   ;;
+push)
+  # Issue 16: at 128 ranks the pushing calls (two-shot AllReduce writes 128
+  # outputs per step, AllGather 32) vary between calls, pulled
+  # ReduceScatter does not. Fewer outputs per step (OXCCL_PUSH_GROUP), and
+  # more streams per hardware queue (CUDA_DEVICE_MAX_CONNECTIONS below 32)
+  # at 64 ranks, which are steady with 2 streams per queue.
+  shift; for n in ${@:-128}; do for g in default 8 16 32 64 default; do
+    st "issue 16: $n ranks, 64 MiB, OXCCL_PUSH_GROUP=$g"
+    ( [ $g = default ] || export OXCCL_PUSH_GROUP=$g
+      OXCCL_SWEEP_SPREAD=1 OXCCL_DEADLINE_MS=30000 timeout 80 $G/xtask sweep --backend cuda --ranks $n \
+        -b 64M -e 64M -n 20 -w 3 -c 1 --coll allreduce,allgather,reducescatter > $O/push$n-$g.txt 2>&1 )
+    echo "rc=$?"; rows $O/push$n-$g.txt | grep -E "^ +[0-9]|spread|rror"
+  done; done
+  for nq in "64 16" "64 8" "128 16"; do set -- $nq
+    st "issue 16: $1 ranks, 64 MiB, CUDA_DEVICE_MAX_CONNECTIONS=$2"
+    CUDA_DEVICE_MAX_CONNECTIONS=$2 OXCCL_SWEEP_SPREAD=1 OXCCL_DEADLINE_MS=30000 timeout 80 $G/xtask sweep \
+      --backend cuda --ranks $1 -b 64M -e 64M -n 20 -w 3 -c 0 --coll allreduce,allgather,reducescatter \
+      > $O/queues$1-$2.txt 2>&1
+    echo "rc=$?"; rows $O/queues$1-$2.txt | grep -E "^ +[0-9]|spread|rror"
+  done
+  ;;
 *)
-  echo "usage: bash device/open-issues-run.sh suite|pick|ranks|smem" >&2
+  echo "usage: bash device/open-issues-run.sh suite|pick|ranks|smem|push" >&2
   exit 2
   ;;
 esac

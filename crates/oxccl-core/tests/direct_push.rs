@@ -14,7 +14,7 @@ use oxccl_core::gen::{split, MAX_PUSH_RANKS, PUSH_GROUP};
 use oxccl_core::interp::check_in_place;
 use oxccl_core::plan::{Dst, Loc, Plan, Src, Step};
 use oxccl_core::testkit::{op_defined, OPS};
-use oxccl_core::{generate, Algo, CollKind, Collective, DataType, PlanRequest};
+use oxccl_core::{generate, Algo, CollKind, Collective, DataType, PlanRequest, RedOp};
 use proptest::prelude::*;
 
 const KINDS: [CollKind; 2] = [CollKind::Broadcast, CollKind::AllGather];
@@ -362,6 +362,34 @@ fn every_type_op_root_and_placement() {
                         });
                     }
                 }
+            }
+        }
+    }
+}
+
+/// A push group set by the request (`OXCCL_PUSH_GROUP`) bounds every
+/// step's outputs instead of `PUSH_GROUP`, with the same result.
+#[test]
+fn a_requested_push_group_bounds_each_step() {
+    for kind in KINDS {
+        for in_place in [false, true] {
+            for (n, g) in [(8u32, 3usize), (6, 1), (40, 64)] {
+                let mut req = request(kind, n, 5 * n as usize + 1, n - 1, (2, 3), in_place);
+                req.push_group = Some(g);
+                let p = plan(&req);
+                let what = format!("{kind} n {n} g {g} in_place={in_place}");
+                for s in p
+                    .ranks
+                    .iter()
+                    .flat_map(|r| &r.channels)
+                    .flat_map(|c| &c.steps)
+                {
+                    if let Step::Xfer(x) = s {
+                        assert!(x.dsts.len() <= g, "{what}: {} outputs", x.dsts.len());
+                    }
+                }
+                common::run_dtype(&req, DataType::F32, RedOp::Sum, 5)
+                    .unwrap_or_else(|e| panic!("{what}: {e}"));
             }
         }
     }

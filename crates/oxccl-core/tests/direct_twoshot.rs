@@ -223,3 +223,52 @@ proptest! {
         common::run_dtype(&req, c.dtype, c.op, c.seed).map_err(TestCaseError::fail)?;
     }
 }
+
+/// With a push group below n the piece is reduced into the rank's own
+/// output, then copied out to at most `g` peers per step: the same result
+/// in every placement, race-free in place, and each peer written once.
+#[test]
+fn grouped_push_reduces_once_then_copies_in_groups() {
+    for in_place in [false, true] {
+        for (n, g) in [(8u32, 3usize), (5, 1), (4, 4), (16, 5)] {
+            let mut req = request(n, 97 * n as usize + 3, 2, 7, in_place);
+            req.push_group = Some(g);
+            let p = generate(&req).unwrap();
+            let what = format!("n {n} g {g} in_place={in_place}");
+            checked(&p, in_place).unwrap_or_else(|e| panic!("{what}: {e}"));
+            for rp in &p.ranks {
+                let mut written = vec![0usize; n as usize];
+                for x in rp
+                    .channels
+                    .iter()
+                    .flat_map(|c| &c.steps)
+                    .filter_map(|s| match s {
+                        Step::Xfer(x) => Some(x),
+                        _ => None,
+                    })
+                {
+                    assert!(x.dsts.len() <= g.max(1), "{what}: {} outputs", x.dsts.len());
+                    for d in &x.dsts {
+                        match *d {
+                            Dst::Remote { peer, .. } => written[peer as usize] += x.len,
+                            Dst::Local(_) => written[rp.rank as usize] += x.len,
+                            Dst::Send { .. } => panic!("{what}: FIFO destination"),
+                        }
+                    }
+                }
+                assert!(
+                    written.windows(2).all(|w| w[0] == w[1]),
+                    "{what}: rank {} writes {written:?}",
+                    rp.rank
+                );
+            }
+            for op in OPS
+                .into_iter()
+                .filter(|&o| op_defined(CollKind::AllReduce, DataType::F32, o))
+            {
+                common::run_dtype(&req, DataType::F32, op, 11)
+                    .unwrap_or_else(|e| panic!("{what} {op}: {e}"));
+            }
+        }
+    }
+}

@@ -131,6 +131,7 @@ impl PlanCache {
             registered: key.registered,
             rings: self.rings.clone(),
             hosts: self.hosts.clone(),
+            push_group: push_group(),
             ..PlanRequest::new(key.coll, nranks, key.algo)
         }
     }
@@ -138,6 +139,25 @@ impl PlanCache {
     pub fn len(&self) -> usize {
         self.plans.read().len()
     }
+}
+
+/// `OXCCL_PUSH_GROUP` (a count ≥ 1; unset: the generators' defaults): the
+/// most outputs one pushing step writes (`PlanRequest::push_group`). An
+/// experiment knob, read once: at 128 ranks on one GPU the pushing calls
+/// (two-shot with 128 outputs per step, AllGather with 32) vary between
+/// calls where pulled ReduceScatter does not (run W of `docs/perf/LOG.md`).
+fn push_group() -> Option<usize> {
+    static GROUP: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    *GROUP.get_or_init(|| {
+        let v = std::env::var("OXCCL_PUSH_GROUP").ok()?;
+        match v.trim().parse::<usize>() {
+            Ok(g) if g >= 1 => Some(g),
+            _ => {
+                tracing::warn!("OXCCL_PUSH_GROUP={v:?} is not a count of at least 1: ignored");
+                None
+            }
+        }
+    })
 }
 
 #[cfg(test)]

@@ -160,17 +160,33 @@ impl Direct<'_> {
     }
 
     /// After the entry barrier: reduce this rank's block from every input
-    /// into every output, exit barrier.
+    /// into every output, exit barrier. With a `push_group` below n the
+    /// reduction lands in its own output only and is copied from there to
+    /// the peers' outputs, at most `push_group` per step: block r of every
+    /// buffer is still touched by rank r alone, in place too.
     fn two_shot_push(&self, range: Range<usize>, s: &mut Steps) {
         let (o, l) = self.block(&range, self.rank);
+        let group = self.req.push_group.filter(|&g| g < self.n as usize);
         for p in pieces(o..o + l, self.req.chunk) {
-            let dsts = std::iter::once(out(p.start))
-                .chain(self.peers().map(|q| Dst::Remote {
-                    peer: q,
-                    at: Loc::output(p.start),
-                }))
-                .collect();
-            s.xfer(self.sources(p.start), dsts, p.len(), true);
+            let remote = |q| Dst::Remote {
+                peer: q,
+                at: Loc::output(p.start),
+            };
+            match group {
+                None => {
+                    let dsts = std::iter::once(out(p.start))
+                        .chain(self.peers().map(remote))
+                        .collect();
+                    s.xfer(self.sources(p.start), dsts, p.len(), true);
+                }
+                Some(g) => {
+                    s.xfer(self.sources(p.start), vec![out(p.start)], p.len(), true);
+                    let peers: Vec<Dst> = self.peers().map(remote).collect();
+                    for dsts in peers.chunks(g.max(1)) {
+                        s.mv(local(Loc::output(p.start)), dsts.to_vec(), p.len());
+                    }
+                }
+            }
         }
         s.barrier(self.rank, self.n);
     }

@@ -405,7 +405,7 @@ impl AllPairs<'_> {
                     }
                 })
                 .collect::<Vec<_>>();
-            for group in dsts.chunks(PUSH_GROUP) {
+            for group in dsts.chunks(self.req.push_group.unwrap_or(PUSH_GROUP).max(1)) {
                 s.mv(src, group.to_vec(), p.len());
             }
         }

@@ -44,6 +44,13 @@ pub struct PlanRequest {
     /// generators then read peers' buffers directly instead of going
     /// through FIFOs.
     pub registered: bool,
+    /// The most outputs one pushing step writes (registered two-shot,
+    /// Broadcast and AllGather); a piece with more takes one step per group
+    /// of this many (two-shot: it reduces into its own output first, then
+    /// copies that out in groups). `None`: the generators' defaults
+    /// ([`PUSH_GROUP`] for Broadcast and AllGather, every output in the
+    /// reducing step for two-shot). For experiments (`OXCCL_PUSH_GROUP`).
+    pub push_group: Option<usize>,
 }
 
 impl PlanRequest {
@@ -59,6 +66,7 @@ impl PlanRequest {
             rings: Vec::new(),
             hosts: Vec::new(),
             registered: false,
+            push_group: None,
         }
     }
 
