@@ -83,6 +83,7 @@ pub(super) fn measure_rank<T: Element>(
             };
             Record {
                 time_ns: done.time.as_nanos() as u64,
+                laps_ns: done.laps.iter().map(|l| l.as_nanos() as u64).collect(),
                 wrong: w + done.outside.0,
                 fault: f.or(done.outside.1),
                 error: None,
@@ -90,6 +91,7 @@ pub(super) fn measure_rank<T: Element>(
         }
         Err(e) => Record {
             time_ns: 0,
+            laps_ns: Vec::new(),
             wrong: 0,
             fault: None,
             error: Some(format!("{e:#}")),
@@ -110,7 +112,14 @@ pub(super) fn measure_rank<T: Element>(
     {
         bail!("rank {r}: {e}");
     }
-    let time = recs.iter().map(|x| x.time_ns).max().unwrap_or(0);
+    let slowest = recs.iter().max_by_key(|x| x.time_ns);
+    let time = slowest.map_or(0, |x| x.time_ns);
+    if me == 0 {
+        let laps: Vec<Duration> = slowest
+            .map(|x| x.laps_ns.iter().map(|&l| Duration::from_nanos(l)).collect())
+            .unwrap_or_default();
+        super::print_spread(coll, case.in_place, &laps);
+    }
     Ok(Measured {
         time: Duration::from_nanos(time),
         wrong: recs.iter().map(|x| x.wrong).sum(),
@@ -140,6 +149,8 @@ fn own_check<T: Element>(
 #[derive(Debug, PartialEq)]
 struct Record {
     time_ns: u64,
+    /// Every timed call, sorted (for `OXCCL_SWEEP_SPREAD`, printed by rank 0).
+    laps_ns: Vec<u64>,
     wrong: u64,
     fault: Option<String>,
     error: Option<String>,
@@ -149,6 +160,10 @@ impl Record {
     fn encode(&self) -> Vec<u8> {
         let mut v = Vec::new();
         v.extend_from_slice(&self.time_ns.to_le_bytes());
+        v.extend_from_slice(&(self.laps_ns.len() as u32).to_le_bytes());
+        for l in &self.laps_ns {
+            v.extend_from_slice(&l.to_le_bytes());
+        }
         v.extend_from_slice(&self.wrong.to_le_bytes());
         for s in [&self.fault, &self.error] {
             let b = s.as_deref().map_or(&[][..], str::as_bytes);
@@ -173,6 +188,13 @@ impl Record {
             Ok(u64::from_le_bytes(take(b, 8)?.try_into()?))
         };
         let time_ns = u64_at(&mut b)?;
+        let laps = u32::from_le_bytes(take(&mut b, 4)?.try_into()?) as usize;
+        if laps > b.len() / 8 {
+            bail!("{laps} laps in {} bytes", b.len());
+        }
+        let laps_ns = (0..laps)
+            .map(|_| u64_at(&mut b))
+            .collect::<anyhow::Result<Vec<u64>>>()?;
         let wrong = u64_at(&mut b)?;
         let mut text = || -> anyhow::Result<Option<String>> {
             let some = take(&mut b, 1)?[0] != 0;
@@ -187,6 +209,7 @@ impl Record {
         }
         Ok(Record {
             time_ns,
+            laps_ns,
             wrong,
             fault,
             error,
@@ -313,6 +336,7 @@ mod tests {
     fn records_round_trip_and_garbage_is_refused() {
         let r = Record {
             time_ns: 123_456,
+            laps_ns: vec![100_000, 123_456, 200_000],
             wrong: 7,
             fault: Some("rank 1 element 3: expected 1, got 2".into()),
             error: None,
