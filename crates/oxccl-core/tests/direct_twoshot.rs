@@ -6,7 +6,7 @@
 mod common;
 
 use common::{checked, is_sync, moved, plan_check_error, strip};
-use oxccl_core::gen::MAX_PUSH_RANKS;
+use oxccl_core::gen::{MAX_PUSH_RANKS, PUSH_GROUP};
 use oxccl_core::interp::{check, check_in_place};
 use oxccl_core::plan::{Dst, Loc, Plan, Src, Step};
 use oxccl_core::testkit::op_defined;
@@ -44,7 +44,7 @@ fn entry(steps: &[Step], i: usize) -> bool {
 /// the floor, against (3n−1)/n·S for the pull scheme.
 #[test]
 fn push_shape_and_bytes() {
-    for n in [2u32, 3, 5, 8, 16, MAX_PUSH_RANKS] {
+    for n in [2u32, 3, 5, 8, 16, PUSH_GROUP as u32] {
         let count = 1000 * n as usize + 7;
         for (channels, chunk) in [(1, 1 << 20), (4, 1 << 20), (3, 50)] {
             let p = plan(n, count, channels, chunk, false);
@@ -100,6 +100,57 @@ fn push_shape_and_bytes() {
             let total: usize = (0..n as usize).map(|r| moved(&p, r).0).sum();
             assert_eq!(total, n as usize * count, "all ranks read N·S together");
         }
+    }
+}
+
+/// Above `PUSH_GROUP` ranks (up to the push limit) each piece is reduced
+/// into the rank's own output, then copied to the peers in groups of at
+/// most `PUSH_GROUP`, each peer once; the extra reads are the reduced
+/// piece's, once per group.
+#[test]
+fn above_the_push_group_the_reduction_is_copied_out_in_groups() {
+    for n in [PUSH_GROUP as u32 + 1, 64, MAX_PUSH_RANKS] {
+        let count = 1000 * n as usize + 7;
+        let p = plan(n, count, 2, 1 << 20, false);
+        let groups = (n as usize - 1).div_ceil(PUSH_GROUP);
+        for rp in &p.ranks {
+            for ch in &rp.channels {
+                let xfers: Vec<_> = ch
+                    .steps
+                    .iter()
+                    .filter_map(|s| match s {
+                        Step::Xfer(x) => Some(x),
+                        _ => None,
+                    })
+                    .collect();
+                assert_eq!(xfers.len(), 1 + groups, "n {n}: one reduction, {groups} copies");
+                assert_eq!(xfers[0].primitive_name(), "reduce_from");
+                assert!(xfers[0].post && xfers[0].srcs.len() == n as usize);
+                assert!(matches!(xfers[0].dsts[..], [Dst::Local(l)] if l.buf.0 == 1));
+                let mut peers = Vec::new();
+                for x in &xfers[1..] {
+                    assert!(!x.post && x.srcs.len() == 1 && x.dsts.len() <= PUSH_GROUP);
+                    assert!(matches!(x.srcs[0], Src::Local { at, .. } if at.buf.0 == 1));
+                    for d in &x.dsts {
+                        match *d {
+                            Dst::Remote { peer, at } if at.buf.0 == 1 => peers.push(peer),
+                            other => panic!("n {n}: unexpected destination {other}"),
+                        }
+                    }
+                }
+                peers.sort_unstable();
+                let want: Vec<u32> = (0..n).filter(|&q| q != rp.rank).collect();
+                assert_eq!(peers, want, "n {n} rank {}", rp.rank);
+            }
+            let (read, written) = moved(&p, rp.rank as usize);
+            let blocks: usize = oxccl_core::gen::split(count, 2)
+                .iter()
+                .map(|r| oxccl_core::gen::split(r.len(), n as usize)[rp.rank as usize].len())
+                .sum();
+            assert_eq!(read, (n as usize + groups) * blocks, "n {n}");
+            assert_eq!(written, n as usize * blocks, "n {n}");
+        }
+        check(&p).unwrap();
     }
 }
 

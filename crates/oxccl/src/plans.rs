@@ -143,9 +143,8 @@ impl PlanCache {
 
 /// `OXCCL_PUSH_GROUP` (a count ≥ 1; unset: the generators' defaults): the
 /// most outputs one pushing step writes (`PlanRequest::push_group`). An
-/// experiment knob, read once: at 128 ranks on one GPU the pushing calls
-/// (two-shot with 128 outputs per step, AllGather with 32) vary between
-/// calls where pulled ReduceScatter does not (run W of `docs/perf/LOG.md`).
+/// experiment knob, read once (run W of `docs/perf/LOG.md` compared 8, 16,
+/// 32 and 128 at 128 ranks on one GPU).
 fn push_group() -> Option<usize> {
     static GROUP: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
     *GROUP.get_or_init(|| {

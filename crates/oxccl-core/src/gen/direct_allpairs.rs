@@ -132,7 +132,7 @@
 
 use std::ops::Range;
 
-use super::direct::{block, inputs_in_rank_order, MAX_PUSH_RANKS};
+use super::direct::{block, inputs_in_rank_order, MAX_PUSH_RANKS, PUSH_GROUP};
 use super::{local, out, pieces, split, PlanRequest, Steps};
 use crate::coll::CollKind;
 use crate::error::CoreError;
@@ -179,14 +179,6 @@ pub(super) fn build(req: &PlanRequest, rank: Rank, rp: &mut RankPlan) -> Result<
     }
     Ok(())
 }
-
-/// The most destinations one pushing Broadcast or AllGather step writes;
-/// more ranks take one step per group of this many, each reading the
-/// piece again (from L2, just read). On an H200 AllGather at 64 MiB pushed
-/// with one destination per rank per step ran at 95% of its floor at 16
-/// ranks and 91–101% at 32, but 70% at 64 and 21% at 128 (run T): one
-/// block then keeps 64 or 128 write streams open at once.
-pub const PUSH_GROUP: usize = 32;
 
 /// Whether `req` is a Broadcast or AllGather that pushes: its steps have
 /// one destination per rank, so up to [`MAX_PUSH_RANKS`] (the CUDA

@@ -13,8 +13,7 @@ pub mod p2p;
 mod ring;
 pub mod tree;
 
-pub use direct::MAX_PUSH_RANKS;
-pub use direct_allpairs::PUSH_GROUP;
+pub use direct::{MAX_PUSH_RANKS, PUSH_GROUP};
 
 use crate::coll::{Algo, CollKind, Collective};
 use crate::error::CoreError;
@@ -47,9 +46,8 @@ pub struct PlanRequest {
     /// The most outputs one pushing step writes (registered two-shot,
     /// Broadcast and AllGather); a piece with more takes one step per group
     /// of this many (two-shot: it reduces into its own output first, then
-    /// copies that out in groups). `None`: the generators' defaults
-    /// ([`PUSH_GROUP`] for Broadcast and AllGather, every output in the
-    /// reducing step for two-shot). For experiments (`OXCCL_PUSH_GROUP`).
+    /// copies that out in groups). `None`: [`PUSH_GROUP`]. For experiments
+    /// (`OXCCL_PUSH_GROUP`).
     pub push_group: Option<usize>,
 }
 
