@@ -39,10 +39,12 @@ ranks)
     OXCCL_DEADLINE_MS=20000 timeout 80 $G/xtask sweep --backend cuda --ranks $n -b 8 -e 1M -f 128 \
       -d float --coll all -n 2 -w 1 > $O/all$n.txt 2>&1
     echo "rc=$?"; grep -E "Out of bounds|rror" $O/all$n.txt | head -3
-    st "issue 16: $n ranks, two-shot AllReduce 128 KiB-4 MiB, checked (grouped pushes above 32 ranks)"
-    OXCCL_DEADLINE_MS=20000 timeout 60 $G/xtask sweep --backend cuda --ranks $n -b 128K -e 4M -f 32 \
-      -d float --coll allreduce --algo twoshot -n 2 -w 1 > $O/twoshot$n.txt 2>&1
-    echo "rc=$?"; grep -E "Out of bounds|rror" $O/twoshot$n.txt | head -3
+    for g in $n 32; do
+      st "issue 16: $n ranks, two-shot AllReduce 128 KiB-4 MiB, OXCCL_PUSH_GROUP=$g, checked"
+      OXCCL_PUSH_GROUP=$g OXCCL_DEADLINE_MS=20000 timeout 60 $G/xtask sweep --backend cuda --ranks $n \
+        -b 128K -e 4M -f 32 -d float --coll allreduce --algo twoshot -n 2 -w 1 > $O/twoshot$n-$g.txt 2>&1
+      echo "rc=$?"; grep -E "Out of bounds|rror" $O/twoshot$n-$g.txt | head -3
+    done
     st "issue 16: $n ranks, 64 MiB, floor ratios; 8 B AllReduce latency"
     OXCCL_SWEEP_SPREAD=1 OXCCL_DEADLINE_MS=30000 timeout 100 $G/xtask sweep --backend cuda --ranks $n -b 64M -e 64M -n 20 -w 3 -c 0 --baseline \
       --coll allreduce,allgather,reducescatter,broadcast,reduce > $O/big$n.txt 2>&1
@@ -70,12 +72,12 @@ smem)
   ;;
 push)
   # Issue 16: at 128 ranks the pushing calls vary between calls, pulled
-  # ReduceScatter does not. Outputs per pushing step (OXCCL_PUSH_GROUP: 32
-  # is the default, 128 two-shot's one step before run W), and
+  # ReduceScatter does not. Outputs per pushing step (OXCCL_PUSH_GROUP:
+  # two-shot's default is one step of n, AllGather's 32), and
   # more streams per hardware queue (CUDA_DEVICE_MAX_CONNECTIONS below 32)
   # at 64 ranks, which are steady with 2 streams per queue.
   shift; for n in ${@:-128}; do for g in 32 128 32 128 16; do
-    st "issue 16: $n ranks, 64 MiB, OXCCL_PUSH_GROUP=$g (32: the default)"
+    st "issue 16: $n ranks, 64 MiB, OXCCL_PUSH_GROUP=$g"
     ( export OXCCL_PUSH_GROUP=$g
       OXCCL_SWEEP_SPREAD=1 OXCCL_DEADLINE_MS=30000 timeout 80 $G/xtask sweep --backend cuda --ranks $n \
         -b 64M -e 64M -n 20 -w 3 -c 0 --coll allreduce,allgather > $O/push$n-$g.txt 2>&1 )

@@ -44,7 +44,7 @@ fn entry(steps: &[Step], i: usize) -> bool {
 /// the floor, against (3n−1)/n·S for the pull scheme.
 #[test]
 fn push_shape_and_bytes() {
-    for n in [2u32, 3, 5, 8, 16, PUSH_GROUP as u32] {
+    for n in [2u32, 3, 5, 8, 16, MAX_PUSH_RANKS] {
         let count = 1000 * n as usize + 7;
         for (channels, chunk) in [(1, 1 << 20), (4, 1 << 20), (3, 50)] {
             let p = plan(n, count, channels, chunk, false);
@@ -103,15 +103,17 @@ fn push_shape_and_bytes() {
     }
 }
 
-/// Above `PUSH_GROUP` ranks (up to the push limit) each piece is reduced
-/// into the rank's own output, then copied to the peers in groups of at
-/// most `PUSH_GROUP`, each peer once; the extra reads are the reduced
-/// piece's, once per group.
+/// With a push group of `PUSH_GROUP` below n (up to the push limit) each
+/// piece is reduced into the rank's own output, then copied to the peers
+/// in groups of at most `PUSH_GROUP`, each peer once; the extra reads are
+/// the reduced piece's, once per group.
 #[test]
-fn above_the_push_group_the_reduction_is_copied_out_in_groups() {
+fn a_push_group_copies_the_reduction_out_in_groups() {
     for n in [PUSH_GROUP as u32 + 1, 64, MAX_PUSH_RANKS] {
         let count = 1000 * n as usize + 7;
-        let p = plan(n, count, 2, 1 << 20, false);
+        let mut req = request(n, count, 2, 1 << 20, false);
+        req.push_group = Some(PUSH_GROUP);
+        let p = generate(&req).unwrap();
         let groups = (n as usize - 1).div_ceil(PUSH_GROUP);
         for rp in &p.ranks {
             for ch in &rp.channels {
@@ -123,7 +125,11 @@ fn above_the_push_group_the_reduction_is_copied_out_in_groups() {
                         _ => None,
                     })
                     .collect();
-                assert_eq!(xfers.len(), 1 + groups, "n {n}: one reduction, {groups} copies");
+                assert_eq!(
+                    xfers.len(),
+                    1 + groups,
+                    "n {n}: one reduction, {groups} copies"
+                );
                 assert_eq!(xfers[0].primitive_name(), "reduce_from");
                 assert!(xfers[0].post && xfers[0].srcs.len() == n as usize);
                 assert!(matches!(xfers[0].dsts[..], [Dst::Local(l)] if l.buf.0 == 1));

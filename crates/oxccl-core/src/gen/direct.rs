@@ -11,11 +11,12 @@
 //! the same step into block r of every rank's output (its own `Dst::Local`
 //! and n−1 `Dst::Remote`). Per rank that is S read (1/n of each of the n
 //! inputs) and S written (1/n into each of the n outputs), the 2·S floor;
-//! the pull scheme below moves (3n−1)/n·S (2.875·S at n = 8). Above
-//! [`PUSH_GROUP`] ranks the step writes its own output only and copies
-//! it out from there, one step per group of peers (each re-reading the
-//! reduced piece, from L2): a block then keeps at most 32 write streams
-//! open, as AllGather's pushes do.
+//! the pull scheme below moves (3n−1)/n·S (2.875·S at n = 8). With a
+//! `push_group` below n in the request (`OXCCL_PUSH_GROUP`) the step
+//! writes its own output only and copies it out from there, one step per
+//! group of peers (each re-reading the reduced piece, from L2): a block
+//! then keeps at most that many write streams open, as AllGather's pushes
+//! do with [`PUSH_GROUP`]. Not the default yet: see [`PUSH_GROUP`].
 //!
 //! Synchronisation of the push, per channel and per call (not per piece;
 //! pieces of `chunk` only bound the size of one step):
@@ -74,16 +75,18 @@ use crate::plan::{Channel, Dst, Loc, Rank, RankPlan, Src};
 /// at 32 ranks.
 pub const MAX_PUSH_RANKS: u32 = 128;
 
-/// The most destinations one pushing step writes (two-shot, Broadcast,
-/// AllGather); more ranks take one step per group of this many, each
-/// reading the piece again (from L2, just read or just reduced). On an
+/// The most destinations one pushing Broadcast or AllGather step writes;
+/// more ranks take one step per group of this many, each reading the
+/// piece again (from L2, just read). On an
 /// H200 AllGather at 64 MiB pushed with one destination per rank per step
 /// ran at 95% of its floor at 16 ranks and 91–101% at 32, but 70% at 64
 /// and 21% at 128 (run T): one block then keeps 64 or 128 write streams
-/// open at once. Two-shot wrote all n outputs in its reducing step until
-/// run W: at 128 ranks on the H100 its median call of 20 at 64 MiB took
-/// 7336–9353 µs in six rows, against 7146–7418 µs in three rows with
-/// groups of 16 or 32 (groups of 8: 8729 and 9018 µs, more steps).
+/// open at once. Two-shot still writes all n outputs in its reducing step:
+/// at 128 ranks on the H100 its median call of 20 at 64 MiB took
+/// 7273–9353 µs in ten rows, against 7146–7418 µs in three rows with
+/// groups of 16 or 32 (`push_group`; groups of 8: 8729 and 9018 µs, more
+/// steps), run W. Grouping it by default waits for a device run that
+/// checks its results and times 64 ranks too.
 pub const PUSH_GROUP: usize = 32;
 
 pub(super) fn build(req: &PlanRequest, rank: Rank, rp: &mut RankPlan) -> Result<(), CoreError> {
@@ -176,15 +179,13 @@ impl Direct<'_> {
     }
 
     /// After the entry barrier: reduce this rank's block from every input
-    /// into every output, exit barrier. With more ranks than [`PUSH_GROUP`]
-    /// (or the request's `push_group`) the reduction lands in its own
-    /// output only and is copied from there to the peers' outputs, at most
-    /// a group per step: block r of every buffer is still touched by rank r
-    /// alone, in place too.
+    /// into every output, exit barrier. With a request's `push_group` below
+    /// n the reduction lands in its own output only and is copied from
+    /// there to the peers' outputs, at most a group per step: block r of
+    /// every buffer is still touched by rank r alone, in place too.
     fn two_shot_push(&self, range: Range<usize>, s: &mut Steps) {
         let (o, l) = self.block(&range, self.rank);
-        let group =
-            Some(self.req.push_group.unwrap_or(PUSH_GROUP)).filter(|&g| g < self.n as usize);
+        let group = self.req.push_group.filter(|&g| g < self.n as usize);
         for p in pieces(o..o + l, self.req.chunk) {
             let remote = |q| Dst::Remote {
                 peer: q,

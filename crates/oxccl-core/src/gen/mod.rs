@@ -46,8 +46,9 @@ pub struct PlanRequest {
     /// The most outputs one pushing step writes (registered two-shot,
     /// Broadcast and AllGather); a piece with more takes one step per group
     /// of this many (two-shot: it reduces into its own output first, then
-    /// copies that out in groups). `None`: [`PUSH_GROUP`]. For experiments
-    /// (`OXCCL_PUSH_GROUP`).
+    /// copies that out in groups). `None`: the generators' defaults
+    /// ([`PUSH_GROUP`] for Broadcast and AllGather, every output in the
+    /// reducing step for two-shot). For experiments (`OXCCL_PUSH_GROUP`).
     pub push_group: Option<usize>,
 }
 
