@@ -8,7 +8,7 @@ mod common;
 use common::{checked, is_sync, moved, plan_check_error, strip};
 use oxccl_core::gen::{MAX_PUSH_RANKS, PUSH_GROUP};
 use oxccl_core::interp::{check, check_in_place};
-use oxccl_core::plan::{Dst, Loc, Plan, Src, Step};
+use oxccl_core::plan::{Dst, Loc, Plan, Src, Step, Xfer};
 use oxccl_core::testkit::op_defined;
 use oxccl_core::testkit::OPS;
 use oxccl_core::{generate, Algo, CollKind, Collective, DataType, PlanRequest};
@@ -21,6 +21,17 @@ fn request(n: u32, count: usize, channels: u32, chunk: usize, in_place: bool) ->
 
 fn plan(n: u32, count: usize, channels: u32, chunk: usize, in_place: bool) -> Plan {
     generate(&request(n, count, channels, chunk, in_place)).unwrap()
+}
+
+/// A channel's transfers, in order.
+fn xfers(steps: &[Step]) -> Vec<&Xfer> {
+    steps
+        .iter()
+        .filter_map(|s| match s {
+            Step::Xfer(x) => Some(x),
+            _ => None,
+        })
+        .collect()
 }
 
 /// The sync steps after the channel's last transfer (the exit barrier).
@@ -53,14 +64,7 @@ fn push_shape_and_bytes() {
                 for ch in &rp.channels {
                     let syncs = ch.steps.iter().filter(|s| is_sync(s)).count();
                     assert_eq!(syncs, 4 * (n as usize - 1), "n {n} rank {}", rp.rank);
-                    let xfers: Vec<_> = ch
-                        .steps
-                        .iter()
-                        .filter_map(|s| match s {
-                            Step::Xfer(x) => Some(x),
-                            _ => None,
-                        })
-                        .collect();
+                    let xfers = xfers(&ch.steps);
                     assert!(!xfers.is_empty());
                     if chunk >= count {
                         assert_eq!(xfers.len(), 1, "one step per block when it fits a chunk");
@@ -117,14 +121,7 @@ fn a_push_group_copies_the_reduction_out_in_groups() {
         let groups = (n as usize - 1).div_ceil(PUSH_GROUP);
         for rp in &p.ranks {
             for ch in &rp.channels {
-                let xfers: Vec<_> = ch
-                    .steps
-                    .iter()
-                    .filter_map(|s| match s {
-                        Step::Xfer(x) => Some(x),
-                        _ => None,
-                    })
-                    .collect();
+                let xfers = xfers(&ch.steps);
                 assert_eq!(
                     xfers.len(),
                     1 + groups,
@@ -295,15 +292,7 @@ fn grouped_push_reduces_once_then_copies_in_groups() {
             checked(&p, in_place).unwrap_or_else(|e| panic!("{what}: {e}"));
             for rp in &p.ranks {
                 let mut written = vec![0usize; n as usize];
-                for x in rp
-                    .channels
-                    .iter()
-                    .flat_map(|c| &c.steps)
-                    .filter_map(|s| match s {
-                        Step::Xfer(x) => Some(x),
-                        _ => None,
-                    })
-                {
+                for x in rp.channels.iter().flat_map(|c| xfers(&c.steps)) {
                     assert!(x.dsts.len() <= g.max(1), "{what}: {} outputs", x.dsts.len());
                     for d in &x.dsts {
                         match *d {
