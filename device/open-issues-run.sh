@@ -1,7 +1,7 @@
 #!/bin/bash
-# The device acceptance runs still open (issue 14: the pick against the best
-# forced algorithm; issue 16: 16-128 ranks on one GPU), on whichever GPU is
-# lent (the H100 has never run them). Build here with device/build-binaries.sh,
+# The device acceptance runs of issue 14 (the pick against the best forced
+# algorithm) and issue 16 (16-128 ranks on one GPU), on whichever GPU is
+# lent (both have run them: docs/perf/LOG.md). Build here with device/build-binaries.sh,
 # then on the device machine, `carry: [".gpu"]`, from the repository root, one
 # block per call (each fits one 600 s call):
 #   bash device/open-issues-run.sh suite   # device suite 1-8 ranks, 64-rank facade test (~60 s)
