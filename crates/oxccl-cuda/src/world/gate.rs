@@ -150,6 +150,27 @@ struct State {
 }
 
 impl State {
+    /// Records a Send/Recv launch of `slot` naming the slots `peers`:
+    /// returns, per peer, which of `slot`'s launches naming it this is.
+    fn launch(&mut self, slot: usize, peers: Vec<usize>) -> Vec<(usize, u64)> {
+        let peers: Vec<(usize, u64)> = peers
+            .into_iter()
+            .map(|b| {
+                let k = self.pairs.entry((slot, b)).or_insert(0);
+                *k += 1;
+                (b, *k)
+            })
+            .collect();
+        let h = &mut self.records[slot];
+        if h.len() == HISTORY {
+            h.pop_front();
+        }
+        h.push_back(Record {
+            peers: peers.clone(),
+        });
+        peers
+    }
+
     /// Slot `b`'s launch matching the `k`-th launch of `a` naming `b`:
     /// `None` while `b` has not launched it; `Some(None)` when it has but
     /// its record left the history.
@@ -237,8 +258,8 @@ pub struct Gate {
     /// Bumped, and its sleepers woken, when a slot completes a collective
     /// round; collectives' waiters sleep on this word.
     epoch: AtomicU32,
-    /// Per slot: bumped (under the state lock), and its sleepers woken, at
-    /// each of its Send/Recv launches. A Send/Recv waiter sleeps on the
+    /// Per slot: bumped, and its sleepers woken, after each of its
+    /// Send/Recv launches is recorded. A Send/Recv waiter sleeps on the
     /// word of one slot it still waits for, so a launch wakes only those
     /// waiting for it: with one word for all, every launch of a 128-rank
     /// ring woke all 128 waiters to walk the ring again (5.3 ms a round on
@@ -294,7 +315,9 @@ impl Gate {
         loop {
             // The word to sleep on and its value, read so that a change
             // after the check moves the word and the futex then does not
-            // sleep: before the check, or under the lock it is bumped under.
+            // sleep: before the check, or (Send/Recv) under the lock the
+            // check holds, since a launch is recorded under it before its
+            // word moves.
             let (absent, word) = match &mut mine {
                 Wait::All(k) => {
                     let seen = self.epoch.load(Ordering::Acquire);
@@ -347,10 +370,10 @@ impl Gate {
         }
     }
 
-    /// Moves the epoch and wakes every waiter.
-    fn moved(&self) {
-        self.epoch.fetch_add(1, Ordering::Release);
-        let _ = futex::wake(&self.epoch, futex::Flags::PRIVATE, i32::MAX as u32);
+    /// Moves `word` and wakes every waiter sleeping on it.
+    fn bump(word: &AtomicU32) {
+        word.fetch_add(1, Ordering::Release);
+        let _ = futex::wake(word, futex::Flags::PRIVATE, i32::MAX as u32);
     }
 
     /// Adds one launch of `slot` and wakes the waiters it may release.
@@ -362,13 +385,11 @@ impl Gate {
                 // of any two sees the other's count (both SeqCst), so the
                 // last one in always wakes the round.
                 if self.all.iter().all(|c| c.load(Ordering::SeqCst) >= k) {
-                    self.moved();
+                    Self::bump(&self.epoch);
                 }
                 Mine::All(k)
             }
             Party::Peers(ranks) => {
-                let mut guard = lock(&self.state);
-                let st = &mut *guard;
                 let mut peers: Vec<usize> = ranks
                     .iter()
                     .filter_map(|&r| self.slot(r))
@@ -379,25 +400,11 @@ impl Gate {
                 if peers.is_empty() {
                     return Mine::Nothing;
                 }
-                let peers: Vec<(usize, u64)> = peers
-                    .into_iter()
-                    .map(|b| {
-                        let k = st.pairs.entry((slot, b)).or_insert(0);
-                        *k += 1;
-                        (b, *k)
-                    })
-                    .collect();
-                let h = &mut st.records[slot];
-                if h.len() == HISTORY {
-                    h.pop_front();
-                }
-                h.push_back(Record {
-                    peers: peers.clone(),
-                });
-                let w = &self.launches[slot];
-                w.fetch_add(1, Ordering::Release);
-                drop(guard);
-                let _ = futex::wake(w, futex::Flags::PRIVATE, i32::MAX as u32);
+                let peers = lock(&self.state).launch(slot, peers);
+                // After the record is in: a waiter reads this word under
+                // the lock, after looking for the record, so either it saw
+                // the record or the word moves past what it read.
+                Self::bump(&self.launches[slot]);
                 Mine::Peers(peers)
             }
         }
