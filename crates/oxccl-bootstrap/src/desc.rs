@@ -17,6 +17,10 @@ pub struct RankDesc {
     /// memory and may pass file descriptors.
     pub host: String,
     pub pid: u32,
+    /// The rank's pid namespace (the inode of `/proc/self/ns/pid`, 0 where
+    /// unknown): an fd mailbox checks a sender's pid against `pid` only
+    /// when it shares the namespace, where the kernel reports pids alike.
+    pub pidns: u64,
     /// CUDA device ordinal, or -1 for none (host backend).
     pub device: i32,
     /// PCI bus id of the device (`0000:19:00.0`), empty for none.
@@ -38,6 +42,7 @@ impl RankDesc {
         w.u32(self.rank)
             .str(&self.host)
             .u32(self.pid)
+            .u64(self.pidns)
             .i32(self.device)
             .str(&self.bus_id)
             .addr(self.listen);
@@ -48,6 +53,7 @@ impl RankDesc {
             rank: r.u32()?,
             host: r.str()?,
             pid: r.u32()?,
+            pidns: r.u64()?,
             device: r.i32()?,
             bus_id: r.str()?,
             listen: r.addr()?,
@@ -95,8 +101,10 @@ pub fn host_identity_with(get: impl Fn(&str) -> Option<String>) -> String {
 /// shared region, and kernels publish tagged addresses. 4: the host
 /// backend's network setup swaps each rank's socket proposal (threads and
 /// sockets per connection, set or default) before its listen handles, and
-/// every rank takes the layout they agree on.
-pub const PROTOCOL: u32 = 4;
+/// every rank takes the layout they agree on. 5: every hello proves the
+/// id's key over a challenge (`Challenge` and `Ack` frames), descriptors
+/// carry the pid namespace, and network hellos carry a MAC.
+pub const PROTOCOL: u32 = 5;
 
 /// A rank's first message to the root.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -28,6 +28,10 @@ pub enum WireError {
     /// A frame kind this version does not know, or not the one expected here.
     #[error("unexpected frame kind {got} (expected {expected})")]
     BadKind { got: u8, expected: &'static str },
+    /// A hello or an answer that does not prove knowledge of the
+    /// communicator's key: a stranger, or a peer holding another id.
+    #[error("{what} does not prove knowledge of the communicator's key (a stranger, or another unique id)")]
+    BadProof { what: &'static str },
     /// A payload whose fields do not parse.
     #[error("malformed {what}: {detail}")]
     Malformed { what: &'static str, detail: String },

@@ -1,13 +1,31 @@
 //! Passing file descriptors between processes of one machine: each rank
-//! binds a datagram Unix socket in the abstract namespace (named after the
-//! communicator's magic and root port and the rank, so nothing is left in
-//! the file system, even by a crashed process), and peers send it
+//! binds a datagram Unix socket in the abstract namespace (nothing is
+//! left in the file system, even by a crashed process), and peers send it
 //! descriptors with `SCM_RIGHTS` (shared-memory segments now, CUDA VMM
 //! handles exported as POSIX fds later).
 //!
-//! A datagram carries the magic, the sender's rank, a tag chosen by the
-//! caller and up to [`MAX_FDS`] descriptors. Receivers match on (sender,
-//! tag) and keep early arrivals, so peers may send in any order.
+//! Only the job's own processes reach a rank's memory this way:
+//!
+//! - a mailbox's name is derived from the communicator's key (a keyed hash
+//!   of the scope and the rank), so though every user sees the names in
+//!   `/proc/net/unix`, nobody without the unique id can compute one ahead
+//!   of time, nor tell which communicator it serves;
+//! - a mailbox takes a message only when the kernel-reported sender
+//!   (`SO_PASSCRED` / `SCM_CREDENTIALS`) has our uid and, when the rank
+//!   table is known ([`FdMailbox::with_senders`]), the pid the table gives
+//!   the rank the message claims to come from. Ranks that are threads of
+//!   one process share a pid, which is fine. A sender in another pid
+//!   namespace (ranks in different containers of one host) is reported
+//!   under a pid of ours, not its own, so for a rank whose descriptor names
+//!   another namespace the check falls back to the uid and the secret name.
+//!
+//! A message that fails is dropped with its descriptors (a warning names
+//! the sender's pid and uid) and the wait goes on.
+//!
+//! A datagram carries a stamp derived from the key, the sender's rank, a
+//! tag chosen by the caller and up to [`MAX_FDS`] descriptors. Receivers
+//! match on (sender, tag) and keep early arrivals, so peers may send in
+//! any order.
 //!
 //! A socket's queue holds only `net.unix.max_dgram_qlen` datagrams (10 by
 //! default), and descriptors in flight count against the sender's
@@ -23,12 +41,15 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
+use rustix::net::sockopt::set_socket_passcred;
 use rustix::net::{
     bind, recvmsg, sendmsg_addr, socket_with, AddressFamily, RecvAncillaryBuffer,
     RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer, SendAncillaryMessage, SendFlags,
     SocketAddrUnix, SocketFlags, SocketType,
 };
 
+use crate::auth::Key;
+use crate::desc::RankDesc;
 use crate::error::BootstrapError;
 
 /// Most descriptors one message carries.
@@ -42,22 +63,47 @@ type Parcel = (u32, u64, Vec<OwnedFd>);
 #[derive(Debug)]
 pub struct FdMailbox {
     sock: OwnedFd,
-    magic: u64,
+    key: Key,
+    /// The first bytes of every message of this communicator.
+    stamp: u64,
     scope: u16,
     rank: u32,
     early: Mutex<Vec<Parcel>>,
     /// The bootstrap's deadline, for messages (unset: the wait's own length).
     limit: Option<Duration>,
+    /// Per rank: the pid that may send as it, where the kernel reports it
+    /// alike (same pid namespace); `None` where only the uid is checked.
+    senders: Option<Vec<Option<u32>>>,
+    uid: u32,
 }
 
-fn name(magic: u64, scope: u16, rank: u32) -> Result<SocketAddrUnix, BootstrapError> {
-    SocketAddrUnix::new_abstract_name(format!("oxccl-{magic:016x}-{scope}-{rank}").as_bytes())
+/// This process's pid namespace (the inode of `/proc/self/ns/pid`), 0
+/// where it cannot be read.
+pub(crate) fn pid_namespace() -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self/ns/pid").map_or(0, |m| m.ino())
+}
+
+fn name(key: &Key, scope: u16, rank: u32) -> Result<SocketAddrUnix, BootstrapError> {
+    let secret = key.tag_hex(
+        "oxccl fd mailbox name",
+        &[&scope.to_le_bytes(), &rank.to_le_bytes()],
+        16,
+    );
+    SocketAddrUnix::new_abstract_name(format!("oxccl-{secret}").as_bytes())
         .map_err(|e| BootstrapError::io(rank, "naming a Unix socket", &e.into()))
 }
 
+fn stamp(key: &Key) -> u64 {
+    let m = key.mac("oxccl fd mailbox stamp", &[]);
+    u64::from_le_bytes(m[..8].try_into().expect("8 bytes"))
+}
+
 impl FdMailbox {
-    /// Binds rank `rank`'s mailbox of the communicator (`magic`, `scope`).
-    pub fn bind(magic: u64, scope: u16, rank: u32) -> Result<FdMailbox, BootstrapError> {
+    /// Binds rank `rank`'s mailbox of the communicator (`key`, `scope`).
+    /// Until [`FdMailbox::with_senders`], it takes messages from any
+    /// process of our uid.
+    pub fn bind(key: &Key, scope: u16, rank: u32) -> Result<FdMailbox, BootstrapError> {
         let io = |what: &str, e: rustix::io::Errno| {
             BootstrapError::io(rank, what.to_string(), &e.into())
         };
@@ -68,7 +114,9 @@ impl FdMailbox {
             None,
         )
         .map_err(|e| io("creating a Unix socket", e))?;
-        bind(&sock, &name(magic, scope, rank)?).map_err(|e| {
+        // The kernel then attaches every sender's pid and uid.
+        set_socket_passcred(&sock, true).map_err(|e| io("setting SO_PASSCRED", e))?;
+        bind(&sock, &name(key, scope, rank)?).map_err(|e| {
             io(
                 "binding the fd mailbox (is a communicator with this id already here?)",
                 e,
@@ -76,12 +124,51 @@ impl FdMailbox {
         })?;
         Ok(FdMailbox {
             sock,
-            magic,
+            key: *key,
+            stamp: stamp(key),
             scope,
             rank,
             early: Mutex::new(Vec::new()),
             limit: None,
+            senders: None,
+            uid: rustix::process::getuid().as_raw(),
         })
+    }
+
+    /// This mailbox, taking a message that claims to come from rank `r`
+    /// only from the process `senders[r].pid` (checked where that rank
+    /// shares our pid namespace; see the module's docs).
+    pub fn with_senders(mut self, senders: &[RankDesc]) -> FdMailbox {
+        let ns = pid_namespace();
+        self.senders = Some(
+            senders
+                .iter()
+                .map(|d| (ns != 0 && d.pidns == ns).then_some(d.pid))
+                .collect(),
+        );
+        self
+    }
+
+    /// The mailbox's abstract socket name (what `/proc/net/unix` shows).
+    pub fn address(&self) -> String {
+        name(&self.key, self.scope, self.rank)
+            .ok()
+            .and_then(|a| {
+                a.abstract_name()
+                    .map(|n| String::from_utf8_lossy(n).into_owned())
+            })
+            .unwrap_or_default()
+    }
+
+    /// The bytes of a message from rank `from` with `tag` to a mailbox of
+    /// the communicator `key` (what [`FdMailbox::send`] sends; for tests
+    /// that check forged messages are refused).
+    pub fn datagram(key: &Key, from: u32, tag: u64) -> [u8; MSG] {
+        let mut msg = [0u8; MSG];
+        msg[..8].copy_from_slice(&stamp(key).to_le_bytes());
+        msg[8..12].copy_from_slice(&from.to_le_bytes());
+        msg[12..].copy_from_slice(&tag.to_le_bytes());
+        msg
     }
 
     /// This mailbox, naming `limit` as the deadline in its timeouts.
@@ -132,11 +219,8 @@ impl FdMailbox {
                 fds.len()
             )));
         }
-        let mut msg = [0u8; MSG];
-        msg[..8].copy_from_slice(&self.magic.to_le_bytes());
-        msg[8..12].copy_from_slice(&self.rank.to_le_bytes());
-        msg[12..].copy_from_slice(&tag.to_le_bytes());
-        let addr = name(self.magic, self.scope, to)?;
+        let msg = FdMailbox::datagram(&self.key, self.rank, tag);
+        let addr = name(&self.key, self.scope, to)?;
         let started = Instant::now();
         let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
         loop {
@@ -208,7 +292,8 @@ impl FdMailbox {
     /// One datagram, if it is ours (anything else is dropped with its fds).
     fn recv_one(&self) -> Result<Option<Parcel>, BootstrapError> {
         let mut msg = [0u8; MSG + 1];
-        let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
+        let mut space =
+            [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS), ScmCredentials(1))];
         let mut anc = RecvAncillaryBuffer::new(&mut space);
         let r = match recvmsg(
             &self.sock,
@@ -229,21 +314,59 @@ impl FdMailbox {
             }
         };
         let mut fds = Vec::new();
+        let mut cred = None;
         for m in anc.drain() {
-            if let RecvAncillaryMessage::ScmRights(it) = m {
-                fds.extend(it);
+            match m {
+                RecvAncillaryMessage::ScmRights(it) => fds.extend(it),
+                RecvAncillaryMessage::ScmCredentials(c) => cred = Some(c),
+                _ => {}
             }
         }
-        if r.bytes != MSG || u64::from_le_bytes(msg[..8].try_into().expect("8 bytes")) != self.magic
+        if r.bytes != MSG || u64::from_le_bytes(msg[..8].try_into().expect("8 bytes")) != self.stamp
         {
-            tracing::debug!(
+            tracing::warn!(
                 bytes = r.bytes,
-                "oxccl fd mailbox dropped a stranger's datagram"
+                "oxccl fd mailbox of rank {} dropped a stranger's datagram",
+                self.rank
             );
             return Ok(None);
         }
         let from = u32::from_le_bytes(msg[8..12].try_into().expect("4 bytes"));
         let tag = u64::from_le_bytes(msg[12..20].try_into().expect("8 bytes"));
+        if let Err(why) = self.sender_ok(from, cred) {
+            tracing::warn!(
+                "oxccl fd mailbox of rank {} dropped a message claiming to be from rank {from}: {why}",
+                self.rank
+            );
+            return Ok(None);
+        }
         Ok(Some((from, tag, fds)))
+    }
+
+    /// Whether the kernel's word on the sender fits rank `from`.
+    fn sender_ok(&self, from: u32, cred: Option<rustix::net::UCred>) -> Result<(), String> {
+        let Some(c) = cred else {
+            return Err("no sender credentials came with it".into());
+        };
+        let (pid, uid) = (
+            rustix::process::Pid::as_raw(Some(c.pid)) as u32,
+            c.uid.as_raw(),
+        );
+        if uid != self.uid {
+            return Err(format!(
+                "sent by pid {pid} of uid {uid}, not our uid {}",
+                self.uid
+            ));
+        }
+        match &self.senders {
+            None => Ok(()),
+            Some(s) => match s.get(from as usize) {
+                None => Err(format!("no rank {from} among {} ranks", s.len())),
+                Some(Some(want)) if *want != pid => {
+                    Err(format!("sent by pid {pid}, but rank {from} is pid {want}"))
+                }
+                Some(_) => Ok(()),
+            },
+        }
     }
 }

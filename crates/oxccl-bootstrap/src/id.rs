@@ -1,15 +1,23 @@
-//! The unique id: 128 bytes that tell every rank where the root listens
-//! and which magic its connections must start with.
+//! The unique id: 128 bytes that tell every rank where the root listens,
+//! which magic its connections must start with, and the communicator's
+//! secret key, which every hello proves knowledge of ([`crate::auth`]).
 //!
 //! Layout (the rest is zero): bytes 0..8 the magic (little-endian), byte 8
 //! the root's address family (0: no address, 4, 6), byte 9 flags (bit 0:
 //! rank 0 runs the root, as with `NCCL_COMM_ID`), bytes 10..12 the port
-//! (big-endian), bytes 12..28 the IP (IPv4 in the first four).
+//! (big-endian), bytes 12..28 the IP (IPv4 in the first four), bytes
+//! 28..60 the key (32 random bytes from the OS; with `NCCL_COMM_ID`,
+//! derived from `OXCCL_COMM_SECRET`, or public when that is not set).
+//!
+//! So an id is a credential: whoever holds it may join the communicator,
+//! and it must travel only to the job's own ranks (as NCCL's users already
+//! pass it: over their launcher's own channel, or a shared file).
 
 use std::hash::{BuildHasher, Hasher};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, ToSocketAddrs};
 use std::time::Duration;
 
+use crate::auth::{Key, KEY_BYTES};
 use crate::env::BadVar;
 use crate::error::BootstrapError;
 use crate::{iface, root, sock};
@@ -19,6 +27,8 @@ use crate::{iface, root, sock};
 pub const COMM_ID_MAGIC: u64 = 0x0280_0280_0280_0280;
 
 const FLAG_ROOT_IN_RANK0: u8 = 1;
+/// Where the key lies in the id's bytes.
+const KEY_AT: std::ops::Range<usize> = 28..28 + KEY_BYTES;
 
 /// A communicator's unique id (NCCL's `ncclUniqueId`: 128 bytes).
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
@@ -29,6 +39,8 @@ pub struct UniqueId([u8; UniqueId::BYTES]);
 pub struct IdInfo {
     pub magic: u64,
     pub root: SocketAddr,
+    /// The communicator's key: every hello proves it (never printed).
+    pub key: Key,
     /// Rank 0 starts the root inside its init (`NCCL_COMM_ID`); otherwise
     /// the process that made the id already runs it.
     pub root_in_rank0: bool,
@@ -50,23 +62,35 @@ impl UniqueId {
     /// (rank 0 will run the root there); otherwise a random magic and a
     /// root started now, in this process, on the interface chosen by
     /// `NCCL_SOCKET_IFNAME`/`NCCL_SOCKET_FAMILY`. The root serves one
-    /// rendezvous and gives up after `limit`.
+    /// rendezvous and gives up after `limit`; every root of the process
+    /// shares one thread.
     pub fn new(limit: Duration) -> Result<UniqueId, BootstrapError> {
         if let Some(v) = std::env::var("NCCL_COMM_ID").ok().filter(|v| !v.is_empty()) {
             return UniqueId::from_comm_id(&v);
         }
         let ip = iface::local_addr()?.addr;
         let magic = random_magic();
+        let key = Key::random()?;
         let l = sock::listen(SocketAddr::new(ip, 0), u32::MAX)?;
         let addr = l
             .local_addr()
             .map_err(|e| BootstrapError::io(u32::MAX, "reading the root's address", &e))?;
-        root::spawn(l, magic, limit);
-        Ok(UniqueId::encode(magic, addr, 0))
+        root::spawn(l, magic, key, limit)?;
+        Ok(UniqueId::encode(magic, key, addr, 0))
     }
 
-    /// The id for `NCCL_COMM_ID`'s `host:port` (`[v6]:port` for IPv6).
+    /// The id for `NCCL_COMM_ID`'s `host:port` (`[v6]:port` for IPv6). Its
+    /// key comes from `OXCCL_COMM_SECRET` (any string, the same on every
+    /// rank); without it the key is public and anyone who can reach the
+    /// root can join, as with NCCL.
     pub fn from_comm_id(v: &str) -> Result<UniqueId, BootstrapError> {
+        let secret = std::env::var("OXCCL_COMM_SECRET").ok();
+        UniqueId::from_comm_id_with(v, secret.as_deref())
+    }
+
+    /// [`UniqueId::from_comm_id`] with the secret given (`None` or empty:
+    /// the public key).
+    pub fn from_comm_id_with(v: &str, secret: Option<&str>) -> Result<UniqueId, BootstrapError> {
         let bad = |reason: String| {
             BootstrapError::Config(BadVar {
                 var: "NCCL_COMM_ID",
@@ -90,17 +114,27 @@ impl UniqueId {
         if addr.port() == 0 {
             return Err(bad("port 0 cannot be agreed on; name a port".into()));
         }
-        Ok(UniqueId::encode(COMM_ID_MAGIC, *addr, FLAG_ROOT_IN_RANK0))
+        let key = match secret.filter(|s| !s.is_empty()) {
+            Some(s) => Key::from_secret(s.as_bytes()),
+            None => Key::public(),
+        };
+        Ok(UniqueId::encode(
+            COMM_ID_MAGIC,
+            key,
+            *addr,
+            FLAG_ROOT_IN_RANK0,
+        ))
     }
 
-    /// The id of a root already serving `magic` at `addr`.
-    pub(crate) fn for_root(magic: u64, addr: SocketAddr) -> UniqueId {
-        UniqueId::encode(magic, addr, 0)
+    /// The id of a root already serving (`magic`, `key`) at `addr`.
+    pub(crate) fn for_root(magic: u64, key: Key, addr: SocketAddr) -> UniqueId {
+        UniqueId::encode(magic, key, addr, 0)
     }
 
-    fn encode(magic: u64, addr: SocketAddr, flags: u8) -> UniqueId {
+    fn encode(magic: u64, key: Key, addr: SocketAddr, flags: u8) -> UniqueId {
         let mut b = [0u8; UniqueId::BYTES];
         b[..8].copy_from_slice(&magic.to_le_bytes());
+        b[KEY_AT].copy_from_slice(&key.to_bytes());
         b[9] = flags;
         b[10..12].copy_from_slice(&addr.port().to_be_bytes());
         match addr.ip() {
@@ -147,7 +181,7 @@ impl UniqueId {
     pub fn info(&self) -> Result<IdInfo, BootstrapError> {
         let b = &self.0;
         let bad = |m: &str| Err(BootstrapError::InvalidId(m.into()));
-        if b[28..].iter().any(|&x| x != 0) || b[9] & !FLAG_ROOT_IN_RANK0 != 0 {
+        if b[KEY_AT.end..].iter().any(|&x| x != 0) || b[9] & !FLAG_ROOT_IN_RANK0 != 0 {
             return bad("reserved bytes are set: not an id made by UniqueId::new");
         }
         let port = u16::from_be_bytes([b[10], b[11]]);
@@ -170,6 +204,7 @@ impl UniqueId {
             magic: u64::from_le_bytes(b[..8].try_into().expect("8 bytes")),
             root: SocketAddr::new(ip, port),
             root_in_rank0: b[9] & FLAG_ROOT_IN_RANK0 != 0,
+            key: Key::from_bytes(b[KEY_AT].try_into().expect("32 bytes")),
         })
     }
 }
@@ -196,7 +231,8 @@ mod tests {
 
     #[test]
     fn bytes_round_trip_and_garbage_is_refused() {
-        let id = UniqueId::encode(0x1234, "10.1.2.3:4567".parse().unwrap(), 0);
+        let key = Key::random().unwrap();
+        let id = UniqueId::encode(0x1234, key, "10.1.2.3:4567".parse().unwrap(), 0);
         let back = UniqueId::from_bytes(&id.to_bytes()).unwrap();
         assert_eq!(back, id);
         let i = back.info().unwrap();
@@ -204,7 +240,17 @@ mod tests {
             (i.magic, i.root.to_string(), i.root_in_rank0),
             (0x1234, "10.1.2.3:4567".into(), false)
         );
-        let v6 = UniqueId::encode(7, "[fd00::5]:99".parse().unwrap(), 0);
+        assert_eq!(i.key, key);
+        let shown = format!("{id:?} {i:?}");
+        let hex: String = key.to_bytes()[..8]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        assert!(
+            !shown.contains(&hex) && shown.contains("<secret>"),
+            "{shown}"
+        );
+        let v6 = UniqueId::encode(7, key, "[fd00::5]:99".parse().unwrap(), 0);
         assert_eq!(v6.info().unwrap().root.to_string(), "[fd00::5]:99");
         assert!(matches!(
             UniqueId::from_bytes(&[0; 127]),
@@ -229,6 +275,15 @@ mod tests {
         let i = a.info().unwrap();
         assert!(i.root_in_rank0);
         assert_eq!(i.magic, COMM_ID_MAGIC);
+        // The key: public without a secret, the secret's with one.
+        let with = |s| UniqueId::from_comm_id_with("127.0.0.1:29500", s).unwrap();
+        assert_eq!(with(None).info().unwrap().key, Key::public());
+        assert_eq!(with(Some("")).info().unwrap().key, Key::public());
+        assert_eq!(
+            with(Some("s3cret")).info().unwrap().key,
+            Key::from_secret(b"s3cret")
+        );
+        assert_ne!(with(Some("s3cret")), with(Some("other")));
         for bad in ["nohost", "127.0.0.1:0", "127.0.0.1:notaport"] {
             assert!(
                 matches!(UniqueId::from_comm_id(bad), Err(BootstrapError::Config(_))),

@@ -26,10 +26,12 @@
 //! comes from `NCCL_SOCKET_IFNAME` (prefixes, `^` to exclude, `=` for exact
 //! names) and `NCCL_SOCKET_FAMILY` (`AF_INET`/`AF_INET6`); see [`iface`].
 
+pub mod auth;
 mod desc;
 pub mod env;
 mod error;
 mod fdpass;
+mod handshake;
 mod id;
 pub mod iface;
 mod mesh;
@@ -40,11 +42,13 @@ mod sock;
 mod watch;
 pub mod wire;
 
+pub use auth::Key;
 pub use desc::{host_identity, host_identity_with, DeviceInfo, RankDesc, MAX_RANKS};
 pub use error::{BootstrapError, WireError};
 pub use fdpass::{FdMailbox, MAX_FDS};
 pub use id::{IdInfo, UniqueId, COMM_ID_MAGIC};
 pub use ring::{Bootstrap, MAX_RECORD};
+pub use root::service_running;
 pub use scalable::{root_block, root_of};
 pub use watch::PeerWatch;
 

@@ -5,23 +5,28 @@
 //! to higher ones and greet them like a ring successor does.
 
 use std::net::{SocketAddr, TcpStream};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::desc::{decode_peer, encode_peer};
 use crate::error::BootstrapError;
+use crate::handshake::{connect_greet, Gate};
 use crate::ring::Bootstrap;
-use crate::sock::{self, Conn};
+use crate::sock;
 use crate::wire::Kind;
 
 impl Bootstrap {
     /// One connection to every other rank (`None` at this rank's own
     /// index), for `purpose` (named in errors). Every rank must call it,
-    /// in the same order as the bootstrap's other collective calls. A
-    /// connection that does not greet as a rank of this communicator (a
-    /// port scan, a stale rank) is dropped, not an error; a rank that
-    /// never connects is named at the bootstrap's deadline.
+    /// in the same order as the bootstrap's other collective calls. Every
+    /// connection proves the communicator's key both ways (as the ring's
+    /// do); one that does not greet as a rank of this communicator (a
+    /// port scan, a stranger, a stale rank) is dropped with a warning, not
+    /// an error; a rank that never connects is named at the bootstrap's
+    /// deadline.
     pub fn mesh(&self, purpose: &str) -> Result<Vec<Option<TcpStream>>, BootstrapError> {
         let (me, n, magic, limit) = (self.rank(), self.nranks(), self.magic(), self.limit());
+        let key = *self.key();
+        let role = format!("mesh/{purpose}");
         let deadline = Instant::now() + limit;
         let ip = self.descs()[me as usize].listen.ip();
         let listener = sock::listen(SocketAddr::new(ip, 0), me)?;
@@ -30,8 +35,7 @@ impl Bootstrap {
             .map_err(|e| BootstrapError::io(me, format!("listening for the {purpose}"), &e))?;
         let addrs = self.all_gather(mine.to_string().as_bytes())?;
         let mut socks: Vec<Option<TcpStream>> = (0..n).map(|_| None).collect();
-        // Lower ranks connect to higher ones; every listener exists before
-        // the all-gather above, so connects complete from its backlog.
+        let mut targets = Vec::new();
         for peer in me + 1..n {
             let addr: SocketAddr = std::str::from_utf8(&addrs[peer as usize])
                 .ok()
@@ -41,52 +45,112 @@ impl Bootstrap {
                         "rank {peer} sent an unreadable address for the {purpose}"
                     ))
                 })?;
-            let what = format!("rank {peer} for the {purpose}");
-            let s = sock::connect(addr, deadline, me, &what, limit)?;
-            let mut c = Conn::new(s, magic, me, what, limit);
-            c.send(Kind::Peer, &encode_peer(me, n), deadline)?;
-            socks[peer as usize] = Some(c.stream);
+            targets.push((peer, addr));
         }
-        let mut waiting = me;
-        while waiting > 0 {
-            let Some((s, a)) = sock::accept(&listener, deadline, me)? else {
-                if Instant::now() >= deadline {
-                    let missing: Vec<u32> =
-                        (0..me).filter(|&r| socks[r as usize].is_none()).collect();
-                    return Err(BootstrapError::Timeout {
-                        rank: me,
-                        waiting_for: format!(
-                            "{} to connect for the {purpose}",
-                            oxccl_core::ranks_named(&missing)
-                        ),
+        // Lower ranks connect to higher ones, on a thread of their own: a
+        // greeting waits for the peer's challenge, sent from its accepting
+        // loop, while this rank must accept the lower ranks meanwhile.
+        let (outgoing, accepted) = std::thread::scope(|s| {
+            let h = s.spawn(|| {
+                let mut out = Vec::new();
+                for &(peer, addr) in &targets {
+                    let what = format!("rank {peer} for the {purpose}");
+                    let c = connect_greet(
+                        addr,
+                        deadline,
+                        deadline,
+                        me,
+                        &what,
+                        Some(peer),
                         limit,
-                    });
+                        magic,
+                        &key,
+                        &role,
+                        Kind::Peer,
+                        &encode_peer(me, n),
+                    )?;
+                    out.push((peer, c.stream));
                 }
-                continue;
-            };
-            let mut c = Conn::new(s, magic, me, format!("connection from {a}"), limit);
-            let hello_deadline = deadline.min(Instant::now() + Duration::from_secs(10));
-            let hello = c
-                .recv_kind(Kind::Peer, hello_deadline)
-                .and_then(|b| decode_peer(&b).map_err(|e| c.wire(e)));
-            match hello {
-                Ok((r, m)) if r < me && m == n && socks[r as usize].is_none() => {
-                    socks[r as usize] = Some(c.stream);
-                    waiting -= 1;
-                }
-                Ok((r, m)) => tracing::warn!(
-                    "oxccl bootstrap dropped a {purpose} connection from {a}: rank {r} of {m}"
-                ),
-                Err(e) => tracing::debug!(%e, "oxccl bootstrap dropped a connection"),
-            }
+                Ok::<_, BootstrapError>(out)
+            });
+            let accepted = self.accept_lower(&listener, &key, &role, purpose, deadline);
+            let out = h.join().unwrap_or_else(|_| {
+                Err(BootstrapError::Mismatch {
+                    rank: me,
+                    detail: format!("the {purpose} connect thread panicked"),
+                })
+            });
+            (out, accepted)
+        });
+        for (peer, s) in outgoing?.into_iter().chain(accepted?) {
+            socks[peer as usize] = Some(s);
         }
         Ok(socks)
+    }
+
+    /// Accepts one proven connection from every lower rank.
+    fn accept_lower(
+        &self,
+        listener: &std::net::TcpListener,
+        key: &crate::auth::Key,
+        role: &str,
+        purpose: &str,
+        deadline: Instant,
+    ) -> Result<Vec<(u32, TcpStream)>, BootstrapError> {
+        let (me, n, limit) = (self.rank(), self.nranks(), self.limit());
+        let mut gate = Gate::new(self.magic(), *key, role, Kind::Peer, me, limit);
+        let mut got: Vec<Option<TcpStream>> = (0..me).map(|_| None).collect();
+        let mut waiting = me;
+        while waiting > 0 {
+            for mut v in gate.wait(listener, deadline) {
+                match decode_peer(&v.body) {
+                    Ok((r, m)) if r < me && m == n && got[r as usize].is_none() => {
+                        match v.ack(key, role, deadline) {
+                            Ok(()) => {
+                                got[r as usize] = Some(v.conn.stream);
+                                waiting -= 1;
+                            }
+                            Err(e) => {
+                                tracing::warn!(%e, "oxccl bootstrap could not answer rank {r}")
+                            }
+                        }
+                    }
+                    Ok((r, m)) => tracing::warn!(
+                        "oxccl bootstrap dropped a {purpose} connection from {}: rank {r} of {m}",
+                        v.from
+                    ),
+                    Err(e) => tracing::warn!(
+                        "oxccl bootstrap dropped a {purpose} connection from {}: {e}",
+                        v.from
+                    ),
+                }
+            }
+            if waiting > 0 && Instant::now() >= deadline {
+                let missing: Vec<u32> = (0..me).filter(|&r| got[r as usize].is_none()).collect();
+                return Err(BootstrapError::Timeout {
+                    rank: me,
+                    waiting_for: format!(
+                        "{} to connect for the {purpose}{}",
+                        oxccl_core::ranks_named(&missing),
+                        gate.starved_note()
+                    ),
+                    limit,
+                });
+            }
+        }
+        Ok(got
+            .into_iter()
+            .enumerate()
+            .filter_map(|(r, s)| s.map(|s| (r as u32, s)))
+            .collect())
     }
 }
 
 #[cfg(test)]
 mod tests {
     use std::io::{Read, Write};
+
+    use std::time::Duration;
 
     use super::*;
     use crate::desc::DeviceInfo;

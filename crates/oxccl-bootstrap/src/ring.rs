@@ -8,15 +8,20 @@ use std::net::{SocketAddr, TcpListener};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use crate::auth::{Key, KEY_BYTES};
 use crate::desc::{
     decode_peer, decode_table, encode_peer, host_identity, DeviceInfo, Hello, RankDesc, MAX_RANKS,
 };
-use crate::error::{BootstrapError, WireError};
+use crate::error::BootstrapError;
 use crate::fdpass::FdMailbox;
+use crate::handshake::{connect_greet, Gate};
 use crate::id::UniqueId;
 use crate::root;
 use crate::sock::{self, Conn};
 use crate::wire::{Kind, Reader, Writer};
+
+/// The role string of ring hellos' proofs.
+const RING: &str = "ring";
 
 /// Largest record one rank may contribute to a collective call.
 pub const MAX_RECORD: usize = 1 << 20;
@@ -27,6 +32,8 @@ pub struct Bootstrap {
     rank: u32,
     nranks: u32,
     magic: u64,
+    /// The communicator's key (from its id, or derived from its parent's).
+    key: Key,
     limit: Duration,
     descs: Vec<RankDesc>,
     ring: Mutex<Option<Ring>>,
@@ -66,46 +73,64 @@ impl Bootstrap {
         let deadline = Instant::now() + limit;
         if nranks == 1 {
             let magic = crate::id::random_magic();
+            let key = Key::random()?;
             return Ok(Bootstrap {
                 rank,
                 nranks,
                 magic,
+                key,
                 limit,
                 descs: vec![my_desc(rank, dev)],
                 ring: Mutex::new(None),
-                mailbox: FdMailbox::bind(magic, 0, rank)?.with_limit(limit),
+                mailbox: FdMailbox::bind(&key, 0, rank)?.with_limit(limit),
                 listener: None,
                 subsets: Mutex::new(HashMap::new()),
             });
         }
         let info = id.info()?;
-        let magic = info.magic;
+        let (magic, key) = (info.magic, info.key);
         if info.root_in_rank0 && rank == 0 {
             let l = sock::listen(info.root, rank)?;
-            root::spawn(l, magic, limit);
+            root::spawn(l, magic, key, limit)?;
         }
         let (listener, desc) = listen_like(info.root, rank, dev)?;
-        let stream = sock::connect(info.root, deadline, rank, "the root", limit)?;
-        let mut root = Conn::new(stream, magic, rank, format!("root {}", info.root), limit);
-        root.send(Kind::Hello, &Hello::new(nranks, desc).encode(), deadline)?;
         // A little past this rank's own deadline: a root that gives up at
         // its deadline (started with rank 0, so no later than this one's)
         // sends why (the ranks that never joined), which beats a bare
         // timeout of this wait.
-        let table = root.recv_kind(Kind::Table, deadline + ROOT_REASON_GRACE)?;
+        let grace = deadline + ROOT_REASON_GRACE;
+        let mut root = connect_greet(
+            info.root,
+            deadline,
+            grace,
+            rank,
+            &format!("root {}", info.root),
+            None,
+            limit,
+            magic,
+            &key,
+            root::ROLE,
+            Kind::Hello,
+            &Hello::new(nranks, desc).encode(),
+        )?;
+        let table = root.recv_kind(Kind::Table, grace)?;
         let descs = decode_table(&table, nranks).map_err(|e| root.wire(e))?;
         drop(root);
         // Bound only once the root has vouched that this rank is unique
         // (peers' sends retry until it is bound).
-        let mailbox = FdMailbox::bind(magic, info.root.port(), rank)?.with_limit(limit);
-        Bootstrap::linked(magic, limit, deadline, descs, rank, listener, mailbox)
+        let mailbox = FdMailbox::bind(&key, info.root.port(), rank)?
+            .with_limit(limit)
+            .with_senders(&descs);
+        Bootstrap::linked(magic, key, limit, deadline, descs, rank, listener, mailbox)
     }
 
     /// Rank `rank` of the ranks `descs` describes (each listening at its
     /// `listen`, this one on `listener`), once connected in a ring: to its
     /// successor, and accepting its predecessor.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn linked(
         magic: u64,
+        key: Key,
         limit: Duration,
         deadline: Instant,
         descs: Vec<RankDesc>,
@@ -116,21 +141,43 @@ impl Bootstrap {
         let nranks = descs.len() as u32;
         let next_rank = (rank + 1) % nranks;
         let prev_rank = (rank + nranks - 1) % nranks;
-        let s = sock::connect(
-            descs[next_rank as usize].listen,
-            deadline,
-            rank,
-            &format!("rank {next_rank}"),
-            limit,
-        )?;
-        let mut next = Conn::new(s, magic, rank, format!("rank {next_rank}"), limit);
-        next.peer_rank = Some(next_rank);
-        next.send(Kind::Peer, &encode_peer(rank, nranks), deadline)?;
-        let prev = accept_peer(&listener, magic, rank, nranks, prev_rank, deadline, limit)?;
+        // Greeting the successor waits for its challenge, which it sends
+        // from its own accept: both at once, or every rank would wait on
+        // its successor.
+        let (next, prev) = std::thread::scope(|s| {
+            let h = s.spawn(|| {
+                connect_greet(
+                    descs[next_rank as usize].listen,
+                    deadline,
+                    deadline,
+                    rank,
+                    &format!("rank {next_rank}"),
+                    Some(next_rank),
+                    limit,
+                    magic,
+                    &key,
+                    RING,
+                    Kind::Peer,
+                    &encode_peer(rank, nranks),
+                )
+            });
+            let prev = accept_peer(
+                &listener, magic, &key, rank, nranks, prev_rank, deadline, limit,
+            );
+            let next = h.join().unwrap_or_else(|_| {
+                Err(BootstrapError::Mismatch {
+                    rank,
+                    detail: "the ring connect thread panicked".into(),
+                })
+            });
+            (next, prev)
+        });
+        let (next, prev) = (next?, prev?);
         Ok(Bootstrap {
             rank,
             nranks,
             magic,
+            key,
             limit,
             descs,
             ring: Mutex::new(Some(Ring { next, prev, seq: 0 })),
@@ -152,6 +199,17 @@ impl Bootstrap {
     /// are new ids with magics of their own).
     pub fn magic(&self) -> u64 {
         self.magic
+    }
+
+    /// A key for `purpose` (a layer's own proofs, e.g. the network
+    /// transport's hellos), derived from the communicator's: every rank
+    /// derives the same, nobody without the id can.
+    pub fn layer_key(&self, purpose: &str) -> [u8; KEY_BYTES] {
+        self.key.derive("layer", &[purpose.as_bytes()]).to_bytes()
+    }
+
+    pub(crate) fn key(&self) -> &Key {
+        &self.key
     }
 
     /// The deadline every wait of this bootstrap is bounded by.
@@ -288,6 +346,10 @@ impl Bootstrap {
             *k
         };
         let magic = subset_magic(self.magic, seq, members);
+        let member_bytes: Vec<u8> = members.iter().flat_map(|r| r.to_le_bytes()).collect();
+        let key = self
+            .key
+            .derive("subset", &[&seq.to_le_bytes(), &member_bytes]);
         let leader = members[0];
         let at = self.descs[leader as usize].listen;
         if members.len() > 1 && leader == self.rank {
@@ -297,9 +359,9 @@ impl Bootstrap {
             let l = l
                 .try_clone()
                 .map_err(|e| BootstrapError::io(self.rank, "sharing the ring listener", &e))?;
-            root::spawn(l, magic, self.limit);
+            root::spawn(l, magic, key, self.limit)?;
         }
-        Ok(UniqueId::for_root(magic, at))
+        Ok(UniqueId::for_root(magic, key, at))
     }
 
     /// This rank's mailbox for file descriptors from ranks of this machine.
@@ -329,6 +391,7 @@ fn my_desc(rank: u32, dev: &DeviceInfo) -> RankDesc {
         rank,
         host: host_identity(),
         pid: std::process::id(),
+        pidns: crate::fdpass::pid_namespace(),
         device: dev.device.unwrap_or(-1),
         bus_id: dev.bus_id.clone(),
         listen: crate::wire::NO_ADDR,
@@ -379,46 +442,52 @@ fn local_ip_like(root: SocketAddr) -> Result<std::net::IpAddr, BootstrapError> {
     crate::iface::local_addr().map(|i| i.addr)
 }
 
-/// Accepts the ring predecessor's connection, dropping strangers.
+/// Accepts the ring predecessor's connection: hellos are read at once
+/// through a [`Gate`], so strangers, garbage and silence are dropped
+/// without holding up the predecessor.
+#[allow(clippy::too_many_arguments)]
 fn accept_peer(
     l: &std::net::TcpListener,
     magic: u64,
+    key: &Key,
     rank: u32,
     nranks: u32,
     want: u32,
     deadline: Instant,
     limit: Duration,
 ) -> Result<Conn, BootstrapError> {
+    let mut gate = Gate::new(magic, *key, RING, Kind::Peer, rank, limit);
     loop {
-        let Some((s, a)) = sock::accept(l, deadline, rank)? else {
-            if Instant::now() >= deadline {
-                return Err(BootstrapError::Timeout {
-                    rank,
-                    waiting_for: format!("ring predecessor rank {want} to connect"),
-                    limit,
-                });
+        for mut v in gate.wait(l, deadline) {
+            match decode_peer(&v.body) {
+                Ok((r, n)) if r == want && n == nranks => match v.ack(key, RING, deadline) {
+                    Ok(()) => {
+                        v.conn.peer = format!("rank {want}");
+                        v.conn.peer_rank = Some(want);
+                        return Ok(v.conn);
+                    }
+                    Err(e) => tracing::warn!(%e, "oxccl bootstrap could not answer rank {want}"),
+                },
+                Ok((r, n)) => tracing::warn!(
+                    "oxccl bootstrap dropped a ring connection from {}: rank {r} of {n} \
+                     connected, expected rank {want} of {nranks}",
+                    v.from
+                ),
+                Err(e) => tracing::warn!(
+                    "oxccl bootstrap dropped a ring connection from {}: {e}",
+                    v.from
+                ),
             }
-            continue;
-        };
-        let mut c = Conn::new(s, magic, rank, format!("connection from {a}"), limit);
-        let hello_deadline = deadline.min(Instant::now() + Duration::from_secs(10));
-        match c
-            .recv_kind(Kind::Peer, hello_deadline)
-            .and_then(|b| decode_peer(&b).map_err(|e| c.wire(e)))
-        {
-            Ok((r, n)) if r == want && n == nranks => {
-                c.peer = format!("rank {want}");
-                c.peer_rank = Some(want);
-                return Ok(c);
-            }
-            Ok((r, n)) => {
-                let err = c.wire(WireError::Malformed {
-                    what: "peer hello",
-                    detail: format!("rank {r} of {n} connected, expected rank {want} of {nranks}"),
-                });
-                tracing::warn!(%err, "oxccl bootstrap dropped a ring connection");
-            }
-            Err(e) => tracing::debug!(%e, "oxccl bootstrap dropped a connection"),
+        }
+        if Instant::now() >= deadline {
+            return Err(BootstrapError::Timeout {
+                rank,
+                waiting_for: format!(
+                    "ring predecessor rank {want} to connect{}",
+                    gate.starved_note()
+                ),
+                limit,
+            });
         }
     }
 }

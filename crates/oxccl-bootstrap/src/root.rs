@@ -1,152 +1,289 @@
 //! The root: collects one hello per rank, checks them, and answers every
 //! rank with the table of all descriptors (NCCL's bootstrap root, as a
-//! star). It serves one rendezvous, then exits.
+//! star). Each root serves one rendezvous and gives up at its deadline.
 //!
-//! Strangers are cheap: each accepted connection's hello is read on its own
-//! thread under a short deadline, so garbage or silence from one connection
-//! never holds up the others, and a wrong magic is dropped (with a `Fail`
-//! frame, so a rank holding a stale id learns why at once). Hellos that
-//! cannot belong to one rendezvous (two claims on one rank, rank counts
-//! that disagree, a rank out of range) fail every rank that has joined and
-//! every one that joins afterwards, until the deadline: never a hang.
+//! Every root of the process is served by one thread, started with the
+//! first and ended with the last: it polls all their listeners and the
+//! connections still saying hello ([`Gate`]), so unused unique ids cost a
+//! listening socket each, not a thread, and a storm of strangers costs
+//! bounded memory and no threads. A hello counts only once it proved the
+//! id's key; anything else is dropped, naming its address, and the
+//! rendezvous goes on. Hellos that cannot belong to one rendezvous (two
+//! claims on one rank, rank counts that disagree, a rank out of range),
+//! which only holders of the key can send, fail every rank that has joined
+//! and every one that joins afterwards, until the deadline: never a hang.
+//! Sending the table (or the reason for failing) to the ranks runs on a
+//! short-lived thread of its own, so a slow rank never holds up the
+//! other roots.
 
 use std::net::TcpListener;
-use std::sync::mpsc;
-use std::thread::JoinHandle;
+use std::os::fd::OwnedFd;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use rustix::event::{eventfd, poll, EventfdFlags, PollFd, PollFlags, Timespec};
+
+use crate::auth::Key;
 use crate::desc::{encode_table, Hello, RankDesc, MAX_RANKS, PROTOCOL};
-use crate::error::{BootstrapError, WireError};
-use crate::sock::{self, Conn};
+use crate::error::BootstrapError;
+use crate::handshake::{Gate, Verified};
+use crate::sock::Conn;
 use crate::wire::Kind;
 
 /// The root's own "rank" in errors and logs.
 pub(crate) const ROOT: u32 = u32::MAX;
 
-/// How long one connection may take to say hello.
-const HELLO_WAIT: Duration = Duration::from_secs(10);
-
-/// Starts the root on `l` on a thread of its own.
-pub(crate) fn spawn(
-    l: TcpListener,
-    magic: u64,
-    limit: Duration,
-) -> JoinHandle<Result<(), BootstrapError>> {
-    let limit = crate::clamp(limit);
-    std::thread::Builder::new()
-        .name("oxccl-bootstrap-root".into())
-        .spawn(move || {
-            let r = serve(&l, magic, limit);
-            if let Err(e) = &r {
-                tracing::warn!(%e, "oxccl bootstrap root gave up");
-            }
-            r
-        })
-        .expect("spawning the bootstrap root thread")
-}
+/// The role string of the root's proofs.
+pub(crate) const ROLE: &str = "root";
 
 struct Joined {
     conn: Conn,
     desc: RankDesc,
 }
 
-/// Serves one rendezvous on `l`.
-pub(crate) fn serve(l: &TcpListener, magic: u64, limit: Duration) -> Result<(), BootstrapError> {
-    let deadline = Instant::now() + limit;
-    let (tx, rx) = mpsc::channel::<(Conn, Hello)>();
-    let mut nranks: Option<u32> = None;
-    let mut slots: Vec<Option<Joined>> = Vec::new();
-    let mut joined = 0u32;
-    let mut failed: Option<String> = None;
-    loop {
-        if let Some((s, a)) = sock::accept(l, deadline, ROOT)? {
-            let tx = tx.clone();
-            std::thread::spawn(move || {
-                let mut c = Conn::new(s, magic, ROOT, format!("connection from {a}"), limit);
-                let hello_deadline = Instant::now() + HELLO_WAIT.min(limit);
-                let hello = c
-                    .recv_kind(Kind::Hello, hello_deadline)
-                    .and_then(|b| Hello::decode(&b).map_err(|e| c.wire(e)));
-                match hello {
-                    Ok(h) => {
-                        let _ = tx.send((c, h));
-                    }
-                    Err(e) => {
-                        tracing::debug!(%e, "oxccl bootstrap root dropped a connection");
-                        if let BootstrapError::Wire {
-                            err: WireError::WrongMagic { .. },
-                            ..
-                        } = e
-                        {
-                            // Best effort: a rank with another id learns why.
-                            let _ = c.send(
-                                Kind::Fail,
-                                b"wrong magic: this root serves another unique id",
-                                Instant::now() + Duration::from_millis(200),
-                            );
-                        }
-                    }
-                }
-            });
-        } else if Instant::now() >= deadline {
-            let missing: Vec<u32> = (0..slots.len() as u32)
-                .filter(|&r| slots[r as usize].is_none())
+/// One rendezvous being served.
+struct Root {
+    l: TcpListener,
+    gate: Gate,
+    limit: Duration,
+    deadline: Instant,
+    nranks: Option<u32>,
+    slots: Vec<Option<Joined>>,
+    joined: u32,
+    failed: Option<String>,
+}
+
+/// What a finished root leaves to send.
+enum Finish {
+    Table(Vec<Joined>, Vec<u8>, Instant),
+    Fail(Vec<Joined>, String),
+}
+
+impl Root {
+    /// Takes the hellos that arrived; `Some` once the rendezvous is over.
+    fn advance(&mut self) -> Option<Finish> {
+        for v in self.gate.advance(&self.l) {
+            self.take(v);
+        }
+        if self.failed.is_none() && self.nranks.is_some_and(|n| self.joined == n) {
+            let joined: Vec<Joined> = self.slots.iter_mut().filter_map(Option::take).collect();
+            let descs: Vec<RankDesc> = joined.iter().map(|j| j.desc.clone()).collect();
+            return Some(Finish::Table(joined, encode_table(&descs), self.deadline));
+        }
+        if Instant::now() >= self.deadline {
+            let missing: Vec<u32> = (0..self.slots.len() as u32)
+                .filter(|&r| self.slots[r as usize].is_none())
                 .collect();
-            let why = failed.clone().unwrap_or_else(|| {
+            let why = self.failed.clone().unwrap_or_else(|| {
                 format!(
-                    "bootstrap deadline of {limit:?}: {} never joined the root",
-                    oxccl_core::ranks_named(&missing)
+                    "bootstrap deadline of {:?}: {} never joined the root{}",
+                    self.limit,
+                    oxccl_core::ranks_named(&missing),
+                    self.gate.starved_note()
                 )
             });
-            fail_all(&mut slots, &why, deadline + Duration::from_secs(1));
-            return Err(BootstrapError::Timeout {
-                rank: ROOT,
-                waiting_for: format!("{} at the root", oxccl_core::ranks_named(&missing)),
-                limit,
-            });
+            tracing::warn!("oxccl bootstrap root gave up: {why}");
+            let joined = self.slots.iter_mut().filter_map(Option::take).collect();
+            return Some(Finish::Fail(joined, why));
         }
-        while let Ok((mut c, h)) = rx.try_recv() {
-            if let Some(why) = &failed {
-                let _ = c.send(
-                    Kind::Fail,
-                    why.as_bytes(),
-                    Instant::now() + Duration::from_secs(1),
+        None
+    }
+
+    /// A hello whose proof held.
+    fn take(&mut self, mut v: Verified) {
+        let h = match Hello::decode(&v.body) {
+            Ok(h) => h,
+            Err(e) => {
+                tracing::warn!(
+                    "oxccl bootstrap root dropped a connection from {}: {e}",
+                    v.from
                 );
-                continue;
+                return;
             }
-            if let Err(why) = check(&h, nranks, &slots) {
-                let _ = c.send(
-                    Kind::Fail,
-                    why.as_bytes(),
-                    Instant::now() + Duration::from_secs(1),
-                );
-                fail_all(&mut slots, &why, Instant::now() + Duration::from_secs(1));
-                failed = Some(why);
-                continue;
-            }
-            let n = *nranks.get_or_insert(h.nranks);
-            if slots.is_empty() {
-                slots.resize_with(n as usize, || None);
-            }
-            c.peer = format!("rank {}", h.desc.rank);
-            c.peer_rank = Some(h.desc.rank);
-            let r = h.desc.rank as usize;
-            slots[r] = Some(Joined {
-                conn: c,
-                desc: h.desc,
-            });
-            joined += 1;
+        };
+        let quick = Instant::now() + Duration::from_secs(1);
+        if let Err(e) = v.ack(self.gate.key(), ROLE, quick) {
+            tracing::warn!(%e, "oxccl bootstrap root dropped a connection from {}", v.from);
+            return;
         }
-        if failed.is_none() && nranks.is_some_and(|n| joined == n) {
-            let descs: Vec<RankDesc> = slots.iter().flatten().map(|j| j.desc.clone()).collect();
-            let table = encode_table(&descs);
-            for j in slots.iter_mut().flatten() {
-                // A rank that died meanwhile finds out through its peers.
-                if let Err(e) = j.conn.send(Kind::Table, &table, deadline) {
-                    tracing::warn!(%e, "oxccl bootstrap root could not send the table");
+        let mut c = v.conn;
+        if let Some(why) = &self.failed {
+            let _ = c.send(Kind::Fail, why.as_bytes(), quick);
+            return;
+        }
+        if let Err(why) = check(&h, self.nranks, &self.slots) {
+            let _ = c.send(Kind::Fail, why.as_bytes(), quick);
+            for j in self.slots.iter_mut().filter_map(Option::take) {
+                let mut c = j.conn;
+                let _ = c.send(Kind::Fail, why.as_bytes(), quick);
+            }
+            self.failed = Some(why);
+            return;
+        }
+        let n = *self.nranks.get_or_insert(h.nranks);
+        if self.slots.is_empty() {
+            self.slots.resize_with(n as usize, || None);
+        }
+        c.peer = format!("rank {}", h.desc.rank);
+        c.peer_rank = Some(h.desc.rank);
+        let r = h.desc.rank as usize;
+        self.slots[r] = Some(Joined {
+            conn: c,
+            desc: h.desc,
+        });
+        self.joined += 1;
+    }
+}
+
+impl Finish {
+    /// Sends the table or the reason to every joined rank.
+    fn send(self) {
+        match self {
+            Finish::Table(joined, table, deadline) => {
+                for mut j in joined {
+                    // A rank that died meanwhile finds out through its peers.
+                    if let Err(e) = j.conn.send(Kind::Table, &table, deadline) {
+                        tracing::warn!(%e, "oxccl bootstrap root could not send the table");
+                    }
                 }
             }
-            return Ok(());
+            Finish::Fail(joined, why) => {
+                let until = Instant::now() + Duration::from_secs(1);
+                for mut j in joined {
+                    let _ = j.conn.send(Kind::Fail, why.as_bytes(), until);
+                }
+            }
+        }
+    }
+}
+
+/// The process's root service: roots handed to it and not yet taken by
+/// its thread, whether that thread runs, and the eventfd that wakes it.
+struct Service {
+    incoming: Vec<Root>,
+    running: bool,
+    bell: Option<Arc<OwnedFd>>,
+}
+
+static SERVICE: Mutex<Service> = Mutex::new(Service {
+    incoming: Vec::new(),
+    running: false,
+    bell: None,
+});
+
+/// Serves the rendezvous of (`magic`, `key`) on `l` until `limit` passes,
+/// on the process's root thread.
+pub(crate) fn spawn(
+    l: TcpListener,
+    magic: u64,
+    key: Key,
+    limit: Duration,
+) -> Result<(), BootstrapError> {
+    let limit = crate::clamp(limit);
+    let io = |what: &str, e: std::io::Error| BootstrapError::io(ROOT, what.to_string(), &e);
+    l.set_nonblocking(true)
+        .map_err(|e| io("making the root's listener non-blocking", e))?;
+    let root = Root {
+        l,
+        gate: Gate::new(magic, key, ROLE, Kind::Hello, ROOT, limit),
+        limit,
+        deadline: Instant::now() + limit,
+        nranks: None,
+        slots: Vec::new(),
+        joined: 0,
+        failed: None,
+    };
+    let mut s = SERVICE.lock().unwrap_or_else(|p| p.into_inner());
+    let bell = match &s.bell {
+        Some(b) => b.clone(),
+        None => {
+            let b = Arc::new(
+                eventfd(0, EventfdFlags::NONBLOCK | EventfdFlags::CLOEXEC)
+                    .map_err(|e| io("creating the root service's eventfd", e.into()))?,
+            );
+            s.bell = Some(b.clone());
+            b
+        }
+    };
+    s.incoming.push(root);
+    if s.running {
+        let _ = rustix::io::write(&*bell, &1u64.to_ne_bytes());
+        return Ok(());
+    }
+    std::thread::Builder::new()
+        .name("oxccl-bootstrap-root".into())
+        .spawn(move || serve(&bell))
+        .map_err(|e| io("spawning the bootstrap root thread", e))?;
+    s.running = true;
+    Ok(())
+}
+
+/// The service thread: until no root is left.
+fn serve(bell: &OwnedFd) {
+    let mut roots: Vec<Root> = Vec::new();
+    loop {
+        {
+            let mut s = SERVICE.lock().unwrap_or_else(|p| p.into_inner());
+            roots.append(&mut s.incoming);
+            if roots.is_empty() {
+                s.running = false;
+                return;
+            }
+        }
+        let now = Instant::now();
+        let mut until = roots
+            .iter()
+            .map(|r| match r.gate.next_wake() {
+                Some(w) => w.min(r.deadline),
+                None => r.deadline,
+            })
+            .min()
+            .unwrap_or(now);
+        // Look at the clock now and then even when nothing is due.
+        until = until.min(now + Duration::from_secs(1));
+        let ready: Vec<bool> = {
+            let mut fds = vec![PollFd::new(bell, PollFlags::IN)];
+            let mut spans = Vec::with_capacity(roots.len());
+            for r in &roots {
+                let at = fds.len();
+                r.gate.poll_fds(&r.l, &mut fds);
+                spans.push(at..fds.len());
+            }
+            let t = until.saturating_duration_since(now);
+            let ts = Timespec {
+                tv_sec: t.as_secs() as _,
+                tv_nsec: t.subsec_nanos() as _,
+            };
+            let _ = poll(&mut fds, Some(&ts));
+            if !fds[0].revents().is_empty() {
+                let mut b = [0u8; 8];
+                let _ = rustix::io::read(bell, &mut b);
+            }
+            spans
+                .into_iter()
+                .map(|s| fds[s].iter().any(|f| !f.revents().is_empty()))
+                .collect()
+        };
+        let now = Instant::now();
+        let mut i = 0;
+        let mut ready = ready.into_iter();
+        while i < roots.len() {
+            let due = ready.next().unwrap_or(false)
+                || now >= roots[i].deadline
+                || roots[i].gate.next_wake().is_some_and(|w| now >= w);
+            let done = if due { roots[i].advance() } else { None };
+            match done {
+                Some(f) => {
+                    roots.swap_remove(i);
+                    // `swap_remove` moved the last root here: look at it
+                    // next pass, not with another's readiness.
+                    ready = Vec::new().into_iter();
+                    let _ = std::thread::Builder::new()
+                        .name("oxccl-bootstrap-root-send".into())
+                        .spawn(move || f.send());
+                }
+                None => i += 1,
+            }
         }
     }
 }
@@ -187,11 +324,9 @@ fn check(h: &Hello, nranks: Option<u32>, slots: &[Option<Joined>]) -> Result<(),
     Ok(())
 }
 
-fn fail_all(slots: &mut [Option<Joined>], why: &str, deadline: Instant) {
-    for j in slots.iter_mut().filter_map(Option::take) {
-        let mut c = j.conn;
-        let _ = c.send(Kind::Fail, why.as_bytes(), deadline);
-    }
+/// Threads the root service runs now (0 or 1), for tests and measurements.
+pub fn service_running() -> bool {
+    SERVICE.lock().unwrap_or_else(|p| p.into_inner()).running
 }
 
 #[cfg(test)]
@@ -203,6 +338,7 @@ mod tests {
             rank,
             host: "h/1".into(),
             pid: 42,
+            pidns: 0,
             device: -1,
             bus_id: String::new(),
             listen: "127.0.0.1:1".parse().unwrap(),

@@ -126,9 +126,15 @@ impl Bootstrap {
         // 3. One ring, under a magic of its own (the meetings' mailboxes
         // and connections used root 0's).
         let magic = subset_magic(root0.magic, 0, &[nranks, nroots]);
-        let mailbox = FdMailbox::bind(magic, root0.root.port(), rank)?.with_limit(limit);
+        let key = root0.key.derive(
+            "scalable ring",
+            &[&nranks.to_le_bytes(), &nroots.to_le_bytes()],
+        );
+        let mailbox = FdMailbox::bind(&key, root0.root.port(), rank)?
+            .with_limit(limit)
+            .with_senders(&descs);
         let deadline = Instant::now() + limit;
-        Bootstrap::linked(magic, limit, deadline, descs, rank, listener, mailbox)
+        Bootstrap::linked(magic, key, limit, deadline, descs, rank, listener, mailbox)
     }
 }
 

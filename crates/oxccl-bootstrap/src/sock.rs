@@ -4,7 +4,6 @@ use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
-use rustix::event::{poll, PollFd, PollFlags};
 use socket2::{Domain, Socket, Type};
 
 use crate::error::{BootstrapError, WireError};
@@ -196,45 +195,6 @@ pub(crate) fn listen(addr: SocketAddr, me: u32) -> Result<TcpListener, Bootstrap
     Ok(l)
 }
 
-/// Accepts one connection, or `None` when none arrives within a tick
-/// (100 ms) or before `deadline`: callers loop, checking their deadline
-/// and other work between ticks.
-pub(crate) fn accept(
-    l: &TcpListener,
-    deadline: Instant,
-    me: u32,
-) -> Result<Option<(TcpStream, SocketAddr)>, BootstrapError> {
-    let mut polled = false;
-    loop {
-        match l.accept() {
-            Ok((s, a)) => {
-                s.set_nonblocking(false)
-                    .map_err(|e| BootstrapError::io(me, "accepting", &e))?;
-                return Ok(Some((s, a)));
-            }
-            Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                let Some(t) = left(deadline).filter(|_| !polled) else {
-                    return Ok(None);
-                };
-                polled = true;
-                let t = t.min(Duration::from_millis(100));
-                let ts = rustix::event::Timespec {
-                    tv_sec: t.as_secs() as _,
-                    tv_nsec: t.subsec_nanos() as _,
-                };
-                let mut fds = [PollFd::new(l, PollFlags::IN)];
-                let _ = poll(&mut fds, Some(&ts));
-            }
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    ErrorKind::Interrupted | ErrorKind::ConnectionAborted
-                ) => {}
-            Err(e) => return Err(BootstrapError::io(me, "accepting", &e)),
-        }
-    }
-}
-
 /// Connects to `addr`, retrying refused connections (the listener may not
 /// be up yet) until `deadline`.
 pub(crate) fn connect(
@@ -253,8 +213,16 @@ pub(crate) fn connect(
                 limit,
             });
         };
-        let s = Socket::new(Domain::for_address(addr), Type::STREAM, None)
-            .map_err(|e| BootstrapError::io(me, "creating a socket", &e))?;
+        let s = match Socket::new(Domain::for_address(addr), Type::STREAM, None) {
+            Ok(s) => s,
+            // Out of descriptors for now: another thread may free some.
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) => {
+                last = format!("creating a socket: {e}");
+                std::thread::sleep(Duration::from_millis(20).min(t));
+                continue;
+            }
+            Err(e) => return Err(BootstrapError::io(me, "creating a socket", &e)),
+        };
         match s.connect_timeout(&addr.into(), t.min(Duration::from_secs(2))) {
             Ok(()) => return Ok(s.into()),
             Err(e) => {

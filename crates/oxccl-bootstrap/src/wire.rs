@@ -36,6 +36,12 @@ pub enum Kind {
     Peer = 4,
     /// A record of a collective call on the established ring.
     Data = 5,
+    /// An acceptor's first frame: a fresh nonce the connector's hello
+    /// must prove the key over ([`crate::auth`]).
+    Challenge = 6,
+    /// An acceptor's answer to a proven hello: its own proof, so the
+    /// connector knows it reached a holder of the key.
+    Ack = 7,
 }
 
 impl Kind {
@@ -46,6 +52,8 @@ impl Kind {
             3 => Kind::Fail,
             4 => Kind::Peer,
             5 => Kind::Data,
+            6 => Kind::Challenge,
+            7 => Kind::Ack,
             _ => return None,
         })
     }
@@ -57,6 +65,8 @@ impl Kind {
             Kind::Fail => "fail",
             Kind::Peer => "peer",
             Kind::Data => "data",
+            Kind::Challenge => "challenge",
+            Kind::Ack => "ack",
         }
     }
 }
@@ -89,7 +99,7 @@ pub fn parse_header(magic: u64, h: &[u8; HEADER]) -> Result<(Kind, usize), WireE
     }
     let kind = Kind::from_u8(h[8]).ok_or(WireError::BadKind {
         got: h[8],
-        expected: "a known kind (1..=5)",
+        expected: "a known kind (1..=7)",
     })?;
     if h[9..12] != [0, 0, 0] {
         return Err(WireError::Malformed {
@@ -147,6 +157,10 @@ impl Writer {
         self
     }
     pub fn i32(&mut self, v: i32) -> &mut Self {
+        self.0.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+    pub fn u64(&mut self, v: u64) -> &mut Self {
         self.0.extend_from_slice(&v.to_le_bytes());
         self
     }
@@ -219,6 +233,9 @@ impl<'a> Reader<'a> {
     }
     pub fn i32(&mut self) -> Result<i32, WireError> {
         self.arr().map(i32::from_le_bytes)
+    }
+    pub fn u64(&mut self) -> Result<u64, WireError> {
+        self.arr().map(u64::from_le_bytes)
     }
     pub fn bytes(&mut self, max: usize) -> Result<&'a [u8], WireError> {
         let n = self.u32()? as usize;

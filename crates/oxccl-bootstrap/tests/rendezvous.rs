@@ -7,7 +7,7 @@ use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 use oxccl_bootstrap::wire::{frame, Kind};
-use oxccl_bootstrap::{Bootstrap, BootstrapError, DeviceInfo, FdMailbox, UniqueId, WireError};
+use oxccl_bootstrap::{Bootstrap, BootstrapError, DeviceInfo, FdMailbox, Key, UniqueId, WireError};
 
 const LIMIT: Duration = Duration::from_secs(20);
 
@@ -181,20 +181,21 @@ fn missing_ranks_time_out_naming_what_was_awaited() {
     times_out_alone(&UniqueId::new(Duration::from_secs(30)).unwrap(), 3);
 }
 
-/// A fake root that answers the first hello with `reply` and then closes.
+/// A fake root (it does not hold the id's key) that sends `reply` to the
+/// first connection, reads what comes back for a while, and closes.
 fn fake_root(reply: Vec<u8>) -> UniqueId {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
     std::thread::spawn(move || {
         if let Ok((mut s, _)) = l.accept() {
-            let mut buf = [0u8; 256];
-            let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
-            let _ = s.read(&mut buf);
             let _ = s.write_all(&reply);
+            let mut buf = [0u8; 4096];
+            let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+            let _ = s.read(&mut buf);
         }
     });
     // Rank 1 of an NCCL_COMM_ID-style id: it does not start a root itself.
-    UniqueId::from_comm_id(&addr.to_string()).unwrap()
+    UniqueId::from_comm_id_with(&addr.to_string(), Some("the job's secret")).unwrap()
 }
 
 #[test]
@@ -232,9 +233,45 @@ fn truncated_oversized_and_garbage_replies_are_typed_errors() {
         (b"HTTP/1.1 400 Bad Request\r\n\r\n".to_vec(), |e| {
             matches!(e, WireError::WrongMagic { .. })
         }),
+        // A table before any challenge, or in place of the ack: a root
+        // that has not proved the key feeds no table.
         (frame(magic, Kind::Table, &[9; 8]), |e| {
-            matches!(e, WireError::Malformed { .. } | WireError::Truncated { .. })
+            matches!(e, WireError::BadKind { .. })
         }),
+        (
+            [
+                frame(magic, Kind::Challenge, &[7; 32]),
+                frame(magic, Kind::Table, &[9; 8]),
+            ]
+            .concat(),
+            |e| {
+                matches!(
+                    e,
+                    WireError::BadKind {
+                        expected: "ack",
+                        ..
+                    }
+                )
+            },
+        ),
+        // A challenge of the wrong size, and an ack that proves nothing.
+        (frame(magic, Kind::Challenge, &[7; 8]), |e| {
+            matches!(
+                e,
+                WireError::Malformed {
+                    what: "challenge",
+                    ..
+                }
+            )
+        }),
+        (
+            [
+                frame(magic, Kind::Challenge, &[7; 32]),
+                frame(magic, Kind::Ack, &[0; 32]),
+            ]
+            .concat(),
+            |e| matches!(e, WireError::BadProof { .. }),
+        ),
         (frame(magic, Kind::Peer, &[]), |e| {
             matches!(e, WireError::BadKind { .. })
         }),
@@ -297,9 +334,9 @@ fn random_bytes_at_a_listening_root_do_not_stop_the_rendezvous() {
 
 #[test]
 fn file_descriptors_travel_between_mailboxes() {
-    let magic = 0x5eed;
-    let a = FdMailbox::bind(magic, 1, 0).unwrap();
-    let b = FdMailbox::bind(magic, 1, 1).unwrap();
+    let key = Key::random().unwrap();
+    let a = FdMailbox::bind(&key, 1, 0).unwrap();
+    let b = FdMailbox::bind(&key, 1, 1).unwrap();
     let fd = rustix::fs::memfd_create("oxccl-test", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
     rustix::io::write(&fd, b"shared bytes").unwrap();
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -321,7 +358,7 @@ fn file_descriptors_travel_between_mailboxes() {
     };
     assert!(limit >= Duration::from_millis(200), "{limit:?}");
     // A second mailbox under one name is refused.
-    assert!(FdMailbox::bind(magic, 1, 1).is_err());
+    assert!(FdMailbox::bind(&key, 1, 1).is_err());
 }
 
 /// Every mailbox sends a descriptor to every peer before receiving any
@@ -332,9 +369,9 @@ fn file_descriptors_travel_between_mailboxes() {
 fn every_mailbox_sends_to_every_peer_before_receiving() {
     use std::os::fd::AsFd;
     let n = 32u32;
-    let magic = 0x5eed_0a11;
+    let key = Key::random().unwrap();
     let boxes: Vec<FdMailbox> = (0..n)
-        .map(|r| FdMailbox::bind(magic, 2, r).unwrap())
+        .map(|r| FdMailbox::bind(&key, 2, r).unwrap())
         .collect();
     let deadline = Instant::now() + Duration::from_secs(30);
     std::thread::scope(|s| {

@@ -14,7 +14,9 @@ fn kind() -> impl Strategy<Value = Kind> {
         Just(Kind::Table),
         Just(Kind::Fail),
         Just(Kind::Peer),
-        Just(Kind::Data)
+        Just(Kind::Data),
+        Just(Kind::Challenge),
+        Just(Kind::Ack)
     ]
 }
 
@@ -40,7 +42,7 @@ proptest! {
     fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..600)) {
         match decode(MAGIC, &bytes) {
             Ok((_, body, used)) => prop_assert!(used == HEADER + body.len() && used <= bytes.len()),
-            Err(WireError::WrongMagic { .. } | WireError::Truncated { .. } | WireError::BadKind { .. } | WireError::Oversized { .. } | WireError::Malformed { .. }) => {}
+            Err(WireError::WrongMagic { .. } | WireError::Truncated { .. } | WireError::BadKind { .. } | WireError::Oversized { .. } | WireError::Malformed { .. } | WireError::BadProof { .. }) => {}
         }
         // Payload parsers: a value or a typed error.
         let mut r = Reader::new(&bytes, "fuzz");
