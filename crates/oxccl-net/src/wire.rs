@@ -3,12 +3,17 @@
 //!
 //! - [`Handle`] (64 bytes, fits NCCL's 128-byte `NCCL_NET_HANDLE_MAXSIZE`):
 //!   what a listener gives the layer above to send to the connecting peer
-//!   out of band (through the bootstrap): the communicator's magic, the
-//!   listener's address and id, and how many sockets it expects.
-//! - [`Hello`] (24 bytes): the first bytes on every socket, connector to
-//!   acceptor: the magic again, the listener id, which socket of how many.
-//!   An acceptor refuses a socket whose hello does not match, so a stranger
-//!   or a rank of another communicator is never trusted.
+//!   out of band (through the bootstrap, whose connections prove the
+//!   communicator's key): the communicator's magic, the listener's address
+//!   and id, how many sockets it expects, and a fresh random nonce.
+//! - [`Hello`] (56 bytes): the first bytes on every socket, connector to
+//!   acceptor: the magic again, the listener id, which socket of how many,
+//!   and a MAC under the transport's key (derived from the communicator's,
+//!   never sent) over the whole handle (its nonce included) and the rest of
+//!   the hello. An acceptor drops a socket whose hello does not match or
+//!   does not prove the key, so a stranger, a replayed hello (the nonce is
+//!   the listener's own, and each socket index is taken once) or a rank of
+//!   another communicator is never trusted.
 //! - [`PartHeader`] (16 bytes): before each message's part on each socket:
 //!   the comm's message sequence number, the tag and the message's total
 //!   size, from which both ends compute the same [`split`] of the message
@@ -18,10 +23,18 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
+use oxccl_bootstrap::Key;
+
 use crate::error::WireError;
 
-/// Protocol version carried in every hello.
-pub const VERSION: u16 = 1;
+/// Protocol version carried in every hello (2: hellos carry a MAC).
+pub const VERSION: u16 = 2;
+/// Bytes of a handle's nonce.
+pub const NONCE_BYTES: usize = 16;
+/// Bytes of a hello's MAC.
+pub const MAC_BYTES: usize = 32;
+/// The context string of a hello's MAC.
+const HELLO_CTX: &str = "oxccl net hello v2";
 /// Most sockets one connection may have (NCCL's `NCCL_SOCKET_MAX_SOCKETS`
 /// is 64 as well).
 pub const MAX_SOCKS: usize = 64;
@@ -95,6 +108,8 @@ pub struct Handle {
     pub addr: SocketAddr,
     /// Sockets the listener expects per connection.
     pub nsocks: u16,
+    /// Fresh per listener: what a hello's MAC is bound to.
+    pub nonce: [u8; NONCE_BYTES],
 }
 
 impl Handle {
@@ -114,6 +129,7 @@ impl Handle {
         }
         b[18..20].copy_from_slice(&self.addr.port().to_le_bytes());
         b[36..38].copy_from_slice(&self.nsocks.to_le_bytes());
+        b[40..40 + NONCE_BYTES].copy_from_slice(&self.nonce);
         b
     }
 
@@ -130,7 +146,10 @@ impl Handle {
             6 => IpAddr::V6(Ipv6Addr::from(exact::<16>(&b[20..36], "handle")?)),
             f => return Err(bad(format!("address family byte {f}"))),
         };
-        if b[17] != 0 || b[38..].iter().any(|&x| x != 0) {
+        if b[17] != 0
+            || b[38..40].iter().any(|&x| x != 0)
+            || b[40 + NONCE_BYTES..].iter().any(|&x| x != 0)
+        {
             return Err(bad("reserved bytes are not zero".into()));
         }
         if port == 0 {
@@ -141,6 +160,7 @@ impl Handle {
             listen_id: u64_at(&b, 8),
             addr: SocketAddr::new(ip, port),
             nsocks: nsocks_ok(u16_at(&b, 36), "handle")?,
+            nonce: b[40..40 + NONCE_BYTES].try_into().expect("a nonce"),
         })
     }
 }
@@ -153,20 +173,48 @@ pub struct Hello {
     /// This socket's index among the connection's `nsocks`.
     pub index: u16,
     pub nsocks: u16,
+    /// MAC of the handle and the fields above ([`Hello::sign`]).
+    pub mac: [u8; MAC_BYTES],
 }
 
 impl Hello {
-    pub const BYTES: usize = 24;
+    pub const BYTES: usize = 24 + MAC_BYTES;
+
+    /// The hello for socket `index` of a connection to `handle`, signed
+    /// with `key`.
+    pub fn sign(handle: &Handle, index: u16, key: &Key) -> Hello {
+        let mut h = Hello {
+            magic: handle.magic,
+            listen_id: handle.listen_id,
+            index,
+            nsocks: handle.nsocks,
+            mac: [0; MAC_BYTES],
+        };
+        h.mac = key.mac(HELLO_CTX, &[&handle.encode(), &h.encode()[..24]]);
+        h
+    }
+
+    /// Whether the MAC proves `key` for a connection to `handle` (in
+    /// constant time).
+    pub fn verify(&self, handle: &Handle, key: &Key) -> bool {
+        key.verify(
+            HELLO_CTX,
+            &[&handle.encode(), &self.encode()[..24]],
+            &self.mac,
+        )
+    }
 
     pub fn encode(&self) -> [u8; Hello::BYTES] {
         let mut b: [u8; Hello::BYTES] = start(self.magic, self.listen_id);
         b[16..18].copy_from_slice(&self.index.to_le_bytes());
         b[18..20].copy_from_slice(&self.nsocks.to_le_bytes());
         b[20..22].copy_from_slice(&VERSION.to_le_bytes());
+        b[24..].copy_from_slice(&self.mac);
         b
     }
 
-    /// A hello from exactly [`Hello::BYTES`] bytes carrying `magic`.
+    /// A hello from exactly [`Hello::BYTES`] bytes carrying `magic` (its
+    /// MAC is not checked here: [`Hello::verify`]).
     pub fn decode(bytes: &[u8], magic: u64) -> Result<Hello, WireError> {
         let b: [u8; Hello::BYTES] = with_magic(bytes, magic, "hello")?;
         let bad = malformed("hello");
@@ -187,6 +235,7 @@ impl Hello {
             listen_id: u64_at(&b, 8),
             index,
             nsocks,
+            mac: b[24..].try_into().expect("a MAC"),
         })
     }
 }
@@ -264,11 +313,37 @@ mod tests {
             listen_id: 9,
             addr: "127.0.0.1:4000".parse().unwrap(),
             nsocks: 2,
+            nonce: [5; NONCE_BYTES],
         };
         assert_eq!(Handle::decode(&h.encode(), 7), Ok(h));
         assert!(matches!(
             Handle::decode(&h.encode(), 8),
             Err(WireError::WrongMagic { .. })
         ));
+    }
+
+    #[test]
+    fn a_hello_proves_the_key_for_one_handle() {
+        let key = Key::from_secret(b"k");
+        let h = Handle {
+            magic: 7,
+            listen_id: 9,
+            addr: "127.0.0.1:4000".parse().unwrap(),
+            nsocks: 2,
+            nonce: [5; NONCE_BYTES],
+        };
+        let hello = Hello::sign(&h, 1, &key);
+        let back = Hello::decode(&hello.encode(), 7).unwrap();
+        assert_eq!(back, hello);
+        assert!(back.verify(&h, &key));
+        assert!(!back.verify(&h, &Key::from_secret(b"other")));
+        let other_listener = Handle {
+            nonce: [6; NONCE_BYTES],
+            ..h
+        };
+        assert!(!back.verify(&other_listener, &key));
+        let mut forged = hello;
+        forged.index = 0;
+        assert!(!forged.verify(&h, &key));
     }
 }

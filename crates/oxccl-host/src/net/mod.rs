@@ -252,6 +252,7 @@ impl NetPart {
         let net: Arc<dyn Net> = Arc::new(TcpNet::new(
             tcfg.clone(),
             boot.magic(),
+            boot.layer_key("net"),
             &iface_name(ip),
             ip,
             Some(waker),

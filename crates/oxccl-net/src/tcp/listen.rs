@@ -1,21 +1,59 @@
 //! Listening: a socket bound to the device's address, and the sockets of
 //! the connection being accepted, gathered by their hello's index.
+//!
+//! Accepting never waits on one socket: accepted sockets are non-blocking
+//! and their hellos are read as bytes arrive, each within [`HELLO_WAIT`];
+//! at most [`MAX_WAITING`] wait at once (the oldest is dropped for a new
+//! one). A socket whose hello is garbage, of another communicator or
+//! listener, does not prove the transport's key, repeats an index already
+//! taken, or never comes, is dropped with a warning naming its address,
+//! and the listener goes on waiting for the real peer. When `accept` runs
+//! out of descriptors (`EMFILE`/`ENFILE`) the listener sheds its oldest
+//! waiting sockets, backs off and tries again; only if that persists
+//! (half the deadline, at most 10 s) is it an error, and the error says so.
 
-use std::io::{Read, Write};
+use std::collections::VecDeque;
+use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
+use oxccl_bootstrap::Key;
 use socket2::{Domain, Socket, Type};
 
 use crate::error::NetError;
-use crate::wire::{Handle, Hello};
+use crate::wire::{Handle, Hello, NONCE_BYTES};
+
+/// How long an accepted socket may take to send its whole hello.
+const HELLO_WAIT: Duration = Duration::from_secs(4);
+/// Most sockets that may wait for their hello at one listener.
+const MAX_WAITING: usize = 64;
+/// Wait between `accept`s once it failed for a reason of the system's.
+const BACKOFF: Duration = Duration::from_millis(10);
+
+/// A socket that has not finished its hello.
+#[derive(Debug)]
+struct Waiting {
+    s: TcpStream,
+    from: SocketAddr,
+    since: Instant,
+    buf: [u8; Hello::BYTES],
+    got: usize,
+}
 
 #[derive(Debug)]
 pub(crate) struct Listener {
     pub handle: Handle,
     sock: TcpListener,
-    /// Sockets of the connection being accepted, by index.
+    key: Key,
+    /// Sockets of the connection being accepted, by index (hellos proven).
     pending: Vec<Option<TcpStream>>,
+    waiting: VecDeque<Waiting>,
+    /// Fewer than [`MAX_WAITING`] once descriptors ran out.
+    cap: usize,
+    /// `accept` has been failing since, with this error.
+    starved: Option<(Instant, String)>,
+    /// No `accept` before this (backing off).
+    resume: Option<Instant>,
 }
 
 fn io(conn: &str, what: &'static str, e: std::io::Error) -> NetError {
@@ -26,10 +64,35 @@ fn io(conn: &str, what: &'static str, e: std::io::Error) -> NetError {
     }
 }
 
+/// What reading a waiting socket found.
+enum Step {
+    More,
+    Done,
+    Drop(String),
+}
+
+impl Waiting {
+    fn read(&mut self) -> Step {
+        while self.got < Hello::BYTES {
+            match self.s.read(&mut self.buf[self.got..]) {
+                Ok(0) => {
+                    return Step::Drop(format!("closed after {} bytes of its hello", self.got))
+                }
+                Ok(n) => self.got += n,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return Step::More,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Step::Drop(format!("reading its hello: {e}")),
+            }
+        }
+        Step::Done
+    }
+}
+
 impl Listener {
     pub fn bind(
         ip: std::net::IpAddr,
         magic: u64,
+        key: Key,
         id: u64,
         nsocks: u16,
     ) -> Result<Listener, NetError> {
@@ -43,85 +106,189 @@ impl Listener {
         sock.set_nonblocking(true)
             .map_err(|e| io(&conn, "set_nonblocking", e))?;
         let addr = sock.local_addr().map_err(|e| io(&conn, "local_addr", e))?;
+        let nonce: [u8; NONCE_BYTES] =
+            oxccl_bootstrap::auth::random().map_err(|e| NetError::Io {
+                conn: conn.clone(),
+                what: "random nonce",
+                detail: e.to_string(),
+            })?;
         Ok(Listener {
             handle: Handle {
                 magic,
                 listen_id: id,
                 addr,
                 nsocks,
+                nonce,
             },
             sock,
+            key,
             pending: (0..nsocks).map(|_| None).collect(),
+            waiting: VecDeque::new(),
+            cap: MAX_WAITING,
+            starved: None,
+            resume: None,
         })
     }
 
+    fn drop_one(&self, w: Waiting, why: &str) {
+        tracing::warn!(
+            "oxccl-net: listener {} dropped a connection from {}: {why}",
+            self.handle.addr,
+            w.from
+        );
+    }
+
     /// Takes the sockets that have arrived; all of a connection's, in
-    /// index order, once complete. A socket whose hello is not for this
-    /// listener (another magic, id or socket count, a repeated index) is
-    /// an error: nothing of it is trusted.
+    /// index order, once complete (see the module's docs for what is
+    /// dropped). An error only when `accept` itself keeps failing.
     pub fn accept(&mut self, deadline: Duration) -> Result<Option<Vec<TcpStream>>, NetError> {
-        loop {
-            let (mut s, from) = match self.sock.accept() {
-                Ok(x) => x,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(None),
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(io(&format!("listener {}", self.handle.addr), "accept", e)),
-            };
-            let conn = format!("connection from {from} to {}", self.handle.addr);
-            s.set_nonblocking(false)
-                .map_err(|e| io(&conn, "set_blocking", e))?;
-            s.set_read_timeout(Some(deadline.max(Duration::from_millis(1))))
-                .map_err(|e| io(&conn, "set_read_timeout", e))?;
-            let mut b = [0u8; Hello::BYTES];
-            s.read_exact(&mut b).map_err(|e| match e.kind() {
-                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
-                    NetError::Timeout {
-                        conn: conn.clone(),
-                        what: "the connection's hello",
-                        limit: deadline,
+        let now = Instant::now();
+        let wait = HELLO_WAIT.min(deadline.max(Duration::from_millis(1)));
+        while self.waiting.front().is_some_and(|w| now >= w.since + wait) {
+            let w = self.waiting.pop_front().expect("a front");
+            self.drop_one(w, &format!("no whole hello within {wait:?}"));
+        }
+        if self.resume.is_some_and(|t| now >= t) {
+            self.resume = None;
+        }
+        if self.resume.is_none() {
+            self.accept_all(now, deadline)?;
+        }
+        let mut i = 0;
+        while i < self.waiting.len() {
+            match self.waiting[i].read() {
+                Step::More => i += 1,
+                Step::Drop(why) => {
+                    let w = self.waiting.remove(i).expect("in range");
+                    self.drop_one(w, &why);
+                }
+                Step::Done => {
+                    let w = self.waiting.remove(i).expect("in range");
+                    match self.take(&w) {
+                        Err(why) => self.drop_one(w, &why),
+                        Ok(index) => match w.s.set_nonblocking(false) {
+                            Ok(()) => self.pending[index] = Some(w.s),
+                            Err(e) => self.drop_one(w, &format!("set_nonblocking: {e}")),
+                        },
                     }
                 }
-                _ => io(&conn, "reading the hello", e),
-            })?;
-            let h = Hello::decode(&b, self.handle.magic).map_err(|err| NetError::Wire {
-                conn: conn.clone(),
-                err,
-            })?;
-            let refuse = |detail: String| NetError::Wire {
-                conn: conn.clone(),
-                err: crate::error::WireError::Malformed {
-                    what: "hello",
-                    detail,
-                },
-            };
-            if h.listen_id != self.handle.listen_id || h.nsocks != self.handle.nsocks {
-                return Err(refuse(format!(
-                    "for listener {} with {} sockets, this is listener {} with {}",
-                    h.listen_id, h.nsocks, self.handle.listen_id, self.handle.nsocks
-                )));
             }
-            let slot = &mut self.pending[h.index as usize];
-            if slot.is_some() {
-                return Err(refuse(format!("socket {} arrived twice", h.index)));
-            }
-            s.set_read_timeout(None)
-                .map_err(|e| io(&conn, "set_read_timeout", e))?;
-            *slot = Some(s);
-            if self.pending.iter().all(Option::is_some) {
-                let socks = self
-                    .pending
-                    .iter_mut()
-                    .map(|s| s.take().expect("all some"))
-                    .collect();
-                return Ok(Some(socks));
+        }
+        if self.pending.iter().all(Option::is_some) {
+            let socks = self
+                .pending
+                .iter_mut()
+                .map(|s| s.take().expect("all some"))
+                .collect();
+            return Ok(Some(socks));
+        }
+        Ok(None)
+    }
+
+    /// Whether a whole hello is for this listener, proves the key and
+    /// takes a free index: that index.
+    fn take(&self, w: &Waiting) -> Result<usize, String> {
+        let h = Hello::decode(&w.buf, self.handle.magic).map_err(|e| e.to_string())?;
+        if h.listen_id != self.handle.listen_id || h.nsocks != self.handle.nsocks {
+            return Err(format!(
+                "for listener {} with {} sockets, this is listener {} with {}",
+                h.listen_id, h.nsocks, self.handle.listen_id, self.handle.nsocks
+            ));
+        }
+        if !h.verify(&self.handle, &self.key) {
+            return Err(
+                "its hello does not prove the communicator's key (a stranger, or another unique id)"
+                    .into(),
+            );
+        }
+        if self.pending[h.index as usize].is_some() {
+            return Err(format!("socket {} arrived twice", h.index));
+        }
+        Ok(h.index as usize)
+    }
+
+    fn accept_all(&mut self, now: Instant, deadline: Duration) -> Result<(), NetError> {
+        loop {
+            match self.sock.accept() {
+                Ok((s, from)) => {
+                    self.starved = None;
+                    if let Err(e) = s.set_nonblocking(true) {
+                        tracing::warn!("oxccl-net: dropped a connection from {from}: {e}");
+                        continue;
+                    }
+                    if self.waiting.len() >= self.cap {
+                        let w = self.waiting.pop_front().expect("at the cap");
+                        self.drop_one(w, &format!("{} connections wait for their hello", self.cap));
+                    }
+                    self.waiting.push_back(Waiting {
+                        s,
+                        from,
+                        since: now,
+                        buf: [0; Hello::BYTES],
+                        got: 0,
+                    });
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(()),
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        ErrorKind::Interrupted | ErrorKind::ConnectionAborted
+                    ) => {}
+                Err(e) => {
+                    let out_of_fds = [rustix::io::Errno::MFILE, rustix::io::Errno::NFILE]
+                        .iter()
+                        .any(|x| e.raw_os_error() == Some(x.raw_os_error()));
+                    let since = match &self.starved {
+                        Some((t, _)) => *t,
+                        None => {
+                            tracing::warn!(
+                                "oxccl-net: listener {}: accept failed ({e}); backing off",
+                                self.handle.addr
+                            );
+                            self.starved = Some((now, e.to_string()));
+                            now
+                        }
+                    };
+                    let give_up = (deadline / 2).min(Duration::from_secs(10));
+                    if now.duration_since(since) >= give_up {
+                        return Err(NetError::Io {
+                            conn: format!("listener {}", self.handle.addr),
+                            what: "accept",
+                            detail: format!(
+                                "{e}, for {:.1?} without a break{}",
+                                now.duration_since(since),
+                                if out_of_fds {
+                                    ": the process is out of file descriptors (raise `ulimit -n`)"
+                                } else {
+                                    ""
+                                }
+                            ),
+                        });
+                    }
+                    if out_of_fds {
+                        // Keep fewer waiting from now on and free some now.
+                        self.cap = (self.waiting.len() / 2).clamp(2, MAX_WAITING);
+                        while self.waiting.len() > self.cap {
+                            let w = self.waiting.pop_front().expect("over the cap");
+                            self.drop_one(w, "descriptors ran out; shedding the oldest");
+                        }
+                    }
+                    self.resume = Some(now + BACKOFF);
+                    return Ok(());
+                }
             }
         }
     }
 }
 
 /// Opens the `handle.nsocks` sockets of a connection to `handle`, each
-/// starting with its hello, every wait bounded by `deadline`.
-pub(crate) fn connect(handle: &Handle, deadline: Duration) -> Result<Vec<TcpStream>, NetError> {
+/// starting with its hello signed with `key`, every wait bounded by
+/// `deadline`.
+pub(crate) fn connect(
+    handle: &Handle,
+    key: &Key,
+    deadline: Duration,
+) -> Result<Vec<TcpStream>, NetError> {
     let until = Instant::now() + deadline;
     let conn = format!("connection to {}", handle.addr);
     let mut socks = Vec::with_capacity(handle.nsocks as usize);
@@ -145,13 +312,7 @@ pub(crate) fn connect(handle: &Handle, deadline: Duration) -> Result<Vec<TcpStre
         let mut s: TcpStream = s.into();
         s.set_write_timeout(Some(left))
             .map_err(|e| io(&conn, "set_write_timeout", e))?;
-        let hello = Hello {
-            magic: handle.magic,
-            listen_id: handle.listen_id,
-            index,
-            nsocks: handle.nsocks,
-        };
-        s.write_all(&hello.encode())
+        s.write_all(&Hello::sign(handle, index, key).encode())
             .map_err(|e| io(&conn, "sending the hello", e))?;
         s.set_write_timeout(None)
             .map_err(|e| io(&conn, "set_write_timeout", e))?;

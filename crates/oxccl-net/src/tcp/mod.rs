@@ -49,6 +49,8 @@ struct Tables {
 pub struct TcpNet {
     cfg: TcpConfig,
     magic: u64,
+    /// Every hello's MAC is made with it (see [`crate::wire::Hello`]).
+    key: oxccl_bootstrap::Key,
     /// The devices: one address each (the interface's name for properties).
     devs: Vec<(String, IpAddr)>,
     waker: Option<Waker>,
@@ -83,12 +85,22 @@ fn pci_path(name: &str) -> Option<String> {
 
 impl TcpNet {
     /// A transport whose one device is interface `name` at `ip`; every
-    /// connection starts with `magic` (the communicator's), and `waker` (if
-    /// any) is called whenever a request completes or fails.
-    pub fn new(cfg: TcpConfig, magic: u64, name: &str, ip: IpAddr, waker: Option<Waker>) -> TcpNet {
+    /// connection starts with `magic` (the communicator's) and proves `key`
+    /// (the communicator's, e.g. `Bootstrap::layer_key("net")`: listeners
+    /// drop sockets that cannot), and `waker` (if any) is called whenever a
+    /// request completes or fails.
+    pub fn new(
+        cfg: TcpConfig,
+        magic: u64,
+        key: [u8; 32],
+        name: &str,
+        ip: IpAddr,
+        waker: Option<Waker>,
+    ) -> TcpNet {
         TcpNet {
             cfg,
             magic,
+            key: oxccl_bootstrap::Key::from_bytes(key),
             devs: vec![(name.to_string(), ip)],
             waker,
             next: AtomicU64::new(1),
@@ -166,7 +178,7 @@ impl Net for TcpNet {
     fn listen(&self, dev: usize) -> Result<(Handle, ListenComm), NetError> {
         let (_, ip) = *self.dev(dev)?;
         let id = self.id();
-        let l = Listener::bind(ip, self.magic, id, self.cfg.nsocks() as u16)?;
+        let l = Listener::bind(ip, self.magic, self.key, id, self.cfg.nsocks() as u16)?;
         let h = l.handle;
         self.t.lock().listens.insert(id, l);
         Ok((h, ListenComm(id)))
@@ -183,7 +195,7 @@ impl Net for TcpNet {
                 },
             });
         }
-        let socks = listen::connect(handle, self.cfg.deadline)?;
+        let socks = listen::connect(handle, &self.key, self.cfg.deadline)?;
         let id = self.id();
         let c = self.start(format!("send connection to {}", handle.addr), socks)?;
         self.t.lock().sends.insert(id, c);
