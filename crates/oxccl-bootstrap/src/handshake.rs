@@ -258,12 +258,6 @@ impl Gate {
         &self.key
     }
 
-    /// Connections waiting for their hello.
-    #[cfg(test)]
-    pub fn pending(&self) -> usize {
-        self.pending.len()
-    }
-
     /// What a deadline error should add: `accept` failing for want of
     /// descriptors, if it still is.
     pub fn starved_note(&self) -> String {
@@ -348,7 +342,18 @@ impl Gate {
                     let p = self.pending.remove(i).expect("in range");
                     match self.check(p) {
                         Ok(v) => out.push(v),
-                        Err((p, why)) => self.drop_one(p, &why),
+                        Err((p, why)) => {
+                            // Best effort: a rank given another key (a
+                            // different `OXCCL_COMM_SECRET`) learns why at
+                            // once; a stranger learns nothing it did not know.
+                            let f = wire::frame(
+                                self.magic,
+                                Kind::Fail,
+                                format!("{why}: check that every rank has the same unique id (or OXCCL_COMM_SECRET)").as_bytes(),
+                            );
+                            let _ = (&p.s).write(&f);
+                            self.drop_one(p, &why);
+                        }
                     }
                 }
             }

@@ -115,10 +115,20 @@ impl Bootstrap {
                             }
                         }
                     }
-                    Ok((r, m)) => tracing::warn!(
-                        "oxccl bootstrap dropped a {purpose} connection from {}: rank {r} of {m}",
-                        v.from
-                    ),
+                    Ok((r, m)) => {
+                        let why = format!(
+                            "rank {me}'s {purpose} listener does not expect rank {r} of {m}"
+                        );
+                        tracing::warn!(
+                            "oxccl bootstrap dropped a connection from {}: {why}",
+                            v.from
+                        );
+                        let _ = v.conn.send(
+                            Kind::Fail,
+                            why.as_bytes(),
+                            Instant::now() + std::time::Duration::from_secs(1),
+                        );
+                    }
                     Err(e) => tracing::warn!(
                         "oxccl bootstrap dropped a {purpose} connection from {}: {e}",
                         v.from

@@ -468,11 +468,22 @@ fn accept_peer(
                     }
                     Err(e) => tracing::warn!(%e, "oxccl bootstrap could not answer rank {want}"),
                 },
-                Ok((r, n)) => tracing::warn!(
-                    "oxccl bootstrap dropped a ring connection from {}: rank {r} of {n} \
-                     connected, expected rank {want} of {nranks}",
-                    v.from
-                ),
+                Ok((r, n)) => {
+                    let why = format!(
+                        "rank {rank}'s ring listener expects rank {want} of {nranks}, \
+                         not rank {r} of {n}"
+                    );
+                    tracing::warn!(
+                        "oxccl bootstrap dropped a ring connection from {}: {why}",
+                        v.from
+                    );
+                    // A holder of the key, misplaced: it learns why at once.
+                    let _ = v.conn.send(
+                        Kind::Fail,
+                        why.as_bytes(),
+                        Instant::now() + Duration::from_secs(1),
+                    );
+                }
                 Err(e) => tracing::warn!(
                     "oxccl bootstrap dropped a ring connection from {}: {e}",
                     v.from
@@ -489,5 +500,73 @@ fn accept_peer(
                 limit,
             });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Read, Write};
+    use std::net::TcpStream;
+
+    use super::*;
+    use crate::wire::frame;
+
+    /// Strangers at a ring listener (garbage, silence, a peer hello
+    /// signed with another key, a right hello from the wrong rank) come
+    /// first; the predecessor, holding the key, is the one accepted.
+    #[test]
+    fn strangers_at_the_ring_listener_are_dropped_and_the_predecessor_accepted() {
+        let limit = Duration::from_secs(20);
+        let deadline = Instant::now() + limit;
+        let (magic, key) = (0x77, Key::random().unwrap());
+        let l = sock::listen("127.0.0.1:0".parse().unwrap(), 1).unwrap();
+        let at = l.local_addr().unwrap();
+        let greet = |k: Key, rank: u32| {
+            connect_greet(
+                at,
+                deadline,
+                deadline,
+                rank,
+                "rank 1",
+                Some(1),
+                limit,
+                magic,
+                &k,
+                RING,
+                Kind::Peer,
+                &encode_peer(rank, 3),
+            )
+        };
+        std::thread::scope(|s| {
+            let strangers = s.spawn(|| {
+                let mut garbage = TcpStream::connect(at).unwrap();
+                garbage.write_all(&[0x5a; 100]).unwrap();
+                let silent = TcpStream::connect(at).unwrap();
+                let mut header_only = TcpStream::connect(at).unwrap();
+                header_only
+                    .write_all(&frame(magic, Kind::Peer, &[0; 80])[..16])
+                    .unwrap();
+                let forged = greet(Key::random().unwrap(), 0);
+                assert!(
+                    matches!(&forged, Err(BootstrapError::Rejected { reason, .. }) if reason.contains("key")),
+                    "{forged:?}"
+                );
+                let wrong_rank = greet(key, 2);
+                assert!(
+                    matches!(&wrong_rank, Err(BootstrapError::Rejected { reason, .. }) if reason.contains("expects rank 0")),
+                    "{wrong_rank:?}"
+                );
+                // The predecessor, after all of them.
+                let mut real = greet(key, 0).expect("the predecessor is accepted");
+                real.stream.write_all(b"me").unwrap();
+                (garbage, silent, header_only)
+            });
+            let mut got = accept_peer(&l, magic, &key, 1, 3, 0, deadline, limit).unwrap();
+            assert_eq!(got.peer_rank, Some(0));
+            let mut b = [0u8; 2];
+            got.stream.read_exact(&mut b).unwrap();
+            assert_eq!(&b, b"me");
+            drop(strangers.join().unwrap());
+        });
     }
 }

@@ -279,7 +279,7 @@ fn serve(bell: &OwnedFd) {
                     // next pass, not with another's readiness.
                     ready = Vec::new().into_iter();
                     let _ = std::thread::Builder::new()
-                        .name("oxccl-bootstrap-root-send".into())
+                        .name("oxccl-root-send".into())
                         .spawn(move || f.send());
                 }
                 None => i += 1,
