@@ -1,10 +1,12 @@
 //! oxccl-bootstrap: how the ranks of a communicator, living in different
 //! processes, find each other.
 //!
-//! - [`UniqueId`]: 128 bytes (NCCL's `ncclUniqueId`): a random magic and
-//!   the address of a root that [`UniqueId::new`] starts in the calling
-//!   process; with `NCCL_COMM_ID=host:port`, a fixed magic and that
-//!   address, where rank 0 starts the root during its init.
+//! - [`UniqueId`]: 128 bytes (NCCL's `ncclUniqueId`): a random magic, a
+//!   random 32-byte [`Key`] and the address of a root that
+//!   [`UniqueId::new`] starts in the calling process (one thread serves
+//!   every root of a process); with `NCCL_COMM_ID=host:port`, a fixed magic,
+//!   that address (rank 0 starts the root during its init) and a key from
+//!   `OXCCL_COMM_SECRET`.
 //! - [`Bootstrap::init`]: each rank connects to the root under a deadline
 //!   and sends its [`RankDesc`] (host identity, pid, device and bus id,
 //!   listening address); the root checks the hellos (one per rank, one
@@ -17,12 +19,42 @@
 //!   layer that keeps talking to each peer (the call check across hosts).
 //! - [`PeerWatch`]: a thread that notices a peer process's exit.
 //! - [`FdMailbox`]: file descriptors between processes of one machine
-//!   (`SCM_RIGHTS` over abstract Unix sockets).
+//!   (`SCM_RIGHTS` over abstract Unix sockets named from the key), taken
+//!   only from the rank table's pid for the sending rank, with our uid.
 //!
 //! Every connection starts with the magic and speaks [`wire`]'s frames;
 //! garbage, a wrong magic, truncated or oversized frames, a duplicate rank
 //! or a wrong rank count become a typed [`BootstrapError`], never a panic
-//! or a hang: every wait has the caller's deadline. The listening address
+//! or a hang: every wait has the caller's deadline.
+//!
+//! # Trust model
+//!
+//! The id is the job's key ([`auth`]): whoever holds it may join. Every
+//! connection to the root, to a rank's ring listener and to the mesh opens
+//! with a proof of the key: the acceptor sends a random nonce (`Challenge`),
+//! the connector answers with its hello and `MAC(key, role, magic, both
+//! nonces, hello)`, and the acceptor answers `Ack` with a MAC of its own,
+//! which the connector checks before it trusts a table or a ring. So a
+//! stranger who can reach the ports (but has not seen the id) cannot join,
+//! learn the rank table, displace a rank, or pose as the root; a recorded
+//! hello is useless (the nonce is fresh). Keys of subset rendezvous, of
+//! the scalable ring, of the fd mailboxes and of the network transport
+//! ([`Bootstrap::layer_key`]) are derived from the communicator's, never
+//! sent. The proof covers the hello only: the frames after it are not
+//! encrypted nor authenticated, so the job's network must be trusted not
+//! to rewrite TCP streams (as with NCCL).
+//!
+//! With `NCCL_COMM_ID` and no `OXCCL_COMM_SECRET` the key is a public
+//! constant: anyone who can reach the root can join, as with NCCL.
+//!
+//! Listeners (the `handshake` module's gate) read every hello concurrently, each
+//! within a few seconds, keep at most 128 connections waiting for one,
+//! and drop a connection that sends garbage, a wrong magic or kind, an
+//! absurd length (before allocating), or a failed proof, with a WARN
+//! naming its address; setup goes on. `accept` failing with EMFILE/ENFILE
+//! sheds waiting connections and backs off; a deadline error says so.
+//!
+//! The listening address
 //! comes from `NCCL_SOCKET_IFNAME` (prefixes, `^` to exclude, `=` for exact
 //! names) and `NCCL_SOCKET_FAMILY` (`AF_INET`/`AF_INET6`); see [`iface`].
 

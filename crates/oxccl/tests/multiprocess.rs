@@ -266,17 +266,7 @@ fn killed_process_is_named(backend: &str) {
 
 fn killed_process_is_named_with(backend: &str, extra: &[(&'static str, &str)]) {
     let n = 4u32;
-    let id = UniqueId::new().unwrap();
-    let (tx, rx) = mpsc::channel();
-    let kids: Vec<Child> = (0..n)
-        .map(|r| {
-            let mut vars = id_vars(&id, n, r);
-            vars.push((BACKEND, backend.into()));
-            vars.extend(owned(extra));
-            spawn("loop", &vars, &tx, r as usize)
-        })
-        .collect();
-    let (codes, lines) = kill_once_all_say(kids, &rx, "LOOPING", 2);
+    let (codes, lines) = kill_one_of(n, 2, backend, extra);
     for r in [0usize, 1, 3] {
         assert_eq!(codes[r], Some(3), "rank {r} should fail: {lines:#?}");
         let errs = tagged(&lines[r], "ERR ");
@@ -288,6 +278,27 @@ fn killed_process_is_named_with(backend: &str, extra: &[(&'static str, &str)]) {
     }
     // Segments are unnamed memfds: nothing is left in /dev/shm.
     assert!(oxccl_shm_entries().is_empty(), "{:?}", oxccl_shm_entries());
+}
+
+/// `n` ranks loop on AllReduce until rank `victim` is killed: every
+/// rank's exit code and lines.
+fn kill_one_of(
+    n: u32,
+    victim: usize,
+    backend: &str,
+    extra: &[(&'static str, &str)],
+) -> (Vec<Option<i32>>, Vec<Vec<String>>) {
+    let id = UniqueId::new().unwrap();
+    let (tx, rx) = mpsc::channel();
+    let kids: Vec<Child> = (0..n)
+        .map(|r| {
+            let mut vars = id_vars(&id, n, r);
+            vars.push((BACKEND, backend.into()));
+            vars.extend(owned(extra));
+            spawn("loop", &vars, &tx, r as usize)
+        })
+        .collect();
+    kill_once_all_say(kids, &rx, "LOOPING", victim)
 }
 
 /// More processes than a Unix datagram queue holds messages
@@ -475,6 +486,24 @@ fn a_send_right_before_exit_is_delivered_over_the_network() {
 #[test]
 fn a_killed_process_over_the_network_is_named() {
     killed_process_is_named_with("host", OVER_NET);
+}
+
+/// Rank 1 of 3 is killed over TCP: both survivors name rank 1 as the
+/// lost peer, rank 2 because it waited on it, rank 0 (which waits on rank
+/// 2 in the ring) through rank 2's forwarded reason, never rank 2's
+/// closed sockets alone.
+#[test]
+fn the_killed_rank_is_the_one_named_over_the_network() {
+    let (codes, lines) = kill_one_of(3, 1, "host", OVER_NET);
+    for r in [0usize, 2] {
+        assert_eq!(codes[r], Some(3), "rank {r} should fail: {lines:#?}");
+        let errs = tagged(&lines[r], "ERR ");
+        let err = errs.first().unwrap_or_else(|| panic!("{lines:#?}"));
+        assert!(
+            err.contains("peer rank 1 is lost"),
+            "rank {r}'s error does not name rank 1 as the lost peer: {err}"
+        );
+    }
 }
 
 #[test]
