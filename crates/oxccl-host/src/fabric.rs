@@ -344,7 +344,9 @@ impl HostFabric {
             // Only the peer waited on: a peer that finished and exited
             // closes its connections too, which is no failure until
             // someone waits on it (as with the shared-memory watcher).
-            let detail = n.lost(peer)?;
+            // The rank named is the one that died, where `peer` failed
+            // because of it (a forwarded reason): the survivors name it.
+            let (peer, detail) = n.lost(peer)?;
             let err = HostError::NetLost {
                 rank: me,
                 peer,

@@ -443,8 +443,9 @@ impl NetPart {
         self.pump.lock().pass(&self.sh);
     }
 
-    /// Why `peer` is lost, once it is (and that is settled).
-    pub fn lost(&self, peer: Rank) -> Option<String> {
+    /// Why `peer` is lost, once it is (and that is settled), and the rank
+    /// to name for it (see `Shared::lost`).
+    pub fn lost(&self, peer: Rank) -> Option<(Rank, String)> {
         self.sh.lost(peer)
     }
 

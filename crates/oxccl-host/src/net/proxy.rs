@@ -79,13 +79,56 @@ impl Shared {
         self.rank.unpark();
     }
 
-    /// Why `peer` is lost, once that is settled: its report, or a failed
-    /// connection seen at least [`REPORT_GRACE`] ago (the report travels
-    /// on another socket and may come a little later).
-    pub fn lost(&self, peer: Rank) -> Option<String> {
-        let l = self.lost.get(peer as usize)?.lock();
-        let l = l.as_ref()?;
-        (l.reported || l.at.elapsed() >= REPORT_GRACE).then(|| l.why.clone())
+    /// Why `peer` is lost, once that is settled (its report, or a failed
+    /// connection seen at least [`REPORT_GRACE`] ago: the report travels
+    /// on another socket and may come a little later), and the rank to
+    /// name for it: `peer`, unless `peer` reported that it failed because
+    /// another rank was lost, and this rank saw that one go too. Then the
+    /// rank that died is named, with `peer`'s report as the context: in a
+    /// ring where rank 1 of 3 dies, rank 0 waits on rank 2, which fails on
+    /// rank 1, and rank 0 names rank 1, not its own peer.
+    pub fn lost(&self, peer: Rank) -> Option<(Rank, String)> {
+        let (why, reported) = {
+            let l = self.lost.get(peer as usize)?.lock();
+            let l = l.as_ref()?;
+            if !(l.reported || l.at.elapsed() >= REPORT_GRACE) {
+                return None;
+            }
+            (l.why.clone(), l.reported)
+        };
+        if reported {
+            if let Some((dead, own)) = self.cause(peer, &why) {
+                return Some((
+                    dead,
+                    format!(
+                        "{own} (rank {peer}, which this rank was waiting on, failed because \
+                         of it: {why})"
+                    ),
+                ));
+            }
+        }
+        Some((peer, why))
+    }
+
+    /// The innermost lost rank a report names (`peer rank N is lost`):
+    /// that rank, and why it is lost here (or that `peer` said so, where
+    /// this rank has not seen it go yet).
+    fn cause(&self, peer: Rank, why: &str) -> Option<(Rank, String)> {
+        const PAT: &str = "peer rank ";
+        let at = why.rfind(PAT)? + PAT.len();
+        let digits: String = why[at..].chars().take_while(char::is_ascii_digit).collect();
+        let dead: Rank = digits.parse().ok()?;
+        if dead == peer || dead == self.me || !why[at + digits.len()..].starts_with(" is lost") {
+            return None;
+        }
+        let l = self.lost.get(dead as usize)?.lock();
+        let own = match l.as_ref() {
+            Some(l) => l.why.clone(),
+            // Not seen here (a connection with nothing posted on it notices
+            // no close): the report is the word of a rank of the job.
+            None => format!("rank {peer} reported it lost"),
+        };
+        Some((dead, own))
     }
 }
 
