@@ -342,7 +342,8 @@ impl Gate {
                     let p = self.pending.remove(i).expect("in range");
                     match self.check(p) {
                         Ok(v) => out.push(v),
-                        Err((p, why)) => {
+                        Err(bad) => {
+                            let (p, why) = *bad;
                             // Best effort: a rank given another key (a
                             // different `OXCCL_COMM_SECRET`) learns why at
                             // once; a stranger learns nothing it did not know.
@@ -434,7 +435,7 @@ impl Gate {
     }
 
     /// A whole hello: its proof, checked.
-    fn check(&self, p: Pending) -> Result<Verified, (Pending, String)> {
+    fn check(&self, p: Pending) -> Result<Verified, Box<(Pending, String)>> {
         let payload = &p.buf[HEADER..];
         let (body, rest) = payload.split_at(payload.len() - NONCE_BYTES - MAC_BYTES);
         let (nc, mac) = rest.split_at(NONCE_BYTES);
@@ -444,10 +445,10 @@ impl Gate {
             .verify(&hello_ctx(&self.role), &[&magic, &p.nonce, nc, body], mac)
         {
             let why = WireError::BadProof { what: "its hello" }.to_string();
-            return Err((p, why));
+            return Err(Box::new((p, why)));
         }
         if let Err(e) = p.s.set_nonblocking(false) {
-            return Err((p, format!("set_nonblocking: {e}")));
+            return Err(Box::new((p, format!("set_nonblocking: {e}"))));
         }
         let nc: [u8; NONCE_BYTES] = nc.try_into().expect("a nonce");
         let body = body.to_vec();
