@@ -167,7 +167,7 @@ impl SharedBoard {
     }
 
     pub fn row(&self, rank: u32) -> &[Slot; DEPTH] {
-        debug_assert!(rank < self.nranks);
+        assert!(rank < self.nranks, "rank {rank} of {} ranks", self.nranks);
         // SAFETY: rows start at HEADER, ROW bytes apart (ROW is a multiple
         // of a Slot's alignment and holds DEPTH slots); the region is
         // zero-filled shared memory, and zeros are valid atomics.
@@ -183,7 +183,7 @@ impl SharedBoard {
     /// `rank`'s "gone" word: 1 once its communicator was destroyed or
     /// dropped.
     fn gone_word(&self, rank: u32) -> &AtomicU64 {
-        debug_assert!(rank < self.nranks);
+        assert!(rank < self.nranks, "rank {rank} of {} ranks", self.nranks);
         // SAFETY: the word sits GONE bytes into `rank`'s row, inside it
         // (asserted above) and 8-byte aligned (rows are ROW-aligned from a
         // page-aligned base); zero-filled shared memory is a valid atomic.
@@ -258,12 +258,15 @@ impl SharedBoard {
         wake(&self.region);
     }
 
-    /// The first rank that aborted, if any.
+    /// The first rank that aborted, if any. The word is shared memory any
+    /// rank's process can write: a value naming no rank of the clique is
+    /// no abort (it is never used as an index).
     pub fn aborted_by(&self) -> Option<u32> {
         header(&self.region)
             .aborted
             .load(Ordering::Acquire)
             .checked_sub(1)
+            .filter(|&r| r < self.nranks)
     }
 
     /// Sleeps until a publish, at most [`NAP`], unless `ready` answers.
