@@ -30,6 +30,8 @@ mod desc;
 pub mod env;
 mod error;
 mod fdpass;
+#[doc(hidden)]
+pub mod fuzz;
 mod id;
 pub mod iface;
 mod mesh;

@@ -94,6 +94,23 @@ fn decode(count: u64, meta: u64) -> Option<(usize, DataType, Option<u16>)> {
     Some((count as usize, dtype, direct))
 }
 
+/// Fuzz entry: one side's record from two arbitrary words, as a peer's
+/// process may have written them; one that decodes encodes back to
+/// itself.
+pub(super) fn fuzz_record(count: u64, meta: u64) {
+    if let Some((count, dtype, direct)) = decode(count, meta) {
+        let rec = P2pRecord {
+            peer: 0,
+            send: true,
+            count,
+            dtype,
+            direct,
+        };
+        let (c, m) = encode(&rec);
+        assert_eq!(decode(c, m), Some((count, dtype, direct)));
+    }
+}
+
 /// One side of one ordered pair: ((sender, receiver), 0 sends / 1 receives).
 type PairSide = ((u32, u32), usize);
 
