@@ -54,3 +54,24 @@ pub fn shared_records() -> Vec<Vec<u8>> {
     .map(|&(c, m)| [c, m].iter().flat_map(|w| w.to_le_bytes()).collect())
     .collect()
 }
+
+/// The unique id entry: the first 128 bytes (zero-padded) as an id, read.
+pub fn unique_id(bytes: &[u8]) {
+    let mut raw = [0u8; oxccl_bootstrap::UniqueId::BYTES];
+    let n = bytes.len().min(raw.len());
+    raw[..n].copy_from_slice(&bytes[..n]);
+    let _ = oxccl_bootstrap::UniqueId::from_raw(raw).info();
+}
+
+/// Ids for 127.0.0.1:29500 and [::1]:29500 with a magic.
+pub fn unique_ids() -> Vec<Vec<u8>> {
+    let mut v4 = vec![0u8; 128];
+    v4[..8].copy_from_slice(&0x1234_5678_9abc_def0u64.to_le_bytes());
+    v4[8] = 4;
+    v4[10..12].copy_from_slice(&29500u16.to_be_bytes());
+    v4[12..16].copy_from_slice(&[127, 0, 0, 1]);
+    let mut v6 = v4.clone();
+    v6[8] = 6;
+    v6[12..28].copy_from_slice(&std::net::Ipv6Addr::LOCALHOST.octets());
+    vec![v4, v6]
+}
