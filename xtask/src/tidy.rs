@@ -33,6 +33,11 @@ pub const ALLOWED: &[(&str, &[&str])] = &[
         ],
     ),
     ("oxccl-capi", &["oxccl"]),
+    // Fuzz targets: the decoders of every crate that reads peers' bytes.
+    (
+        "oxccl-fuzz",
+        &["oxccl", "oxccl-host", "oxccl-net", "oxccl-bootstrap"],
+    ),
     // Measures the facade and, below it, the CUDA backend's launch alone.
     ("oxccl-bench", &["oxccl", "oxccl-cuda", "oxccl-core"]),
     (

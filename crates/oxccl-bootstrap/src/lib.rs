@@ -64,6 +64,8 @@ pub mod env;
 mod error;
 mod fdpass;
 mod handshake;
+#[doc(hidden)]
+pub mod fuzz;
 mod id;
 pub mod iface;
 mod mesh;

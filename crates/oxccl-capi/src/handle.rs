@@ -1,7 +1,13 @@
-//! Communicator handles. A `ncclComm_t` given out here is the address of
-//! an `Arc<CComm>` kept in a table of live communicators; every call looks
-//! the handle up there before touching anything, so a destroyed, foreign
-//! or made-up handle is an `ncclInvalidArgument`, never a dereference.
+//! Communicator handles. A `ncclComm_t` given out here is a token, not an
+//! address: a serial number no other communicator of this process ever
+//! gets (a generation per handle), placed in a range of values that is no
+//! valid address on the platforms we build for, so C code that
+//! dereferences one faults at once instead of reading something. A table
+//! maps live tokens to their `Arc<CComm>`; every call looks the handle up
+//! there before touching anything, so a destroyed, aborted, foreign or
+//! made-up handle is an `ncclInvalidArgument`, never a dereference, and a
+//! stale handle never reaches a communicator made after it was destroyed
+//! (as an address could, once its allocation was reused).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -59,7 +65,27 @@ pub struct CComm {
     pub registered: Mutex<HashMap<usize, oxccl::Registration>>,
 }
 
-static LIVE: Mutex<Option<HashMap<usize, Arc<CComm>>>> = Mutex::new(None);
+/// Live handles, and the serial the next one gets.
+#[derive(Debug, Default)]
+struct Live {
+    next: u64,
+    map: HashMap<usize, Arc<CComm>>,
+}
+
+static LIVE: Mutex<Option<Live>> = Mutex::new(None);
+
+/// Where handle values start: bits 52..56 set and 63..56 clear, so no
+/// handle is a canonical user-space address on x86-64 (47-bit) or AArch64
+/// (48-bit, top byte ignored). Serials are shifted by 4, keeping handles
+/// 16-byte aligned like the pointers C code expects.
+const HANDLE_BASE: usize = 0x00f0_0000_0000_0000;
+/// Serials that fit below bit 52 once shifted: 2^48 handles.
+const MAX_SERIAL: u64 = (1 << 48) - 1;
+
+/// The handle of serial `n`.
+fn token(n: u64) -> usize {
+    HANDLE_BASE | (n as usize) << 4
+}
 
 impl CComm {
     pub fn new(nranks: u32, rank: u32, blocking: bool, name: Option<String>) -> CComm {
@@ -182,13 +208,22 @@ impl CComm {
     }
 }
 
-/// Registers a new handle and returns it.
-pub fn publish(c: Arc<CComm>) -> NcclCommT {
-    let h = Arc::as_ptr(&c) as NcclCommT;
-    LIVE.lock()
-        .get_or_insert_with(HashMap::new)
-        .insert(h as usize, c);
-    h
+/// Registers a new handle and returns it: a value no handle of this
+/// process had before. (After 2^48 of them, years of making one a
+/// microsecond, there are no more: an error rather than a repeat.)
+pub fn publish(c: Arc<CComm>) -> CResult<NcclCommT> {
+    let mut live = LIVE.lock();
+    let live = live.get_or_insert_with(Live::default);
+    if live.next >= MAX_SERIAL {
+        return Err(CError {
+            code: abi::INTERNAL_ERROR,
+            msg: "this process has used up its communicator handles".into(),
+        });
+    }
+    live.next += 1;
+    let h = token(live.next);
+    live.map.insert(h, c);
+    Ok(h as NcclCommT)
 }
 
 /// The live communicator behind `h`.
@@ -198,7 +233,7 @@ pub fn lookup(h: NcclCommT) -> CResult<Arc<CComm>> {
     }
     LIVE.lock()
         .as_ref()
-        .and_then(|m| m.get(&(h as usize)).cloned())
+        .and_then(|l| l.map.get(&(h as usize)).cloned())
         .ok_or_else(|| {
             CError::arg(format!(
                 "comm {h:p} is not a live communicator of this library (destroyed already, or not made by it)"
@@ -213,7 +248,7 @@ pub fn retire(h: NcclCommT) -> CResult<Arc<CComm>> {
     }
     LIVE.lock()
         .as_mut()
-        .and_then(|m| m.remove(&(h as usize)))
+        .and_then(|l| l.map.remove(&(h as usize)))
         .ok_or_else(|| {
             CError::arg(format!(
                 "comm {h:p} is not a live communicator of this library (destroyed already, or not made by it)"
@@ -227,5 +262,43 @@ pub fn abort(c: &CComm) {
     if let Some(comm) = c.ready() {
         comm.abort();
         comm.destroy();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn comm() -> Arc<CComm> {
+        Arc::new(CComm::new(1, 0, true, None))
+    }
+
+    #[test]
+    fn a_handle_is_never_given_out_twice() {
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..200 {
+            let h = publish(comm()).unwrap();
+            assert!(seen.insert(h as usize), "handle {h:p} given out twice");
+            assert!(lookup(h).is_ok());
+            retire(h).expect("a live handle");
+        }
+        // Every retired one stays dead, whatever was made since.
+        let live = publish(comm()).unwrap();
+        for &old in &seen {
+            let e = lookup(old as NcclCommT).expect_err("a retired handle");
+            assert_eq!(e.code, abi::INVALID_ARGUMENT);
+            assert!(retire(old as NcclCommT).is_err());
+        }
+        assert!(lookup(live).is_ok());
+        retire(live).unwrap();
+    }
+
+    #[test]
+    fn handles_are_no_addresses() {
+        let h = publish(comm()).unwrap() as usize;
+        assert_eq!(h & 0xf, 0, "16-byte aligned");
+        assert!(h >> 47 != 0, "above every user-space address");
+        assert_eq!(h >> 56, 0, "no top-byte tag");
+        retire(h as NcclCommT).unwrap();
     }
 }

@@ -49,6 +49,17 @@ pub enum HostError {
     /// The bootstrap failed while the fabric was being set up.
     #[error(transparent)]
     Bootstrap(#[from] oxccl_bootstrap::BootstrapError),
+    /// A peer's shared memory (ranks as processes of one host) holds
+    /// what no honest peer writes: an offset, length, index or counter out
+    /// of range, or a segment of the wrong size or kind. The peer's
+    /// process is corrupt or hostile; nothing was read or written through
+    /// the bad value. The fabric is failed from then on.
+    #[error("rank {rank}: peer rank {peer}'s shared memory is corrupt: {detail}; the communicator is unusable: rebuild it")]
+    Corrupt {
+        rank: Rank,
+        peer: Rank,
+        detail: String,
+    },
     /// Ranks disagree at run time (a message of the wrong length, a remote
     /// access to a peer that is in another call): the calls or plans of the
     /// ranks do not match. The fabric is failed from then on.

@@ -19,7 +19,7 @@ use crate::compile::{ODst, OSrc, Op, Program, XOp};
 use crate::error::HostError;
 use crate::fabric::{Calls, HostFabric};
 use crate::kernel::{transfer, In, TypedOp};
-use crate::remote::RemoteAccess;
+use crate::remote::{RemoteAccess, RemoteFault};
 
 /// What a call did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -267,7 +267,10 @@ impl<T: Element> Runner<'_, T> {
             let (ptr, pre) = match *src {
                 OSrc::Local { addr, pre } => (addr, pre),
                 OSrc::Recv { link, peer } => {
-                    let Some((seq, ptr, len)) = links[link].try_peek() else {
+                    let peeked = links[link]
+                        .try_peek()
+                        .map_err(|d| self.corrupt(peer, c, s, d))?;
+                    let Some((seq, ptr, len)) = peeked else {
                         return Ok(Some(Blocked {
                             peer,
                             what: Awaited::Message,
@@ -304,7 +307,10 @@ impl<T: Element> Runner<'_, T> {
             let ptr = match *dst {
                 ODst::Local { addr } => addr,
                 ODst::Send { link, peer } => {
-                    let Some((seq, ptr)) = links[link].try_reserve() else {
+                    let reserved = links[link]
+                        .try_reserve()
+                        .map_err(|d| self.corrupt(peer, c, s, d))?;
+                    let Some((seq, ptr)) = reserved else {
                         return Ok(Some(Blocked {
                             peer,
                             what: Awaited::Slot,
@@ -431,9 +437,23 @@ impl<T: Element> Runner<'_, T> {
             len,
             elem: size_of::<T>(),
         };
-        self.fab
-            .remote(peer, &access)
-            .map_err(|d| self.mismatch(peer, c, s, d))
+        self.fab.remote(peer, &access).map_err(|f| match f {
+            RemoteFault::Plan(d) => self.mismatch(peer, c, s, d),
+            RemoteFault::Corrupt(d) => self.corrupt(peer, c, s, d),
+        })
+    }
+
+    /// A peer's shared memory holds what no honest peer writes: fails the
+    /// fabric, naming the peer.
+    fn corrupt(&self, peer: Rank, channel: usize, step: usize, detail: String) -> HostError {
+        let err = HostError::Corrupt {
+            rank: self.me,
+            peer,
+            detail: format!("channel {channel} step {step}: {detail}"),
+        };
+        tracing::error!(%err, "oxccl host: a peer's shared memory is corrupt");
+        self.fab.fail(err.to_string());
+        err
     }
 
     /// A run-time disagreement between ranks: fails the fabric.

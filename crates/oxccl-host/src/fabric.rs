@@ -19,7 +19,7 @@ use crate::fifo::Link;
 use crate::landing::landings;
 use crate::net::NetPart;
 use crate::procs::Procs;
-use crate::remote::RemoteAccess;
+use crate::remote::{RemoteAccess, RemoteFault};
 use crate::shm::RankCtl;
 use crate::HostBuf;
 
@@ -690,19 +690,28 @@ impl HostFabric {
             .collect()
     }
 
+    /// The shared part of a fabric whose ranks are processes (tests).
+    #[cfg(test)]
+    pub(crate) fn procs(&self) -> Option<&Procs> {
+        self.procs.as_ref()
+    }
+
     /// Address of `peer`'s elements that `a` names, or why not.
-    pub(crate) fn remote(&self, peer: Rank, a: &RemoteAccess) -> Result<usize, String> {
+    pub(crate) fn remote(&self, peer: Rank, a: &RemoteAccess) -> Result<usize, RemoteFault> {
         if let Some(procs) = &self.procs {
             return procs.remote(peer, a);
         }
         if self.net.is_some() {
-            return Err(
+            return Err(RemoteFault::Plan(
                 "a direct step reads or writes a peer's memory, which ranks talking over the network cannot: run FIFO plans".into(),
-            );
+            ));
         }
         let p = self.ranks[peer as usize].published.lock();
         a.resolve(p.call, || {
-            p.bufs.get(a.buf).copied().ok_or_else(|| a.out_of_range())
+            p.bufs
+                .get(a.buf)
+                .copied()
+                .ok_or_else(|| RemoteFault::Plan(a.out_of_range()))
         })
     }
 

@@ -190,12 +190,29 @@ impl Link {
     }
 
     /// Sender side: the slot to fill next, if the receiver has freed one.
-    pub(crate) fn try_reserve(&self) -> Option<(u64, *mut u8)> {
+    /// Counters no honest pair of ranks writes (the head past the tail, or
+    /// more messages in flight than slots: a corrupt or hostile peer's
+    /// segment) are an error saying so; nothing is touched.
+    pub(crate) fn try_reserve(&self) -> Result<Option<(u64, *mut u8)>, String> {
         let t = self.ctr().tail.load(Ordering::Relaxed);
         // Acquire: the receiver's reads of the slot we are about to reuse
         // happen before our writes into it.
         let h = self.ctr().head.load(Ordering::Acquire);
-        (t - h < self.slots()).then(|| (t, self.slot_ptr(t)))
+        let queued = self.in_flight(t, h)?;
+        Ok((queued < self.slots()).then(|| (t, self.slot_ptr(t))))
+    }
+
+    /// Messages between `head` and `tail`, if the counters are sane:
+    /// `head <= tail <= head + slots`.
+    fn in_flight(&self, tail: u64, head: u64) -> Result<u64, String> {
+        tail.checked_sub(head)
+            .filter(|&q| q <= self.slots())
+            .ok_or_else(|| {
+                format!(
+                    "its FIFO counters read tail {tail}, head {head} for {} slots",
+                    self.nslots
+                )
+            })
     }
 
     /// Sender side: publishes slot `seq` (from `try_reserve`) holding
@@ -296,14 +313,27 @@ impl Link {
     }
 
     /// Receiver side: the next message (sequence, slot, length in bytes),
-    /// if one has arrived.
-    pub(crate) fn try_peek(&self) -> Option<(u64, *const u8, usize)> {
+    /// if one has arrived. Counters or a length no honest sender writes
+    /// (more messages than slots, a message longer than its slot) are an
+    /// error saying so; nothing is read.
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn try_peek(&self) -> Result<Option<(u64, *const u8, usize)>, String> {
         let h = self.ctr().head.load(Ordering::Relaxed);
         let t = self.ctr().tail.load(Ordering::Acquire);
-        (t > h).then(|| {
-            let len = self.len_of(h).load(Ordering::Relaxed) as usize;
-            (h, self.message_ptr(h), len)
-        })
+        if self.in_flight(t, h)? == 0 {
+            return Ok(None);
+        }
+        let len = self.len_of(h).load(Ordering::Relaxed);
+        let ptr = self.message_ptr(h);
+        // A message by reference (thread-mode links only) may be longer
+        // than a slot; one in its slot may not.
+        if ptr == self.slot_ptr(h).cast_const() && len > self.stride as u64 {
+            return Err(format!(
+                "its message #{h} claims {len} bytes in a {}-byte slot",
+                self.stride
+            ));
+        }
+        Ok(Some((h, ptr, len as usize)))
     }
 
     /// Where published message `seq` lies: its slot, or where it was
@@ -388,15 +418,15 @@ mod tests {
         let l = Link::new(2, 16);
         let mut seen = Vec::new();
         for i in 0..5u64 {
-            let (t, p) = l.try_reserve().expect("room");
+            let (t, p) = l.try_reserve().unwrap().expect("room");
             assert_eq!(t, i);
             // SAFETY: the slot holds 16 bytes and is ours until published.
             unsafe { p.write(i as u8) };
             l.publish(t, 1);
             if i % 2 == 1 {
-                assert!(l.try_reserve().is_none(), "two slots are full");
+                assert!(l.try_reserve().unwrap().is_none(), "two slots are full");
                 for _ in 0..2 {
-                    let (h, p, len) = l.try_peek().expect("message");
+                    let (h, p, len) = l.try_peek().unwrap().expect("message");
                     assert_eq!(len, 1);
                     // SAFETY: the slot was published with one byte.
                     seen.push(unsafe { p.read() });
@@ -404,12 +434,12 @@ mod tests {
                 }
             }
         }
-        let (h, p, _) = l.try_peek().expect("last message");
+        let (h, p, _) = l.try_peek().unwrap().expect("last message");
         // SAFETY: as above.
         seen.push(unsafe { p.read() });
         l.release(h);
         assert_eq!(seen, [0, 1, 2, 3, 4]);
-        assert!(l.try_peek().is_none());
+        assert!(l.try_peek().unwrap().is_none());
         assert_eq!(l.counters()[..2], [5, 5]);
     }
 

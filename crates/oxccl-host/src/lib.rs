@@ -27,6 +27,8 @@ mod error;
 mod exec;
 mod fabric;
 mod fifo;
+#[doc(hidden)]
+pub mod fuzz;
 mod kernel;
 mod landing;
 mod net;
@@ -35,6 +37,9 @@ mod region;
 mod remote;
 mod shm;
 mod widened;
+
+#[cfg(test)]
+mod corrupt_tests;
 
 pub use bell::{futex_wait, futex_wake_all, Bell};
 pub use config::HostConfig;

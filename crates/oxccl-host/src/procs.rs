@@ -18,7 +18,7 @@ use rustix::thread::futex;
 use crate::error::HostError;
 use crate::fabric::HostFabric;
 use crate::fifo::Link;
-use crate::remote::RemoteAccess;
+use crate::remote::{RemoteAccess, RemoteFault};
 use crate::shm::{
     GlobalCtl, Heap, Layout, LinkCtr, RankCtl, Segment, MAX_CHANNELS, MAX_PUB, RANK_CTL,
 };
@@ -91,7 +91,7 @@ impl Procs {
             let fd = fds
                 .first()
                 .ok_or_else(|| HostError::Shm(format!("rank {p} sent no segment")))?;
-            segs.push(Arc::new(Segment::map(fd, lay.total)?));
+            segs.push(Arc::new(Segment::map(fd, lay.total, me, p)?));
         }
         // Every peer has mapped ours before anyone writes into it.
         boot.barrier()?;
@@ -104,6 +104,32 @@ impl Procs {
             dead: (0..n).map(|_| AtomicBool::new(false)).collect(),
             watcher: Mutex::new(None),
         })
+    }
+
+    /// Rank `me` of ranks whose segments (of layout `lay`) are already
+    /// mapped here, with no bootstrap and no watcher: for the fuzz entry,
+    /// which plays a peer writing into its segment.
+    pub(crate) fn local(me: Rank, lay: Layout, segs: Vec<Arc<Segment>>) -> Procs {
+        let n = segs.len();
+        Procs {
+            me,
+            lay,
+            segs,
+            heap: Mutex::new(Heap::new(lay.heap, lay.total)),
+            pids: vec![std::process::id(); n],
+            dead: (0..n).map(|_| AtomicBool::new(false)).collect(),
+            watcher: Mutex::new(None),
+        }
+    }
+
+    /// The segments' layout.
+    pub(crate) fn layout(&self) -> Layout {
+        self.lay
+    }
+
+    /// `r`'s segment as mapped in this process.
+    pub(crate) fn segment(&self, r: Rank) -> &Segment {
+        &self.segs[r as usize]
     }
 
     /// Starts the thread that watches peers' processes: the first to exit
@@ -186,23 +212,54 @@ impl Procs {
         ctl.pub_call.store(call, Ordering::Release);
     }
 
-    /// Address in this process of `peer`'s elements that `a` names.
-    pub fn remote(&self, peer: Rank, a: &RemoteAccess) -> Result<usize, String> {
+    /// Address in this process of `peer`'s elements that `a` names. What
+    /// the peer published is checked before use: a count of buffers above
+    /// [`MAX_PUB`], or a buffer reaching outside the peer's heap or
+    /// misaligned, is [`RemoteFault::Corrupt`].
+    pub fn remote(&self, peer: Rank, a: &RemoteAccess) -> Result<usize, RemoteFault> {
         let ctl = self.rank(peer);
         let buf = a.buf;
         a.resolve(ctl.pub_call.load(Ordering::Acquire), || {
-            if buf >= ctl.pub_n.load(Ordering::Relaxed) as usize {
-                return Err(format!("remote buffer {buf} was not published"));
+            let n = ctl.pub_n.load(Ordering::Relaxed) as usize;
+            if n > MAX_PUB {
+                return Err(RemoteFault::Corrupt(format!(
+                    "it claims {n} published buffers (at most {MAX_PUB})"
+                )));
+            }
+            if buf >= n {
+                return Err(RemoteFault::Plan(format!(
+                    "remote buffer {buf} was not published"
+                )));
             }
             let at = ctl.pub_bufs[buf][0].load(Ordering::Relaxed);
-            let blen = ctl.pub_bufs[buf][1].load(Ordering::Relaxed) as usize;
+            let blen = ctl.pub_bufs[buf][1].load(Ordering::Relaxed);
             if at == 0 {
-                return Err(format!(
+                return Err(RemoteFault::Plan(format!(
                     "the peer's buffer {buf} is not in shared memory: across processes, direct plans need buffers from Communicator::alloc"
-                ));
+                )));
             }
-            Ok((self.segs[peer as usize].base() as usize + (at - 1) as usize, blen))
+            let off = self.heap_range(at - 1, blen, a.elem).ok_or_else(|| {
+                RemoteFault::Corrupt(format!(
+                    "its buffer {buf} is published as {blen} elements of {} bytes at byte {} of its segment, outside its heap (bytes {}..{}) or misaligned",
+                    a.elem,
+                    at - 1,
+                    self.lay.heap,
+                    self.lay.total
+                ))
+            })?;
+            Ok((self.segs[peer as usize].base() as usize + off, blen as usize))
         })
+    }
+
+    /// `off` as an offset of a segment, if `len` elements of `elem` bytes
+    /// from there lie inside the heap of a segment of this layout, aligned
+    /// for the element type.
+    fn heap_range(&self, off: u64, len: u64, elem: usize) -> Option<usize> {
+        let off = usize::try_from(off).ok()?;
+        let bytes = usize::try_from(len).ok()?.checked_mul(elem)?;
+        let end = off.checked_add(bytes)?;
+        let aligned = !elem.is_power_of_two() || off % elem == 0;
+        (off >= self.lay.heap && end <= self.lay.total && aligned).then_some(off)
     }
 
     /// Rings `r`'s doorbell; wakes it if it sleeps.

@@ -43,7 +43,7 @@ impl SharedRegion {
             let fd = fds
                 .first()
                 .ok_or_else(|| HostError::Shm("rank 0 sent no shared region".into()))?;
-            Segment::map(fd, len)?
+            Segment::map(fd, len, boot.rank(), 0)?
         };
         Ok(SharedRegion { seg, len })
     }

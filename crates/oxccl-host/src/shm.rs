@@ -20,7 +20,10 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, AtomicU64};
 
 use crossbeam::utils::CachePadded;
-use rustix::fs::{fallocate, ftruncate, memfd_create, FallocateFlags, MemfdFlags};
+use rustix::fs::{
+    fallocate, fcntl_add_seals, fcntl_get_seals, ftruncate, memfd_create, FallocateFlags, FileType,
+    MemfdFlags, SealFlags,
+};
 use rustix::mm::{mmap, munmap, MapFlags, ProtFlags};
 
 use crate::error::HostError;
@@ -36,6 +39,12 @@ pub(crate) const LINKS: usize = 16 << 10;
 const LINK_HDR: usize = PAGE;
 /// Most slots per link (their lengths must fit the header page).
 pub(crate) const MAX_SLOTS: usize = (LINK_HDR - size_of::<LinkCtr>()) / 8;
+
+/// Seals every segment carries: its size is fixed (punching freed heap
+/// pages out stays allowed: that changes no size).
+const SEALS: SealFlags = SealFlags::SHRINK
+    .union(SealFlags::GROW)
+    .union(SealFlags::SEAL);
 
 /// Failure state shared by every rank.
 #[repr(C)]
@@ -141,11 +150,17 @@ fn sys(what: &str, e: rustix::io::Errno) -> HostError {
 
 impl Segment {
     /// A new zero-filled segment of `len` bytes, and its fd to send peers.
+    /// Its size is sealed: no process can shrink it under a peer's mapping
+    /// (which would turn that peer's next access into a SIGBUS).
     pub fn create(len: usize, rank: u32) -> Result<(Segment, OwnedFd), HostError> {
-        let fd = memfd_create(format!("oxccl-host-rank{rank}"), MemfdFlags::CLOEXEC)
-            .map_err(|e| sys("memfd_create", e))?;
+        let fd = memfd_create(
+            format!("oxccl-host-rank{rank}"),
+            MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING,
+        )
+        .map_err(|e| sys("memfd_create", e))?;
         ftruncate(&fd, len as u64).map_err(|e| sys("sizing a shared segment", e))?;
-        let mut seg = Segment::map(&fd, len)?;
+        fcntl_add_seals(&fd, SEALS).map_err(|e| sys("sealing a shared segment", e))?;
+        let mut seg = Segment::map_fd(&fd, len)?;
         let send = fd
             .try_clone()
             .map_err(|e| HostError::Shm(format!("dup: {e}")))?;
@@ -153,15 +168,41 @@ impl Segment {
         Ok((seg, send))
     }
 
-    /// Maps a peer's segment from the fd it sent.
-    pub fn map(fd: &impl AsFd, len: usize) -> Result<Segment, HostError> {
-        let st = rustix::fs::fstat(fd).map_err(|e| sys("fstat of a peer's segment", e))?;
-        if (st.st_size as u64) < len as u64 {
-            return Err(HostError::Shm(format!(
-                "a peer's segment has {} bytes, this layout needs {len}: ranks were configured differently",
+    /// Maps the segment rank `peer` sent rank `me` (its fd), once checked:
+    /// a memfd (a regular file) of at least `len` bytes whose size is
+    /// sealed. Anything else is [`HostError::Corrupt`], naming the peer.
+    pub fn map(fd: &impl AsFd, len: usize, me: u32, peer: u32) -> Result<Segment, HostError> {
+        let bad = |detail: String| HostError::Corrupt {
+            rank: me,
+            peer,
+            detail,
+        };
+        let st = rustix::fs::fstat(fd).map_err(|e| bad(format!("fstat of its segment: {e}")))?;
+        if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+            return Err(bad(format!(
+                "its segment is a {:?}, not a memfd",
+                FileType::from_raw_mode(st.st_mode)
+            )));
+        }
+        if u64::try_from(st.st_size).map_or(true, |s| s < len as u64) {
+            return Err(bad(format!(
+                "its segment has {} bytes, the layout needs {len}",
                 st.st_size
             )));
         }
+        let seals =
+            fcntl_get_seals(fd).map_err(|e| bad(format!("its segment has no seals: {e}")))?;
+        if !seals.contains(SealFlags::SHRINK) {
+            return Err(bad(
+                "its segment's size is not sealed (it could shrink under this rank's mapping)"
+                    .into(),
+            ));
+        }
+        Segment::map_fd(fd, len)
+    }
+
+    /// Maps `len` bytes of `fd`, shared.
+    fn map_fd(fd: &impl AsFd, len: usize) -> Result<Segment, HostError> {
         // SAFETY: a fresh shared mapping of a file we hold; nothing else in
         // this process uses that address range.
         let base = unsafe {
@@ -307,11 +348,58 @@ mod tests {
     fn a_segment_is_shared_between_two_mappings() {
         let lay = Layout::new(2, 4, 4096, 1 << 20);
         let (seg, fd) = Segment::create(lay.total, 0).unwrap();
-        let peer = Segment::map(&fd, lay.total).unwrap();
+        let peer = Segment::map(&fd, lay.total, 1, 0).unwrap();
         // SAFETY: RANK_CTL holds a RankCtl in every segment.
         let (a, b) = unsafe { (seg.at::<RankCtl>(RANK_CTL), peer.at::<RankCtl>(RANK_CTL)) };
         a.joined.store(7, std::sync::atomic::Ordering::Release);
         assert_eq!(b.joined.load(std::sync::atomic::Ordering::Acquire), 7);
-        assert!(Segment::map(&fd, lay.total * 2).is_err());
+        let too_big = Segment::map(&fd, lay.total * 2, 1, 0).unwrap_err();
+        assert!(
+            matches!(
+                too_big,
+                HostError::Corrupt {
+                    rank: 1,
+                    peer: 0,
+                    ..
+                }
+            ),
+            "{too_big}"
+        );
+        // The owner cannot shrink it under its peers.
+        assert!(ftruncate(&fd, PAGE as u64).is_err());
+        // Freed heap pages can still be given back.
+        seg.punch(lay.heap, PAGE);
+    }
+
+    #[test]
+    fn a_segment_that_is_not_a_sealed_memfd_of_the_right_size_is_refused() {
+        let want = 16 * PAGE;
+        let named = |e: HostError| match e {
+            HostError::Corrupt {
+                rank: 2,
+                peer: 5,
+                detail,
+            } => detail,
+            e => panic!("not an error naming peer 5: {e}"),
+        };
+        // Unsealed: could shrink under the mapping.
+        let fd = memfd_create("test-unsealed", MemfdFlags::CLOEXEC).unwrap();
+        ftruncate(&fd, want as u64).unwrap();
+        let d = named(Segment::map(&fd, want, 2, 5).unwrap_err());
+        assert!(d.contains("not sealed"), "{d}");
+        // Sealed but short.
+        let fd = memfd_create(
+            "test-short",
+            MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING,
+        )
+        .unwrap();
+        ftruncate(&fd, PAGE as u64).unwrap();
+        fcntl_add_seals(&fd, SEALS).unwrap();
+        let d = named(Segment::map(&fd, want, 2, 5).unwrap_err());
+        assert!(d.contains("4096 bytes"), "{d}");
+        // Not a regular file at all.
+        let (sock, _other) = std::os::unix::net::UnixStream::pair().unwrap();
+        let d = named(Segment::map(&sock, want, 2, 5).unwrap_err());
+        assert!(d.contains("not a memfd"), "{d}");
     }
 }

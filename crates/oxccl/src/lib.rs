@@ -142,6 +142,11 @@ mod completion;
 pub mod config;
 mod debug;
 pub mod error;
+/// Entry points for fuzzing the call check's decoders; not part of the API.
+#[doc(hidden)]
+pub mod fuzz {
+    pub use crate::check::fuzz::{fingerprint, mirror_frame, shared_record};
+}
 pub mod group;
 mod init;
 #[cfg(feature = "cudarc")]
@@ -165,6 +170,8 @@ pub use config::{Config, ConfigBuilder};
 pub use error::{Error, Result};
 pub use group::{group, Group};
 pub use init::{init_from_env, init_from_env_with, LaunchEnv, UniqueId};
+/// Most ranks a communicator may have.
+pub use oxccl_bootstrap::MAX_RANKS;
 pub use raw::RawColl;
 pub use register::Registration;
 pub use select::{Choice, Transport};

@@ -56,11 +56,19 @@ pub unsafe extern "C" fn ncclGetUniqueId(unique_id: *mut NcclUniqueId) -> NcclRe
     })
 }
 
+/// `nranks` and `rank` checked: 1..=`MAX_RANKS` ranks (the bootstrap's
+/// limit; `INT_MAX` and every other count outside it is
+/// `ncclInvalidArgument` from every init), `rank` one of them.
 fn rank_args(nranks: c_int, rank: c_int) -> CResult<(u32, u32)> {
     let n = u32::try_from(nranks)
         .ok()
-        .filter(|&n| n > 0)
-        .ok_or_else(|| CError::arg(format!("nranks is {nranks}: it must be at least 1")))?;
+        .filter(|&n| (1..=oxccl::MAX_RANKS).contains(&n))
+        .ok_or_else(|| {
+            CError::arg(format!(
+                "nranks is {nranks}: a communicator has 1..={} ranks",
+                oxccl::MAX_RANKS
+            ))
+        })?;
     let r = u32::try_from(rank)
         .ok()
         .filter(|&r| r < n)
@@ -92,10 +100,13 @@ fn init_rank(
     let in_group = group::active();
     if c.blocking && !in_group {
         c.finish_init(Ok(Communicator::init_rank_scalable(&ids, n, r, fcfg)?));
+        let h = handle::publish(c)?;
         // SAFETY: checked by `out`.
-        unsafe { outp.write(handle::publish(c)) };
+        unsafe { outp.write(h) };
         return Ok(SUCCESS);
     }
+    // The handle first: with none left, no init thread is started.
+    let h = handle::publish(c.clone())?;
     let worker = c.clone();
     let t = std::thread::Builder::new()
         .name(format!("oxccl-init-r{r}"))
@@ -111,12 +122,14 @@ fn init_rank(
             });
             worker.finish_init(res);
         })
-        .map_err(|e| CError {
-            code: abi::SYSTEM_ERROR,
-            msg: format!("could not start the init thread: {e}"),
+        .map_err(|e| {
+            let _ = handle::retire(h);
+            CError {
+                code: abi::SYSTEM_ERROR,
+                msg: format!("could not start the init thread: {e}"),
+            }
         })?;
     c.set_init_thread(t);
-    let h = handle::publish(c.clone());
     // SAFETY: checked by `out`.
     unsafe { outp.write(h) };
     if in_group {
@@ -225,7 +238,7 @@ pub unsafe extern "C" fn ncclCommInitAll(
                 c.finish_init(Ok(comm));
                 handle::publish(c)
             })
-            .collect();
+            .collect::<CResult<_>>()?;
         // SAFETY: the caller's `ndev` handles (checked non-null, aligned).
         unsafe { std::ptr::copy_nonoverlapping(handles.as_ptr(), comms, handles.len()) };
         Ok(SUCCESS)
@@ -353,7 +366,7 @@ fn publish_child(make: Box<MakeChild>, parent_blocking: bool, cc: &CommConfig) -
             let blocking = cc.blocking.unwrap_or(parent_blocking);
             let k = Arc::new(CComm::new(x.nranks(), x.rank(), blocking, cc.name.clone()));
             k.finish_init(Ok(x));
-            handle::publish(k) as usize
+            handle::publish(k)? as usize
         }
     })
 }

@@ -12,6 +12,7 @@
 #include <nccl.h>
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
@@ -765,6 +766,17 @@ static void scenario_badargs(void) {
   BAD(ncclGetVersion(NULL), ncclInvalidArgument, "NULL");
   ncclComm_t keep = (ncclComm_t)0x42;
   BAD(ncclCommInitRank(&keep, 0, zero, 0), ncclInvalidArgument, "nranks");
+  /* Every bad rank count, from every init: InvalidArgument, nothing written. */
+  static const int bad_n[] = {0, -1, INT_MIN, INT_MAX, (1 << 14) + 1};
+  for (size_t i = 0; i < sizeof bad_n / sizeof bad_n[0]; i++) {
+    int n = bad_n[i];
+    BAD(ncclCommInitRank(&keep, n, zero, 0), ncclInvalidArgument, "nranks");
+    ncclConfig_t c0 = NCCL_CONFIG_INITIALIZER;
+    BAD(ncclCommInitRankConfig(&keep, n, zero, 0, &c0), ncclInvalidArgument, "nranks");
+    BAD(ncclCommInitRankScalable(&keep, n, 0, 1, &zero, NULL), ncclInvalidArgument, "nranks");
+    BAD(ncclCommInitAll(&keep, n, NULL), ncclInvalidArgument, "nranks");
+  }
+  CHECK(keep == (ncclComm_t)0x42, "comm written by an init with a bad rank count");
   BAD(ncclCommInitRank(&keep, 2, zero, 2), ncclInvalidArgument, "rank 2");
   ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
   cfg.magic = 0;
@@ -789,6 +801,23 @@ static void scenario_badargs(void) {
   NCCL_OK(ncclCommDestroy(other));
   BAD(ncclCommDestroy(other), ncclInvalidArgument, "not a live");
   BAD(ncclAllReduce(in, out, 8, ncclFloat32, ncclSum, other, NULL), ncclInvalidArgument, "not a live");
+  /* A stale handle never reaches a communicator made after its destroy or
+     abort (whatever memory the new one reuses), and is never dereferenced. */
+  for (int i = 0; i < 20; i++) {
+    ncclComm_t fresh, gone = other;
+    NCCL_OK(ncclCommInitRank(&fresh, 1, zero, 0));
+    CHECK(fresh != gone, "a new communicator got the stale handle %p", (void *)gone);
+    int cnt = -7;
+    BAD(ncclCommCount(gone, &cnt), ncclInvalidArgument, "not a live");
+    CHECK(cnt == -7, "count written through a stale handle");
+    BAD(ncclAllReduce(in, out, 8, ncclFloat32, ncclSum, gone, NULL), ncclInvalidArgument, "not a live");
+    BAD(ncclCommAbort(gone), ncclInvalidArgument, "not a live");
+    NCCL_OK(ncclCommCount(fresh, &cnt));
+    CHECK(cnt == 1, "the fresh communicator has %d ranks", cnt);
+    if (i % 2) NCCL_OK(ncclCommAbort(fresh)); else NCCL_OK(ncclCommDestroy(fresh));
+    other = fresh;
+  }
+  for (int i = 0; i < 9; i++) CHECK(out[i] == -1, "out[%d] written through a stale handle: %g", i, out[i]);
   /* Groups: an end without a start; a bad call fails the whole group. */
   BAD(ncclGroupEnd(), ncclInvalidUsage, "without ncclGroupStart");
   NCCL_OK(ncclGroupStart());

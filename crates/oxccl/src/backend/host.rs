@@ -98,6 +98,7 @@ pub(crate) fn map_error(e: HostError) -> Error {
         e @ HostError::Aborted { .. } => Error::Aborted(e.to_string()),
         HostError::Failed(m) => Error::Aborted(m),
         e @ HostError::Mismatch { .. } => Error::Backend(e.to_string()),
+        e @ HostError::Corrupt { .. } => Error::Aborted(e.to_string()),
         e @ HostError::PeerLost { .. } => Error::Aborted(e.to_string()),
         e @ HostError::NetLost { .. } => Error::Aborted(e.to_string()),
         HostError::Net(m) => Error::Bootstrap(m),

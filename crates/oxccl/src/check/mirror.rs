@@ -181,6 +181,17 @@ impl Inner {
     }
 }
 
+/// Fuzz entry: a peer's frame from arbitrary bytes (the first
+/// [`FRAME`], zero-padded); one that decodes encodes back to itself.
+pub(super) fn fuzz_frame(bytes: &[u8]) {
+    let mut b = [0u8; FRAME];
+    let n = bytes.len().min(FRAME);
+    b[..n].copy_from_slice(&bytes[..n]);
+    if let Some(f) = Frame::decode(&b) {
+        assert_eq!(Frame::decode(&f.encode()), Some(f));
+    }
+}
+
 /// This rank's mirror of the board and its connections to every peer.
 #[derive(Debug)]
 pub(super) struct Mirror {

@@ -60,6 +60,7 @@
 mod board;
 mod calls;
 mod fingerprint;
+pub(crate) mod fuzz;
 mod mirror;
 mod shared;
 

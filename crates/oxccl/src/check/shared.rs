@@ -94,6 +94,23 @@ fn decode(count: u64, meta: u64) -> Option<(usize, DataType, Option<u16>)> {
     Some((count as usize, dtype, direct))
 }
 
+/// Fuzz entry: one side's record from two arbitrary words, as a peer's
+/// process may have written them; one that decodes encodes back to
+/// itself.
+pub(super) fn fuzz_record(count: u64, meta: u64) {
+    if let Some((count, dtype, direct)) = decode(count, meta) {
+        let rec = P2pRecord {
+            peer: 0,
+            send: true,
+            count,
+            dtype,
+            direct,
+        };
+        let (c, m) = encode(&rec);
+        assert_eq!(decode(c, m), Some((count, dtype, direct)));
+    }
+}
+
 /// One side of one ordered pair: ((sender, receiver), 0 sends / 1 receives).
 type PairSide = ((u32, u32), usize);
 
@@ -167,7 +184,7 @@ impl SharedBoard {
     }
 
     pub fn row(&self, rank: u32) -> &[Slot; DEPTH] {
-        debug_assert!(rank < self.nranks);
+        assert!(rank < self.nranks, "rank {rank} of {} ranks", self.nranks);
         // SAFETY: rows start at HEADER, ROW bytes apart (ROW is a multiple
         // of a Slot's alignment and holds DEPTH slots); the region is
         // zero-filled shared memory, and zeros are valid atomics.
@@ -183,7 +200,7 @@ impl SharedBoard {
     /// `rank`'s "gone" word: 1 once its communicator was destroyed or
     /// dropped.
     fn gone_word(&self, rank: u32) -> &AtomicU64 {
-        debug_assert!(rank < self.nranks);
+        assert!(rank < self.nranks, "rank {rank} of {} ranks", self.nranks);
         // SAFETY: the word sits GONE bytes into `rank`'s row, inside it
         // (asserted above) and 8-byte aligned (rows are ROW-aligned from a
         // page-aligned base); zero-filled shared memory is a valid atomic.
@@ -258,12 +275,15 @@ impl SharedBoard {
         wake(&self.region);
     }
 
-    /// The first rank that aborted, if any.
+    /// The first rank that aborted, if any. The word is shared memory any
+    /// rank's process can write: a value naming no rank of the clique is
+    /// no abort (it is never used as an index).
     pub fn aborted_by(&self) -> Option<u32> {
         header(&self.region)
             .aborted
             .load(Ordering::Acquire)
             .checked_sub(1)
+            .filter(|&r| r < self.nranks)
     }
 
     /// Sleeps until a publish, at most [`NAP`], unless `ready` answers.
