@@ -53,8 +53,9 @@
 //! that is the most its busbw can reach.
 //!
 //! The modules, by job: `args` (the flags and what they expand to),
-//! `launch` and `procs` (where the ranks come from: threads, processes
-//! this sweep starts, or one rank of a launcher's), `pools` (the buffers),
+//! `launch`, `launcher` and `procs` (where the ranks come from: threads,
+//! processes this sweep starts, or one rank of a launcher's, found without
+//! `--from-env` too), `pools` (the buffers),
 //! `measure` and `rank` (one row on every rank, and one rank's share),
 //! `check` (the checked call and the comparison with the reference),
 //! `output` (the table, the summary and the JSON report); `pick`,
@@ -70,6 +71,7 @@ mod args;
 mod check;
 mod external;
 mod launch;
+mod launcher;
 mod measure;
 mod output;
 mod pick;
@@ -89,8 +91,9 @@ use args::{count_for, count_for_least, largest_elems, Plan};
 use measure::{Case, Measured};
 use pools::Pools;
 
-pub fn run(a: SweepArgs) -> anyhow::Result<()> {
+pub fn run(mut a: SweepArgs) -> anyhow::Result<()> {
     let plan = Plan::new(&a)?;
+    launch::resolve(&mut a, |k| std::env::var(k).ok())?;
     args::check_ranks(&a, a.procs.is_some() || a.from_env)?;
     if let Some(list) = &a.procs {
         return procs::launch(list);

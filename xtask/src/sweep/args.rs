@@ -45,18 +45,30 @@ pub struct SweepArgs {
     /// Collective name, comma list, or all.
     #[arg(long, default_value = "all")]
     pub(crate) coll: String,
-    /// Number of ranks (as threads of this process).
-    #[arg(long, default_value_t = 4)]
-    pub(crate) ranks: u32,
+    /// Number of ranks, as threads of this process [default: 4]. Where a
+    /// launcher's variables say this process is one rank of several
+    /// (torchrun's RANK/WORLD_SIZE, mpirun's OMPI_COMM_WORLD_RANK/SIZE,
+    /// PMI_RANK/PMI_SIZE, a Slurm step's SLURM_PROCID/SLURM_NTASKS), the
+    /// sweep joins them as with --from-env, and --ranks is an error unless
+    /// --no-launcher is given too.
+    #[arg(long)]
+    pub(crate) ranks: Option<u32>,
     /// Ranks as processes instead: launch N processes of one rank each
     /// (a comma list runs one sweep per N); rank 0 prints the table.
     #[arg(long)]
     pub(crate) procs: Option<String>,
     /// Be one rank of a sweep whose processes a launcher started
-    /// (torchrun, mpirun, Slurm, or `--procs`): rank and rank count from
-    /// their environment variables; rank 0 prints.
-    #[arg(long)]
+    /// (torchrun, mpirun, PMI, Slurm, or `--procs`): rank and rank count
+    /// from their environment variables; rank 0 prints. Implied where a
+    /// launcher's rank and size variables are set and agree; where they are
+    /// partial or conflict the sweep stops and names them.
+    #[arg(long, conflicts_with = "no_launcher")]
     pub(crate) from_env: bool,
+    /// Ignore launcher variables: run --ranks threads (or --procs) in
+    /// this process even where a launcher's variables are set, partial or
+    /// not.
+    #[arg(long)]
+    pub(crate) no_launcher: bool,
     /// host, cuda or auto (CUDA when present, else host).
     #[arg(long, default_value = "auto")]
     pub(crate) backend: String,
@@ -109,6 +121,13 @@ fn list<T: Copy>(
         return Ok(all.to_vec());
     }
     spec.split(',').map(|s| parse(s.trim())).collect()
+}
+
+impl SweepArgs {
+    /// Ranks as threads: `--ranks`, 4 by default.
+    pub(crate) fn ranks(&self) -> u32 {
+        self.ranks.unwrap_or(4)
+    }
 }
 
 /// What the flags expand to: the rows' axes and the library's settings.
@@ -195,15 +214,15 @@ pub(crate) fn check_ranks(a: &SweepArgs, procs_or_env: bool) -> anyhow::Result<(
 
 /// [`check_ranks`] for ranks as threads of this process.
 pub(crate) fn check_threads(a: &SweepArgs) -> anyhow::Result<()> {
-    if !a.from_env && a.ranks == 0 {
+    if !a.from_env && a.ranks() == 0 {
         bail!("--ranks must be at least 1");
     }
-    if !a.from_env && a.root >= a.ranks {
+    if !a.from_env && a.root >= a.ranks() {
         bail!(
             "root {} out of range for {} ranks (-r 0 to {})",
             a.root,
-            a.ranks,
-            a.ranks - 1
+            a.ranks(),
+            a.ranks() - 1
         );
     }
     Ok(())

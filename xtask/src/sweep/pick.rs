@@ -55,7 +55,7 @@ pub(crate) fn run(
     config: &Config,
     out: &mut impl Write,
 ) -> anyhow::Result<f64> {
-    let make = |cfg: &Config| oxccl::init_all_with(a.ranks, cfg.clone());
+    let make = |cfg: &Config| oxccl::init_all_with(a.ranks(), cfg.clone());
     Ok(run_on(a, colls, dt, sizes, config, &make, out)?.0)
 }
 
@@ -96,7 +96,7 @@ pub(crate) fn run_on(
         dt,
         sizes,
         make,
-        most: largest_elems(&colls, sizes, dt.size(), a.ranks),
+        most: largest_elems(&colls, sizes, dt.size(), a.ranks()),
     };
     let mut points = pass.first(&variants);
     let rechecked = pass.recheck(&mut points, &variants, config);
@@ -135,7 +135,7 @@ struct Pass<'a> {
 impl Pass<'_> {
     /// The collective of `kind` at `size`, where it has one element.
     fn coll(&self, kind: CollKind, size: usize) -> Option<Collective> {
-        let count = count_for(kind, size, self.dt.size(), self.a.ranks)?;
+        let count = count_for(kind, size, self.dt.size(), self.a.ranks())?;
         let root = if kind.has_root() { self.a.root } else { 0 };
         Some(Collective::new(kind, count, root))
     }
@@ -265,7 +265,7 @@ impl Pass<'_> {
         rechecked: &BTreeMap<(usize, usize), (f64, f64)>,
         out: &mut impl Write,
     ) -> anyhow::Result<f64> {
-        let (n, dt) = (self.a.ranks, self.dt);
+        let (n, dt) = (self.a.ranks(), self.dt);
         writeln!(
             out,
             "# pick against best forced: {n} ranks, {dt}, out of place, time per call (us)"
