@@ -169,6 +169,10 @@ pub use raw::RawColl;
 pub use register::Registration;
 pub use select::{Choice, Transport};
 
+/// The call check's CPU work, for the benchmarks in `benches/` only; not
+/// part of the API.
+#[doc(hidden)]
+pub use check::bench as call_check;
 /// The pure core (plan IR, generators, test support), for tools and tests.
 pub use oxccl_core as core;
 pub use oxccl_core::{Algo, CollKind, DataType, Element, Proto, RedOp};

@@ -57,6 +57,8 @@
 //! collective, so it is off there by default (said once at init), and
 //! mismatched calls there fail in the data path or at the deadline.
 
+#[doc(hidden)]
+pub mod bench;
 mod board;
 mod calls;
 mod fingerprint;
