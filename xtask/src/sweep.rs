@@ -14,7 +14,7 @@
 //! behind one untimed lead-in call, so the skew with which the host barrier
 //! releases the ranks is not counted (see `rank_run`). The median rather
 //! than the mean: with more rank threads than host cores, one call the
-//! host's scheduler held up moved a mean of 5 calls by up to 2.5× (run U of
+//! host's scheduler held up moved a mean of 5 calls by up to 2.5× (the 2026-12-05 13:53 H100 run of
 //! `docs/perf/LOG.md`); a median of laps keeps the calls that ran.
 //! `OXCCL_SWEEP_SPREAD=1` prints that rank's min, quartiles and max on
 //! stderr, one line per row, so a median can be read against its calls.

@@ -1,4 +1,4 @@
-//! The sweep with ranks as processes (issue 11): `--procs N` launches N
+//! The sweep with ranks as processes: `--procs N` launches N
 //! copies of this program as one rank each (torchrun's variables, root on
 //! a free local port), and `--from-env` is one such rank, whoever launched
 //! it (torchrun, mpirun, Slurm, or `--procs`).
