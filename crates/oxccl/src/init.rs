@@ -1,13 +1,13 @@
-//! Communicators whose ranks are processes: a [`UniqueId`] made by one
-//! process and handed to the others, [`Communicator::init_rank`] in each,
-//! [`init_from_env`] for launchers (torchrun, Open MPI, Slurm), and
-//! [`Communicator::split`].
+//! Communicators whose ranks are processes: [`UniqueId`],
+//! [`Communicator::init_rank`], [`init_from_env`] and
+//! [`Communicator::split`] (the crate's front page says how they fit;
+//! this module is private).
 //!
 //! The ranks meet through `oxccl-bootstrap` (TCP rendezvous, then a ring
 //! for small all-gathers) and run on the host backend across processes
 //! (FIFOs and `alloc` buffers in shared memory, see `oxccl-host`), or on
 //! CUDA (`backend::cuda_procs`: `Cuda`, or `Auto` when every rank has a
-//! device). A 1-rank communicator contacts no root and never reads its id.
+//! device).
 
 use std::sync::Arc;
 
