@@ -148,7 +148,7 @@
 //! | `Ring` | `ring` | `Simple` | `simple` |
 //! | `Chain` | `chain` | `LL` | `ll` |
 //! | `BinaryTree` | `btree`, `binarytree` | `LL128` | `ll128` (accepted; no backend runs it) |
-//! | `DoubleBinaryTree` | `tree` (NCCL's Tree), `dbtree` | | |
+//! | `DoubleBinaryTree` | `tree` (NCCL's Tree), `dbtree`, `doublebinarytree` | | |
 //! | `OneShot` | `oneshot`, `one_shot` | | |
 //! | `TwoShot` | `twoshot`, `two_shot` | | |
 //! | `AllPairs` | `allpairs`, `all_pairs`, `direct` | | |
