@@ -23,7 +23,7 @@ pub(crate) struct RankDone<T> {
     pub(crate) outside: (u64, Option<String>),
 }
 
-/// One rank's share of [`measure`]. Every rank reaches every barrier,
+/// One rank's share of [`measure`](super::measure::measure). Every rank reaches every barrier,
 /// failed or not (a failed rank aborts the clique first, so peers'
 /// pending calls fail promptly), and the first error is returned.
 #[allow(clippy::too_many_arguments)] // reason: one rank's view of `measure`'s arguments; a struct would only rename them
