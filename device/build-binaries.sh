@@ -9,8 +9,9 @@ cd "$(dirname "$0")/.."
 mkdir -p .gpu
 G=.gpu
 T=${CARGO_TARGET_DIR:-target}
-# Every binary from one tree: run S's xtask was built at 18:00, before a
-# merge at 18:03 brought 7cb56f3, and the rest after it (docs/perf/LOG.md).
+# Every binary from one tree: the 2026-12-04 17:10 H200 run's xtask was
+# built at 18:00, before a merge at 18:03 brought 7cb56f3, and the rest
+# after it (docs/perf/LOG.md).
 tree() { git rev-parse HEAD; git diff HEAD -- crates kernels xtask Cargo.toml Cargo.lock | sha1sum; }
 START=$(tree)
 exe() { # the test executable cargo built for `cargo test --release $*`

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Issue 13 on the H200 host: the network transport over loopback. Build
+# The network transport over loopback, on the GPU machine's host. Build
 # here with device/build-binaries.sh, then on the device machine with
 # carry [".gpu"], from the repository root:  bash device/net-recheck.sh
 # About 150 s (each step has its own timeout; at most 400 s in all).
@@ -26,7 +26,7 @@ row() {
 }
 med() { sort -g | awk '{v[NR]=$1} END {if (NR) print v[int((NR+1)/2)]; else print "-"}'; }
 loop="sweep --procs 2 --backend host -b 64M -e 64M --coll allreduce -n 5 -w 2 --baseline"
-st "issue 13: 2 host processes over TCP (lo), 64 MiB AllReduce, --baseline"
+st "network: 2 host processes over TCP (lo), 64 MiB AllReduce, --baseline"
 for cfg in default 1x2; do
   env=""; runs="1 2 3 4 5"
   [ $cfg = 1x2 ] && env="NCCL_SOCKET_NTHREADS=1 NCCL_NSOCKS_PERTHREAD=2" runs="1 2 3"
@@ -46,7 +46,7 @@ for cfg in default 1x2; do
     [ $col = 10 ] && echo -n "$cfg median floor: out of place $m%" || echo " in place $m%"
   done
 done
-st "issue 13: 8 CUDA processes over TCP (lo), every collective 8 B-4 MiB"
+st "network: 8 CUDA processes over TCP (lo), every collective 8 B-4 MiB"
 timeout 70 $G/xtask sweep --backend cuda -b 8 -e 4M -f 16 -n 5 -w 2 --procs 8 > $O/net8.txt 2>&1; echo "rc=$?"; sum $O/net8.txt
 grep -E "^# Collective|^ +(8|524288|4194304) " $O/net8.txt | cut -c1-120
 st done

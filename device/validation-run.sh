@@ -25,7 +25,7 @@ step() { echo "=== $1 ($(date +%T))"; }
   timeout 60 $G/collectives cuda_every_case --nocapture 2>&1 | tail -15
   step "driver calls that wait for a running kernel (sync_probe)"
   timeout 60 $G/sync_probe 2>&1 | tail -30
-  step "issue 10: freed buffers reused in stream order; random collectives on fresh buffers, 2/3/8 ranks"
+  step "lifetimes: freed buffers reused in stream order; random collectives on fresh buffers, 2/3/8 ranks"
   for n in 2 3 8; do
     OXCCL_GPU_RANKS=$n OXCCL_UAF_ITERS=60 timeout 60 $G/lifetimes cuda_freed --nocapture 2>&1 | grep -E "reuse loop|test result|rank [0-9]"
     OXCCL_GPU_RANKS=$n OXCCL_LOOP_CALLS=2000 timeout 120 $G/lifetimes cuda_random --nocapture 2>&1 | grep -E "random loop|test result|rank [0-9]"

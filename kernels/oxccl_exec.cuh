@@ -1,6 +1,6 @@
 // The device plan executor: block b of a launch walks channel b's steps.
 //
-// Synchronisation follows DESIGN.md: a FIFO message is "data, fence,
+// Synchronisation follows the Simple protocol (docs/ARCHITECTURE.md): a FIFO message is "data, fence,
 // counter store"; the receiver acquire-polls the counter. A few threads of
 // the block's first warp poll and update counters, one per semaphore or
 // operand, in parallel; __syncthreads() hands the result to the rest of

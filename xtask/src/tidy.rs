@@ -1,5 +1,7 @@
 //! `cargo xtask tidy`: checks that no crate depends against the arrows of
-//! DESIGN.md (dependencies point down only), and that the host/device
+//! `docs/ARCHITECTURE.md`'s crate table (dependencies point down only),
+//! that no comment, doc or script refers to an issue number or a run
+//! letter (`refs`), and that the host/device
 //! layout has one source: no kernel file defines a record or constant that
 //! `crates/oxccl-cuda/src/layout.rs` generates, and its layout test stays.
 //!
@@ -9,6 +11,8 @@
 use std::path::Path;
 
 use anyhow::{bail, Context};
+
+mod refs;
 
 /// Which workspace crates each crate may depend on.
 pub const ALLOWED: &[(&str, &[&str])] = &[
@@ -43,6 +47,11 @@ pub const ALLOWED: &[(&str, &[&str])] = &[
     (
         "xtask",
         &["oxccl", "oxccl-bench", "oxccl-topo", "oxccl-core"],
+    ),
+    // The criterion benchmarks time the CPU paths of the crates below.
+    (
+        "oxccl-benches",
+        &["oxccl", "oxccl-core", "oxccl-topo", "oxccl-host"],
     ),
 ];
 
@@ -83,21 +92,24 @@ pub fn violations(name: &str, manifest: &str) -> Vec<String> {
     let allowed = ALLOWED.iter().find(|(n, _)| *n == name).map(|(_, a)| *a);
     let Some(allowed) = allowed else {
         return vec![format!(
-            "crate {name} is not in DESIGN.md's table; add it to xtask/src/tidy.rs"
+            "crate {name} is not in docs/ARCHITECTURE.md's table; add it there and to xtask/src/tidy.rs"
         )];
     };
     internal_deps(manifest)
         .into_iter()
         .filter(|d| !allowed.contains(&d.as_str()))
         .map(|d| {
-            format!("{name} depends on {d}, against DESIGN.md's arrows (allowed: {allowed:?})")
+            format!("{name} depends on {d}, against docs/ARCHITECTURE.md's arrows (allowed: {allowed:?})")
         })
         .collect()
 }
 
 /// Checks every crate of the workspace rooted at `root`.
 pub fn check(root: &Path) -> anyhow::Result<Vec<String>> {
-    let mut manifests = vec![root.join("xtask/Cargo.toml")];
+    let mut manifests = vec![
+        root.join("xtask/Cargo.toml"),
+        root.join("benches/Cargo.toml"),
+    ];
     for e in std::fs::read_dir(root.join("crates")).context("reading crates/")? {
         let p = e?.path().join("Cargo.toml");
         if p.exists() {
@@ -192,7 +204,7 @@ pub fn check_layout(root: &Path) -> anyhow::Result<Vec<String>> {
     Ok(out)
 }
 
-/// The map of the code: at most this many lines (issue 14's shape).
+/// The map of the code: at most this many lines.
 const MAP: &str = "docs/ARCHITECTURE.md";
 const MAP_LINES: usize = 300;
 
@@ -242,6 +254,14 @@ pub fn run() -> anyhow::Result<()> {
         bail!("the architecture map grew a log:\n{}", v.join("\n"));
     }
     println!("tidy: {MAP} is a map ({} lines)", map.lines().count());
+    let v = refs::check(&root)?;
+    if !v.is_empty() {
+        bail!(
+            "references outside the repository (name a measurement by where it lives and when, e.g. \"docs/perf/LOG.md, 2026-12-06 H100\"):\n{}",
+            v.join("\n")
+        );
+    }
+    println!("tidy: no issue numbers or run letters");
     let v = check_layout(&root)?;
     if !v.is_empty() {
         bail!("host/device layout defined twice:\n{}", v.join("\n"));

@@ -8,9 +8,10 @@ use std::process::{Command, Output};
 use oxccl_core::CollKind;
 
 /// Runs `xtask sweep` on the host backend with `args`, every `OXCCL_*`
-/// and `NCCL_*` variable of this process removed from the child's
-/// environment (this process's own is never changed), so the result does
-/// not depend on what the caller's shell set.
+/// and `NCCL_*` variable and every launcher's (a test run inside a Slurm
+/// step or under mpirun would otherwise join as one rank) removed from the
+/// child's environment (this process's own is never changed), so the
+/// result does not depend on what the caller's shell set.
 fn sweep(args: &[&str]) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_xtask"));
     cmd.args(["sweep", "--backend", "host"]).args(args);
@@ -19,6 +20,9 @@ fn sweep(args: &[&str]) -> Output {
         if name.starts_with("OXCCL_") || name.starts_with("NCCL_") {
             cmd.env_remove(&var);
         }
+    }
+    for var in oxccl::LaunchEnv::vars().chain(["SLURM_STEP_ID"]) {
+        cmd.env_remove(var);
     }
     cmd.output().expect("running the xtask binary")
 }

@@ -1,4 +1,4 @@
-//! Reproduces issue 10's random-collective hang by putting back, one at a
+//! Reproduces the random-collective hang on fresh buffers by putting back, one at a
 //! time, the host-side steps the buffer allocation made before ff38a77,
 //! and names the step that waited for a peer's spinning kernel.
 //!

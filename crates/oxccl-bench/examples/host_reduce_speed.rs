@@ -5,7 +5,7 @@
 //! call and as a ratio to f32 Sum (same bytes). A shared machine's load
 //! comes and goes, so each row alternates f32 Sum and its own op for
 //! ROUNDS rounds of 5 runs of CALLS calls, and compares the best run of
-//! each (other load only ever adds time). Issue 15's goal: every ratio
+//! each (other load only ever adds time). The goal: every ratio
 //! within 2.
 //!
 //! `host_reduce_speed [BYTES] [CALLS] [ROUNDS]`, default `1M 40 3`.
@@ -98,7 +98,7 @@ fn main() -> oxccl::Result<()> {
             time::<i32>(&comms, bytes, calls, op)
         });
     }
-    // fp8 Prod has its own lanes (issue 15 asks it within 2 too).
+    // fp8 Prod has its own lanes (held to within 2 too).
     row("f8e4m3 prod", &|| {
         time::<F8E4M3>(&comms, bytes, calls, RedOp::Prod)
     });

@@ -211,7 +211,7 @@ fn ops() -> Vec<Op> {
             p.b.synchronize().map_err(|e| e.to_string())
         }),
     ));
-    // The sizes issue 10's random loop zeroed (4 x count bytes, any count).
+    // The sizes the random-collective loop zeroed (4 x count bytes, any count).
     for bytes in [148usize, 1_200_004] {
         v.push((
             format!("cuMemsetD8Async {bytes} B on stream B + sync B"),

@@ -1,4 +1,4 @@
-//! Memory shared between processes of one host (issue 11): device memory
+//! Memory shared between processes of one host: device memory
 //! from `cuMemAlloc` exported as a legacy IPC handle and opened by peer
 //! processes, and host memory page-locked in place so copies between it
 //! and the device run at full speed.

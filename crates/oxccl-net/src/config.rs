@@ -94,7 +94,7 @@ pub const AUTO_THREADS_PER_CORE: usize = 8;
 ///   ([`crate::wire::split`]), so more threads copy its parts at once: on a
 ///   16-core host, 2 processes over loopback with 4 channels reached 96.5%
 ///   of one stream with 4 × 2 and 74.8% with 1 × 2 (`docs/perf/LOG.md`,
-///   run S call 13);
+///   the 2026-12-04 17:10 H200 run call 13);
 /// - at most [`AUTO_THREADS_PER_CORE`] threads per core of the share over
 ///   all `conns` connections, so many peers (eager connections to every one)
 ///   fall back to 1 thread per connection;

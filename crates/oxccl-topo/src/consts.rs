@@ -145,7 +145,7 @@ pub fn gpu_by_device_id(id: u32) -> Option<GpuSpec> {
 /// Share of the memory's peak bandwidth (bus width × clock × 2) a
 /// device-to-device copy reaches, counting read and write: on the H200
 /// (6144-bit bus, 3.2 GHz: 4915 GB/s peak) the copy moved 2015-2105 GB/s
-/// of data, 4030-4210 GB/s of traffic (docs/PERFORMANCE.md).
+/// of data, 4030-4210 GB/s of traffic (docs/perf/LOG.md).
 pub const COPY_EFFICIENCY: f64 = 0.857;
 
 /// Copy bandwidth for a GPU known only by compute capability.

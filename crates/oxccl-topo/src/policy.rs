@@ -31,7 +31,7 @@ use crate::select::{Choice, Selector, Transport};
 
 /// Bandwidth of one memory pass (reading or writing each byte once) the
 /// host model assumes, GB/s: twice a single-thread memcpy, which measured 8
-/// to 20 GB/s on the 2-core development VM (docs/PERFORMANCE.md). It turns
+/// to 20 GB/s on the 2-core development VM (docs/perf/LOG.md). It turns
 /// the model's nominal device bandwidth into host terms, so predictions are
 /// of the right order; `calibrate` can fit better ones from a sweep.
 const HOST_PASS_GBPS: f64 = 20.0;
@@ -221,7 +221,7 @@ pub struct NetPlacement {
 /// runs its steps in order, so each ring round waits for its messages
 /// (a block out, its reduction back) and one channel keeps the link busy
 /// only part of the time. On the 2-core development VM (2 processes over
-/// `lo`, 64 MiB AllReduce, docs/PERFORMANCE.md) 1, 2 and 4 channels moved
+/// `lo`, 64 MiB AllReduce, docs/perf/LOG.md) 1, 2 and 4 channels moved
 /// about 1.3, 1.6 and 1.9 GB/s.
 pub const NET_CHANNELS_TO_FILL: f64 = 4.0;
 
@@ -721,7 +721,7 @@ mod tests {
         }
     }
 
-    /// Run S, call 10 on the H200 host (16 cores), 2 host processes over
+    /// The 2026-12-04 17:10 H200 run, call 10 on the H200 host (16 cores), 2 host processes over
     /// `lo`, 64 MiB AllReduce: each run's hop as measured at setup (µs) and
     /// the network bandwidth its ranks agreed (GB/s), recovered from the
     /// time the selector predicted for its one channel (13312.2 to 21588.6
@@ -737,7 +737,7 @@ mod tests {
 
     #[test]
     fn the_h200_hosts_loopback_figures_take_every_channel_for_64_mib() {
-        // Run S's binary (4ac6bf0's model) connected 2 channels and chose
+        // The 2026-12-04 17:10 H200 run's binary (4ac6bf0's model) connected 2 channels and chose
         // 1 in every run; each of its figures must give a bandwidth-bound
         // ring every channel connected (up to NET_CHANNELS_TO_FILL). Four
         // channels reach what that binary predicted for its one (64 MiB at

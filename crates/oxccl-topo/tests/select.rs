@@ -258,7 +258,7 @@ fn builtin_calibration_applies_to_ranks_sharing_one_gpu_of_any_model() {
 }
 
 /// On an H100 shared by 8 ranks the calibrated model picks what the lent
-/// H100 measured fastest at 256 MiB (issue 14: two-shot AllReduce
+/// H100 measured fastest at 256 MiB (two-shot AllReduce
 /// 1546 µs against the ring's 4108, all-pairs AllGather 912 against 2197),
 /// at the H100's own speed: slower than on the H200 by about their
 /// memory bandwidths' ratio.
@@ -547,7 +547,7 @@ fn fifo_free_direct_plans_take_the_lowest_latency_under_simple() {
 /// Registered all-pairs Broadcast and Reduce spread the root's share over
 /// every rank (push, spread reduction), so per rank they move about what
 /// they do at 8 ranks whatever the count; through FIFOs the root alone
-/// sends or receives every peer's copy. On the H200 (run T, 64 MiB) the
+/// sends or receives every peer's copy. On the H200 (docs/perf/LOG.md, 2026-12-04 20:28 H200, 64 MiB) the
 /// model's old (n − 1) factor for both made the selector take the ring for
 /// Broadcast from 32 ranks on: 29% of the floor at 32, 64 and 128 ranks.
 #[test]

@@ -1,19 +1,6 @@
 //! Buffers: memory a communicator's backend owns, and the argument types
-//! collectives accept.
-//!
-//! A [`Buffer<T>`] is memory of one rank (host memory on the host
-//! backend, `cuMemAlloc` device memory on CUDA), reached through copies
-//! ([`Buffer::copy_from_slice`], [`Buffer::to_vec`]) and, on the host
-//! backend, zero-copy views borrowed mutably ([`Buffer::as_slice`],
-//! [`Buffer::as_mut_slice`]). Because no shared reference into it outlives
-//! a borrow of the buffer, two views of one buffer may be
-//! passed to one call: that is how in-place calls are written
-//! (`comm.all_reduce(&buf, &buf, op)`), and overlapping views that are not
-//! the in-place layout are detected and refused. A buffer is `Send` but not
-//! `Sync`: one thread uses it at a time.
-//!
-//! On the host backend, plain `&[T]` (send) and `&mut [T]` (receive)
-//! slices are accepted too; the borrow checker keeps them disjoint.
+//! collectives accept. The user-facing account is on [`Buffer`], [`In`]
+//! and [`Out`] (this module is private).
 
 use std::cell::Cell;
 use std::marker::PhantomData;
@@ -26,6 +13,22 @@ use crate::backend::{Backend, RawBuf};
 use crate::error::{Error, Result};
 
 /// Memory of one rank, allocated by [`crate::Communicator::alloc`].
+///
+/// Host memory on the host backend, `cuMemAlloc` device memory on CUDA,
+/// registered on both (so the registered one-shot, two-shot and all-pairs
+/// plans may use it, as with `ncclMemAlloc`). It is reached through copies
+/// ([`Buffer::copy_from_slice`], [`Buffer::to_vec`]; on CUDA ordered on the
+/// rank's stream after work already issued) and, on the host backend,
+/// zero-copy views borrowed mutably ([`Buffer::as_slice`],
+/// [`Buffer::as_mut_slice`]); [`Buffer::slice`] takes a view at any element
+/// offset.
+///
+/// Because no shared reference into it outlives a borrow of the buffer,
+/// two views of one buffer may be passed to one call: that is how in-place
+/// calls are written (`comm.all_reduce(&buf, &buf, op)`), and overlapping
+/// views that are not NCCL's in-place layout are refused
+/// ([`crate::Error::InvalidInPlace`]). A buffer is `Send` but not `Sync`:
+/// one thread uses it at a time.
 #[derive(Debug)]
 pub struct Buffer<T: Element> {
     backend: Arc<dyn Backend>,
@@ -306,16 +309,39 @@ pub(crate) struct Arg {
     pub len: usize,
 }
 
-/// A send (read-only) argument: a [`Buffer`], a [`Slice`] of one, or (host
-/// backend) a `&[T]`.
+/// A send (read-only) argument. Every entry point takes `impl Into<In<T>>`,
+/// so any of these can be passed as it is:
+///
+/// | you pass | backends |
+/// | --- | --- |
+/// | `&Buffer<T>` (the whole buffer), `Slice<T>` or `&Slice<T>` | all |
+/// | `&[T]`, `&Vec<T>`, `&[T; N]` | host only: not registered, so only FIFO plans; CUDA refuses them with [`crate::Error::ForeignBuffer`] |
+///
+/// ```
+/// # let comms = oxccl::init_all_with(1, oxccl::Config::builder()
+/// #     .backend(oxccl::BackendKind::Host).build().unwrap()).unwrap();
+/// # let c = &comms[0];
+/// let send = vec![1.0f32; 4];
+/// let mut recv = vec![0.0f32; 4];
+/// c.all_reduce(&send, &mut recv, oxccl::RedOp::Sum).unwrap(); // &Vec<f32>, &mut Vec<f32>
+/// assert_eq!(recv, send);
+/// ```
 #[derive(Debug)]
 pub struct In<'a, T> {
     pub(crate) arg: Arg,
     _marker: PhantomData<&'a [T]>,
 }
 
-/// A receive argument: a [`Buffer`], a [`Slice`] of one, or (host backend)
-/// a `&mut [T]`.
+/// A receive argument. Every entry point takes `impl Into<Out<T>>`:
+///
+/// | you pass | backends |
+/// | --- | --- |
+/// | `&Buffer<T>` (the whole buffer), `Slice<T>` or `&Slice<T>` | all |
+/// | `&mut [T]`, `&mut Vec<T>`, `&mut [T; N]` | host only (as for [`In`]) |
+///
+/// The same buffer may be both [`In`] and `Out` of one call (in place);
+/// plain slices cannot, as the borrow checker keeps them disjoint: use the
+/// `*_in_place` methods for those.
 #[derive(Debug)]
 pub struct Out<'a, T> {
     pub(crate) arg: Arg,

@@ -54,6 +54,41 @@ pub(crate) struct Entry<'a> {
 }
 
 /// A group being built. Buffers stay borrowed until it ends.
+///
+/// Every operation takes the communicator first, then its buffers (any
+/// [`In`]/[`Out`] argument: `&Buffer<T>`, a `Slice`, or on the host backend
+/// `&[T]`/`&mut [T]`), then what the collective needs; each returns
+/// `Result<()>` and only checks its arguments: nothing runs until
+/// [`Group::end`] (or the end of [`group()`]'s closure).
+///
+/// | method | arguments after `comm, send, recv` |
+/// | --- | --- |
+/// | [`all_reduce`](Group::all_reduce), [`reduce_scatter`](Group::reduce_scatter) | `op: RedOp` |
+/// | [`reduce`](Group::reduce) | `op: RedOp, root: u32` |
+/// | [`broadcast`](Group::broadcast), [`gather`](Group::gather), [`scatter`](Group::scatter) | `root: u32` |
+/// | [`all_gather`](Group::all_gather), [`all_to_all`](Group::all_to_all) | none |
+/// | [`collective`](Group::collective) | `kind: CollKind, op: RedOp, root: u32` (any collective) |
+///
+/// Send/Recv take one buffer: `send(comm, buf, peer)` and
+/// `recv(comm, buf, peer)`. The raw forms on caller memory and streams
+/// ([`Group::collective_raw`], [`Group::send_raw`], [`Group::recv_raw`]) are
+/// `unsafe`, as on [`Communicator`].
+///
+/// ```
+/// # let cfg = oxccl::Config::builder().backend(oxccl::BackendKind::Host).build().unwrap();
+/// # let comms = oxccl::init_all_with(2, cfg).unwrap();
+/// std::thread::scope(|s| for c in &comms { s.spawn(move || {
+///     let (me, n) = (c.rank(), c.nranks());
+///     let send = c.alloc::<i32>(4).unwrap();
+///     send.copy_from_slice(&[me as i32; 4]).unwrap();
+///     let recv = c.alloc::<i32>(4).unwrap();
+///     oxccl::group(|g| {
+///         g.send(c, &send, (me + 1) % n)?;
+///         g.recv(c, &recv, (me + n - 1) % n)
+///     }).unwrap();
+///     assert_eq!(recv.to_vec().unwrap(), vec![((me + n - 1) % n) as i32; 4]);
+/// }); });
+/// ```
 #[derive(Debug, Default)]
 pub struct Group<'a> {
     entries: Vec<Entry<'a>>,
@@ -488,7 +523,7 @@ pub(crate) fn direct_sends(comm: &Communicator, entries: &[&Entry<'_>]) -> Vec<O
 /// Whether direct Send/Recv may run: on every backend unless
 /// `OXCCL_P2P_DIRECT=0` (read once), checked on the H200 (8 ranks, 256 MiB
 /// ring exchange 0 wrong, 97% of the floor against the FIFO ring's 48%:
-/// `docs/perf/LOG.md`, run Q). The sender decides and the receiver follows
+/// `docs/perf/LOG.md`, the 2026-12-03 17:27 H200 run). The sender decides and the receiver follows
 /// through the call check, so ranks cannot disagree.
 fn direct_p2p_on() -> bool {
     static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();

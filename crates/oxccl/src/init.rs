@@ -1,13 +1,13 @@
-//! Communicators whose ranks are processes: a [`UniqueId`] made by one
-//! process and handed to the others, [`Communicator::init_rank`] in each,
-//! [`init_from_env`] for launchers (torchrun, Open MPI, Slurm), and
-//! [`Communicator::split`].
+//! Communicators whose ranks are processes: [`UniqueId`],
+//! [`Communicator::init_rank`], [`init_from_env`] and
+//! [`Communicator::split`] (the crate's front page says how they fit;
+//! this module is private).
 //!
 //! The ranks meet through `oxccl-bootstrap` (TCP rendezvous, then a ring
 //! for small all-gathers) and run on the host backend across processes
 //! (FIFOs and `alloc` buffers in shared memory, see `oxccl-host`), or on
 //! CUDA (`backend::cuda_procs`: `Cuda`, or `Auto` when every rank has a
-//! device). A 1-rank communicator contacts no root and never reads its id.
+//! device).
 
 use std::sync::Arc;
 
@@ -251,7 +251,8 @@ pub(crate) fn split_members(entries: &[(i64, i32, u32)], color: Option<u32>) -> 
 /// and the root's address every rank computes alike.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LaunchEnv {
-    /// `torchrun`, `openmpi` or `slurm`.
+    /// `torchrun`, `openmpi`, `pmi` (MPICH's Hydra and other PMI
+    /// launchers) or `slurm`.
     pub launcher: &'static str,
     pub rank: u32,
     pub nranks: u32,
@@ -262,7 +263,7 @@ pub struct LaunchEnv {
 
 /// The launchers' conventions [`LaunchEnv::from_vars`] knows, in the order
 /// it tries them: name, then the rank, rank count and local rank variables.
-const LAUNCHERS: [(&str, [&str; 3]); 3] = [
+const LAUNCHERS: [(&str, [&str; 3]); 4] = [
     ("torchrun", ["RANK", "WORLD_SIZE", "LOCAL_RANK"]),
     (
         "openmpi",
@@ -272,6 +273,7 @@ const LAUNCHERS: [(&str, [&str; 3]); 3] = [
             "OMPI_COMM_WORLD_LOCAL_RANK",
         ],
     ),
+    ("pmi", ["PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"]),
     ("slurm", ["SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"]),
 ];
 
@@ -289,8 +291,9 @@ impl LaunchEnv {
 
     /// Reads a launcher's variables through `get`. The first convention
     /// present wins: torchrun (`RANK`, `WORLD_SIZE`, `LOCAL_RANK`), Open MPI
-    /// (`OMPI_COMM_WORLD_RANK`, `_SIZE`, `_LOCAL_RANK`), Slurm
-    /// (`SLURM_PROCID`, `SLURM_NTASKS`, `SLURM_LOCALID`). The root is
+    /// (`OMPI_COMM_WORLD_RANK`, `_SIZE`, `_LOCAL_RANK`), PMI (`PMI_RANK`,
+    /// `PMI_SIZE`, and MPICH's `MPI_LOCALRANKID`), Slurm (`SLURM_PROCID`,
+    /// `SLURM_NTASKS`, `SLURM_LOCALID`). The root is
     /// `NCCL_COMM_ID` if set, else `MASTER_ADDR` and `MASTER_PORT` + 1
     /// (under torchrun `MASTER_PORT` itself is torch's own store).
     pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<LaunchEnv> {
@@ -307,7 +310,7 @@ impl LaunchEnv {
             .ok_or_else(|| Error::Config {
                 var: "RANK/WORLD_SIZE".into(),
                 value: String::new(),
-                reason: "no launcher's variables are set (torchrun's RANK and WORLD_SIZE, Open MPI's OMPI_COMM_WORLD_RANK and _SIZE, or Slurm's SLURM_PROCID and SLURM_NTASKS)".into(),
+                reason: "no launcher's variables are set (torchrun's RANK and WORLD_SIZE, Open MPI's OMPI_COMM_WORLD_RANK and _SIZE, PMI's PMI_RANK and PMI_SIZE, or Slurm's SLURM_PROCID and SLURM_NTASKS)".into(),
             })?;
         let rank = num(rv, get(rv).unwrap_or_default())?;
         let nranks = num(nv, get(nv).unwrap_or_default())?;
@@ -370,7 +373,7 @@ impl LaunchEnv {
             .find(|(l, _)| *l == self.launcher)
             .ok_or_else(|| {
                 Error::InvalidUsage(format!(
-                    "unknown launcher {:?}: expected torchrun, openmpi or slurm",
+                    "unknown launcher {:?}: expected torchrun, openmpi, pmi or slurm",
                     self.launcher
                 ))
             })?;
@@ -459,6 +462,17 @@ mod tests {
         ]))
         .unwrap();
         assert_eq!((s.launcher, s.root.as_str()), ("slurm", "[::1]:7001"));
+        let p = LaunchEnv::from_vars(vars(&[
+            ("PMI_RANK", "2"),
+            ("PMI_SIZE", "4"),
+            ("MPI_LOCALRANKID", "2"),
+            ("NCCL_COMM_ID", "host:1234"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            (p.launcher, p.rank, p.nranks, p.local_rank),
+            ("pmi", 2, 4, 2)
+        );
     }
 
     #[test]
@@ -466,6 +480,7 @@ mod tests {
         for (launcher, root) in [
             ("torchrun", "10.0.0.1:29501"),
             ("openmpi", "host:1234"),
+            ("pmi", "host:1234"),
             ("slurm", "[::1]:7001"),
             ("slurm", ""),
         ] {

@@ -105,33 +105,81 @@
 //! several communicators driven by one thread. See [`mod@group`] for how
 //! they run.
 //!
-//! # Configuration and logging
+//! # Ranks as processes
+//!
+//! A communicator whose ranks are processes is made by one process's
+//! [`UniqueId::new`], handed to the others by any means (a file, MPI, a
+//! key-value store; [`UniqueId::to_bytes`]), and [`Communicator::init_rank`]
+//! in each; [`init_from_env`] does it from a launcher's variables (torchrun,
+//! Open MPI, PMI, Slurm: see [`LaunchEnv::from_vars`]), and
+//! [`Communicator::split`] makes sub-communicators. The ranks meet over TCP
+//! and run on the host backend across processes (buffers in shared memory)
+//! or on CUDA (every rank with a device). A 1-rank communicator contacts no
+//! root and never reads its id.
+//!
+//! # Configuration
 //!
 //! [`Config`] overrides algorithm, protocol, channels and deadline; build
-//! one with types through [`Config::builder`], or read NCCL's and oxccl's
-//! variables with [`Config::from_env`] (what [`init_all`] does; see
-//! [`config`] for `NCCL_ALGO`/`NCCL_PROTO` syntax and the `OXCCL_` twins).
+//! one with types through [`Config::builder`] (its argument types,
+//! [`BackendKind`], [`Algo`], [`Proto`], [`CollKind`] and [`DebugLevel`],
+//! are all re-exported here), or read NCCL's and oxccl's variables with
+//! [`Config::from_env`] (what [`init_all`] does; see [`config`] for the
+//! variables and the `NCCL_ALGO`/`NCCL_PROTO` syntax). [`Config::default`]
+//! and the builder start from:
+//!
+//! | field | default | meaning |
+//! | --- | --- | --- |
+//! | `backend` | [`BackendKind::Auto`] | CUDA when a device is present, else host |
+//! | `algo`, `proto` | every algorithm and protocol | the selector chooses among what they allow |
+//! | `channels` | `None` | the selector chooses, capped by the backend |
+//! | `deadline` | 300 s | every wait gives up with an error after it ([`config::NO_DEADLINE`]: never) |
+//! | `chunk_bytes` | `None` | the backend's FIFO slot; larger pieces for direct plans |
+//! | `debug` | `None` | no log subscriber is installed (see Logging below) |
+//! | `check_calls` | `true` | every call is compared with the peers' first |
+//! | `check_calls_across_hosts` | `false` | not between ranks that talk over the network |
+//! | `topology` | `None` | detected from the machine |
+//!
+//! Algorithms ([`Algo`]) and protocols ([`Proto`]), with the names
+//! `NCCL_ALGO`/`NCCL_PROTO` (and [`Algo::from_str`](std::str::FromStr)) take,
+//! case-insensitive:
+//!
+//! | `Algo` | names | `Proto` | names |
+//! | --- | --- | --- | --- |
+//! | `Ring` | `ring` | `Simple` | `simple` |
+//! | `Chain` | `chain` | `LL` | `ll` |
+//! | `BinaryTree` | `btree`, `binarytree` | `LL128` | `ll128` (accepted; no backend runs it) |
+//! | `DoubleBinaryTree` | `tree` (NCCL's Tree), `dbtree`, `doublebinarytree` | | |
+//! | `OneShot` | `oneshot`, `one_shot` | | |
+//! | `TwoShot` | `twoshot`, `two_shot` | | |
+//! | `AllPairs` | `allpairs`, `all_pairs`, `direct` | | |
+//!
 //! Values written for NCCL work unchanged: NCCL algorithms oxccl lacks
 //! (`nvls`, `collnet`, `pat`) are ignored with a warning, and every value
-//! is checked before a communicator exists. The deadline can be switched
-//! off ([`config::NO_DEADLINE`], `OXCCL_DEADLINE_MS=0`); a wait that passes
-//! a tenth of it logs a warning naming what it waits for.
-//! Each collective's algorithm, protocol and channel count come from the
-//! selection policy (`oxccl_topo::Policy`: the cost model, with the
-//! built-in shared-GPU calibration where ranks share one GPU), among what the
-//! configuration and the backend allow (protocols: Simple on the host
-//! backend, Simple and LL on CUDA).
+//! is checked before a communicator exists. Each collective's algorithm,
+//! protocol and channel count come from the selection policy (the cost
+//! model of the machine), among what the configuration and the backend
+//! allow (protocols: Simple on the host backend, Simple and LL on CUDA).
 //!
-//! Logging has one variable, `OXCCL_DEBUG` (else `NCCL_DEBUG`), with NCCL's
-//! levels `NONE`, `VERSION`, `WARN`, `ABORT`, `INFO`, `TRACE`; output goes
-//! to stderr through `tracing` (an application's own subscriber gets the
-//! same events). At `INFO` each call logs what it is and its choice:
-//! `oxccl: reduce(sum, root 2) of 1024 x float: algo ring proto simple
-//! channels 1 predicted 3.1 us`, marked `(override)` when the
-//! configuration restricted it and, on the host backend, `(host-model
-//! estimate, not GPU time)`. `TRACE` adds each call's agreement between
-//! ranks.
-#![doc = include_str!("FACADE.md")]
+//! # Logging, and where warnings go
+//!
+//! oxccl logs through `tracing`, and prints nothing unless a subscriber
+//! listens: set `OXCCL_DEBUG` (else `NCCL_DEBUG`) to one of NCCL's levels
+//! `NONE`, `VERSION`, `WARN`, `ABORT`, `INFO`, `TRACE` (or
+//! [`ConfigBuilder::debug`] with a [`DebugLevel`]) and oxccl installs one
+//! that writes to **stderr**, once per process, unless the application
+//! installed its own (which then gets the same events). Warnings are
+//! `WARN` events: so a wait that passes a tenth of its deadline, which logs
+//! a warning naming the ranks and the call it waits for, prints nothing
+//! without `OXCCL_DEBUG=WARN` (or a higher level, or your subscriber); the
+//! error at the deadline itself is always returned. At `INFO` each call
+//! logs what it is and its choice: `oxccl: reduce(sum, root 2) of 1024 x
+//! float: algo ring proto simple channels 1 predicted 3.1 us`, marked
+//! `(override)` when the configuration restricted it and, on the host
+//! backend, `(host-model estimate, not GPU time)`. `TRACE` adds each call's
+//! agreement between ranks.
+//!
+//! The crate's internals, file by file, are mapped in the repository's
+//! `docs/ARCHITECTURE.md` and `crates/oxccl/src/FACADE.md`.
 
 mod alltoallv;
 pub mod backend;
@@ -166,7 +214,7 @@ pub use backend::{BackendKind, RawStream};
 pub use buffer::{Buffer, In, Out, Slice};
 pub use comm::{init_all, init_all_on, init_all_with, Communicator};
 pub use completion::Completion;
-pub use config::{Config, ConfigBuilder};
+pub use config::{Config, ConfigBuilder, DebugLevel};
 pub use error::{Error, Result};
 pub use group::{group, Group};
 pub use init::{init_from_env, init_from_env_with, LaunchEnv, UniqueId};
@@ -176,6 +224,10 @@ pub use raw::RawColl;
 pub use register::Registration;
 pub use select::{Choice, Transport};
 
+/// The call check's CPU work, for the benchmarks in `benches/` only; not
+/// part of the API.
+#[doc(hidden)]
+pub use check::bench as call_check;
 /// The pure core (plan IR, generators, test support), for tools and tests.
 pub use oxccl_core as core;
 pub use oxccl_core::{Algo, CollKind, DataType, Element, Proto, RedOp};

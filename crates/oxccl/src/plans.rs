@@ -143,7 +143,7 @@ impl PlanCache {
 
 /// `OXCCL_PUSH_GROUP` (a count ≥ 1; unset: the generators' defaults): the
 /// most outputs one pushing step writes (`PlanRequest::push_group`). An
-/// experiment knob, read once (run W of `docs/perf/LOG.md` compared 8, 16,
+/// experiment knob, read once (the 2026-12-06 01:05 H100 run of `docs/perf/LOG.md` compared 8, 16,
 /// 32 and 128 at 128 ranks on one GPU).
 fn push_group() -> Option<usize> {
     static GROUP: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();

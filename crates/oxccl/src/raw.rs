@@ -1,27 +1,5 @@
-//! The raw entry points: collectives and Send/Recv on memory the caller
-//! allocated, enqueued on the caller's stream, with the data type chosen
-//! at run time (what a C ABI or a framework binding calls).
-//!
-//! Each raw call is the typed call on an external argument: the same
-//! validation, call check, selection and plans. What differs:
-//!
-//! - the memory is the caller's: device pointers on CUDA (`cuMemAlloc`,
-//!   stream-ordered pool memory from `cuMemAllocAsync`, VMM memory from
-//!   `cuMemCreate` mapped for the device), host pointers on the host
-//!   backend. Unregistered memory runs FIFO plans, in which only the
-//!   rank's own kernel touches its buffers; memory inside a range the rank
-//!   registered ([`Communicator::register`]) may also run the direct
-//!   (zero-copy) plans, in which peers load and store it. Every rank
-//!   decides alike (the call check agrees on it; see the docs of
-//!   [`Communicator::register`]);
-//! - the call is ordered on the caller's stream `stream` (CUDA: the
-//!   rank's launch runs after `stream`'s earlier work and `stream`'s later
-//!   work runs after it, through events, with no host wait; the host
-//!   backend ignores the stream and completes the call before returning).
-//!
-//! The count is NCCL's: per rank for AllGather's send, ReduceScatter's
-//! receive, AllToAll's per-peer block, Gather's send and Scatter's
-//! receive (see [`oxccl_core::Collective`]).
+//! The raw entry points on caller memory and streams; the user-facing
+//! account is on [`RawColl`] (this module is private).
 
 use std::ffi::c_void;
 
@@ -110,6 +88,31 @@ impl Role {
 
 /// One raw collective: NCCL's arguments as a value (what
 /// [`Communicator::collective_raw`] and [`Group::collective_raw`] take).
+///
+/// The raw entry points: collectives and Send/Recv on memory the caller
+/// allocated, enqueued on the caller's stream, with the data type chosen
+/// at run time (what a C ABI or a framework binding calls).
+///
+/// Each raw call is the typed call on an external argument: the same
+/// validation, call check, selection and plans. What differs:
+///
+/// - the memory is the caller's: device pointers on CUDA (`cuMemAlloc`,
+///   stream-ordered pool memory from `cuMemAllocAsync`, VMM memory from
+///   `cuMemCreate` mapped for the device), host pointers on the host
+///   backend. Unregistered memory runs FIFO plans, in which only the
+///   rank's own kernel touches its buffers; memory inside a range the rank
+///   registered ([`Communicator::register`]) may also run the direct
+///   (zero-copy) plans, in which peers load and store it. Every rank
+///   decides alike (the call check agrees on it; see the docs of
+///   [`Communicator::register`]);
+/// - the call is ordered on the caller's stream `stream` (CUDA: the
+///   rank's launch runs after `stream`'s earlier work and `stream`'s later
+///   work runs after it, through events, with no host wait; the host
+///   backend ignores the stream and completes the call before returning).
+///
+/// The count is NCCL's: per rank for AllGather's send, ReduceScatter's
+/// receive, AllToAll's per-peer block, Gather's send and Scatter's
+/// receive (see [`oxccl_core::Collective`]).
 #[derive(Clone, Copy, Debug)]
 pub struct RawColl {
     /// Which collective: NCCL's `ncclAllReduce`, `ncclBroadcast`, ...

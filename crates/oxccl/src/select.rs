@@ -306,7 +306,7 @@ mod tests {
         let c = pick(CollKind::AllReduce, big, false);
         assert_eq!(c.algo, Algo::Ring, "{c}");
         assert_eq!(pick(CollKind::ReduceScatter, big, false).algo, Algo::Ring);
-        // Launch-bound sizes (the sweep's points up to 2 KiB, run T): for
+        // Launch-bound sizes (the sweep's points up to 2 KiB, the 2026-12-04 20:28 H200 run): for
         // every collective and size, the configuration the selector picks,
         // where the sweep timed it, ran within 10% of the fastest point
         // measured at that size (the target of `sweep --pick`).
@@ -348,10 +348,10 @@ mod tests {
     #[test]
     fn shared_h200_registered_allreduce_takes_no_ring_from_8_bytes_to_1_gib() {
         // Ring measured 3101 µs at 256 MiB against two-shot's 1115, and
-        // 47-60 µs at 32 B-128 KiB against 25-28 for the LL trees (run T):
+        // 47-60 µs at 32 B-128 KiB against 25-28 for the LL trees (docs/perf/LOG.md, 2026-12-04 20:28 H200):
         // on registered buffers the model must not prefer it at any size.
         // Launch-bound calls take an LL tree or chain (the direct plans'
-        // barriers cost 2-5 µs more there, run T), from 1 MiB two-shot
+        // barriers cost 2-5 µs more there, the 2026-12-04 20:28 H200 run), from 1 MiB two-shot
         // with every channel. A registered direct plan has no FIFO, so it
         // is reported as Simple; a FIFO plan of a direct algorithm runs
         // under LL.
@@ -418,7 +418,7 @@ mod tests {
             c
         };
         // One-shot alone at 8 B (NCCL_ALGO=oneshot): its FIFO plan under
-        // LL (run T: 30.5-32.5 µs) or its direct plan, whichever the model
+        // LL (docs/perf/LOG.md, 2026-12-04 20:28 H200: 30.5-32.5 µs) or its direct plan, whichever the model
         // predicts faster; the choice's prediction is that plan's.
         let (one, one_cfg) = shared_h200(Some("oneshot"));
         let c = one.choose(&one_cfg, CollKind::AllReduce, 8, true).unwrap();

@@ -124,7 +124,7 @@ fn host_every_case_1_rank() {
 }
 
 /// Every collective, out of and in place, f32 Sum, small counts: the
-/// many-ranks check (issue 16: up to 128 ranks per GPU), fast enough for
+/// many-ranks check (up to 128 ranks per GPU), fast enough for
 /// CI; one wrong element fails it.
 fn every_collective_f32(comms: &[Communicator]) {
     let n = comms.len() as u32;

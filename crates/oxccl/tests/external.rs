@@ -1,7 +1,7 @@
 //! The raw entry points on CUDA: memory the caller allocated
 //! (`cuMemAlloc`, stream-ordered pool memory from `cuMemAllocAsync`, VMM
 //! memory from `cuMemCreate`) and a caller's stream per rank, as a
-//! framework or the C ABI uses them (issue 10, deliver 3).
+//! framework or the C ABI uses them.
 //!
 //! Every copy in and out is enqueued on the caller's stream and only that
 //! stream is waited for: a result read right is a result the caller's

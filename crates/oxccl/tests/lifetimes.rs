@@ -1,6 +1,6 @@
 //! Buffer lifetimes and call sequences as a new user writes them: buffers
 //! made fresh for every call and dropped right after it, results read
-//! after each call (issue 10).
+//! after each call.
 //!
 //! - `*_freed_memory_waits_for_its_work`: drop a buffer right after a
 //!   collective was enqueued on it, allocate again at once: the new

@@ -304,7 +304,7 @@ fn kill_one_of(
 /// More processes than a Unix datagram queue holds messages
 /// (`net.unix.max_dgram_qlen`, 10 by default): every rank sends its
 /// segment to every peer before receiving, which used to hang until the
-/// deadline past 11 ranks (issue 16).
+/// deadline past 11 ranks.
 #[test]
 fn sixteen_processes_initialise_and_reduce() {
     let lines = run_ranks("tiny", 16);

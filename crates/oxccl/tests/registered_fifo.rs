@@ -138,7 +138,7 @@ fn oneshot_config() -> Config {
 #[test]
 fn registered_all_reduce_is_exact_on_the_fifo_and_the_direct_plan() {
     // One-shot alone (NCCL_ALGO=oneshot), 2 f32: 8 B, its FIFO plan under
-    // LL on registered buffers (run T: 30.5-32.5 µs, faster than the
+    // LL on registered buffers (docs/perf/LOG.md, 2026-12-04 20:28 H200: 30.5-32.5 µs, faster than the
     // direct plan's barriers at that size).
     let comms = communicators(oneshot_config());
     for in_place in [false, true] {

@@ -10,7 +10,11 @@
 //! [`run_collective`]; tests pass faulty ones (one that does nothing, one
 //! that writes past its output, one that clobbers its send buffer) and see
 //! each reported wrong.
+//!
+//! The outputs' comparison with the sequential reference lives here too:
+//! [`compare_parallel`] and, for Send/Recv, [`check_sendrecv`].
 
+use oxccl::core::testkit;
 use oxccl::core::Collective;
 use oxccl::{Buffer, CollKind, Communicator, Element, RedOp, Slice};
 
@@ -230,4 +234,66 @@ pub(crate) fn bit_diffs<T: Element>(
             found.1.get_or_insert_with(|| describe(i, *w, *g));
         }
     }
+}
+
+/// `testkit::compare`, split over the CPU's cores for the element-wise
+/// collectives (AllReduce, Broadcast, Reduce: output element i depends only
+/// on input element i, so each range is a smaller call of the same kind);
+/// others are compared whole. At 1 GiB per rank the serial compare would
+/// dominate the sweep.
+pub(crate) fn compare_parallel<T: Element>(
+    coll: &Collective,
+    inputs: &[Vec<T>],
+    outputs: &[Vec<T>],
+    op: RedOp,
+) -> (u64, Option<String>) {
+    let elementwise = matches!(
+        coll.kind,
+        CollKind::AllReduce | CollKind::Broadcast | CollKind::Reduce
+    );
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let short = outputs.iter().any(|o| o.len() < coll.count);
+    if !elementwise || threads < 2 || coll.count < (1 << 20) || short {
+        return testkit::compare(coll, inputs, outputs, op);
+    }
+    let step = coll.count.div_ceil(threads);
+    let parts: Vec<(u64, Option<String>)> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..coll.count)
+            .step_by(step)
+            .map(|lo| {
+                let hi = (lo + step).min(coll.count);
+                s.spawn(move || {
+                    let part = Collective::new(coll.kind, hi - lo, coll.root);
+                    let ins: Vec<Vec<T>> = inputs.iter().map(|v| v[lo..hi].to_vec()).collect();
+                    let outs: Vec<Vec<T>> = outputs.iter().map(|v| v[lo..hi].to_vec()).collect();
+                    let (w, first) = testkit::compare(&part, &ins, &outs, op);
+                    (w, first.map(|f| format!("{f} (in elements {lo}..{hi})")))
+                })
+            })
+            .collect();
+        hs.into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or((1, Some("compare thread panicked".into())))
+            })
+            .collect()
+    });
+    let wrong = parts.iter().map(|p| p.0).sum();
+    (wrong, parts.into_iter().find_map(|p| p.1))
+}
+
+/// Expected: each rank holds its predecessor's input.
+pub(crate) fn check_sendrecv<T: Element>(
+    inputs: &[Vec<T>],
+    outputs: &[Vec<T>],
+) -> (u64, Option<String>) {
+    let n = inputs.len();
+    let mut found = (0, None);
+    for (r, got) in outputs.iter().enumerate() {
+        let exp = &inputs[(r + n - 1) % n];
+        bit_diffs(exp, got, &mut found, |i, e, g| {
+            format!("rank {r} element {i}: expected {e:?}, got {g:?}")
+        });
+    }
+    found
 }

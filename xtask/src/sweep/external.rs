@@ -1,6 +1,6 @@
 //! `--memory external`: every call of a row on memory the caller owns,
 //! through the raw entry points, on the caller's stream, as a framework
-//! uses the library (issue 10): per rank, two cudarc allocations
+//! uses the library: per rank, two cudarc allocations
 //! (`CudaStream::alloc_zeros`, stream-ordered pool memory from
 //! `cuMemAllocAsync`) as large as the rank's two sweep buffers, registered
 //! with [`Communicator::register`] so the direct plans apply as they do

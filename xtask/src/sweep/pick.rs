@@ -31,7 +31,9 @@ use oxccl::core::{gen, with_dtype, Algo, Collective};
 use oxccl::{CollKind, Communicator, Config, DataType, RedOp};
 use oxccl_topo::consts::is_direct;
 
-use super::{count_for, largest_elems, measure, Case, Pools, SweepArgs};
+use super::args::{count_for, largest_elems, SweepArgs};
+use super::measure::{measure, Case};
+use super::pools::Pools;
 
 /// What one variant measured for one (collective, size).
 #[derive(Clone, Debug)]
@@ -53,7 +55,7 @@ pub(crate) fn run(
     config: &Config,
     out: &mut impl Write,
 ) -> anyhow::Result<f64> {
-    let make = |cfg: &Config| oxccl::init_all_with(a.ranks, cfg.clone());
+    let make = |cfg: &Config| oxccl::init_all_with(a.ranks(), cfg.clone());
     Ok(run_on(a, colls, dt, sizes, config, &make, out)?.0)
 }
 
@@ -72,7 +74,6 @@ pub(crate) fn run_on(
     make: &MakeComms<'_>,
     out: &mut impl Write,
 ) -> anyhow::Result<(f64, usize)> {
-    let n = a.ranks;
     let colls: Vec<CollKind> = colls
         .iter()
         .copied()
@@ -89,173 +90,245 @@ pub(crate) fn run_on(
             variants.push((Some(algo), c));
         }
     }
-    let mut got: BTreeMap<(usize, usize, Option<Algo>), Timed> = BTreeMap::new();
-    // (what, why) of every point that did not run or ran wrong.
-    let mut skipped: Vec<(String, String)> = Vec::new();
-    let mut failed = 0usize;
-    let most = largest_elems(&colls, sizes, dt.size(), n);
-    for (algo, cfg) in &variants {
-        let name = algo.map_or("pick".into(), |x| format!("forced {x}"));
-        // Made on first use and again after a failure aborted them.
-        let mut comms: Option<(Vec<Communicator>, Pools)> = None;
-        for (ki, &kind) in colls.iter().enumerate() {
-            if algo.is_some_and(|x| !gen::supports(x, kind)) {
-                continue;
+    let pass = Pass {
+        a,
+        colls: &colls,
+        dt,
+        sizes,
+        make,
+        most: largest_elems(&colls, sizes, dt.size(), a.ranks()),
+    };
+    let mut points = pass.first(&variants);
+    let rechecked = pass.recheck(&mut points, &variants, config);
+    let worst = pass.table(&points, &rechecked, out)?;
+    if points.failed > 0 {
+        bail!(
+            "{} points failed (the pick, or wrong elements): see the skipped lines",
+            points.failed
+        );
+    }
+    Ok((worst, points.got.len()))
+}
+
+/// What the passes measured: per (collective index, size, forced
+/// algorithm or the pick), and what did not run.
+#[derive(Default)]
+struct Points {
+    got: BTreeMap<(usize, usize, Option<Algo>), Timed>,
+    /// (what, why) of every point that did not run or ran wrong.
+    skipped: Vec<(String, String)>,
+    /// Points that fail the run: the pick's, or wrong elements.
+    failed: usize,
+}
+
+/// The axes every pass of the comparison shares.
+struct Pass<'a> {
+    a: &'a SweepArgs,
+    colls: &'a [CollKind],
+    dt: DataType,
+    sizes: &'a [usize],
+    make: &'a MakeComms<'a>,
+    /// The largest buffer any point needs, in elements.
+    most: usize,
+}
+
+impl Pass<'_> {
+    /// The collective of `kind` at `size`, where it has one element.
+    fn coll(&self, kind: CollKind, size: usize) -> Option<Collective> {
+        let count = count_for(kind, size, self.dt.size(), self.a.ranks())?;
+        let root = if kind.has_root() { self.a.root } else { 0 };
+        Some(Collective::new(kind, count, root))
+    }
+
+    /// Every variant at every point, each variant on its own
+    /// communicators (fresh again after a failure aborted them).
+    fn first(&self, variants: &[(Option<Algo>, Config)]) -> Points {
+        let (a, dt) = (self.a, self.dt);
+        let mut p = Points::default();
+        for (algo, cfg) in variants {
+            let name = algo.map_or("pick".into(), |x| format!("forced {x}"));
+            // Made on first use and again after a failure aborted them.
+            let mut comms: Option<(Vec<Communicator>, Pools)> = None;
+            for (ki, &kind) in self.colls.iter().enumerate() {
+                if algo.is_some_and(|x| !gen::supports(x, kind)) {
+                    continue;
+                }
+                for &size in self.sizes {
+                    let Some(coll) = self.coll(kind, size) else {
+                        continue;
+                    };
+                    let what = format!("{name} {kind} {size} B");
+                    let point = (|| -> anyhow::Result<Timed> {
+                        if comms.is_none() {
+                            comms = Some((
+                                (self.make)(cfg).context("creating communicators")?,
+                                Pools::default(),
+                            ));
+                        }
+                        let Some((comms, pools)) = comms.as_mut() else {
+                            bail!("no communicators");
+                        };
+                        let mut times = Vec::new();
+                        let mut choice = String::new();
+                        for _ in 0..reps(size) {
+                            let (us, c) = once(a, comms, pools, &coll, dt, self.most)?;
+                            times.push(us);
+                            choice = c;
+                        }
+                        Ok(Timed {
+                            us: oxccl_bench::median(times),
+                            choice,
+                        })
+                    })();
+                    match point {
+                        Ok(t) => {
+                            // As it goes, so a run cut short still leaves its points.
+                            eprintln!("# {what}: {:.2} us ({})", t.us, t.choice);
+                            p.got.insert((ki, size, *algo), t);
+                        }
+                        Err(e) => {
+                            let why = format!("{e:#}");
+                            eprintln!("# {what}: skipped: {why}");
+                            // The pick must run, and nothing may be wrong.
+                            if algo.is_none() || why.contains("wrong elements") {
+                                p.failed += 1;
+                            }
+                            p.skipped.push((what, why));
+                            comms = None;
+                        }
+                    }
+                }
             }
-            for &size in sizes {
-                let Some(count) = count_for(kind, size, dt.size(), n) else {
+        }
+        p
+    }
+
+    /// Head to head where the first pass blames the selector: the pick and
+    /// the best forced variant, fresh communicators each, measured in
+    /// alternation so that drift of the machine falls on both alike.
+    /// Returns the first pass's (pick, best) times of the points rechecked.
+    fn recheck(
+        &self,
+        p: &mut Points,
+        variants: &[(Option<Algo>, Config)],
+        config: &Config,
+    ) -> BTreeMap<(usize, usize), (f64, f64)> {
+        let mut rechecked = BTreeMap::new();
+        for (ki, &kind) in self.colls.iter().enumerate() {
+            for &size in self.sizes {
+                let Some(coll) = self.coll(kind, size) else {
                     continue;
                 };
-                let what = format!("{name} {kind} {size} B");
-                let coll = Collective::new(kind, count, if kind.has_root() { a.root } else { 0 });
-                let point = (|| -> anyhow::Result<Timed> {
-                    if comms.is_none() {
-                        comms = Some((
-                            make(cfg).context("creating communicators")?,
-                            Pools::default(),
-                        ));
-                    }
-                    let Some((comms, pools)) = comms.as_mut() else {
-                        bail!("no communicators");
-                    };
-                    let mut times = Vec::new();
-                    let mut choice = String::new();
-                    for _ in 0..reps(size) {
-                        let (us, c) = once(a, comms, pools, &coll, dt, most)?;
-                        times.push(us);
-                        choice = c;
-                    }
-                    Ok(Timed {
-                        us: oxccl_bench::median(times),
-                        choice,
-                    })
-                })();
-                match point {
-                    Ok(t) => {
-                        // As it goes, so a run cut short still leaves its points.
-                        eprintln!("# {what}: {:.2} us ({})", t.us, t.choice);
-                        got.insert((ki, size, *algo), t);
-                    }
-                    Err(e) => {
-                        let why = format!("{e:#}");
-                        eprintln!("# {what}: skipped: {why}");
-                        // The pick must run, and nothing may be wrong.
-                        if algo.is_none() || why.contains("wrong elements") {
-                            failed += 1;
-                        }
-                        skipped.push((what, why));
-                        comms = None;
-                    }
-                }
-            }
-        }
-    }
-    // Head to head where the first pass blames the selector: the pick and
-    // the best forced variant, fresh communicators each, measured in
-    // alternation so that drift of the machine falls on both alike.
-    let mut rechecked: BTreeMap<(usize, usize), (f64, f64)> = BTreeMap::new();
-    for (ki, &kind) in colls.iter().enumerate() {
-        for &size in sizes {
-            let Some(count) = count_for(kind, size, dt.size(), n) else {
-                continue;
-            };
-            let coll = Collective::new(kind, count, if kind.has_root() { a.root } else { 0 });
-            // Each contender once: after a recheck the next best may lead.
-            let mut done: Vec<Algo> = Vec::new();
-            while let (Some(pick), Some((algo, best))) =
-                (got.get(&(ki, size, None)), best_of(&got, ki, size))
-            {
-                if size > SMALL || ratio(pick, best).0 <= RECHECK_ABOVE || done.contains(&algo) {
-                    break;
-                }
-                done.push(algo);
-                let Some((_, forced_cfg)) = variants.iter().find(|(x, _)| *x == Some(algo)) else {
-                    break;
-                };
-                let first = (pick.us, best.us);
-                match head_to_head(a, make, [config, forced_cfg], &coll, dt, most) {
-                    Ok([p2, b2]) => {
-                        eprintln!(
-                            "# recheck {kind} {size} B: pick {:.2} us ({}) against forced {algo} {:.2} us ({}), alternated",
-                            p2.us, p2.choice, b2.us, b2.choice
-                        );
-                        rechecked.entry((ki, size)).or_insert(first);
-                        got.insert((ki, size, None), p2);
-                        got.insert((ki, size, Some(algo)), b2);
-                    }
-                    Err(e) => {
-                        skipped.push((format!("recheck {kind} {size} B"), format!("{e:#}")));
+                // Each contender once: after a recheck the next best may lead.
+                let mut done: Vec<Algo> = Vec::new();
+                while let (Some(pick), Some((algo, best))) =
+                    (p.got.get(&(ki, size, None)), best_of(&p.got, ki, size))
+                {
+                    if size > SMALL || ratio(pick, best).0 <= RECHECK_ABOVE || done.contains(&algo)
+                    {
                         break;
                     }
+                    done.push(algo);
+                    let Some((_, forced_cfg)) = variants.iter().find(|(x, _)| *x == Some(algo))
+                    else {
+                        break;
+                    };
+                    let first = (pick.us, best.us);
+                    let cfgs = [config, forced_cfg];
+                    match head_to_head(self.a, self.make, cfgs, &coll, self.dt, self.most) {
+                        Ok([p2, b2]) => {
+                            eprintln!(
+                                "# recheck {kind} {size} B: pick {:.2} us ({}) against forced {algo} {:.2} us ({}), alternated",
+                                p2.us, p2.choice, b2.us, b2.choice
+                            );
+                            rechecked.entry((ki, size)).or_insert(first);
+                            p.got.insert((ki, size, None), p2);
+                            p.got.insert((ki, size, Some(algo)), b2);
+                        }
+                        Err(e) => {
+                            p.skipped
+                                .push((format!("recheck {kind} {size} B"), format!("{e:#}")));
+                            break;
+                        }
+                    }
                 }
             }
         }
+        rechecked
     }
-    writeln!(
-        out,
-        "# pick against best forced: {n} ranks, {dt}, out of place, time per call (us)"
-    )?;
-    writeln!(
-        out,
-        "# {:<13} {:>10} {:>28} {:>10} {:>28} {:>10} {:>7}  remeasured",
-        "collective", "bytes", "pick", "time", "best forced", "time", "ratio"
-    )?;
-    let mut worst: f64 = 0.0;
-    // Time ratios of one configuration measured twice (pick and forced).
-    let mut noise: Vec<f64> = Vec::new();
-    for (ki, &kind) in colls.iter().enumerate() {
-        for &size in sizes {
-            let Some(pick) = got.get(&(ki, size, None)) else {
-                continue;
-            };
-            let Some((_, best)) = best_of(&got, ki, size) else {
-                continue;
-            };
-            let (ratio, remeasured) = ratio(pick, best);
-            let note = match (remeasured, rechecked.get(&(ki, size))) {
-                (Some(raw), _) => {
-                    noise.push(raw);
-                    format!("same ({raw:.3})")
-                }
-                (None, Some((p1, b1))) => {
-                    format!("rechecked (first pass {p1:.2} / {b1:.2})")
-                }
-                (None, None) => String::new(),
-            };
-            worst = worst.max(ratio);
-            writeln!(
-                out,
-                "  {:<13} {:>10} {:>28} {:>10.2} {:>28} {:>10.2} {:>7.3}  {}",
-                kind.name(),
-                size,
-                pick.choice,
-                pick.us,
-                best.choice,
-                best.us,
-                ratio,
-                note
-            )?;
-        }
-    }
-    writeln!(out, "# worst pick / best: {worst:.3}")?;
-    if let (Some(lo), Some(hi)) = (
-        noise.iter().copied().reduce(f64::min),
-        noise.iter().copied().reduce(f64::max),
-    ) {
+
+    /// Prints the table, the worst ratio, the noise line and the skipped
+    /// points; returns the worst ratio.
+    fn table(
+        &self,
+        p: &Points,
+        rechecked: &BTreeMap<(usize, usize), (f64, f64)>,
+        out: &mut impl Write,
+    ) -> anyhow::Result<f64> {
+        let (n, dt) = (self.a.ranks(), self.dt);
         writeln!(
             out,
-            "# {} points where the best forced variant is the pick's configuration: \
-             its two timings differ by {lo:.3}-{hi:.3}x (the run's noise)",
-            noise.len()
+            "# pick against best forced: {n} ranks, {dt}, out of place, time per call (us)"
         )?;
+        writeln!(
+            out,
+            "# {:<13} {:>10} {:>28} {:>10} {:>28} {:>10} {:>7}  remeasured",
+            "collective", "bytes", "pick", "time", "best forced", "time", "ratio"
+        )?;
+        let mut worst: f64 = 0.0;
+        // Time ratios of one configuration measured twice (pick and forced).
+        let mut noise: Vec<f64> = Vec::new();
+        for (ki, &kind) in self.colls.iter().enumerate() {
+            for &size in self.sizes {
+                let Some(pick) = p.got.get(&(ki, size, None)) else {
+                    continue;
+                };
+                let Some((_, best)) = best_of(&p.got, ki, size) else {
+                    continue;
+                };
+                let (ratio, remeasured) = ratio(pick, best);
+                let note = match (remeasured, rechecked.get(&(ki, size))) {
+                    (Some(raw), _) => {
+                        noise.push(raw);
+                        format!("same ({raw:.3})")
+                    }
+                    (None, Some((p1, b1))) => {
+                        format!("rechecked (first pass {p1:.2} / {b1:.2})")
+                    }
+                    (None, None) => String::new(),
+                };
+                worst = worst.max(ratio);
+                writeln!(
+                    out,
+                    "  {:<13} {:>10} {:>28} {:>10.2} {:>28} {:>10.2} {:>7.3}  {}",
+                    kind.name(),
+                    size,
+                    pick.choice,
+                    pick.us,
+                    best.choice,
+                    best.us,
+                    ratio,
+                    note
+                )?;
+            }
+        }
+        writeln!(out, "# worst pick / best: {worst:.3}")?;
+        if let (Some(lo), Some(hi)) = (
+            noise.iter().copied().reduce(f64::min),
+            noise.iter().copied().reduce(f64::max),
+        ) {
+            writeln!(
+                out,
+                "# {} points where the best forced variant is the pick's configuration: \
+                 its two timings differ by {lo:.3}-{hi:.3}x (the run's noise)",
+                noise.len()
+            )?;
+        }
+        for (what, why) in &p.skipped {
+            writeln!(out, "# skipped {what}: {why}")?;
+        }
+        Ok(worst)
     }
-    for (what, why) in &skipped {
-        writeln!(out, "# skipped {what}: {why}")?;
-    }
-    if failed > 0 {
-        bail!("{failed} points failed (the pick, or wrong elements): see the skipped lines");
-    }
-    Ok((worst, got.len()))
 }
 
 /// The best forced variant measured at (collective index, size), with its

@@ -1,4 +1,4 @@
-//! The sweep with ranks as processes (issue 11): `--procs N` launches N
+//! The sweep with ranks as processes: `--procs N` launches N
 //! copies of this program as one rank each (torchrun's variables, root on
 //! a free local port), and `--from-env` is one such rank, whoever launched
 //! it (torchrun, mpirun, Slurm, or `--procs`).
@@ -21,7 +21,9 @@ use oxccl::core::testkit;
 use oxccl::core::Collective;
 use oxccl::{CollKind, Communicator, Element, RedOp};
 
-use super::{check, rank_run, Case, Measured, Pool};
+use super::measure::{Case, Measured};
+use super::pools::Pool;
+use super::{check, rank::rank_run};
 
 /// Where the ranks of one row wait for each other between phases.
 pub(crate) trait Meet: Sync {
@@ -118,7 +120,7 @@ pub(super) fn measure_rank<T: Element>(
         let laps: Vec<Duration> = slowest
             .map(|x| x.laps_ns.iter().map(|&l| Duration::from_nanos(l)).collect())
             .unwrap_or_default();
-        super::print_spread(coll, case.in_place, &laps);
+        super::measure::print_spread(coll, case.in_place, &laps);
     }
     Ok(Measured {
         time: Duration::from_nanos(time),
@@ -141,7 +143,7 @@ fn own_check<T: Element>(
     if coll.kind == CollKind::SendRecv {
         super::check_sendrecv(inputs, &outputs)
     } else {
-        super::compare_parallel(coll, inputs, &outputs, op)
+        check::compare_parallel(coll, inputs, &outputs, op)
     }
 }
 

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Issue 12's device run: the device's unmodified PyTorch 2.11 on oxccl's
+# The PyTorch check on the device: the device's unmodified PyTorch 2.11 on oxccl's
 # libnccl.so.2 (LD_PRELOAD), 2, 4 and 8 rank processes on the one GPU,
 # without and with MPS; torch all_reduce of 256 MiB at 8 processes next to
 # `xtask sweep --procs 8` on the same run; 8 B latency through the C ABI.

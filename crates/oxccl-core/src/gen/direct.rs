@@ -80,12 +80,12 @@ pub const MAX_PUSH_RANKS: u32 = 128;
 /// piece again (from L2, just read). On an
 /// H200 AllGather at 64 MiB pushed with one destination per rank per step
 /// ran at 95% of its floor at 16 ranks and 91–101% at 32, but 70% at 64
-/// and 21% at 128 (run T): one block then keeps 64 or 128 write streams
+/// and 21% at 128 (docs/perf/LOG.md, 2026-12-04 20:28 H200): one block then keeps 64 or 128 write streams
 /// open at once. Two-shot still writes all n outputs in its reducing step:
 /// at 128 ranks on the H100 its median call of 20 at 64 MiB took
 /// 7273–9353 µs in ten rows, against 7146–7418 µs in three rows with
 /// groups of 16 or 32 (`push_group`; groups of 8: 8729 and 9018 µs, more
-/// steps), run W; on the H200 (run X) one step and groups of 32 ran
+/// steps), the 2026-12-06 01:05 H100 run; on the H200 (docs/perf/LOG.md, 2026-12-06 03:20 H200) one step and groups of 32 ran
 /// within 1.5% of each other at 64 and 128 ranks (4837–4920 µs at 128),
 /// with no such spread: grouping stays an experiment.
 pub const PUSH_GROUP: usize = 32;

@@ -1,6 +1,6 @@
 //! Ranks as processes: the caller's own allocations (a framework's caching
 //! allocator, `cudaMalloc`) shared with peer processes per call, so direct
-//! plans run on them as on the heap (issue 12: torch's tensors are not in
+//! plans run on them as on the heap (torch's tensors are not in
 //! any heap of ours).
 //!
 //! A rank about to run a call on such memory asks [`World::share_range`]:

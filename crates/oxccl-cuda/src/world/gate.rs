@@ -10,10 +10,9 @@
 //! (the next kernel of a rank, a copy after it, an event wait); when that
 //! entry waits on a kernel that spins for a peer whose kernel is queued
 //! behind the entry, nothing moves until the deadline. That is the
-//! first-call deadline of 64 ranks on one GPU (issue 16), and the 8-rank
+//! first-call deadline of 64 ranks on one GPU, and the 8-rank
 //! Send/Recv ring on callers' streams whose receivers timed out while the
-//! host copied each result back on its stream right after the call
-//! (issue 10).
+//! host copied each result back on its stream right after the call.
 //!
 //! The gate removes the cycle without touching the streams: a launch
 //! returns only once every kernel of the same call that its kernel depends

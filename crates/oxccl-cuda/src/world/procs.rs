@@ -1,4 +1,4 @@
-//! A clique whose ranks are processes of one host (issue 11): each process
+//! A clique whose ranks are processes of one host: each process
 //! drives one rank of a [`World`] that knows every rank's device, and the
 //! links between ranks live in per-rank arenas shared by CUDA IPC.
 //!

@@ -368,7 +368,7 @@ fn device_case_lists_are_complete() {
             }
         }
     }
-    // Pinned: the counts of the device runs in docs/PERFORMANCE.md (1 rank
+    // Pinned: the counts of the device runs in docs/perf/LOG.md (1 rank
     // 2160, 2 or more 5064; quick 96 / 228). A change to the collectives,
     // generators or testkit::OPS that moves them must say so here.
     let quick = GpuEnv {

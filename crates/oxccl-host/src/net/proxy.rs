@@ -459,7 +459,7 @@ pub(crate) fn run(sh: Arc<Shared>, pump: Arc<Mutex<Pump>>, parker: Parker) {
         // unparks this thread when it holds the pump. An unpark that came
         // since the pass above makes this return at once. Spinning
         // or yielding here only takes the CPU from the socket threads and
-        // executors it waits for (measured on 2 cores: docs/PERFORMANCE.md).
+        // executors it waits for (measured on 2 cores: docs/perf/LOG.md).
         if !moved {
             parker.park_timeout(Duration::from_millis(50));
         }

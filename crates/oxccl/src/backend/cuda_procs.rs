@@ -1,4 +1,4 @@
-//! CUDA ranks as processes of one host (issue 11): which GPU each rank
+//! CUDA ranks as processes of one host: which GPU each rank
 //! drives and which path its collectives take.
 //!
 //! Placement: a rank drives GPU `local % visible`, where `local` is its

@@ -1,4 +1,4 @@
-//! CUDA ranks in processes that must not spin on each other (issue 11):
+//! CUDA ranks in processes that must not spin on each other:
 //! each call's device buffers are staged through this rank's shared host
 //! heap and the plan runs on the host backend across processes.
 //!

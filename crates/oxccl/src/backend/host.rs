@@ -156,7 +156,7 @@ impl Backend for HostBackend {
                     .network_hop_us()
                     .map(|h| format!(", one hop {h:.0} us"))
                     .unwrap_or_default();
-                // The channels connected (run S's log would have shown a
+                // The channels connected (the 2026-12-04 17:10 H200 run's log would have shown a
                 // binary older than the four of 7cb56f3 at a glance) and
                 // the sockets of each connection the ranks agreed on.
                 let socks = self

@@ -10,7 +10,7 @@
 //! is a few cache-line reads once every rank has arrived; on CUDA the
 //! check runs on the host before the launch, so a captured graph replays
 //! without it. Across processes it is one more rendezvous per call (see
-//! `docs/PERFORMANCE.md`, "The call check").
+//! `docs/perf/LOG.md`, "The call check").
 //!
 //! - Collectives (and groups holding collectives) carry a per-communicator
 //!   sequence number; each rank publishes `(seq, fingerprint)` and waits
@@ -57,6 +57,8 @@
 //! collective, so it is off there by default (said once at init), and
 //! mismatched calls there fail in the data path or at the deadline.
 
+#[doc(hidden)]
+pub mod bench;
 mod board;
 mod calls;
 mod fingerprint;
