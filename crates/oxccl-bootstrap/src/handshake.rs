@@ -350,7 +350,11 @@ impl Gate {
                             let f = wire::frame(
                                 self.magic,
                                 Kind::Fail,
-                                format!("{why}: check that every rank has the same unique id (or OXCCL_COMM_SECRET)").as_bytes(),
+                                format!(
+                                    "{why}: check that every rank has the same unique id (or \
+                                     OXCCL_COMM_SECRET) and runs the same oxccl build"
+                                )
+                                .as_bytes(),
                             );
                             let _ = (&p.s).write(&f);
                             self.drop_one(p, &why);

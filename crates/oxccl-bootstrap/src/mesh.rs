@@ -159,7 +159,6 @@ impl Bootstrap {
 #[cfg(test)]
 mod tests {
     use std::io::{Read, Write};
-
     use std::time::Duration;
 
     use super::*;
@@ -204,5 +203,70 @@ mod tests {
             let want: Vec<u8> = (0..N as u8).filter(|&p| p != r as u8).collect();
             assert_eq!(seen, &want, "rank {r}");
         }
+    }
+
+    /// The mesh's listener (the call check's connections) drops strangers:
+    /// garbage, silence, and a hello signed with another key, claiming
+    /// rank 0, come first; the rank holding the key is still accepted, and
+    /// the stranger is told its hello proves no key.
+    #[test]
+    fn strangers_at_the_mesh_listener_are_dropped() {
+        let limit = Duration::from_secs(20);
+        let id = UniqueId::new(limit).expect("id");
+        let boots: Vec<Bootstrap> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..2)
+                .map(|r| {
+                    let id = &id;
+                    s.spawn(move || Bootstrap::init(id, 2, r, &DeviceInfo::default(), limit))
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap().unwrap()).collect()
+        });
+        let b = &boots[1];
+        let l = sock::listen("127.0.0.1:0".parse().unwrap(), 1).unwrap();
+        let at = l.local_addr().unwrap();
+        let deadline = Instant::now() + limit;
+        let role = "mesh/test";
+        let greet = |key: &crate::auth::Key| {
+            connect_greet(
+                at,
+                deadline,
+                deadline,
+                0,
+                "rank 1 for the test",
+                Some(1),
+                limit,
+                b.magic(),
+                key,
+                role,
+                Kind::Peer,
+                &encode_peer(0, 2),
+            )
+        };
+        std::thread::scope(|s| {
+            let strangers = s.spawn(|| {
+                let mut garbage = TcpStream::connect(at).unwrap();
+                garbage.write_all(&[0xee; 64]).unwrap();
+                let silent = TcpStream::connect(at).unwrap();
+                let forged = greet(&crate::auth::Key::random().unwrap());
+                assert!(
+                    matches!(&forged, Err(BootstrapError::Rejected { reason, .. }) if reason.contains("key")),
+                    "{forged:?}"
+                );
+                let mut real = greet(b.key()).expect("rank 0 is accepted");
+                real.stream.write_all(b"r0").unwrap();
+                (garbage, silent)
+            });
+            let got = b
+                .accept_lower(&l, b.key(), role, "test", deadline)
+                .expect("rank 0's connection");
+            assert_eq!(got.len(), 1);
+            let (r, mut sock) = got.into_iter().next().unwrap();
+            assert_eq!(r, 0);
+            let mut buf = [0u8; 2];
+            sock.read_exact(&mut buf).unwrap();
+            assert_eq!(&buf, b"r0");
+            drop(strangers.join().unwrap());
+        });
     }
 }

@@ -324,7 +324,8 @@ fn check(h: &Hello, nranks: Option<u32>, slots: &[Option<Joined>]) -> Result<(),
     Ok(())
 }
 
-/// Threads the root service runs now (0 or 1), for tests and measurements.
+/// Whether the process's root service thread runs now (one thread serves
+/// every root of the process), for tests and measurements.
 pub fn service_running() -> bool {
     SERVICE.lock().unwrap_or_else(|p| p.into_inner()).running
 }

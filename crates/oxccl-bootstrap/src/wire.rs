@@ -5,7 +5,10 @@
 //! little-endian `u32`) and the payload. The first bytes of every
 //! connection are therefore the magic, and every frame is checked against
 //! it, so a stranger, garbage or a rank holding another id is told apart
-//! from a peer at once. Payloads are little-endian fields; strings and byte
+//! from a peer at once. The magic is no secret: what keeps strangers out
+//! is the proof every connection opens with (an acceptor's `Challenge`,
+//! the connector's hello with its MAC, the acceptor's `Ack`: see
+//! `handshake.rs` and [`crate::auth`]). Payloads are little-endian fields; strings and byte
 //! strings carry a `u32` length. Decoding is total: any byte string gives
 //! a value or a [`WireError`], never a panic (a proptest checks it).
 

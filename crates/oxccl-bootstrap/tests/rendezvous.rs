@@ -182,16 +182,20 @@ fn missing_ranks_time_out_naming_what_was_awaited() {
 }
 
 /// A fake root (it does not hold the id's key) that sends `reply` to the
-/// first connection, reads what comes back for a while, and closes.
+/// first connection and closes (a reply of two whole frames, challenge
+/// and answer, once the hello came, so the answer is read before the
+/// close).
 fn fake_root(reply: Vec<u8>) -> UniqueId {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
     std::thread::spawn(move || {
         if let Ok((mut s, _)) = l.accept() {
             let _ = s.write_all(&reply);
-            let mut buf = [0u8; 4096];
-            let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-            let _ = s.read(&mut buf);
+            if reply.len() >= 96 {
+                let mut buf = [0u8; 4096];
+                let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+                let _ = s.read(&mut buf);
+            }
         }
     });
     // Rank 1 of an NCCL_COMM_ID-style id: it does not start a root itself.

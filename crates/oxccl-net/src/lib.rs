@@ -6,8 +6,10 @@
 //! - [`TcpNet`]: its TCP implementation (NCCL's `Socket` transport):
 //!   every connection is `NCCL_SOCKET_NTHREADS × NCCL_NSOCKS_PERTHREAD`
 //!   sockets driven by helper threads, each message split over them; every
-//!   socket starts with the communicator's magic ([`wire::Hello`]), and a
-//!   stalled socket fails its connection after the deadline.
+//!   socket starts with the communicator's magic and a MAC proving the
+//!   communicator's key ([`wire::Hello`]; listeners drop strangers,
+//!   garbage and silence without failing), and a stalled socket fails its
+//!   connection after the deadline.
 //! - [`config`]: the knobs, and whether the environment forces ranks of
 //!   one host onto the network (`NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1`).
 //!

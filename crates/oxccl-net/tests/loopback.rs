@@ -297,3 +297,94 @@ fn a_closed_peer_fails_pending_and_later_requests() {
     assert!(again.is_err());
     b.close_recv(r).unwrap();
 }
+
+/// The child half of the descriptor test: with `RLIMIT_NOFILE` at 48,
+/// listens, says where (the handle in hex), and accepts until the real
+/// peer's connection is complete while the parent's storm of silent
+/// connections makes `accept` fail with EMFILE.
+#[test]
+fn emfile_child() {
+    if std::env::var("OXCCL_NET_EMFILE_CHILD").is_err() {
+        return;
+    }
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    let was = getrlimit(Resource::Nofile);
+    setrlimit(
+        Resource::Nofile,
+        Rlimit {
+            current: Some(48),
+            maximum: was.maximum,
+        },
+    )
+    .unwrap();
+    let b = net(21, 1, 2);
+    let (h, l) = b.listen(0).unwrap();
+    let hex: String = h.encode().iter().map(|x| format!("{x:02x}")).collect();
+    println!("HANDLE {hex}");
+    let t = Instant::now();
+    loop {
+        match b.accept(l) {
+            Ok(Some(_)) => break,
+            Ok(None) => std::thread::sleep(Duration::from_millis(1)),
+            Err(e) => {
+                println!("FAILED after {:?}: {e}", t.elapsed());
+                std::process::exit(1);
+            }
+        }
+        if t.elapsed() > GUARD {
+            println!("FAILED: never accepted");
+            std::process::exit(1);
+        }
+    }
+    println!("ACCEPTED after {:?}", t.elapsed());
+}
+
+/// A listener whose process is out of descriptors (`ulimit -n 48`) under
+/// 300 silent connections still takes the peer's connection: `accept`'s
+/// EMFILE sheds waiting sockets and backs off instead of failing.
+#[test]
+fn emfile_at_the_listener_is_survived() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "emfile_child", "--nocapture", "--test-threads=1"])
+        .env("OXCCL_NET_EMFILE_CHILD", "1")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    let h = loop {
+        line.clear();
+        assert_ne!(
+            out.read_line(&mut line).unwrap(),
+            0,
+            "the child said nothing"
+        );
+        if let Some(at) = line.find("HANDLE ") {
+            let hex = line[at + 7..].trim();
+            let bytes: Vec<u8> = (0..hex.len() / 2)
+                .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap())
+                .collect();
+            break oxccl_net::Handle::decode(&bytes, 21).unwrap();
+        }
+    };
+    let storm: Vec<std::net::TcpStream> = (0..300)
+        .filter_map(|_| std::net::TcpStream::connect(h.addr).ok())
+        .collect();
+    let peer = net(21, 1, 2);
+    let _s = peer.connect(0, &h).unwrap().unwrap();
+    let mut said = Vec::new();
+    let mut rest = String::new();
+    while out.read_line(&mut rest).unwrap() > 0 {
+        said.push(std::mem::take(&mut rest));
+    }
+    let status = child.wait().unwrap();
+    drop(storm);
+    let said = said.concat();
+    eprintln!("{said}");
+    assert!(
+        status.success() && said.contains("ACCEPTED after"),
+        "{said}"
+    );
+}

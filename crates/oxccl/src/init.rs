@@ -22,6 +22,9 @@ use crate::error::{Error, Result};
 /// A communicator's unique id: 128 bytes (NCCL's `ncclUniqueId`) that one
 /// process makes with [`UniqueId::new`] and sends to the others (with
 /// [`UniqueId::to_bytes`]) by any means: a file, MPI, a key-value store.
+/// It carries the communicator's random key, which every connection of
+/// the rendezvous proves: whoever holds the id may join, so send it only
+/// to the job's own ranks (see the README's security section).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct UniqueId(oxccl_bootstrap::UniqueId);
 
@@ -29,9 +32,11 @@ impl UniqueId {
     pub const BYTES: usize = oxccl_bootstrap::UniqueId::BYTES;
 
     /// A new id. Starts the rendezvous root in this process (it serves one
-    /// communicator's init, then exits; it gives up after the configured
-    /// deadline, `OXCCL_DEADLINE_MS`). With `NCCL_COMM_ID=host:port` set,
-    /// the id of that address instead: rank 0 runs the root there.
+    /// communicator's init, then ends; it gives up after the configured
+    /// deadline, `OXCCL_DEADLINE_MS`; one thread serves every root of the
+    /// process). With `NCCL_COMM_ID=host:port` set, the id of that address
+    /// instead: rank 0 runs the root there, and the key comes from
+    /// `OXCCL_COMM_SECRET` (public without it, as NCCL's trust model).
     pub fn new() -> Result<UniqueId> {
         let cfg = Config::from_env()?;
         oxccl_bootstrap::UniqueId::new(cfg.deadline)
