@@ -1,11 +1,13 @@
 /*
  * nccl.h for oxccl's libnccl.so.2.
  *
- * Written for oxccl (Apache-2.0). It declares the C interface of NCCL 2.28
+ * Written for oxccl (Apache-2.0). It declares the C interface of NCCL 2.30
  * with the same values and layouts, so that programs compiled against it
  * and programs compiled against NVIDIA's header both run on oxccl's
- * library. What oxccl does not support yet (device communicators, symmetric
- * windows) is declared and returns ncclInvalidUsage; see
+ * library. Every function has NCCL's profiling twin (`pncclX` for
+ * `ncclX`). What oxccl does not support yet (device communicators,
+ * symmetric windows, one-sided calls) is declared and returns
+ * ncclInvalidUsage with a message for ncclGetLastError; see
  * crates/oxccl-capi/README.md.
  *
  * Builds with or without the CUDA toolkit: when <cuda_runtime.h> is not
@@ -32,8 +34,8 @@ typedef struct CUstream_st *cudaStream_t;
 
 /* Version: the NCCL release whose interface this library implements. */
 #define NCCL_MAJOR 2
-#define NCCL_MINOR 28
-#define NCCL_PATCH 9
+#define NCCL_MINOR 30
+#define NCCL_PATCH 7
 #define NCCL_SUFFIX ""
 #define NCCL_VERSION(X, Y, Z) (((X) <= 2 && (Y) <= 8) ? (X) * 1000 + (Y) * 100 + (Z) : (X) * 10000 + (Y) * 100 + (Z))
 #define NCCL_VERSION_CODE NCCL_VERSION(NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH)
@@ -62,7 +64,8 @@ typedef enum {
   ncclInvalidUsage = 5,
   ncclRemoteError = 6,
   ncclInProgress = 7,
-  ncclNumResults = 8
+  ncclTimeout = 8,
+  ncclNumResults = 9
 } ncclResult_t;
 
 /* Element types. */
@@ -122,8 +125,13 @@ typedef enum {
 
 #define NCCL_WIN_DEFAULT 0x00
 #define NCCL_WIN_COLL_SYMMETRIC 0x01
+#define NCCL_WIN_STRICT_ORDERING 0x02
+#define NCCL_WIN_REQUIRED_ALIGNMENT 4096
 
-typedef struct ncclConfig_v22800 {
+#define NCCL_REVOKE_DEFAULT 0x00
+#define NCCL_SUSPEND_MEM 0x01
+
+typedef struct ncclConfig_v23000 {
   size_t size;
   unsigned int magic;
   unsigned int version;
@@ -141,6 +149,10 @@ typedef struct ncclConfig_v22800 {
   int nvlsCTAs;
   int nChannelsPerNetPeer;
   int nvlinkCentricSched;
+  int graphUsageMode;
+  int numRmaCtx;
+  int maxP2pPeers;
+  int graphStreamOrdering;
 } ncclConfig_t;
 
 #define NCCL_CONFIG_INITIALIZER {                                         \
@@ -161,6 +173,10 @@ typedef struct ncclConfig_v22800 {
   NCCL_CONFIG_UNDEF_INT,              /* nvlsCTAs */                      \
   NCCL_CONFIG_UNDEF_INT,              /* nChannelsPerNetPeer */           \
   NCCL_CONFIG_UNDEF_INT,              /* nvlinkCentricSched */            \
+  NCCL_CONFIG_UNDEF_INT,              /* graphUsageMode */                \
+  NCCL_CONFIG_UNDEF_INT,              /* numRmaCtx */                     \
+  NCCL_CONFIG_UNDEF_INT,              /* maxP2pPeers */                   \
+  NCCL_CONFIG_UNDEF_INT,              /* graphStreamOrdering */           \
 }
 
 /* What ncclGroupSimulateEnd reports. */
@@ -247,6 +263,118 @@ ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype, int
 ncclResult_t ncclGroupStart(void);
 ncclResult_t ncclGroupEnd(void);
 ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t *simInfo);
+
+
+/* Revoke, grow, memory statistics (2.28.7 to 2.30). */
+ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags);
+ncclResult_t ncclCommGetUniqueId(ncclComm_t comm, ncclUniqueId *uniqueId);
+ncclResult_t ncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId *uniqueId, int rank, ncclComm_t *newcomm, ncclConfig_t *config);
+typedef enum {
+  ncclStatGpuMemSuspend = 0,
+  ncclStatGpuMemSuspended = 1,
+  ncclStatGpuMemPersist = 2,
+  ncclStatGpuMemTotal = 3
+} ncclCommMemStat_t;
+ncclResult_t ncclCommMemStats(ncclComm_t comm, ncclCommMemStat_t stat, uint64_t *value);
+ncclResult_t ncclWinGetUserPtr(ncclComm_t comm, ncclWindow_t win, void **outUserPtr);
+
+/* One-sided calls on registered windows: declared, not supported yet. */
+ncclResult_t ncclPutSignal(const void *localbuff, size_t count, ncclDataType_t datatype, int peer, ncclWindow_t peerWin, size_t peerWinOffset, int sigIdx, int ctx, unsigned int flags, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclSignal(int peer, int sigIdx, int ctx, unsigned int flags, ncclComm_t comm, cudaStream_t stream);
+typedef struct {
+  int opCnt;
+  int peer;
+  int sigIdx;
+  int ctx;
+} ncclWaitSignalDesc_t;
+ncclResult_t ncclWaitSignal(int nDesc, ncclWaitSignalDesc_t *signalDescs, ncclComm_t comm, cudaStream_t stream);
+
+/* Parameters: the library's settings by NCCL's key (the variable's name
+ * without its NCCL_ prefix, or an OXCCL_ name in full). */
+typedef struct ncclParamHandle *ncclParamHandle_t;
+ncclResult_t ncclParamBind(ncclParamHandle_t *out, const char *key);
+ncclResult_t ncclParamGetI8(ncclParamHandle_t h, int8_t *out);
+ncclResult_t ncclParamGetI16(ncclParamHandle_t h, int16_t *out);
+ncclResult_t ncclParamGetI32(ncclParamHandle_t h, int32_t *out);
+ncclResult_t ncclParamGetI64(ncclParamHandle_t h, int64_t *out);
+ncclResult_t ncclParamGetU8(ncclParamHandle_t h, uint8_t *out);
+ncclResult_t ncclParamGetU16(ncclParamHandle_t h, uint16_t *out);
+ncclResult_t ncclParamGetU32(ncclParamHandle_t h, uint32_t *out);
+ncclResult_t ncclParamGetU64(ncclParamHandle_t h, uint64_t *out);
+ncclResult_t ncclParamGetStr(ncclParamHandle_t h, const char **out);
+ncclResult_t ncclParamGet(ncclParamHandle_t h, void *out, int maxLen, int *len);
+ncclResult_t ncclParamGetParameter(const char *key, const char **value, int *valueLen);
+ncclResult_t ncclParamGetAllParameterKeys(const char ***table, int *tableLen);
+void ncclParamDumpAll(void);
+
+/* NCCL's profiling twins: each pnccl function is the nccl function of the
+ * same name (a profiler may interpose the nccl names and call these). */
+ncclResult_t pncclMemAlloc(void **ptr, size_t size);
+ncclResult_t pncclMemFree(void *ptr);
+ncclResult_t pncclGetVersion(int *version);
+ncclResult_t pncclGetUniqueId(ncclUniqueId *uniqueId);
+ncclResult_t pncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank, ncclConfig_t *config);
+ncclResult_t pncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank);
+ncclResult_t pncclCommInitAll(ncclComm_t *comms, int ndev, const int *devlist);
+ncclResult_t pncclCommInitRankScalable(ncclComm_t *newcomm, int nranks, int myrank, int nId, ncclUniqueId *commIds, ncclConfig_t *config);
+ncclResult_t pncclCommFinalize(ncclComm_t comm);
+ncclResult_t pncclCommDestroy(ncclComm_t comm);
+ncclResult_t pncclCommAbort(ncclComm_t comm);
+ncclResult_t pncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm, ncclConfig_t *config);
+ncclResult_t pncclCommShrink(ncclComm_t comm, int *excludeRanksList, int excludeRanksCount, ncclComm_t *newcomm, ncclConfig_t *config, int shrinkFlags);
+ncclResult_t pncclCommSuspend(ncclComm_t comm, int flags);
+ncclResult_t pncclCommResume(ncclComm_t comm);
+const char *pncclGetErrorString(ncclResult_t result);
+const char *pncclGetLastError(ncclComm_t comm);
+void pncclResetDebugInit(void);
+ncclResult_t pncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError);
+ncclResult_t pncclCommCount(const ncclComm_t comm, int *count);
+ncclResult_t pncclCommCuDevice(const ncclComm_t comm, int *device);
+ncclResult_t pncclCommUserRank(const ncclComm_t comm, int *rank);
+ncclResult_t pncclCommRegister(const ncclComm_t comm, void *buff, size_t size, void **handle);
+ncclResult_t pncclCommDeregister(const ncclComm_t comm, void *handle);
+ncclResult_t pncclCommWindowRegister(ncclComm_t comm, void *buff, size_t size, ncclWindow_t *win, int winFlags);
+ncclResult_t pncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win);
+ncclResult_t pncclDevCommCreate(ncclComm_t comm, const ncclDevCommRequirements *reqs, ncclDevComm *outDevComm);
+ncclResult_t pncclDevCommDestroy(ncclComm_t comm, const ncclDevComm *devComm);
+ncclResult_t pncclRedOpCreatePreMulSum(ncclRedOp_t *op, void *scalar, ncclDataType_t datatype, ncclScalarResidence_t residence, ncclComm_t comm);
+ncclResult_t pncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm);
+ncclResult_t pncclReduce(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t pncclBcast(void *buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t pncclBroadcast(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t pncclAllReduce(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t pncclReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount, ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t pncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcount, ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t pncclAlltoAll(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t pncclGather(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t pncclScatter(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t pncclSend(const void *sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t pncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t pncclGroupStart(void);
+ncclResult_t pncclGroupEnd(void);
+ncclResult_t pncclGroupSimulateEnd(ncclSimInfo_t *simInfo);
+ncclResult_t pncclCommRevoke(ncclComm_t comm, int revokeFlags);
+ncclResult_t pncclCommGetUniqueId(ncclComm_t comm, ncclUniqueId *uniqueId);
+ncclResult_t pncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId *uniqueId, int rank, ncclComm_t *newcomm, ncclConfig_t *config);
+ncclResult_t pncclCommMemStats(ncclComm_t comm, ncclCommMemStat_t stat, uint64_t *value);
+ncclResult_t pncclWinGetUserPtr(ncclComm_t comm, ncclWindow_t win, void **outUserPtr);
+ncclResult_t pncclPutSignal(const void *localbuff, size_t count, ncclDataType_t datatype, int peer, ncclWindow_t peerWin, size_t peerWinOffset, int sigIdx, int ctx, unsigned int flags, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t pncclSignal(int peer, int sigIdx, int ctx, unsigned int flags, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t pncclWaitSignal(int nDesc, ncclWaitSignalDesc_t *signalDescs, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t pncclParamBind(ncclParamHandle_t *out, const char *key);
+ncclResult_t pncclParamGetI8(ncclParamHandle_t h, int8_t *out);
+ncclResult_t pncclParamGetI16(ncclParamHandle_t h, int16_t *out);
+ncclResult_t pncclParamGetI32(ncclParamHandle_t h, int32_t *out);
+ncclResult_t pncclParamGetI64(ncclParamHandle_t h, int64_t *out);
+ncclResult_t pncclParamGetU8(ncclParamHandle_t h, uint8_t *out);
+ncclResult_t pncclParamGetU16(ncclParamHandle_t h, uint16_t *out);
+ncclResult_t pncclParamGetU32(ncclParamHandle_t h, uint32_t *out);
+ncclResult_t pncclParamGetU64(ncclParamHandle_t h, uint64_t *out);
+ncclResult_t pncclParamGetStr(ncclParamHandle_t h, const char **out);
+ncclResult_t pncclParamGet(ncclParamHandle_t h, void *out, int maxLen, int *len);
+ncclResult_t pncclParamGetParameter(const char *key, const char **value, int *valueLen);
+ncclResult_t pncclParamGetAllParameterKeys(const char ***table, int *tableLen);
+void pncclParamDumpAll(void);
 
 #ifdef __cplusplus
 }

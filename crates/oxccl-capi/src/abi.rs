@@ -1,4 +1,4 @@
-//! NCCL 2.28's C types and values, as this library reads them: every enum
+//! NCCL 2.30's C types and values, as this library reads them: every enum
 //! is a plain `c_int` (a caller may pass any integer, and PreMulSum ops are
 //! values past the named ones), so nothing foreign is transmuted into a
 //! Rust enum.
@@ -22,9 +22,11 @@ pub const INVALID_ARGUMENT: NcclResult = 4;
 pub const INVALID_USAGE: NcclResult = 5;
 pub const REMOTE_ERROR: NcclResult = 6;
 pub const IN_PROGRESS: NcclResult = 7;
+/// `ncclTimeout` (2.30).
+pub const TIMEOUT: NcclResult = 8;
 
-/// The release whose interface this is: 2.28.9, `NCCL_VERSION_CODE`.
-pub const VERSION_CODE: c_int = 2 * 10000 + 28 * 100 + 9;
+/// The release whose interface this is: 2.30.7, `NCCL_VERSION_CODE`.
+pub const VERSION_CODE: c_int = 2 * 10000 + 30 * 100 + 7;
 
 /// Ops 0..=4 are built in; PreMulSum handles start here.
 pub const NUM_OPS: c_int = 5;
@@ -73,6 +75,7 @@ pub fn result_name(r: NcclResult) -> &'static std::ffi::CStr {
         INVALID_USAGE => c"invalid usage (run with NCCL_DEBUG=WARN for details)",
         REMOTE_ERROR => c"remote process exited or there was a network error",
         IN_PROGRESS => c"NCCL operation in progress",
+        TIMEOUT => c"operation timed out",
         _ => c"unknown result code",
     }
 }

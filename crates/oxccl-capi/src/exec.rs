@@ -77,6 +77,7 @@ pub struct Raw {
 
 /// Checks a call against its communicator.
 pub fn check(c: &CComm, raw: Raw) -> CResult<Call> {
+    c.callable()?;
     let dt = dtype(raw.dtype)?;
     let n = c.nranks as usize;
     let me = c.rank;

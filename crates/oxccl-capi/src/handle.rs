@@ -59,6 +59,10 @@ pub struct CComm {
     pub blocking: bool,
     pub name: Option<String>,
     pub aborted: AtomicBool,
+    /// `ncclCommRevoke` ran: no more calls, management only.
+    pub revoked: AtomicBool,
+    /// Between `ncclCommSuspend` and `ncclCommResume`: no calls.
+    pub suspended: AtomicBool,
     /// PreMulSum ops: handle `NUM_OPS + i` is slot `i`.
     pub premul: Mutex<Vec<Option<PreMul>>>,
     /// `ncclCommRegister` records: handle address → the facade's.
@@ -98,6 +102,8 @@ impl CComm {
             blocking,
             name,
             aborted: AtomicBool::new(false),
+            revoked: AtomicBool::new(false),
+            suspended: AtomicBool::new(false),
             premul: Mutex::new(Vec::new()),
             registered: Mutex::new(HashMap::new()),
         }
@@ -146,6 +152,21 @@ impl CComm {
         ))
     }
 
+    /// Whether calls may be issued: not revoked, not suspended.
+    pub fn callable(&self) -> CResult<()> {
+        if self.revoked.load(Ordering::Acquire) {
+            return Err(CError::usage(
+                "the communicator was revoked (ncclCommRevoke): only destroy, abort, split and shrink are allowed",
+            ));
+        }
+        if self.suspended.load(Ordering::Acquire) {
+            return Err(CError::usage(
+                "the communicator is suspended (ncclCommSuspend): call ncclCommResume first",
+            ));
+        }
+        Ok(())
+    }
+
     /// The raw communicator if ready (no error built).
     pub fn ready(&self) -> Option<&Communicator> {
         self.comm.get()
@@ -162,6 +183,10 @@ impl CComm {
     /// `ncclCommGetAsyncError`: in progress while initialising, else the
     /// init's or the clique's failure, else success.
     pub fn async_result(&self) -> NcclResult {
+        if self.revoked.load(Ordering::Acquire) {
+            // Revoked and quiescent: the aborted work is not an error.
+            return abi::SUCCESS;
+        }
         if let Some(c) = self.comm.get() {
             return c.async_error().map_or(abi::SUCCESS, |e| e.nccl_result());
         }

@@ -1,4 +1,4 @@
-//! `libnccl.so.2`: NCCL 2.28's C ABI over oxccl, so programs built for
+//! `libnccl.so.2`: NCCL 2.30's C ABI over oxccl, so programs built for
 //! NCCL (PyTorch, nccl-tests, MPI codes) run on oxccl unchanged.
 //!
 //! The header is `include/nccl.h` (this project's own text, NCCL's values
@@ -44,3 +44,4 @@ pub mod error;
 mod exec;
 mod group;
 pub mod handle;
+mod params;

@@ -125,6 +125,16 @@ fn every_collective_type_and_op_on_two_processes() {
 }
 
 #[test]
+fn newer_calls_twins_stats_suspend_and_revoke() {
+    run("newer", 3, &[], LIMIT);
+}
+
+#[test]
+fn grow_adds_a_process_to_a_communicator() {
+    run("grow", 3, &[], LIMIT);
+}
+
+#[test]
 fn groups_send_recv_and_several_communicators() {
     run("groups", 3, &[], LIMIT);
 }

@@ -1,6 +1,7 @@
 //! The built library exports every function PyTorch 2.11 imports (a
 //! missing one makes `import torch` fail: Python loads extensions with
-//! RTLD_NOW) and the rest of NCCL 2.28's API, under NCCL's soname.
+//! RTLD_NOW) and the rest of NCCL 2.30's API, each with its `pnccl`
+//! profiling twin, under NCCL's soname.
 
 mod common;
 
@@ -46,14 +47,38 @@ const TORCH: [&str; 38] = [
     "ncclSend",
 ];
 
-/// The rest of the 2.28 API this library declares in its header.
-const OTHERS: [&str; 6] = [
+/// The rest of NCCL 2.30's `nccl.h` (2.30.7 declares 63 functions; with
+/// the torch list above and `ncclResetDebugInit` and the device
+/// communicators, this library exports 66).
+const OTHERS: [&str; 28] = [
     "ncclGather",
     "ncclScatter",
     "ncclCommCuDevice",
     "ncclResetDebugInit",
     "ncclCommSuspend",
     "ncclCommResume",
+    "ncclCommRevoke",
+    "ncclCommGetUniqueId",
+    "ncclCommGrow",
+    "ncclCommMemStats",
+    "ncclWinGetUserPtr",
+    "ncclPutSignal",
+    "ncclSignal",
+    "ncclWaitSignal",
+    "ncclParamBind",
+    "ncclParamGetI8",
+    "ncclParamGetI16",
+    "ncclParamGetI32",
+    "ncclParamGetI64",
+    "ncclParamGetU8",
+    "ncclParamGetU16",
+    "ncclParamGetU32",
+    "ncclParamGetU64",
+    "ncclParamGetStr",
+    "ncclParamGet",
+    "ncclParamGetParameter",
+    "ncclParamGetAllParameterKeys",
+    "ncclParamDumpAll",
 ];
 
 #[test]
@@ -61,10 +86,16 @@ fn every_function_pytorch_and_the_header_name_is_exported() {
     let path = common::built_library();
     // SAFETY: loading our own library runs no initialisers beyond Rust's.
     let lib = unsafe { libloading::Library::new(&path) }.expect("load the built library");
+    let twins: Vec<String> = TORCH
+        .iter()
+        .chain(&OTHERS)
+        .map(|n| format!("p{n}"))
+        .collect();
     let missing: Vec<&str> = TORCH
         .iter()
         .chain(&OTHERS)
         .copied()
+        .chain(twins.iter().map(String::as_str))
         .filter(|name| {
             // SAFETY: only the symbol's presence is checked; it is not called.
             unsafe { lib.get::<*const ()>(name.as_bytes()) }.is_err()
@@ -81,8 +112,8 @@ fn the_header_declares_every_exported_function() {
     let h = std::fs::read_to_string(common::include_dir().join("nccl.h")).unwrap();
     for name in TORCH.iter().chain(&OTHERS) {
         assert!(
-            h.contains(&format!("{name}(")),
-            "nccl.h does not declare {name}"
+            h.matches(&format!("{name}(")).count() >= 2 && h.contains(&format!("p{name}(")),
+            "nccl.h does not declare {name} and p{name}"
         );
     }
 }

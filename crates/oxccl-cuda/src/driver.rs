@@ -10,6 +10,7 @@
 
 use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use cudarc::driver::{result, sys};
@@ -202,6 +203,9 @@ pub struct Ctx {
     pub ordinal: i32,
     pub dev: sys::CUdevice,
     ctx: sys::CUcontext,
+    /// Bytes of the [`DevMem`] allocations made through this handle and
+    /// not yet freed (what `ncclCommMemStats` reports).
+    held: AtomicU64,
 }
 
 /// What to say when a context cannot be made because the MPS server of the
@@ -248,9 +252,19 @@ impl Ctx {
                 None => format!("{e:?}"),
             },
         })?;
-        let c = Arc::new(Ctx { ordinal, dev, ctx });
+        let c = Arc::new(Ctx {
+            ordinal,
+            dev,
+            ctx,
+            held: AtomicU64::new(0),
+        });
         c.bind()?;
         Ok(c)
+    }
+
+    /// Bytes of device memory allocated through this handle and live now.
+    pub fn held_bytes(&self) -> u64 {
+        self.held.load(Ordering::Relaxed)
     }
 
     /// Makes this context current on the calling thread.
@@ -343,6 +357,7 @@ impl DevMem {
         // SAFETY: plain allocation in the current context.
         let ptr = unsafe { result::malloc_sync(bytes.max(1)) }
             .map_err(|e| CudaError::driver("cuMemAlloc", e))?;
+        ctx.held.fetch_add(bytes.max(1) as u64, Ordering::Relaxed);
         Ok(DevMem {
             ptr,
             bytes,
@@ -404,6 +419,11 @@ impl DevMem {
 
 impl Drop for DevMem {
     fn drop(&mut self) {
+        if self.owned {
+            self.ctx
+                .held
+                .fetch_sub(self.bytes.max(1) as u64, Ordering::Relaxed);
+        }
         if self.owned && self.ctx.bind().is_ok() {
             // SAFETY: `ptr` came from cuMemAlloc and is freed once.
             let _ = unsafe { result::free_sync(self.ptr) };

@@ -300,6 +300,14 @@ impl Communicator {
         self.clique.backend.device_of(self.rank)
     }
 
+    /// Device memory, in bytes, that this communicator's clique holds now
+    /// (the ranks of one process share a clique and its memory: links,
+    /// scratch, pools and `alloc` buffers); 0 on the host backend. What
+    /// NCCL's `ncclCommMemStats` reports.
+    pub fn device_memory_bytes(&self) -> u64 {
+        self.clique.backend.device_bytes()
+    }
+
     /// The backend this communicator runs on (`Host` or `Cuda`).
     pub fn backend(&self) -> BackendKind {
         self.clique.backend.kind()

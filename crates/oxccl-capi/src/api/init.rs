@@ -83,7 +83,7 @@ fn rank_args(nranks: c_int, rank: c_int) -> CResult<(u32, u32)> {
 /// `ncclInProgress` returned; `ncclCommGetAsyncError` says when it is done.
 /// Inside a group: the handle is written at once and the group's end
 /// waits for it, so one thread can start several ranks.
-fn init_rank(
+pub(super) fn init_rank(
     outp: *mut NcclCommT,
     nranks: c_int,
     ids: &[NcclUniqueId],
@@ -251,6 +251,11 @@ pub unsafe extern "C" fn ncclCommInitAll(
 pub extern "C" fn ncclCommFinalize(comm: NcclCommT) -> NcclResult {
     guard("ncclCommFinalize", || {
         let c = handle::lookup(comm)?;
+        if c.revoked.load(std::sync::atomic::Ordering::Acquire) {
+            return Err(CError::usage(
+                "ncclCommFinalize after ncclCommRevoke: destroy or abort the communicator instead",
+            ));
+        }
         c.join_init();
         c.get()?.synchronize()?;
         Ok(SUCCESS)
@@ -468,16 +473,4 @@ pub unsafe extern "C" fn ncclCommShrink(
             outp,
         )
     })
-}
-
-/// Nothing to release: oxccl keeps no memory that suspending would free.
-#[no_mangle]
-pub extern "C" fn ncclCommSuspend(comm: NcclCommT, _flags: c_int) -> NcclResult {
-    guard("ncclCommSuspend", || handle::lookup(comm).map(|_| SUCCESS))
-}
-
-/// See `ncclCommSuspend`.
-#[no_mangle]
-pub extern "C" fn ncclCommResume(comm: NcclCommT) -> NcclResult {
-    guard("ncclCommResume", || handle::lookup(comm).map(|_| SUCCESS))
 }

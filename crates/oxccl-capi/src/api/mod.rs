@@ -2,11 +2,17 @@
 //! caller vouches for its pointers as NCCL's documentation says), checks
 //! what it can, and runs through [`crate::error::guard`].
 
+mod alias;
 mod coll;
 mod group;
+mod grow;
 pub(crate) mod init;
 mod mem;
+mod onesided;
+mod param;
 mod query;
+mod revoke;
+mod stats;
 
 use crate::error::{CError, CResult};
 

@@ -9,7 +9,7 @@ use crate::handle;
 
 use super::out;
 
-/// Writes the NCCL version this library implements (2.28.9 as 22809).
+/// Writes the NCCL version whose interface this library implements (2.30.7 as 23007).
 ///
 /// # Safety
 /// `version` must be null or point to writable memory for an int.

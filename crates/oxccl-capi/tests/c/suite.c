@@ -306,7 +306,7 @@ static void scenario_colls(void) {
   if (!comm) return;
   int v = 0, cnt = 0, rk = -1;
   NCCL_OK(ncclGetVersion(&v));
-  CHECK(v == NCCL_VERSION_CODE && v >= 22800 && v < 22900, "version %d", v);
+  CHECK(v == NCCL_VERSION_CODE && v == NCCL_VERSION(2, 30, 7), "version %d", v);
   NCCL_OK(ncclCommCount(comm, &cnt));
   NCCL_OK(ncclCommUserRank(comm, &rk));
   CHECK(cnt == g_nranks && rk == g_rank, "count %d rank %d", cnt, rk);
@@ -866,6 +866,162 @@ static void scenario_commid(void) {
   NCCL_OK(ncclCommDestroy(comm));
 }
 
+/* ---------- NCCL 2.28.7-2.30 additions ---------- */
+
+/* Writes `id` as DIR/name for the other processes. */
+static int publish_id(const char *name, const ncclUniqueId *id) {
+  char path[4200], tmp[4300];
+  id_path(path, sizeof path, name);
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  FILE *f = fopen(tmp, "wb");
+  if (!f || fwrite(id, sizeof *id, 1, f) != 1) return -1;
+  fclose(f);
+  return rename(tmp, path);
+}
+
+/* Waits (at most 60 s) for DIR/name and reads it. */
+static int wait_id(const char *name, ncclUniqueId *id) {
+  char path[4200];
+  id_path(path, sizeof path, name);
+  for (int i = 0; i < 6000; i++) {
+    FILE *f = fopen(path, "rb");
+    if (f) {
+      size_t got = fread(id, sizeof *id, 1, f);
+      fclose(f);
+      if (got == 1) return 0;
+    }
+    usleep(10000);
+  }
+  return -1;
+}
+
+/* Every process has reached `name` (files DIR/name.RANK), at most 60 s:
+ * a barrier outside the library, for a call that must not overlap any
+ * rank's earlier one (a rank leaves a collective before its peers do). */
+static int arrive(const char *name) {
+  char path[4300];
+  char base[200];
+  snprintf(base, sizeof base, "%s.%d", name, g_rank);
+  id_path(path, sizeof path, base);
+  FILE *f = fopen(path, "wb");
+  if (!f) return -1;
+  fclose(f);
+  for (int i = 0; i < 6000; i++) {
+    int all = 1;
+    for (int r = 0; r < g_nranks && all; r++) {
+      snprintf(base, sizeof base, "%s.%d", name, r);
+      id_path(path, sizeof path, base);
+      all = access(path, F_OK) == 0;
+    }
+    if (all) return 0;
+    usleep(10000);
+  }
+  return -1;
+}
+
+static int last_error_says(ncclComm_t comm, const char *what) {
+  const char *m = ncclGetLastError(comm);
+  return m && strstr(m, what) != NULL;
+}
+
+/* Profiling twins, memory statistics, suspend/resume, one-sided calls
+ * (refused) and revoke followed by shrink. */
+static void scenario_newer(void) {
+  ncclComm_t comm = world("id");
+  if (!comm) return;
+  int n = g_nranks, cnt = 0;
+  NCCL_OK(pncclCommCount(comm, &cnt));
+  CHECK(cnt == n, "pncclCommCount gave %d", cnt);
+  int64_t v[4] = {g_rank, 1, 2, 3};
+  NCCL_OK(pncclAllReduce(v, v, 4, ncclInt64, ncclSum, comm, NULL));
+  CHECK(v[0] == (int64_t)n * (n - 1) / 2 && v[1] == n, "pncclAllReduce gave %lld %lld", (long long)v[0], (long long)v[1]);
+
+  uint64_t st = 99;
+  NCCL_OK(ncclCommMemStats(comm, ncclStatGpuMemSuspend, &st));
+  CHECK(st == 0, "suspendable bytes %llu", (unsigned long long)st);
+  NCCL_OK(ncclCommMemStats(comm, ncclStatGpuMemSuspended, &st));
+  CHECK(st == 0, "suspended flag %llu before suspend", (unsigned long long)st);
+  NCCL_OK(ncclCommMemStats(comm, ncclStatGpuMemTotal, &st));
+  CHECK(st == 0, "the host backend holds %llu GPU bytes", (unsigned long long)st);
+  st = 77;
+  CHECK(ncclCommMemStats(comm, (ncclCommMemStat_t)9, &st) == ncclInvalidArgument && st == 77, "bad stat: %llu", (unsigned long long)st);
+
+  NCCL_OK(ncclCommSuspend(comm, NCCL_SUSPEND_MEM));
+  NCCL_OK(ncclCommMemStats(comm, ncclStatGpuMemSuspended, &st));
+  CHECK(st == 1, "suspended flag %llu after suspend", (unsigned long long)st);
+  CHECK(ncclAllReduce(v, v, 4, ncclInt64, ncclSum, comm, NULL) == ncclInvalidUsage, "a suspended communicator ran a call");
+  CHECK(last_error_says(comm, "suspended"), "message: %s", ncclGetLastError(comm));
+  NCCL_OK(ncclCommResume(comm));
+  CHECK(ncclCommResume(comm) == ncclInvalidUsage, "resume of a running communicator");
+  CHECK(ncclCommSuspend(comm, 4) == ncclInvalidArgument, "unknown suspend flag accepted");
+  v[0] = 1;
+  NCCL_OK(ncclAllReduce(v, v, 1, ncclInt64, ncclSum, comm, NULL));
+  CHECK(v[0] == n, "allreduce after resume: %lld", (long long)v[0]);
+
+  CHECK(ncclSignal(0, 0, 0, 0, comm, NULL) == ncclInvalidUsage && last_error_says(comm, "symmetric"), "ncclSignal: %s", ncclGetLastError(comm));
+  void *up = &st;
+  CHECK(ncclWinGetUserPtr(comm, NULL, &up) == ncclInvalidUsage && up == (void *)&st, "ncclWinGetUserPtr wrote %p", up);
+  ncclWaitSignalDesc_t d = {1, 0, 0, 0};
+  CHECK(ncclWaitSignal(1, &d, comm, NULL) == ncclInvalidUsage, "%s", "ncclWaitSignal");
+  CHECK(ncclPutSignal(v, 1, ncclInt64, 0, NULL, 0, 0, 0, 0, comm, NULL) == ncclInvalidUsage, "%s", "ncclPutSignal");
+
+  CHECK(ncclCommRevoke(comm, 1) == ncclInvalidArgument, "%s", "revoke flag 1 accepted");
+  CHECK(arrive("revoke") == 0, "%s", "the others never reached the revoke");
+  NCCL_OK(ncclCommRevoke(comm, NCCL_REVOKE_DEFAULT));
+  ncclResult_t ae = ncclInProgress;
+  NCCL_OK(ncclCommGetAsyncError(comm, &ae));
+  CHECK(ae == ncclSuccess, "async error after revoke: %d", (int)ae);
+  CHECK(ncclAllReduce(v, v, 1, ncclInt64, ncclSum, comm, NULL) == ncclInvalidUsage && last_error_says(comm, "revoked"), "call after revoke: %s", ncclGetLastError(comm));
+  CHECK(ncclCommFinalize(comm) == ncclInvalidUsage, "%s", "finalize after revoke");
+  ncclComm_t child = NULL;
+  NCCL_OK(ncclCommShrink(comm, NULL, 0, &child, NULL, NCCL_SHRINK_DEFAULT));
+  CHECK(child != NULL, "%s", "no communicator shrunk from the revoked one");
+  if (child) {
+    v[0] = 2;
+    NCCL_OK(ncclAllReduce(v, v, 1, ncclInt64, ncclSum, child, NULL));
+    CHECK(v[0] == 2 * n, "allreduce on the shrunk communicator: %lld", (long long)v[0]);
+    NCCL_OK(ncclCommDestroy(child));
+  }
+  NCCL_OK(ncclCommDestroy(comm));
+}
+
+/* The last rank joins the others' communicator through ncclCommGrow. */
+static void scenario_grow(void) {
+  int old = g_nranks - 1;
+  ncclUniqueId id, gid;
+  ncclComm_t comm = NULL, grown = NULL;
+  if (g_rank < old) {
+    if (share_id("id", &id) != 0) {
+      CHECK(0, "%s", "no unique id");
+      return;
+    }
+    NCCL_OK(ncclCommInitRank(&comm, old, id, g_rank));
+    if (g_rank == 0) {
+      NCCL_OK(ncclCommGetUniqueId(comm, &gid));
+      CHECK(publish_id("grow", &gid) == 0, "%s", "publishing the grow id");
+    }
+    CHECK(ncclCommGrow(comm, g_nranks, NULL, 0, &grown, NULL) == ncclInvalidArgument && grown == NULL, "%s", "an existing rank asked for a rank");
+    CHECK(ncclCommGrow(comm, old, NULL, -1, &grown, NULL) == ncclInvalidArgument && grown == NULL, "%s", "a grow to the same size");
+    NCCL_OK(ncclCommGrow(comm, g_nranks, g_rank == 0 ? &gid : NULL, -1, &grown, NULL));
+  } else {
+    if (wait_id("grow", &gid) != 0) {
+      CHECK(0, "%s", "no grow id");
+      return;
+    }
+    CHECK(ncclCommGrow(NULL, g_nranks, NULL, g_rank, &grown, NULL) == ncclInvalidArgument, "%s", "a new rank without an id");
+    NCCL_OK(ncclCommGrow(NULL, g_nranks, &gid, g_rank, &grown, NULL));
+  }
+  int cnt = 0, rk = -1;
+  NCCL_OK(ncclCommCount(grown, &cnt));
+  NCCL_OK(ncclCommUserRank(grown, &rk));
+  CHECK(cnt == g_nranks && rk == g_rank, "grown count %d rank %d", cnt, rk);
+  int64_t v = g_rank + 1;
+  NCCL_OK(ncclAllReduce(&v, &v, 1, ncclInt64, ncclSum, grown, NULL));
+  CHECK(v == (int64_t)g_nranks * (g_nranks + 1) / 2, "allreduce on the grown communicator: %lld", (long long)v);
+  NCCL_OK(ncclCommDestroy(grown));
+  if (comm) NCCL_OK(ncclCommDestroy(comm));
+}
+
 int main(int argc, char **argv) {
   if (argc != 5) {
     fprintf(stderr, "usage: %s SCENARIO RANK NRANKS DIR\n", argv[0]);
@@ -887,6 +1043,8 @@ int main(int argc, char **argv) {
   else if (!strcmp(s, "shrink_dead")) scenario_shrink_dead();
   else if (!strcmp(s, "scalable")) scenario_scalable();
   else if (!strcmp(s, "shrink_threads")) scenario_shrink_threads();
+  else if (!strcmp(s, "newer")) scenario_newer();
+  else if (!strcmp(s, "grow")) scenario_grow();
   else {
     fprintf(stderr, "unknown scenario %s\n", s);
     return 100;

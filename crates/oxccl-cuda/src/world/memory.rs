@@ -64,6 +64,13 @@ pub(super) struct Freed {
 }
 
 impl World {
+    /// Device bytes this clique holds now over all its devices: links,
+    /// scratch, heaps, the pool and the buffers [`World::alloc`] handed
+    /// out (not memory mapped from other processes, nor callers' own).
+    pub fn held_bytes(&self) -> u64 {
+        self.devices.iter().map(|d| d.ctx.held_bytes()).sum()
+    }
+
     /// Zeroed device memory that every rank can address, on `rank`'s
     /// device. The zeroing is ordered on `rank`'s stream: it is complete
     /// for everything later issued there (launches, copies, and peers'

@@ -425,6 +425,10 @@ impl Backend for CudaBackend {
         Some(self.world.config().devices.clone())
     }
 
+    fn device_bytes(&self) -> u64 {
+        self.world.held_bytes()
+    }
+
     fn busiest_memory_ranks(&self) -> Option<u32> {
         let devs = &self.world.config().devices;
         devs.iter()

@@ -127,6 +127,10 @@ impl CudaStaged {
 }
 
 impl Backend for CudaStaged {
+    fn device_bytes(&self) -> u64 {
+        self.world.held_bytes()
+    }
+
     fn kind(&self) -> BackendKind {
         BackendKind::Cuda
     }

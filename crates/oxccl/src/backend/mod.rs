@@ -495,6 +495,12 @@ pub trait Backend: Send + Sync + Debug {
         None
     }
 
+    /// Device memory this clique's backend holds now, in bytes (0 where
+    /// it holds none: the host backend).
+    fn device_bytes(&self) -> u64 {
+        0
+    }
+
     /// Copy bandwidth ceiling in GB/s (bytes read + written counted once
     /// as `bytes`), measured by copying `bytes` bytes: host single-thread
     /// memcpy, CUDA `cuMemcpyDtoD`. The sweep's `--baseline`.
