@@ -322,17 +322,14 @@ impl FdMailbox {
                 _ => {}
             }
         }
-        if r.bytes != MSG || u64::from_le_bytes(msg[..8].try_into().expect("8 bytes")) != self.stamp
-        {
+        let Some((from, tag)) = parse_datagram(self.stamp, &msg[..r.bytes.min(msg.len())]) else {
             tracing::warn!(
                 bytes = r.bytes,
                 "oxccl fd mailbox of rank {} dropped a stranger's datagram",
                 self.rank
             );
             return Ok(None);
-        }
-        let from = u32::from_le_bytes(msg[8..12].try_into().expect("4 bytes"));
-        let tag = u64::from_le_bytes(msg[12..20].try_into().expect("8 bytes"));
+        };
         if let Err(why) = self.sender_ok(from, cred) {
             tracing::warn!(
                 "oxccl fd mailbox of rank {} dropped a message claiming to be from rank {from}: {why}",
@@ -369,4 +366,19 @@ impl FdMailbox {
             },
         }
     }
+}
+
+/// The sender's rank and tag of a datagram that is exactly one message
+/// carrying `stamp`; `None` for anything else (a stranger's bytes).
+pub(crate) fn parse_datagram(stamp: u64, msg: &[u8]) -> Option<(u32, u64)> {
+    let msg: &[u8; MSG] = msg.try_into().ok()?;
+    let (s, rest) = msg.split_at(8);
+    if u64::from_le_bytes(s.try_into().ok()?) != stamp {
+        return None;
+    }
+    let (from, tag) = rest.split_at(4);
+    Some((
+        u32::from_le_bytes(from.try_into().ok()?),
+        u64::from_le_bytes(tag.try_into().ok()?),
+    ))
 }

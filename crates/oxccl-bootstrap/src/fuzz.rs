@@ -57,6 +57,28 @@ pub fn peer(b: &[u8]) {
     }
 }
 
+/// A connector's hello payload at an acceptor's gate: split into body,
+/// nonce and MAC and checked against a key; a stranger's bytes never
+/// prove it (the chance of a random 32-byte MAC passing is nil).
+pub fn proof(b: &[u8]) {
+    let key = crate::auth::Key::from_bytes([7; crate::auth::KEY_BYTES]);
+    let na = [3u8; crate::auth::NONCE_BYTES];
+    assert!(!crate::handshake::proves(&key, "root", MAGIC, &na, b));
+    if let Some((body, nc, mac)) = crate::handshake::split_proof(b) {
+        assert_eq!(body.len() + nc.len() + mac.len(), b.len());
+    }
+}
+
+/// A datagram at an fd mailbox (its credentials are the kernel's, so
+/// only the bytes are a stranger's).
+pub fn mailbox(b: &[u8]) {
+    if let Some((from, tag)) = crate::fdpass::parse_datagram(MAGIC, b) {
+        assert_eq!(b.len(), 20);
+        assert_eq!(b[8..12], from.to_le_bytes());
+        assert_eq!(b[12..], tag.to_le_bytes());
+    }
+}
+
 /// A refusal's reason.
 pub fn fail(b: &[u8]) {
     assert!(decode_fail(b).len() <= 3 * wire::MAX_STR);
@@ -70,6 +92,7 @@ pub fn seeds() -> Vec<Vec<u8>> {
         pid: 4242,
         device: -1,
         bus_id: String::new(),
+        pidns: 0,
         listen: SocketAddr::from((Ipv4Addr::LOCALHOST, 4000 + rank as u16)),
     };
     let table = encode_table(&[desc(0), desc(1)]);

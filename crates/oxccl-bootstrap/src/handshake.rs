@@ -52,6 +52,23 @@ const BACKOFF: Duration = Duration::from_millis(10);
 /// acceptor answered (the acceptor dropped it, or was not up yet).
 const RETRY: Duration = Duration::from_millis(50);
 
+/// A hello's payload as (body, connector's nonce, MAC); `None` when it is
+/// too short to carry a proof.
+pub(crate) fn split_proof(payload: &[u8]) -> Option<(&[u8], &[u8], &[u8])> {
+    let at = payload.len().checked_sub(NONCE_BYTES + MAC_BYTES)?;
+    let (body, rest) = payload.split_at(at);
+    let (nc, mac) = rest.split_at(NONCE_BYTES);
+    Some((body, nc, mac))
+}
+
+/// Whether `payload` proves `key` for the acceptor's nonce `na` (what the
+/// gate checks, without the socket): for fuzzing.
+pub(crate) fn proves(key: &Key, role: &str, magic: u64, na: &[u8], payload: &[u8]) -> bool {
+    split_proof(payload).is_some_and(|(body, nc, mac)| {
+        key.verify(&hello_ctx(role), &[&magic.to_le_bytes(), na, nc, body], mac)
+    })
+}
+
 fn hello_ctx(role: &str) -> String {
     format!("oxccl bootstrap hello/{role}")
 }
@@ -440,10 +457,11 @@ impl Gate {
 
     /// A whole hello: its proof, checked.
     fn check(&self, p: Pending) -> Result<Verified, Box<(Pending, String)>> {
-        let payload = &p.buf[HEADER..];
-        let (body, rest) = payload.split_at(payload.len() - NONCE_BYTES - MAC_BYTES);
-        let (nc, mac) = rest.split_at(NONCE_BYTES);
         let magic = self.magic.to_le_bytes();
+        let Some((body, nc, mac)) = split_proof(&p.buf[HEADER..]) else {
+            let why = WireError::BadProof { what: "its hello" }.to_string();
+            return Err(Box::new((p, why)));
+        };
         if !self
             .key
             .verify(&hello_ctx(&self.role), &[&magic, &p.nonce, nc, body], mac)

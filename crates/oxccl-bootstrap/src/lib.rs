@@ -63,9 +63,9 @@ mod desc;
 pub mod env;
 mod error;
 mod fdpass;
-mod handshake;
 #[doc(hidden)]
 pub mod fuzz;
+mod handshake;
 mod id;
 pub mod iface;
 mod mesh;

@@ -62,6 +62,8 @@ pub const TARGETS: &[Target] = &[
     t("bootstrap_table", "the root's rank table (decode_descs, decode_table)", boot::table, seeds::bootstrap_payloads),
     t("bootstrap_peer", "a ring or mesh connection's first message", boot::peer, seeds::bootstrap_payloads),
     t("bootstrap_fail", "a refusal's reason", boot::fail, seeds::none),
+    t("bootstrap_proof", "a hello's body, nonce and MAC at an acceptor's gate", boot::proof, seeds::bootstrap_payloads),
+    t("bootstrap_mailbox", "a datagram at an fd mailbox", boot::mailbox, seeds::none),
     t("bootstrap_unique_id", "a 128-byte unique id from a C caller or a peer", seeds::unique_id, seeds::unique_ids),
     t("net_handle", "oxccl-net's connection handle", net::handle, net::handle_seeds),
     t("net_hello", "oxccl-net's per-socket hello", net::hello, net::hello_seeds),

@@ -45,6 +45,7 @@ pub fn handle_seeds() -> Vec<Vec<u8>> {
             listen_id: 3,
             addr,
             nsocks: 2,
+            nonce: [5; 16],
         }
         .encode()
         .to_vec()
@@ -58,6 +59,7 @@ pub fn hello_seeds() -> Vec<Vec<u8>> {
         listen_id: 3,
         index: 1,
         nsocks: 2,
+        mac: [6; 32],
     }
     .encode()
     .to_vec()]
