@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use crate::env::BadVar;
 use crate::error::BootstrapError;
-use crate::{iface, root, sock};
+use crate::{iface, root, sock, BootstrapSettings};
 
 /// NCCL's magic for ids made from `NCCL_COMM_ID` (every rank computes the
 /// same id on its own, so the magic cannot be random).
@@ -46,16 +46,21 @@ impl std::fmt::Debug for UniqueId {
 impl UniqueId {
     pub const BYTES: usize = 128;
 
-    /// A new id. With `NCCL_COMM_ID=host:port` set, the id of that address
-    /// (rank 0 will run the root there); otherwise a random magic and a
-    /// root started now, in this process, on the interface chosen by
-    /// `NCCL_SOCKET_IFNAME`/`NCCL_SOCKET_FAMILY`. The root serves one
-    /// rendezvous and gives up after `limit`.
+    /// A new id with the default settings: [`UniqueId::new_with`].
     pub fn new(limit: Duration) -> Result<UniqueId, BootstrapError> {
-        if let Some(v) = std::env::var("NCCL_COMM_ID").ok().filter(|v| !v.is_empty()) {
-            return UniqueId::from_comm_id(&v);
+        UniqueId::new_with(limit, &BootstrapSettings::default())
+    }
+
+    /// A new id. With `s.comm_id` (`NCCL_COMM_ID=host:port`), the id of
+    /// that address (rank 0 will run the root there); otherwise a random
+    /// magic and a root started now, in this process, on the interface
+    /// `s.iface` chooses. The root serves one rendezvous and gives up after
+    /// `limit`.
+    pub fn new_with(limit: Duration, s: &BootstrapSettings) -> Result<UniqueId, BootstrapError> {
+        if let Some(v) = s.comm_id.as_deref().filter(|v| !v.is_empty()) {
+            return UniqueId::from_comm_id_in(v, s.iface.family);
         }
-        let ip = iface::local_addr()?.addr;
+        let ip = iface::local_addr(&s.iface)?.addr;
         let magic = random_magic();
         let l = sock::listen(SocketAddr::new(ip, 0), u32::MAX)?;
         let addr = l
@@ -67,6 +72,15 @@ impl UniqueId {
 
     /// The id for `NCCL_COMM_ID`'s `host:port` (`[v6]:port` for IPv6).
     pub fn from_comm_id(v: &str) -> Result<UniqueId, BootstrapError> {
+        UniqueId::from_comm_id_in(v, None)
+    }
+
+    /// [`UniqueId::from_comm_id`], resolving to an address of `fam`
+    /// (`NCCL_SOCKET_FAMILY`; `None`: either).
+    pub fn from_comm_id_in(
+        v: &str,
+        fam: Option<iface::Family>,
+    ) -> Result<UniqueId, BootstrapError> {
         let bad = |reason: String| {
             BootstrapError::Config(BadVar {
                 var: "NCCL_COMM_ID",
@@ -74,7 +88,6 @@ impl UniqueId {
                 reason,
             })
         };
-        let fam = iface::parse_family(&std::env::var("NCCL_SOCKET_FAMILY").unwrap_or_default())?;
         let addrs: Vec<SocketAddr> = v
             .to_socket_addrs()
             .map_err(|e| bad(format!("expected host:port ({e})")))?

@@ -136,6 +136,12 @@ impl<T: Element> RankMem<T> {
 /// checked at this depth, so any backend with at least this many is safe.
 pub const MIN_FIFO_DEPTH: usize = 2;
 
+/// Bytes per message slot a backend gives a connection unless configured
+/// otherwise (the host backend's FIFO and the CUDA world's): large enough
+/// that a message's fixed cost is small beside its copy, small enough
+/// that a few slots per connection stay cheap.
+pub const DEFAULT_SLOT_BYTES: usize = 512 << 10;
+
 /// Interpreter options.
 #[derive(Clone, Copy, Debug)]
 pub struct InterpOptions {

@@ -197,11 +197,11 @@ impl HostFabric {
     }
 
     /// Whether this rank talks to its peers over the network: ranks on
-    /// different hosts, or forced by `cfg.force_network` or the
-    /// environment (`NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1`, or `OXCCL_`
+    /// different hosts, or forced by `cfg.force_network` (which the facade
+    /// sets from `NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1`, or `OXCCL_`
     /// twins). Every rank must agree (checked).
     fn over_network(boot: &Bootstrap, cfg: &HostConfig) -> Result<bool, HostError> {
-        let mine = cfg.force_network || Self::network_wanted(boot)?;
+        let mine = Self::network_wanted(boot, cfg.force_network);
         for (r, v) in boot.all_gather(&[mine as u8])?.iter().enumerate() {
             if v.as_slice() != [mine as u8] {
                 return Err(HostError::Net(format!(
@@ -217,14 +217,12 @@ impl HostFabric {
 
     /// Whether this rank asks for the network (before the ranks agree, as
     /// [`HostFabric::across_processes`] makes them): some rank is on
-    /// another host, or the environment forces it (`NCCL_P2P_DISABLE=1
-    /// NCCL_SHM_DISABLE=1`, or `OXCCL_` twins). Backends that stage their
-    /// data through this fabric (CUDA ranks as processes) ask it before
-    /// choosing a path that would bypass the network.
-    pub fn network_wanted(boot: &Bootstrap) -> Result<bool, HostError> {
-        let forced =
-            oxccl_net::config::forced_by_env().map_err(|e| HostError::Net(e.to_string()))?;
-        Ok(forced || !boot.all_local())
+    /// another host, or `forced` ([`HostConfig::force_network`], which
+    /// `NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1` set). Backends that stage
+    /// their data through this fabric (CUDA ranks as processes) ask it
+    /// before choosing a path that would bypass the network.
+    pub fn network_wanted(boot: &Bootstrap, forced: bool) -> bool {
+        forced || !boot.all_local()
     }
 
     /// The rank this process holds, when ranks are processes.

@@ -392,24 +392,14 @@ impl Topology {
         detect_with(FsPath::new("/sys"), true)
     }
 
-    /// `OXCCL_TOPO_FILE`, else `NCCL_TOPO_FILE`, else [`Topology::detect`].
-    /// A file that cannot be read is logged and detection is used instead.
-    pub fn from_env() -> Topology {
-        Topology::from_vars(|k| std::env::var(k).ok())
-    }
-
-    /// [`Topology::from_env`] on the variables `get` returns, so callers
-    /// and tests need not change the process environment to name a file.
-    pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Topology {
-        for var in ["OXCCL_TOPO_FILE", "NCCL_TOPO_FILE"] {
-            if let Some(path) = get(var) {
-                if path.is_empty() {
-                    continue;
-                }
-                match Topology::from_xml_file(&path) {
-                    Ok(t) => return t,
-                    Err(e) => tracing::warn!("{var}={path}: {e}; detecting instead"),
-                }
+    /// The machine `file` describes (`OXCCL_TOPO_FILE`/`NCCL_TOPO_FILE`, as
+    /// the facade read them), else [`Topology::detect`]. A file that cannot
+    /// be read is logged and detection is used instead.
+    pub fn from_file_or_detect(file: Option<&std::path::Path>) -> Topology {
+        if let Some(path) = file.filter(|p| !p.as_os_str().is_empty()) {
+            match Topology::from_xml_file(path) {
+                Ok(t) => return t,
+                Err(e) => tracing::warn!("{}: {e}; detecting instead", path.display()),
             }
         }
         Topology::detect()

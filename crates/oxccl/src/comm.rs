@@ -82,10 +82,7 @@ pub fn init_all_with(n: u32, config: Config) -> Result<Vec<Communicator>> {
         ));
     }
     crate::debug::init(config.debug);
-    let opts = BackendOptions {
-        nranks: n,
-        deadline: config.deadline,
-    };
+    let opts = BackendOptions::new(n, &config);
     let backend = match config.backend {
         BackendKind::Host => backend::host::create(&opts)?,
         BackendKind::Cuda => backend::cuda::create(&opts)?,
@@ -145,7 +142,7 @@ impl Clique {
             let order: Vec<String> = ring.iter().map(u32::to_string).collect();
             tracing::info!("oxccl: Ring {c:02} : {}", order.join(" "));
         }
-        let plans = PlanCache::new(rings, chooser.hosts());
+        let plans = PlanCache::new(rings, chooser.hosts()).with_push_group(config.push_group);
         Ok(Arc::new(Clique {
             id: NEXT_CLIQUE.fetch_add(1, Ordering::Relaxed),
             nranks: n,

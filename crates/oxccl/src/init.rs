@@ -12,7 +12,7 @@
 use std::sync::Arc;
 
 use oxccl_bootstrap::env::BadVar;
-use oxccl_bootstrap::{Bootstrap, BootstrapError, DeviceInfo};
+use oxccl_bootstrap::{Bootstrap, BootstrapError};
 
 use crate::backend::{self, cuda_procs, BackendKind, BackendOptions};
 use crate::comm::{Clique, Communicator};
@@ -28,13 +28,19 @@ pub struct UniqueId(oxccl_bootstrap::UniqueId);
 impl UniqueId {
     pub const BYTES: usize = oxccl_bootstrap::UniqueId::BYTES;
 
-    /// A new id. Starts the rendezvous root in this process (it serves one
-    /// communicator's init, then exits; it gives up after the configured
-    /// deadline, `OXCCL_DEADLINE_MS`). With `NCCL_COMM_ID=host:port` set,
-    /// the id of that address instead: rank 0 runs the root there.
+    /// A new id, configured from the environment ([`Config::from_env`]):
+    /// [`UniqueId::with_config`].
     pub fn new() -> Result<UniqueId> {
-        let cfg = Config::from_env()?;
-        oxccl_bootstrap::UniqueId::new(cfg.deadline)
+        UniqueId::with_config(&Config::from_env()?)
+    }
+
+    /// A new id. Starts the rendezvous root in this process (it serves one
+    /// communicator's init, then exits; it gives up after `config`'s
+    /// deadline) on the interface its bootstrap settings choose. With a
+    /// `comm_id` there (`NCCL_COMM_ID=host:port`), the id of that address
+    /// instead: rank 0 runs the root there.
+    pub fn with_config(config: &Config) -> Result<UniqueId> {
+        oxccl_bootstrap::UniqueId::new_with(config.deadline, &config.bootstrap)
             .map(UniqueId)
             .map_err(map_bootstrap)
     }
@@ -102,7 +108,7 @@ impl Communicator {
         // (each connection's transport) log at INFO.
         crate::debug::init(config.debug);
         let ids: Vec<oxccl_bootstrap::UniqueId> = ids.iter().map(|i| i.0).collect();
-        let dev = DeviceInfo::default();
+        let dev = config.bootstrap.device_info(None, String::new());
         let boot = Bootstrap::init_scalable(&ids, nranks, rank, &dev, config.deadline)
             .map_err(map_bootstrap)?;
         Communicator::on_bootstrap(Arc::new(boot), config)
@@ -111,10 +117,7 @@ impl Communicator {
     /// This process's rank of the communicator met through `boot`.
     pub(crate) fn on_bootstrap(boot: Arc<Bootstrap>, config: Config) -> Result<Communicator> {
         let (rank, n) = (boot.rank(), boot.nranks());
-        let opts = BackendOptions {
-            nranks: n,
-            deadline: config.deadline,
-        };
+        let opts = BackendOptions::new(n, &config);
         if n > 1 && config.backend != BackendKind::Host {
             // Before the first CUDA use: a process rank needs few queues.
             oxccl_cuda::driver::prefer_process_rank_queues();
@@ -140,6 +143,7 @@ impl Communicator {
                 &boot,
                 config.check_calls,
                 config.check_calls_across_hosts,
+                config.host.force_network,
             )?;
             (
                 mode != crate::check::CheckMode::Off,
@@ -207,8 +211,17 @@ impl Communicator {
         // The new rank 0 of each color makes the new id; everyone learns
         // the ids in one more all-gather.
         let id = match new_rank {
+            // A root of its own, never `NCCL_COMM_ID`'s address (the
+            // parent's rendezvous is there).
             Some(0) => Some(UniqueId(
-                oxccl_bootstrap::UniqueId::new(cl.config.deadline).map_err(map_bootstrap)?,
+                oxccl_bootstrap::UniqueId::new_with(
+                    cl.config.deadline,
+                    &oxccl_bootstrap::BootstrapSettings {
+                        comm_id: None,
+                        ..cl.config.bootstrap.clone()
+                    },
+                )
+                .map_err(map_bootstrap)?,
             )),
             _ => None,
         };
@@ -224,7 +237,7 @@ impl Communicator {
             &id.0,
             n,
             new_rank as u32,
-            &DeviceInfo::default(),
+            &cl.config.bootstrap.device_info(None, String::new()),
             cl.config.deadline,
         )
         .map_err(map_bootstrap)?;
@@ -410,12 +423,16 @@ pub fn init_from_env() -> Result<Communicator> {
 /// [`init_from_env`] with the caller's configuration (tools that take
 /// their settings from flags, such as the sweep).
 pub fn init_from_env_with(config: Config) -> Result<Communicator> {
-    let env = LaunchEnv::from_vars(oxccl_bootstrap::env::process)?;
+    let env = crate::settings::Environment::capture();
+    let env = LaunchEnv::from_vars(|k| env.get(k))?;
     tracing::info!(launcher = env.launcher, rank = env.rank, nranks = env.nranks, local_rank = env.local_rank, root = %env.root, "oxccl: init from the launcher's environment");
     let id = if env.nranks == 1 {
         UniqueId::from_raw([0; UniqueId::BYTES])
     } else {
-        UniqueId(oxccl_bootstrap::UniqueId::from_comm_id(&env.root).map_err(map_bootstrap)?)
+        UniqueId(
+            oxccl_bootstrap::UniqueId::from_comm_id_in(&env.root, config.bootstrap.iface.family)
+                .map_err(map_bootstrap)?,
+        )
     };
     Communicator::init_rank(&id, env.nranks, env.rank, config)
 }

@@ -58,10 +58,7 @@ fn make_children(parent: &Communicator, entries: &[(i64, i32, u32)]) -> Outcome 
     for c in colors {
         let members = split_members(entries, Some(c as u32));
         let n = members.len() as u32;
-        let opts = BackendOptions {
-            nranks: n,
-            deadline: cl.config.deadline,
-        };
+        let opts = BackendOptions::new(n, &cl.config);
         let made = match (cl.backend.kind(), &devices) {
             (BackendKind::Host, _) => backend::host::create(&opts),
             (BackendKind::Cuda, Some(d)) => {

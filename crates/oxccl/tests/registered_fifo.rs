@@ -119,11 +119,14 @@ fn communicators(config: Config) -> Vec<oxccl::Communicator> {
         topology: Some(oxccl_topo::Topology::preset("single-gpu", 1).unwrap()),
         ..config
     };
-    let host = backend::host::create(&BackendOptions {
-        nranks: 8,
-        deadline: Duration::from_secs(60),
-    })
-    .unwrap();
+    let opts = BackendOptions::new(
+        8,
+        &Config {
+            deadline: Duration::from_secs(60),
+            ..config.clone()
+        },
+    );
+    let host = backend::host::create(&opts).unwrap();
     oxccl::init_all_on(8, Arc::new(HostAsGpu(host)), config).unwrap()
 }
 

@@ -90,52 +90,6 @@ fn link_bandwidth(net: &dyn Net, ip: std::net::IpAddr, deadline: Duration) -> f6
     }
 }
 
-/// `default` (the configuration's), unless the environment variable
-/// `var` (0 or 1) says otherwise.
-fn flag(var: &'static str, default: bool) -> Result<bool, HostError> {
-    match oxccl_bootstrap::env::process(var) {
-        None => Ok(default),
-        Some(v) => match v.trim() {
-            "1" => Ok(true),
-            "0" => Ok(false),
-            _ => Err(HostError::Net(
-                oxccl_bootstrap::env::BadVar {
-                    var,
-                    value: v,
-                    reason: "expected 0 or 1".into(),
-                }
-                .to_string(),
-            )),
-        },
-    }
-}
-
-/// Channels to connect per peer: `default` (the configuration's), unless
-/// `OXCCL_NET_CHANNELS` (1 to 32) says otherwise.
-fn channels(default: usize) -> Result<usize, HostError> {
-    match oxccl_bootstrap::env::process("OXCCL_NET_CHANNELS") {
-        None => Ok(default),
-        Some(v) => v
-            .trim()
-            .parse::<usize>()
-            .ok()
-            .filter(|n| (1..=crate::shm::MAX_CHANNELS).contains(n))
-            .ok_or_else(|| {
-                HostError::Net(
-                    oxccl_bootstrap::env::BadVar {
-                        var: "OXCCL_NET_CHANNELS",
-                        value: v,
-                        reason: format!(
-                            "expected an integer from 1 to {}",
-                            crate::shm::MAX_CHANNELS
-                        ),
-                    }
-                    .to_string(),
-                )
-            }),
-    }
-}
-
 /// The cores this rank's socket threads may use (`cfg.net_cores`, else
 /// what the system grants this process) and how many ranks share them:
 /// the ranks of this host (same host identity, or same address: ranks given
@@ -174,7 +128,7 @@ fn agree_layout(
     );
     let (cores, local) = share(boot, cfg);
     let auto = auto_sockets(cores, local, conns);
-    let mine = Proposal::from_env(auto).map_err(net_err)?;
+    let mine = Proposal::new(&cfg.net_sockets, auto);
     let mut record = mine.encode().to_vec();
     record.extend_from_slice(key.as_bytes());
     let mut props = Vec::with_capacity(boot.nranks() as usize);
@@ -227,12 +181,12 @@ impl NetPart {
     pub fn new(boot: &Bootstrap, cfg: &HostConfig, rank: Unparker) -> Result<NetPart, HostError> {
         let me = boot.rank();
         let n = boot.nranks();
-        let nch = channels(cfg.net_channels)?;
+        let nch = cfg.net_channels;
         // Channel `nch` is the control connection.
         let conns = nch + 1;
         let ip = boot.descs()[me as usize].listen.ip();
-        let send_by_reference = flag("OXCCL_NET_SEND_BY_REF", cfg.net_send_by_reference)?;
-        let land_in_place = flag("OXCCL_NET_RECV_IN_PLACE", cfg.net_receive_in_place)?;
+        let send_by_reference = cfg.net_send_by_reference;
+        let land_in_place = cfg.net_receive_in_place;
         let peers: Vec<Rank> = (0..n).filter(|&p| p != me).collect();
         let tcfg = agree_layout(boot, cfg, nch, peers.len() * conns * 2)?;
         let parker = Parker::new();

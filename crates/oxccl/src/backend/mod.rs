@@ -169,6 +169,22 @@ pub struct BackendOptions {
     /// Every wait gives up after this long with an error naming rank,
     /// peer, channel and step.
     pub deadline: Duration,
+    /// The host backend's branch of the settings.
+    pub host: crate::settings::HostSettings,
+    /// The CUDA backend's branch of the settings.
+    pub cuda: crate::settings::CudaSettings,
+}
+
+impl BackendOptions {
+    /// The options of a clique of `nranks` ranks configured by `config`.
+    pub fn new(nranks: u32, config: &crate::Config) -> BackendOptions {
+        BackendOptions {
+            nranks,
+            deadline: config.deadline,
+            host: config.host.clone(),
+            cuda: config.cuda.clone(),
+        }
+    }
 }
 
 /// Elapsed-time measurement on one rank, in the rank's execution order:
