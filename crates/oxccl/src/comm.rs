@@ -7,7 +7,7 @@ use oxccl_core::plan::{BufRole, RankPlan};
 use oxccl_core::{Algo, CollKind, Collective, CoreError, DataType, Element, RedOp};
 use oxccl_topo::consts::is_direct;
 
-use crate::backend::{self, Backend, BackendKind, BackendOptions, Launch, RawBuf};
+use crate::backend::{self, Backend, BackendKind, Launch, RawBuf};
 use crate::buffer::{Buffer, In, Out};
 use crate::check::{Board, Call, CallSeq};
 use crate::config::Config;
@@ -82,7 +82,7 @@ pub fn init_all_with(n: u32, config: Config) -> Result<Vec<Communicator>> {
         ));
     }
     crate::debug::init(config.debug);
-    let opts = BackendOptions::new(n, &config);
+    let opts = config.backend_options(n);
     let backend = match config.backend {
         BackendKind::Host => backend::host::create(&opts)?,
         BackendKind::Cuda => backend::cuda::create(&opts)?,

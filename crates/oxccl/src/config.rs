@@ -45,7 +45,9 @@ use oxccl_core::{Algo, CollKind, Proto};
 use crate::backend::BackendKind;
 use crate::error::{Error, Result};
 
+pub(crate) mod branches;
 mod builder;
+pub use branches::{CudaSettings, HostSettings, ProcsPath};
 pub use builder::ConfigBuilder;
 
 /// Which names a filter lets through, for one collective.
@@ -296,9 +298,9 @@ pub struct Config {
     /// receiver follows through the call check, so ranks cannot disagree.
     pub p2p_direct: bool,
     /// The host backend's settings (network channels and sockets).
-    pub host: crate::settings::HostSettings,
+    pub host: HostSettings,
     /// The CUDA backend's settings (kernel cache, heap, experiments).
-    pub cuda: crate::settings::CudaSettings,
+    pub cuda: CudaSettings,
     /// The rendezvous's settings (`NCCL_COMM_ID`, interface, host id).
     pub bootstrap: oxccl_bootstrap::BootstrapSettings,
 }
@@ -327,6 +329,17 @@ impl Default for Config {
 }
 
 impl Config {
+    /// The options of a backend for a clique of `nranks` ranks configured
+    /// by `self`.
+    pub fn backend_options(&self, nranks: u32) -> crate::backend::BackendOptions {
+        crate::backend::BackendOptions {
+            nranks,
+            deadline: self.deadline,
+            host: self.host.clone(),
+            cuda: self.cuda.clone(),
+        }
+    }
+
     /// The wait deadline as the waits take it (`None`: off).
     pub(crate) fn deadline_opt(&self) -> Option<Duration> {
         (self.deadline != NO_DEADLINE).then_some(self.deadline)

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use oxccl_bootstrap::env::BadVar;
 use oxccl_bootstrap::{Bootstrap, BootstrapError};
 
-use crate::backend::{self, cuda_procs, BackendKind, BackendOptions};
+use crate::backend::{self, cuda_procs, BackendKind};
 use crate::comm::{Clique, Communicator};
 use crate::config::Config;
 use crate::error::{Error, Result};
@@ -117,7 +117,7 @@ impl Communicator {
     /// This process's rank of the communicator met through `boot`.
     pub(crate) fn on_bootstrap(boot: Arc<Bootstrap>, config: Config) -> Result<Communicator> {
         let (rank, n) = (boot.rank(), boot.nranks());
-        let opts = BackendOptions::new(n, &config);
+        let opts = config.backend_options(n);
         if n > 1 && config.backend != BackendKind::Host {
             // Before the first CUDA use: a process rank needs few queues.
             oxccl_cuda::driver::prefer_process_rank_queues();

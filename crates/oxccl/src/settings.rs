@@ -19,12 +19,11 @@ use std::collections::BTreeMap;
 use crate::config::Config;
 use crate::error::Result;
 
-mod branches;
 mod nearest;
 mod read;
 mod table;
 
-pub use branches::{CudaSettings, HostSettings, ProcsPath};
+pub use crate::config::{CudaSettings, HostSettings, ProcsPath};
 pub use nearest::nearest;
 pub use table::{setting, Kind, Setting, SETTINGS};
 

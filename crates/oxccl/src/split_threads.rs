@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use parking_lot::{Condvar, Mutex};
 
-use crate::backend::{self, BackendKind, BackendOptions};
+use crate::backend::{self, BackendKind};
 use crate::comm::{init_all_on, Communicator};
 use crate::error::{Error, Result};
 use crate::init::split_members;
@@ -58,7 +58,7 @@ fn make_children(parent: &Communicator, entries: &[(i64, i32, u32)]) -> Outcome 
     for c in colors {
         let members = split_members(entries, Some(c as u32));
         let n = members.len() as u32;
-        let opts = BackendOptions::new(n, &cl.config);
+        let opts = cl.config.backend_options(n);
         let made = match (cl.backend.kind(), &devices) {
             (BackendKind::Host, _) => backend::host::create(&opts),
             (BackendKind::Cuda, Some(d)) => {

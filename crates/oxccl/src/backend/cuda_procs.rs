@@ -28,9 +28,9 @@ use std::sync::Arc;
 use oxccl_bootstrap::Bootstrap;
 
 use super::{Backend, BackendOptions};
+use crate::config::branches::ProcsPath;
 use crate::error::Error;
 use crate::init::map_bootstrap;
-use crate::settings::ProcsPath;
 
 /// Where rank `me` runs: `(device ordinal, ranks of the clique on it)`.
 pub(crate) fn placement_of(boot: &Bootstrap, me: u32, visible: i32) -> (i32, u32) {

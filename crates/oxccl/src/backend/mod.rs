@@ -170,21 +170,9 @@ pub struct BackendOptions {
     /// peer, channel and step.
     pub deadline: Duration,
     /// The host backend's branch of the settings.
-    pub host: crate::settings::HostSettings,
+    pub host: crate::config::branches::HostSettings,
     /// The CUDA backend's branch of the settings.
-    pub cuda: crate::settings::CudaSettings,
-}
-
-impl BackendOptions {
-    /// The options of a clique of `nranks` ranks configured by `config`.
-    pub fn new(nranks: u32, config: &crate::Config) -> BackendOptions {
-        BackendOptions {
-            nranks,
-            deadline: config.deadline,
-            host: config.host.clone(),
-            cuda: config.cuda.clone(),
-        }
-    }
+    pub cuda: crate::config::branches::CudaSettings,
 }
 
 /// Elapsed-time measurement on one rank, in the rank's execution order:

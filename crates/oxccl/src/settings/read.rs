@@ -10,11 +10,10 @@ use oxccl_bootstrap::BootstrapSettings;
 use oxccl_cuda::GateMode;
 use oxccl_host::SocketSettings;
 
-use super::{CudaSettings, HostSettings, ProcsPath};
 use crate::backend::BackendKind;
 use crate::config::{
     parse_algo_filter, parse_bool, parse_bytes, parse_positive, parse_proto_filter, parse_size,
-    Config, DebugLevel, NO_DEADLINE,
+    Config, CudaSettings, DebugLevel, HostSettings, ProcsPath, NO_DEADLINE,
 };
 use crate::error::{Error, Result};
 

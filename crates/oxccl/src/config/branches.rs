@@ -1,4 +1,4 @@
-//! The branches of the settings tree that the facade hands to the lower
+//! The branches of the settings tree ([`super::Config`]) that the facade hands to the lower
 //! crates at init, each applied to that crate's own configuration.
 
 use std::path::PathBuf;
