@@ -347,16 +347,17 @@ fn show(m: &ModPath) -> String {
 /// Circles not broken yet, as `crate: file, file, …` (the message's
 /// form). Tidy fails on any circle not listed here, and on a listed one
 /// that is gone (so the list only shrinks).
+///
+/// Each is left because one of its files is being changed on another
+/// branch (the call check's `mirror.rs`/`shared.rs`, the C ABI's
+/// `handle.rs`, the host's `procs.rs`); breaking it takes a line or two
+/// there once that lands: the shared types of `check/board.rs` in a file
+/// of their own, `handle.rs` not calling into `exec.rs`, and `procs.rs`
+/// taking a callback instead of naming `HostFabric`.
 pub const NOT_YET_BROKEN: &[&str] = &[
-    "oxccl: backend/cuda.rs, backend/cuda_procs.rs, backend/cuda_staged.rs, comm.rs, group.rs, init.rs, register.rs, split_threads.rs",
     "oxccl: check/board.rs, check/mirror.rs, check/shared.rs",
-    "oxccl-bench: error.rs, nccl.rs",
     "oxccl-capi: exec.rs, handle.rs",
-    "oxccl-core: testkit/bound.rs, testkit/model.rs",
-    "oxccl-host: compile.rs, exec.rs, fabric.rs, landing.rs, net/hop.rs, procs.rs",
-    "oxccl-topo: consts.rs, graph.rs",
-    "oxccl-topo: detect.rs, driver.rs",
-    "oxccl-topo: model.rs, select.rs",
+    "oxccl-host: fabric.rs, procs.rs",
 ];
 
 /// Every circle under `root/crates` that [`NOT_YET_BROKEN`] does not

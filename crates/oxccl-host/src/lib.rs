@@ -34,6 +34,7 @@ mod procs;
 mod region;
 mod remote;
 mod shm;
+mod view;
 mod widened;
 
 pub use bell::{futex_wait, futex_wake_all, Bell};

@@ -11,7 +11,9 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path as FsPath, PathBuf};
 
-use crate::graph::{norm_busid, Attrs, GpuInfo, NicInfo, Node, NodeId, NodeKind, Topology};
+use crate::graph::{
+    norm_busid, preorder, Attrs, GpuInfo, NicInfo, Node, NodeId, NodeKind, Topology,
+};
 
 /// What NVML told us about one GPU.
 #[derive(Clone, Debug)]
@@ -345,44 +347,6 @@ fn nic_info(sys_root: &FsPath, busid: &str) -> NicInfo {
         attrs: Attrs::default(),
         nets,
     }
-}
-
-/// Reorders nodes so that each subtree is contiguous and follows its
-/// parent (the order XML reading produces), keeping sibling order.
-pub(crate) fn preorder(nodes: Vec<Node>) -> Vec<Node> {
-    let n = nodes.len();
-    let mut kids: Vec<Vec<usize>> = vec![Vec::new(); n];
-    let mut roots = Vec::new();
-    for (i, nd) in nodes.iter().enumerate() {
-        match nd.parent {
-            Some(p) => kids[p].push(i),
-            None => roots.push(i),
-        }
-    }
-    // Hosts first (as the XML reader creates them), then their subtrees.
-    let mut order = roots.clone();
-    for &r in &roots {
-        let mut stack: Vec<usize> = kids[r].iter().rev().copied().collect();
-        while let Some(x) = stack.pop() {
-            order.push(x);
-            stack.extend(kids[x].iter().rev());
-        }
-    }
-    let mut newidx = vec![0; n];
-    for (new, &old) in order.iter().enumerate() {
-        newidx[old] = new;
-    }
-    let mut slots: Vec<Option<Node>> = nodes.into_iter().map(Some).collect();
-    order
-        .iter()
-        .map(|&old| {
-            let mut nd = slots[old]
-                .take()
-                .unwrap_or_else(|| Node::new(NodeKind::Pci, 0, None));
-            nd.parent = nd.parent.map(|p| newidx[p]);
-            nd
-        })
-        .collect()
 }
 
 impl Topology {

@@ -46,6 +46,7 @@ pub mod presets;
 pub mod report;
 pub mod search;
 pub mod select;
+pub mod shape;
 pub mod xml;
 
 pub use driver::{DriverFacts, DriverGpu, P2pFacts};

@@ -11,13 +11,14 @@
 
 use std::sync::Arc;
 
-use oxccl_bootstrap::env::BadVar;
-use oxccl_bootstrap::{Bootstrap, BootstrapError};
+use oxccl_bootstrap::Bootstrap;
 
 use crate::backend::{self, cuda_procs, BackendKind};
 use crate::comm::{Clique, Communicator};
 use crate::config::Config;
+pub(crate) use crate::error::map_bootstrap;
 use crate::error::{Error, Result};
+use crate::split_threads::split_members;
 
 /// A communicator's unique id: 128 bytes (NCCL's `ncclUniqueId`) that one
 /// process makes with [`UniqueId::new`] and sends to the others (with
@@ -62,20 +63,6 @@ impl UniqueId {
     /// nobody generated).
     pub fn from_raw(b: [u8; UniqueId::BYTES]) -> UniqueId {
         UniqueId(oxccl_bootstrap::UniqueId::from_raw(b))
-    }
-}
-
-/// The facade's error for a bootstrap failure.
-pub(crate) fn map_bootstrap(e: BootstrapError) -> Error {
-    match e {
-        BootstrapError::InvalidArgument(m) | BootstrapError::InvalidId(m) => Error::InvalidUsage(m),
-        BootstrapError::Config(BadVar { var, value, reason }) => Error::Config {
-            var: var.into(),
-            value,
-            reason,
-        },
-        e @ BootstrapError::Timeout { .. } => Error::Timeout(e.to_string()),
-        e => Error::Bootstrap(e.to_string()),
     }
 }
 
@@ -243,21 +230,6 @@ impl Communicator {
         .map_err(map_bootstrap)?;
         Communicator::on_bootstrap(Arc::new(child), cl.config.clone()).map(Some)
     }
-}
-
-/// The parent ranks of `color`'s new communicator, in new-rank order:
-/// by key, then by parent rank. `entries` are `(color or -1, key, rank)`.
-pub(crate) fn split_members(entries: &[(i64, i32, u32)], color: Option<u32>) -> Vec<u32> {
-    let Some(color) = color else {
-        return Vec::new();
-    };
-    let mut m: Vec<(i32, u32)> = entries
-        .iter()
-        .filter(|e| e.0 == i64::from(color))
-        .map(|e| (e.1, e.2))
-        .collect();
-    m.sort();
-    m.into_iter().map(|(_, r)| r).collect()
 }
 
 /// Where a launcher put this process: rank, rank count, rank on this host,

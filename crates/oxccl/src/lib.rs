@@ -151,6 +151,7 @@ mod plans;
 mod raw;
 mod recent;
 mod register;
+mod registry;
 mod select;
 pub mod settings;
 mod shrink;

@@ -14,8 +14,8 @@ use std::sync::Arc;
 use oxccl_bootstrap::Bootstrap;
 
 use crate::comm::Communicator;
+use crate::error::map_bootstrap;
 use crate::error::{Error, Result};
-use crate::init::map_bootstrap;
 
 /// The ranks of an `nranks`-rank communicator that remain once `exclude`
 /// is left out, ascending; repeats in `exclude` are allowed, ranks out of

@@ -175,6 +175,49 @@ fn iface_name(ip: std::net::IpAddr) -> String {
         .map_or_else(|| ip.to_string(), |i| i.name)
 }
 
+/// The slowest rank's bandwidth figure (the first 8 bytes of each rank's
+/// setup record), so every rank models the same network; 0 where unknown.
+fn slowest_bandwidth(all: &[Vec<u8>]) -> f64 {
+    let bw = all
+        .iter()
+        .map(|rec| {
+            rec.get(..8)
+                .map_or(0.0, |b| f64::from_le_bytes(b.try_into().expect("8 bytes")))
+        })
+        .fold(f64::INFINITY, f64::min);
+    if bw.is_finite() {
+        bw.max(0.0)
+    } else {
+        0.0
+    }
+}
+
+/// Accepts the connection of every `(channel, peer)` listener, closing
+/// each listener once it has served, before `deadline`.
+fn accept_all(
+    net: &dyn Net,
+    listens: Vec<((usize, Rank), oxccl_net::ListenComm)>,
+    deadline: Instant,
+    me: Rank,
+) -> Result<HashMap<(usize, Rank), RecvComm>, HostError> {
+    let mut recvs = HashMap::new();
+    for ((c, p), l) in listens {
+        let r = loop {
+            if let Some(r) = net.accept(l).map_err(|e| {
+                HostError::Net(format!(
+                    "rank {me}: accepting rank {p}'s connection on channel {c}: {e}"
+                ))
+            })? {
+                break r;
+            }
+            wait_or_timeout(deadline, me, p, c, "accept")?;
+        };
+        let _ = net.close_listen(l);
+        recvs.insert((c, p), r);
+    }
+    Ok(recvs)
+}
+
 impl NetPart {
     /// Connects this rank to every peer over the network through `boot`.
     /// `rank` wakes this process's rank when the proxy moved something.
@@ -222,19 +265,7 @@ impl NetPart {
         }
         let all = boot.all_gather(&record)?;
         let deadline = Instant::now() + cfg.deadline.min(oxccl_bootstrap::MAX_LIMIT);
-        // The slowest rank's figure, so every rank models the same network.
-        let bw_gbps = all
-            .iter()
-            .map(|rec| {
-                rec.get(..8)
-                    .map_or(0.0, |b| f64::from_le_bytes(b.try_into().expect("8 bytes")))
-            })
-            .fold(f64::INFINITY, f64::min);
-        let bw_gbps = if bw_gbps.is_finite() {
-            bw_gbps.max(0.0)
-        } else {
-            0.0
-        };
+        let bw_gbps = slowest_bandwidth(&all);
         let mut sends = HashMap::new();
         for &q in &peers {
             let rec = &all[q as usize];
@@ -259,21 +290,7 @@ impl NetPart {
                 sends.insert((c, q), s);
             }
         }
-        let mut recvs = HashMap::new();
-        for ((c, p), l) in listens {
-            let r = loop {
-                if let Some(r) = net.accept(l).map_err(|e| {
-                    HostError::Net(format!(
-                        "rank {me}: accepting rank {p}'s connection on channel {c}: {e}"
-                    ))
-                })? {
-                    break r;
-                }
-                wait_or_timeout(deadline, me, p, c, "accept")?;
-            };
-            let _ = net.close_listen(l);
-            recvs.insert((c, p), r);
-        }
+        let mut recvs = accept_all(&*net, listens, deadline, me)?;
         let ctl_sends: HashMap<Rank, SendComm> = peers
             .iter()
             .filter_map(|&p| sends.remove(&(nch, p)).map(|s| (p, s)))

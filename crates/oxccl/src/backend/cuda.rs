@@ -107,7 +107,7 @@ pub(crate) fn create_procs(
         );
         w.abort();
     })
-    .map_err(crate::init::map_bootstrap)?;
+    .map_err(crate::error::map_bootstrap)?;
     let exports = super::cuda_exports::ExportBoard::new(boot)?;
     Ok(Arc::new(CudaBackend {
         world,

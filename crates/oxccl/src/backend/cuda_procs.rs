@@ -29,8 +29,8 @@ use oxccl_bootstrap::Bootstrap;
 
 use super::{Backend, BackendOptions};
 use crate::config::branches::ProcsPath;
+use crate::error::map_bootstrap;
 use crate::error::Error;
-use crate::init::map_bootstrap;
 
 /// Where rank `me` runs: `(device ordinal, ranks of the clique on it)`.
 pub(crate) fn placement_of(boot: &Bootstrap, me: u32, visible: i32) -> (i32, u32) {

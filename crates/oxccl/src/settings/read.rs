@@ -209,7 +209,7 @@ fn bootstrap(get: Get<'_>) -> Result<BootstrapSettings> {
         get("NCCL_SOCKET_IFNAME").as_deref(),
         get("NCCL_SOCKET_FAMILY").as_deref(),
     )
-    .map_err(crate::init::map_bootstrap)?;
+    .map_err(crate::error::map_bootstrap)?;
     Ok(BootstrapSettings {
         comm_id: get("NCCL_COMM_ID").filter(|v| !v.is_empty()),
         comm_secret: get("OXCCL_COMM_SECRET").filter(|v| !v.is_empty()),
