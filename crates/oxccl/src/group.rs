@@ -555,6 +555,22 @@ fn merge(comm: &Communicator, parts: Vec<Prepared>) -> Prepared {
     }
 }
 
+/// Point-to-point calls outside a group are groups of one operation.
+impl Communicator {
+    /// Sends `buf` to `peer` (which must call `recv` with the same count).
+    /// Outside a group this is a group of one operation.
+    pub fn send<'a, T: Element>(&self, buf: impl Into<In<'a, T>>, peer: u32) -> Result<()> {
+        let buf: In<'_, T> = buf.into();
+        group(|g| g.send::<T>(self, buf, peer))
+    }
+
+    /// Receives into `buf` from `peer`.
+    pub fn recv<'a, T: Element>(&self, buf: impl Into<Out<'a, T>>, peer: u32) -> Result<()> {
+        let buf: Out<'_, T> = buf.into();
+        group(|g| g.recv::<T>(self, buf, peer))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -594,21 +610,5 @@ mod tests {
         let n = None;
         assert_eq!(decide(true), vec![Some(0), n, n, n, n, Some(5), n, n]);
         assert_eq!(decide(false), vec![n; 8]);
-    }
-}
-
-/// Point-to-point calls outside a group are groups of one operation.
-impl Communicator {
-    /// Sends `buf` to `peer` (which must call `recv` with the same count).
-    /// Outside a group this is a group of one operation.
-    pub fn send<'a, T: Element>(&self, buf: impl Into<In<'a, T>>, peer: u32) -> Result<()> {
-        let buf: In<'_, T> = buf.into();
-        group(|g| g.send::<T>(self, buf, peer))
-    }
-
-    /// Receives into `buf` from `peer`.
-    pub fn recv<'a, T: Element>(&self, buf: impl Into<Out<'a, T>>, peer: u32) -> Result<()> {
-        let buf: Out<'_, T> = buf.into();
-        group(|g| g.recv::<T>(self, buf, peer))
     }
 }

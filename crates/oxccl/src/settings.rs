@@ -25,6 +25,10 @@ mod table;
 
 pub use crate::config::{CudaSettings, HostSettings, ProcsPath};
 pub use nearest::nearest;
+pub use oxccl_bootstrap::iface::{Family, IfaceSettings};
+pub use oxccl_bootstrap::BootstrapSettings;
+pub use oxccl_cuda::GateMode;
+pub use oxccl_host::SocketSettings;
 pub use table::{setting, Kind, Setting, SETTINGS};
 
 /// A snapshot of the variables oxccl cares about: every name in

@@ -926,8 +926,22 @@ fn child_external() {
             }
         }
     }
-    // Send/Recv on a ring, 1 Mi f32 (a direct read of the sender's
-    // buffer from 256 KiB on), on fresh allocations.
+    let (w, f) = external_ring(&c);
+    cases += 1;
+    wrong += w;
+    first = first.or(f);
+    println!("DIRECT {direct} calls");
+    finish_child(me, cases, wrong, first);
+}
+
+/// Send/Recv on a ring, 1 Mi f32 (a direct read of the sender's buffer
+/// from 256 KiB on), on fresh allocations of the caller's: the wrong
+/// elements and what went wrong.
+fn external_ring(c: &oxccl::Communicator) -> (u64, Option<String>) {
+    use cudarc::driver::sys;
+    use oxccl::RawStream;
+    let (n, me) = (c.nranks(), c.rank());
+    let (mut wrong, mut first) = (0u64, None);
     let count = 1usize << 20;
     let (next, prev) = ((me + 1) % n, (me + n - 1) % n);
     let data: Vec<f32> = (0..count)
@@ -948,7 +962,7 @@ fn child_external() {
         // SAFETY: both buffers live until after the barrier below.
         unsafe {
             g.send_raw(
-                &c,
+                c,
                 sbuf as *const _,
                 count,
                 DataType::F32,
@@ -956,7 +970,7 @@ fn child_external() {
                 RawStream::DEFAULT,
             )?;
             g.recv_raw(
-                &c,
+                c,
                 rbuf as *mut _,
                 count,
                 DataType::F32,
@@ -978,7 +992,6 @@ fn child_external() {
     let want: Vec<f32> = (0..count)
         .map(|i| (prev as usize * 7 + i % 1000) as f32)
         .collect();
-    cases += 1;
     if got != want {
         wrong += got.iter().zip(&want).filter(|(a, b)| a != b).count() as u64;
         first.get_or_insert_with(|| "send/recv on the caller's memory delivered wrong data".into());
@@ -989,8 +1002,7 @@ fn child_external() {
         cu("cuMemFree", sys::cuMemFree_v2(sbuf));
         cu("cuMemFree", sys::cuMemFree_v2(rbuf));
     }
-    println!("DIRECT {direct} calls");
-    finish_child(me, cases, wrong, first);
+    (wrong, first)
 }
 
 fn finish_child(me: u32, cases: usize, wrong: u64, first: Option<String>) {
