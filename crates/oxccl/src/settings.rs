@@ -80,7 +80,9 @@ impl Environment {
     /// so the warning shows where `OXCCL_DEBUG` asked for warnings).
     pub fn warn_unknown(&self) {
         for (name, near) in self.unknown() {
-            tracing::warn!("oxccl: {name} is not a setting oxccl reads; did you mean {near}?");
+            tracing::warn!(
+                "oxccl: {name:?} is set, but oxccl reads no such variable; did you mean {near:?}?"
+            );
         }
     }
 }

@@ -23,12 +23,11 @@ const BACKEND: &str = "OXCCL_MP_BACKEND";
 
 fn config(deadline: Duration) -> Config {
     let backend = std::env::var(BACKEND).map_or(BackendKind::Host, |b| b.parse().unwrap());
+    // The rest (NCCL_DEBUG, the network's variables) as the launcher set it.
     Config {
         backend,
         deadline,
-        // NCCL_DEBUG as the launcher set it.
-        debug: Config::from_env().unwrap().debug,
-        ..Config::default()
+        ..Config::from_env().unwrap()
     }
 }
 
