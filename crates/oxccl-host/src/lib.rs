@@ -35,6 +35,7 @@ mod region;
 mod remote;
 mod shm;
 mod view;
+mod view_impl;
 mod widened;
 
 pub use bell::{futex_wait, futex_wake_all, Bell};
