@@ -368,11 +368,8 @@ pub fn check(root: &Path) -> anyhow::Result<Vec<String>> {
         .iter()
         .filter(|c| !NOT_YET_BROKEN.contains(&c.as_str()))
         .map(|c| {
-            format!(
-                "{}: files that import each other (directly or around a circle): {}",
-                c.split_once(": ").map_or("", |x| x.0),
-                c.split_once(": ").map_or("", |x| x.1)
-            )
+            let (krate, files) = c.split_once(": ").unwrap_or(("?", c));
+            format!("{krate}: files that import each other (directly or around a circle): {files}")
         })
         .collect();
     out.extend(
