@@ -3,7 +3,8 @@
 //! - `sweep`: the nccl-tests style performance sweep (the main job);
 //! - `topo`: print a machine's topology and the rings/trees chosen on it;
 //! - `simulate`: predicted time and busbw at scale from the cost model;
-//! - `tidy`: repository checks (crate dependency arrows).
+//! - `tidy`: repository checks (crate dependency arrows, settings);
+//! - `settings`: write the README's variable table.
 
 use clap::{Parser, Subcommand};
 
@@ -11,6 +12,8 @@ mod nccl_cols;
 mod simulate;
 mod sweep;
 mod tidy;
+mod tidy_layers;
+mod tidy_settings;
 mod topo;
 
 #[derive(Debug, Parser)]
@@ -30,6 +33,8 @@ enum Cmd {
     Simulate(simulate::SimulateArgs),
     /// Repository checks.
     Tidy,
+    /// Write README.md's variable table from `oxccl::settings::SETTINGS`.
+    Settings,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -39,5 +44,6 @@ fn main() -> anyhow::Result<()> {
         Cmd::Topo(a) => topo::run(a),
         Cmd::Simulate(a) => simulate::run(a),
         Cmd::Tidy => tidy::run(),
+        Cmd::Settings => tidy_settings::write_readme(&tidy::root()),
     }
 }

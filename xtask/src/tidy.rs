@@ -246,8 +246,13 @@ pub fn map_violations(text: &str) -> Vec<String> {
     v
 }
 
+/// The workspace root.
+pub fn root() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
 pub fn run() -> anyhow::Result<()> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let root = root();
     let map = std::fs::read_to_string(root.join(MAP)).with_context(|| format!("reading {MAP}"))?;
     let v = map_violations(&map);
     if !v.is_empty() {
@@ -272,6 +277,19 @@ pub fn run() -> anyhow::Result<()> {
         bail!("dependency arrows broken:\n{}", v.join("\n"));
     }
     println!("tidy: crate dependency arrows OK");
+    let v = crate::tidy_settings::check(&root)?;
+    if !v.is_empty() {
+        bail!("settings rules broken:\n{}", v.join("\n"));
+    }
+    println!("tidy: only the settings module reads the environment; the README's table is current");
+    let v = crate::tidy_layers::check(&root)?;
+    if !v.is_empty() {
+        bail!("files of a crate import each other:\n{}", v.join("\n"));
+    }
+    println!(
+        "tidy: the files of each crate form layers ({} circles left to break)",
+        crate::tidy_layers::NOT_YET_BROKEN.len()
+    );
     Ok(())
 }
 

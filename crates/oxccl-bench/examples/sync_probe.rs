@@ -259,6 +259,14 @@ fn ops() -> Vec<Op> {
             unsafe { p.b.read_sync(m, &mut dst) }.map_err(|e| e.to_string())
         }),
     ));
+    v.extend(object_ops());
+    v
+}
+
+/// Creating driver objects: events, streams, pinned and stream-ordered
+/// memory, modules and functions.
+fn object_ops() -> Vec<Op> {
+    let mut v: Vec<Op> = Vec::new();
     v.push((
         "cuEventCreate".into(),
         Box::new(|_| {

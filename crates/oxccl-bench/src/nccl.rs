@@ -19,7 +19,6 @@
 //! with a deadline and aborts the communicators when it passes.
 
 use std::ffi::{c_char, c_int, c_void, CStr, OsStr};
-use std::fmt;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -37,36 +36,7 @@ pub const NCCL_LIB_ENV: &str = "OXCCL_NCCL_LIB";
 pub const NVLS_ENV: &str = "NCCL_NVLS_ENABLE";
 const DEFAULT_LIBS: [&str; 2] = ["libnccl.so.2", "libnccl.so"];
 
-/// Why NCCL could not run, for callers that print `n/a` for some reasons
-/// and fail on others.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum NcclWhy {
-    /// No NCCL library could be loaded (or it lacks a symbol).
-    Absent,
-    /// Two ranks on one GPU: NCCL refuses that placement.
-    SharedGpu,
-    /// `NCCL_NVLS_ENABLE` is set to something other than `0`.
-    Nvls,
-    /// The request has no NCCL equivalent here.
-    Unsupported,
-    /// An NCCL call returned an error.
-    Call,
-    /// A wait for NCCL's work passed its deadline (communicators aborted).
-    Timeout,
-}
-
-impl fmt::Display for NcclWhy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            NcclWhy::Absent => "unavailable",
-            NcclWhy::SharedGpu => "refuses several ranks on one GPU",
-            NcclWhy::Nvls => "refused (NVLink multicast)",
-            NcclWhy::Unsupported => "unsupported",
-            NcclWhy::Call => "call failed",
-            NcclWhy::Timeout => "timed out",
-        })
-    }
-}
+pub use crate::error::NcclWhy;
 
 fn err(why: NcclWhy, detail: impl Into<String>) -> BenchError {
     BenchError::Nccl {

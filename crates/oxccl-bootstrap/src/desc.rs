@@ -30,11 +30,18 @@ pub struct RankDesc {
     pub listen: SocketAddr,
 }
 
-/// Local facts about the device a rank drives, for its descriptor.
+/// Local facts about a rank for its descriptor: the device it drives,
+/// and where it says it is (its host identity and the interface it
+/// listens on, from the facade's settings; defaults: the machine, any
+/// interface).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct DeviceInfo {
     pub device: Option<i32>,
     pub bus_id: String,
+    /// Replaces the machine's identity ([`host_identity`]).
+    pub host_id: Option<String>,
+    /// The interface ring listeners use when the root is not on loopback.
+    pub iface: crate::iface::IfaceSettings,
 }
 
 impl RankDesc {
@@ -63,21 +70,13 @@ impl RankDesc {
 
 /// Which machine this is: host name plus the kernel's boot id, so two
 /// containers sharing a host name but not a kernel are told apart.
-/// `OXCCL_HOSTID` (or NCCL's `NCCL_HOSTID`), when set and not empty,
-/// replaces it, as NCCL's does: ranks given different ids are placed, and
-/// talk, as if on different hosts (over the network), which lets one
-/// machine stand for several.
-pub fn host_identity() -> String {
-    host_identity_with(|k| std::env::var(k).ok())
-}
-
-/// [`host_identity`] with the environment read through `get`.
-pub fn host_identity_with(get: impl Fn(&str) -> Option<String>) -> String {
-    if let Some(id) = ["OXCCL_HOSTID", "NCCL_HOSTID"]
-        .iter()
-        .find_map(|k| get(k).filter(|v| !v.trim().is_empty()))
-    {
-        return format!("hostid:{}", id.trim());
+/// `host_id` (`OXCCL_HOSTID` or NCCL's `NCCL_HOSTID`, as the facade read
+/// them), when given and not empty, replaces it, as NCCL's does: ranks
+/// given different ids are placed, and talk, as if on different hosts
+/// (over the network), which lets one machine stand for several.
+pub fn host_identity(host_id: Option<&str>) -> String {
+    if let Some(id) = host_id.map(str::trim).filter(|v| !v.is_empty()) {
+        return format!("hostid:{id}");
     }
     let read = |p: &str| {
         std::fs::read_to_string(p)
@@ -204,23 +203,16 @@ pub fn decode_fail(b: &[u8]) -> String {
 
 #[cfg(test)]
 mod host_tests {
-    use super::host_identity_with;
+    use super::host_identity;
 
     #[test]
-    fn a_host_id_from_the_environment_replaces_the_machine() {
-        let env = |kv: &'static [(&'static str, &'static str)]| {
-            move |k: &str| kv.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())
-        };
-        let machine = host_identity_with(env(&[]));
+    fn a_host_id_replaces_the_machine() {
+        let machine = host_identity(None);
         assert!(machine.contains('/'), "{machine}");
-        assert_eq!(host_identity_with(env(&[("NCCL_HOSTID", "a")])), "hostid:a");
-        // The OXCCL_ twin wins; an empty value is no value.
-        let both = &[("NCCL_HOSTID", "a"), ("OXCCL_HOSTID", " b ")];
-        assert_eq!(host_identity_with(env(both)), "hostid:b");
-        assert_eq!(host_identity_with(env(&[("NCCL_HOSTID", " ")])), machine);
-        assert_ne!(
-            host_identity_with(env(&[("NCCL_HOSTID", "a")])),
-            host_identity_with(env(&[("NCCL_HOSTID", "b")]))
-        );
+        assert_eq!(host_identity(Some("a")), "hostid:a");
+        // Trimmed; an empty value is no value.
+        assert_eq!(host_identity(Some(" b ")), "hostid:b");
+        assert_eq!(host_identity(Some(" ")), machine);
+        assert_ne!(host_identity(Some("a")), host_identity(Some("b")));
     }
 }

@@ -1,9 +1,9 @@
-//! Environment lookups as values. oxccl's readers of `NCCL_*`/`OXCCL_*`
-//! variables (the facade's `Config`, the launcher variables, the network
+//! Settings lookups as values. oxccl's parsers of `NCCL_*`/`OXCCL_*`
+//! variables (the facade's settings, the launcher variables, the network
 //! transport's knobs) take `get: impl Fn(&str) -> Option<String>`, so they
-//! stay pure functions of their input; these are the two lookups callers
-//! pass. The crates above share this one because they all depend on the
-//! bootstrap.
+//! stay pure functions of their input. Only the facade's `settings` module
+//! reads the process environment; this crate never does. The crates above
+//! share [`BadVar`] because they all depend on the bootstrap.
 
 use std::collections::HashMap;
 
@@ -18,11 +18,6 @@ pub struct BadVar {
     pub var: &'static str,
     pub value: String,
     pub reason: String,
-}
-
-/// The process environment (unset or not Unicode: `None`).
-pub fn process(name: &str) -> Option<String> {
-    std::env::var(name).ok()
 }
 
 /// A lookup answering from `pairs` instead of the process environment

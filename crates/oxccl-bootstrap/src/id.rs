@@ -20,7 +20,7 @@ use std::time::Duration;
 use crate::auth::{Key, KEY_BYTES};
 use crate::env::BadVar;
 use crate::error::BootstrapError;
-use crate::{iface, root, sock};
+use crate::{iface, root, sock, BootstrapSettings};
 
 /// NCCL's magic for ids made from `NCCL_COMM_ID` (every rank computes the
 /// same id on its own, so the magic cannot be random).
@@ -58,17 +58,21 @@ impl std::fmt::Debug for UniqueId {
 impl UniqueId {
     pub const BYTES: usize = 128;
 
-    /// A new id. With `NCCL_COMM_ID=host:port` set, the id of that address
-    /// (rank 0 will run the root there); otherwise a random magic and a
-    /// root started now, in this process, on the interface chosen by
-    /// `NCCL_SOCKET_IFNAME`/`NCCL_SOCKET_FAMILY`. The root serves one
-    /// rendezvous and gives up after `limit`; every root of the process
-    /// shares one thread.
+    /// A new id with the default settings: [`UniqueId::new_with`].
     pub fn new(limit: Duration) -> Result<UniqueId, BootstrapError> {
-        if let Some(v) = std::env::var("NCCL_COMM_ID").ok().filter(|v| !v.is_empty()) {
-            return UniqueId::from_comm_id(&v);
+        UniqueId::new_with(limit, &BootstrapSettings::default())
+    }
+
+    /// A new id. With `s.comm_id` (`NCCL_COMM_ID=host:port`), the id of
+    /// that address (rank 0 will run the root there); otherwise a random
+    /// magic and a root started now, in this process, on the interface
+    /// `s.iface` chooses. The root serves one rendezvous and gives up after
+    /// `limit`; every root of the process shares one thread.
+    pub fn new_with(limit: Duration, s: &BootstrapSettings) -> Result<UniqueId, BootstrapError> {
+        if let Some(v) = s.comm_id.as_deref().filter(|v| !v.is_empty()) {
+            return UniqueId::from_comm_id_in(v, s.iface.family, s.comm_secret.as_deref());
         }
-        let ip = iface::local_addr()?.addr;
+        let ip = iface::local_addr(&s.iface)?.addr;
         let magic = random_magic();
         let key = Key::random()?;
         let l = sock::listen(SocketAddr::new(ip, 0), u32::MAX)?;
@@ -80,17 +84,25 @@ impl UniqueId {
     }
 
     /// The id for `NCCL_COMM_ID`'s `host:port` (`[v6]:port` for IPv6). Its
-    /// key comes from `OXCCL_COMM_SECRET` (any string, the same on every
-    /// rank); without it the key is public and anyone who can reach the
-    /// root can join, as with NCCL.
+    /// key is public (anyone who can reach the root can join, as with
+    /// NCCL); [`UniqueId::from_comm_id_with`] takes `OXCCL_COMM_SECRET`.
     pub fn from_comm_id(v: &str) -> Result<UniqueId, BootstrapError> {
-        let secret = std::env::var("OXCCL_COMM_SECRET").ok();
-        UniqueId::from_comm_id_with(v, secret.as_deref())
+        UniqueId::from_comm_id_in(v, None, None)
     }
 
     /// [`UniqueId::from_comm_id`] with the secret given (`None` or empty:
     /// the public key).
     pub fn from_comm_id_with(v: &str, secret: Option<&str>) -> Result<UniqueId, BootstrapError> {
+        UniqueId::from_comm_id_in(v, None, secret)
+    }
+
+    /// [`UniqueId::from_comm_id_with`], resolving to an address of `fam`
+    /// (`NCCL_SOCKET_FAMILY`; `None`: either).
+    pub fn from_comm_id_in(
+        v: &str,
+        fam: Option<iface::Family>,
+        secret: Option<&str>,
+    ) -> Result<UniqueId, BootstrapError> {
         let bad = |reason: String| {
             BootstrapError::Config(BadVar {
                 var: "NCCL_COMM_ID",
@@ -98,7 +110,6 @@ impl UniqueId {
                 reason,
             })
         };
-        let fam = iface::parse_family(&std::env::var("NCCL_SOCKET_FAMILY").unwrap_or_default())?;
         let addrs: Vec<SocketAddr> = v
             .to_socket_addrs()
             .map_err(|e| bad(format!("expected host:port ({e})")))?

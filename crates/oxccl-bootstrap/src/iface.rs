@@ -171,23 +171,42 @@ pub fn list() -> Vec<Iface> {
     out
 }
 
-/// The address to listen on, from the environment.
-pub fn local_addr() -> Result<Iface, BootstrapError> {
-    let filter = std::env::var("NCCL_SOCKET_IFNAME")
-        .ok()
-        .filter(|s| !s.trim().is_empty())
-        .map(|s| IfFilter::parse(&s));
-    let family = parse_family(&std::env::var("NCCL_SOCKET_FAMILY").unwrap_or_default())?;
+/// Which interface the bootstrap listens on: `NCCL_SOCKET_IFNAME`'s
+/// filter (`None`: any, best first) and `NCCL_SOCKET_FAMILY` (`None`:
+/// either), as the facade read them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct IfaceSettings {
+    /// The filter as written (`eth0`, `^docker`, `=ib0`), kept for messages.
+    pub ifname: Option<String>,
+    pub family: Option<Family>,
+}
+
+impl IfaceSettings {
+    /// The settings from the two variables' values (unset: `None`).
+    pub fn parse(
+        ifname: Option<&str>,
+        family: Option<&str>,
+    ) -> Result<IfaceSettings, BootstrapError> {
+        Ok(IfaceSettings {
+            ifname: ifname.filter(|s| !s.trim().is_empty()).map(str::to_string),
+            family: parse_family(family.unwrap_or_default())?,
+        })
+    }
+}
+
+/// The address to listen on, as `s` chooses it.
+pub fn local_addr(s: &IfaceSettings) -> Result<Iface, BootstrapError> {
+    let filter = s.ifname.as_deref().map(IfFilter::parse);
     let all = list();
-    choose(&all, filter.as_ref(), family)
+    choose(&all, filter.as_ref(), s.family)
         .into_iter()
         .next()
         .ok_or_else(|| {
             BootstrapError::NoInterface(format!(
                 "none of {:?} matches NCCL_SOCKET_IFNAME={:?} NCCL_SOCKET_FAMILY={:?}",
                 all.iter().map(|i| &i.name).collect::<Vec<_>>(),
-                std::env::var("NCCL_SOCKET_IFNAME").unwrap_or_default(),
-                std::env::var("NCCL_SOCKET_FAMILY").unwrap_or_default()
+                s.ifname.as_deref().unwrap_or_default(),
+                s.family
             ))
         })
 }

@@ -72,19 +72,26 @@ mod mesh;
 mod ring;
 mod root;
 mod scalable;
+mod settings;
 mod sock;
 mod watch;
 pub mod wire;
 
 pub use auth::Key;
-pub use desc::{host_identity, host_identity_with, DeviceInfo, RankDesc, MAX_RANKS};
+pub use desc::{host_identity, DeviceInfo, RankDesc, MAX_RANKS};
 pub use error::{BootstrapError, WireError};
 pub use fdpass::{FdMailbox, MAX_FDS};
 pub use id::{IdInfo, UniqueId, COMM_ID_MAGIC};
 pub use ring::{Bootstrap, MAX_RECORD};
 pub use root::service_running;
 pub use scalable::{root_block, root_of};
+pub use settings::BootstrapSettings;
 pub use watch::PeerWatch;
+
+/// The wait deadline every layer takes unless configured otherwise (the
+/// facade's `Config`, the host fabric, the TCP transport): generous,
+/// because a slow peer is not a hung one.
+pub const DEFAULT_DEADLINE: std::time::Duration = std::time::Duration::from_secs(300);
 
 /// The longest wait the bootstrap takes: a caller's "no deadline"
 /// (`Duration::MAX`) becomes a year, which instants can represent.

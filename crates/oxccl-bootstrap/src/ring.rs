@@ -389,7 +389,7 @@ pub(crate) fn check_ranks(nranks: u32, rank: u32) -> Result<(), BootstrapError> 
 fn my_desc(rank: u32, dev: &DeviceInfo) -> RankDesc {
     RankDesc {
         rank,
-        host: host_identity(),
+        host: host_identity(dev.host_id.as_deref()),
         pid: std::process::id(),
         pidns: crate::fdpass::pid_namespace(),
         device: dev.device.unwrap_or(-1),
@@ -405,7 +405,7 @@ pub(crate) fn listen_like(
     rank: u32,
     dev: &DeviceInfo,
 ) -> Result<(TcpListener, RankDesc), BootstrapError> {
-    let listener = sock::listen(SocketAddr::new(local_ip_like(root)?, 0), rank)?;
+    let listener = sock::listen(SocketAddr::new(local_ip_like(root, dev)?, 0), rank)?;
     let mut desc = my_desc(rank, dev);
     desc.listen = listener
         .local_addr()
@@ -435,11 +435,11 @@ pub(crate) fn subset_magic(parent: u64, seq: u64, members: &[u32]) -> u64 {
 /// An address of ours to listen on, of the root's family: loopback when
 /// the root is on loopback (all ranks on this machine), else the chosen
 /// interface.
-fn local_ip_like(root: SocketAddr) -> Result<std::net::IpAddr, BootstrapError> {
+fn local_ip_like(root: SocketAddr, dev: &DeviceInfo) -> Result<std::net::IpAddr, BootstrapError> {
     if root.ip().is_loopback() {
         return Ok(root.ip());
     }
-    crate::iface::local_addr().map(|i| i.addr)
+    crate::iface::local_addr(&dev.iface).map(|i| i.addr)
 }
 
 /// Accepts the ring predecessor's connection: hellos are read at once

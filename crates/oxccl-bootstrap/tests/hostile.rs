@@ -17,7 +17,7 @@ const LIMIT: Duration = Duration::from_secs(20);
 fn dev(r: u32) -> DeviceInfo {
     DeviceInfo {
         device: Some(r as i32),
-        bus_id: String::new(),
+        ..DeviceInfo::default()
     }
 }
 

@@ -29,6 +29,7 @@ fn join_all(
                         &DeviceInfo {
                             device: Some(r as i32),
                             bus_id: format!("0000:{r:02x}:00.0"),
+                            ..DeviceInfo::default()
                         },
                         limit,
                     )
@@ -490,6 +491,7 @@ fn join_scalable(
                 let dev = DeviceInfo {
                     device: Some(r as i32),
                     bus_id: String::new(),
+                    ..DeviceInfo::default()
                 };
                 s.spawn(move || Bootstrap::init_scalable(ids, n, r, &dev, limit))
             })

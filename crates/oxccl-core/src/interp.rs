@@ -12,7 +12,7 @@ use std::collections::{HashMap, VecDeque};
 
 use crate::element::Element;
 use crate::error::CoreError;
-use crate::plan::{BufDecl, BufId, BufRole, Dst, Loc, Plan, Rank, Src, Step};
+use crate::plan::{BufDecl, BufId, BufRole, Dst, Loc, Plan, Rank, Src, Step, Xfer};
 use crate::race::Race;
 use crate::redop::LoweredOp;
 
@@ -136,6 +136,12 @@ impl<T: Element> RankMem<T> {
 /// checked at this depth, so any backend with at least this many is safe.
 pub const MIN_FIFO_DEPTH: usize = 2;
 
+/// Bytes per message slot a backend gives a connection unless configured
+/// otherwise (the host backend's FIFO and the CUDA world's): large enough
+/// that a message's fixed cost is small beside its copy, small enough
+/// that a few slots per connection stay cheap.
+pub const DEFAULT_SLOT_BYTES: usize = 512 << 10;
+
 /// Interpreter options.
 #[derive(Clone, Copy, Debug)]
 pub struct InterpOptions {
@@ -248,29 +254,7 @@ fn run_inner<T: Element>(
     mut race: Option<&mut Race>,
 ) -> Result<InterpStats, CoreError> {
     let n = plan.nranks as usize;
-    if plan.ranks.len() != n || mem.len() != n {
-        return Err(err(format!(
-            "plan has {} rank plans and {} memories for {} ranks",
-            plan.ranks.len(),
-            mem.len(),
-            n
-        )));
-    }
-    for (r, rp) in plan.ranks.iter().enumerate() {
-        if rp.rank as usize != r || rp.nranks != plan.nranks {
-            return Err(err(format!(
-                "rank plan {r} says rank {} of {}",
-                rp.rank, rp.nranks
-            )));
-        }
-        if mem[r].views.len() != rp.bufs.len() {
-            return Err(err(format!(
-                "rank {r}: memory has {} buffers, plan {}",
-                mem[r].views.len(),
-                rp.bufs.len()
-            )));
-        }
-    }
+    check_shapes(plan, mem)?;
     let mut pcs: Vec<Vec<usize>> = plan
         .ranks
         .iter()
@@ -351,35 +335,7 @@ fn run_inner<T: Element>(
                         true
                     }
                     Step::Xfer(x) => {
-                        // Runnable when every recv has a message and every send has room.
-                        let mut ready = true;
-                        for s in &x.srcs {
-                            if let Src::Recv { peer } = s {
-                                check_peer(*peer, n, r, c, pc)?;
-                                match fifos.get(&(c, *peer, me)).and_then(|q| q.front()) {
-                                    Some(m) if m.len() != x.len => {
-                                        return Err(err(format!(
-                                            "rank {r} channel {c} step {pc}: receives {} elements from {peer} but the message has {}",
-                                            x.len,
-                                            m.len()
-                                        )))
-                                    }
-                                    Some(_) => {}
-                                    None => ready = false,
-                                }
-                            }
-                        }
-                        for d in &x.dsts {
-                            if let Dst::Send { peer } = d {
-                                check_peer(*peer, n, r, c, pc)?;
-                                if fifos
-                                    .get(&(c, me, *peer))
-                                    .is_some_and(|q| q.len() >= opts.fifo_depth)
-                                {
-                                    ready = false;
-                                }
-                            }
-                        }
+                        let ready = xfer_ready(x, &fifos, opts.fifo_depth, Site { r, c, pc }, n)?;
                         if ready {
                             let at = Site { r, c, pc };
                             exec_xfer(
@@ -425,6 +381,92 @@ fn run_inner<T: Element>(
             return Err(err(format!("deadlock; blocked: {}", blocked.join("; "))));
         }
     }
+    check_drained(plan, mem, &fifos, &sems, &waits)?;
+    Ok(stats)
+}
+
+/// The plan has one rank plan per rank, each numbered as it stands, and
+/// `mem` one memory per rank with one view per declared buffer.
+fn check_shapes<T: Element>(plan: &Plan, mem: &[RankMem<T>]) -> Result<(), CoreError> {
+    let n = plan.nranks as usize;
+    if plan.ranks.len() != n || mem.len() != n {
+        return Err(err(format!(
+            "plan has {} rank plans and {} memories for {} ranks",
+            plan.ranks.len(),
+            mem.len(),
+            n
+        )));
+    }
+    for (r, rp) in plan.ranks.iter().enumerate() {
+        if rp.rank as usize != r || rp.nranks != plan.nranks {
+            return Err(err(format!(
+                "rank plan {r} says rank {} of {}",
+                rp.rank, rp.nranks
+            )));
+        }
+        if mem[r].views.len() != rp.bufs.len() {
+            return Err(err(format!(
+                "rank {r}: memory has {} buffers, plan {}",
+                mem[r].views.len(),
+                rp.bufs.len()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Whether transfer `x` at `at` can run now: every receive has a message
+/// of its length waiting and every send has room in its FIFO.
+fn xfer_ready<T>(
+    x: &Xfer,
+    fifos: &HashMap<ConnKey, VecDeque<Vec<T>>>,
+    fifo_depth: usize,
+    at: Site,
+    n: usize,
+) -> Result<bool, CoreError> {
+    let Site { r, c, pc } = at;
+    let me = r as Rank;
+    // Runnable when every recv has a message and every send has room.
+    let mut ready = true;
+    for s in &x.srcs {
+        if let Src::Recv { peer } = s {
+            check_peer(*peer, n, r, c, pc)?;
+            match fifos.get(&(c, *peer, me)).and_then(|q| q.front()) {
+                Some(m) if m.len() != x.len => {
+                    return Err(err(format!(
+                        "rank {r} channel {c} step {pc}: receives {} elements from {peer} but the message has {}",
+                        x.len,
+                        m.len()
+                    )))
+                }
+                Some(_) => {}
+                None => ready = false,
+            }
+        }
+    }
+    for d in &x.dsts {
+        if let Dst::Send { peer } = d {
+            check_peer(*peer, n, r, c, pc)?;
+            if fifos
+                .get(&(c, me, *peer))
+                .is_some_and(|q| q.len() >= fifo_depth)
+            {
+                ready = false;
+            }
+        }
+    }
+    Ok(ready)
+}
+
+/// After the last step: every message was received, every signal waited
+/// for, and every buffer that must be written was, element by element.
+fn check_drained<T: Element>(
+    plan: &Plan,
+    mem: &[RankMem<T>],
+    fifos: &HashMap<ConnKey, VecDeque<Vec<T>>>,
+    sems: &HashMap<ConnKey, u64>,
+    waits: &HashMap<ConnKey, u64>,
+) -> Result<(), CoreError> {
     if let Some((k, q)) = fifos.iter().find(|(_, q)| !q.is_empty()) {
         return Err(err(format!(
             "{} unreceived message(s) on channel {} from rank {} to rank {}",
@@ -434,7 +476,7 @@ fn run_inner<T: Element>(
             k.2
         )));
     }
-    for ((c, from, to), posted) in &sems {
+    for ((c, from, to), posted) in sems {
         let consumed = waits.get(&(*c, *from, *to)).copied().unwrap_or(0);
         if consumed != *posted {
             return Err(err(format!(
@@ -458,7 +500,7 @@ fn run_inner<T: Element>(
             }
         }
     }
-    Ok(stats)
+    Ok(())
 }
 
 fn check_peer(peer: Rank, n: usize, r: usize, c: usize, pc: usize) -> Result<(), CoreError> {

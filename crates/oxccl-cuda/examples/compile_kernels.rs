@@ -8,11 +8,14 @@ fn main() {
         .nth(1)
         .and_then(|a| a.parse().ok())
         .unwrap_or(90);
-    println!("cache dir: {}", oxccl_cuda::kernels::cache_dir().display());
+    println!(
+        "cache dir: {}",
+        oxccl_cuda::kernels::cache_dir(None).display()
+    );
     let mut failed = false;
     for (dt, _) in oxccl_cuda::kernels::DTYPES {
         let t = std::time::Instant::now();
-        match oxccl_cuda::kernels::cubin(dt, arch) {
+        match oxccl_cuda::kernels::cubin(dt, arch, &oxccl_cuda::kernels::cache_dir(None)) {
             Ok((bin, origin)) => println!(
                 "{dt:>9} sm_{arch}: {} bytes, {origin:?}, {:?}",
                 bin.len(),

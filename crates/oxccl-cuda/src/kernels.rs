@@ -119,11 +119,13 @@ pub fn nvrtc_version() -> Result<(i32, i32)> {
     .clone()
 }
 
-/// Where cubins are cached: `$OXCCL_CACHE_DIR`, else `$XDG_CACHE_HOME/oxccl`,
-/// else `$HOME/.cache/oxccl`, else the temp dir.
-pub fn cache_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("OXCCL_CACHE_DIR") {
-        return PathBuf::from(d);
+/// Where cubins are cached: `chosen` (`OXCCL_CACHE_DIR`, as the facade
+/// read it), else `$XDG_CACHE_HOME/oxccl`, else `$HOME/.cache/oxccl`, else
+/// the temp dir. (The two system variables name the user's directories,
+/// not settings of oxccl.)
+pub fn cache_dir(chosen: Option<&std::path::Path>) -> PathBuf {
+    if let Some(d) = chosen {
+        return d.to_path_buf();
     }
     if let Some(d) = std::env::var_os("XDG_CACHE_HOME") {
         return PathBuf::from(d).join("oxccl");
@@ -141,9 +143,9 @@ pub enum Origin {
     DiskCache,
 }
 
-/// The cubin for `dtype`'s module on `sm_{arch}`: from the disk cache, or
-/// compiled by NVRTC and stored there.
-pub fn cubin(dtype: DataType, arch: u32) -> Result<(Vec<u8>, Origin)> {
+/// The cubin for `dtype`'s module on `sm_{arch}`: from the disk cache in
+/// `cache`, or compiled by NVRTC and stored there.
+pub fn cubin(dtype: DataType, arch: u32, cache: &std::path::Path) -> Result<(Vec<u8>, Origin)> {
     let (maj, min) = nvrtc_version()?;
     let src = module_source(dtype);
     let arch_opt = format!("--gpu-architecture=sm_{arch}");
@@ -154,7 +156,7 @@ pub fn cubin(dtype: DataType, arch: u32) -> Result<(Vec<u8>, Origin)> {
         ver.as_bytes(),
         OPTIONS.join(" ").as_bytes(),
     ]);
-    let path = cache_dir().join(format!("{}-sm{arch}-{key:016x}.cubin", dtype.name()));
+    let path = cache.join(format!("{}-sm{arch}-{key:016x}.cubin", dtype.name()));
     if let Ok(bytes) = std::fs::read(&path) {
         if !bytes.is_empty() {
             return Ok((bytes, Origin::DiskCache));
@@ -162,7 +164,7 @@ pub fn cubin(dtype: DataType, arch: u32) -> Result<(Vec<u8>, Origin)> {
     }
     let bin = compile(&src, dtype.name(), &arch_opt)?;
     // A failed cache write only costs the next start a compile.
-    if std::fs::create_dir_all(cache_dir()).is_ok() {
+    if std::fs::create_dir_all(cache).is_ok() {
         let tmp = path.with_extension(format!("tmp{}", std::process::id()));
         if std::fs::write(&tmp, &bin).is_ok() && std::fs::rename(&tmp, &path).is_err() {
             let _ = std::fs::remove_file(&tmp);

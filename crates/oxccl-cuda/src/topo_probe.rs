@@ -36,11 +36,12 @@ pub fn driver_facts() -> Result<DriverFacts> {
     })
 }
 
-/// `Topology::from_env()` (an `OXCCL_TOPO_FILE`/`NCCL_TOPO_FILE`, else
-/// sysfs and NVML) with the driver's facts merged in. Without a usable
-/// driver the topology is returned as detected, with a warning.
-pub fn detect_topology() -> Topology {
-    let mut t = Topology::from_env();
+/// [`Topology::from_file_or_detect`] (`file`: the facade's
+/// `OXCCL_TOPO_FILE`/`NCCL_TOPO_FILE`, else sysfs and NVML) with the
+/// driver's facts merged in. Without a usable driver the topology is
+/// returned as detected, with a warning.
+pub fn detect_topology(file: Option<&std::path::Path>) -> Topology {
+    let mut t = Topology::from_file_or_detect(file);
     match driver_facts() {
         Ok(f) => t.merge_driver_facts(&f),
         Err(e) => tracing::warn!(
@@ -128,7 +129,7 @@ mod tests {
         let Some(f) = crate::device::skip_or_fail("probe_or_skip", driver_facts()) else {
             return;
         };
-        let t = detect_topology();
+        let t = detect_topology(None);
         assert_eq!(t.nhosts(), 1);
         let n = f.devices.len();
         assert_eq!(f.p2p.len(), n);

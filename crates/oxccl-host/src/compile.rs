@@ -6,11 +6,11 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use oxccl_core::plan::{BufRole, Dst, Loc, Rank, RankPlan, Src, Step};
+use oxccl_core::plan::{BufRole, Dst, Loc, Rank, RankPlan, Src, Step, Xfer};
 
 use crate::error::HostError;
-use crate::fabric::HostFabric;
 use crate::fifo::Link;
+use crate::view::FabricView;
 use crate::HostBuf;
 
 /// A resolved step.
@@ -96,7 +96,7 @@ impl Scratch {
     }
 
     /// The address of at least `bytes` bytes of scratch, 64-byte aligned.
-    fn base(&mut self, fab: &HostFabric, bytes: usize) -> Result<usize, HostError> {
+    fn base(&mut self, fab: &impl FabricView, bytes: usize) -> Result<usize, HostError> {
         if !fab.shared_heap() {
             let words = bytes.div_ceil(8);
             if self.heap.len() < words {
@@ -119,12 +119,52 @@ impl Scratch {
 /// Builds the program for `plan` over `bufs` with elements of `elem`
 /// bytes, carving scratch buffers out of `scratch`.
 pub(crate) fn compile(
-    fab: &HostFabric,
+    fab: &impl FabricView,
     plan: &RankPlan,
     bufs: &[HostBuf],
     elem: usize,
     scratch: &mut Scratch,
 ) -> Result<Program, HostError> {
+    let addrs = place(fab, plan, bufs, elem, scratch)?;
+    let mut links = Links {
+        fab,
+        index: HashMap::new(),
+        links: Vec::new(),
+    };
+    let slot_bytes = fab.config().slot_bytes;
+    let mut channels = Vec::with_capacity(plan.channels.len());
+    for (c, ch) in plan.channels.iter().enumerate() {
+        let mut ops = Vec::with_capacity(ch.steps.len());
+        for (s, step) in ch.steps.iter().enumerate() {
+            let cx = StepCx {
+                me: plan.rank,
+                c,
+                s,
+                plan,
+                addrs: &addrs,
+                elem,
+            };
+            ops.push(cx.lower(step, &mut links, slot_bytes)?);
+        }
+        channels.push(ops);
+    }
+    Ok(Program {
+        channels,
+        links: links.links,
+        bufs: addrs,
+    })
+}
+
+/// Checks `plan` against the fabric and `bufs`, and gives every buffer
+/// of the plan its `(address, length)`: the caller's, or a 64-byte
+/// aligned region of scratch.
+fn place(
+    fab: &impl FabricView,
+    plan: &RankPlan,
+    bufs: &[HostBuf],
+    elem: usize,
+    scratch: &mut Scratch,
+) -> Result<Vec<(usize, usize)>, HostError> {
     let me = plan.rank;
     let bad = |m: String| Err(HostError::InvalidPlan(format!("rank {me}: {m}")));
     if plan.nranks != fab.nranks() || me >= plan.nranks {
@@ -191,164 +231,205 @@ pub(crate) fn compile(
         }
         addrs.push((b.ptr as usize, d.len));
     }
+    Ok(addrs)
+}
 
-    let mut link_ix: HashMap<(usize, Rank, Rank), usize> = HashMap::new();
-    let mut links = Vec::new();
-    let mut link = |c: usize, from: Rank, to: Rank| {
-        *link_ix.entry((c, from, to)).or_insert_with(|| {
-            links.push(fab.link(c, from, to));
-            links.len() - 1
+/// The program's connections, each looked up once.
+struct Links<'f, F> {
+    fab: &'f F,
+    index: HashMap<(usize, Rank, Rank), usize>,
+    links: Vec<Arc<Link>>,
+}
+
+impl<F: FabricView> Links<'_, F> {
+    /// The program's index of connection `(c, from, to)`.
+    fn get(&mut self, c: usize, from: Rank, to: Rank) -> usize {
+        *self.index.entry((c, from, to)).or_insert_with(|| {
+            self.links.push(self.fab.link(c, from, to));
+            self.links.len() - 1
         })
-    };
-    let mut channels = Vec::with_capacity(plan.channels.len());
-    for (c, ch) in plan.channels.iter().enumerate() {
-        let mut ops = Vec::with_capacity(ch.steps.len());
-        for (s, step) in ch.steps.iter().enumerate() {
-            let at =
-                |m: String| HostError::InvalidPlan(format!("rank {me} channel {c} step {s}: {m}"));
-            let peer_ok = |p: Rank| {
-                if p < plan.nranks {
-                    Ok(p)
-                } else {
-                    Err(at(format!("peer {p} out of range")))
-                }
-            };
-            let local = |l: Loc, len: usize, write: bool| -> Result<usize, HostError> {
-                let (decl, (addr, blen)) = plan
-                    .bufs
-                    .get(l.buf.0 as usize)
-                    .zip(addrs.get(l.buf.0 as usize))
-                    .ok_or_else(|| at(format!("no buffer {}", l.buf.0)))?;
-                if l.off.checked_add(len).is_none_or(|end| end > *blen) {
-                    return Err(at(format!("{l}+{len} exceeds buffer length {blen}")));
-                }
-                if write && decl.role == BufRole::Input {
-                    return Err(at(format!("writes into input buffer at {l}")));
-                }
-                Ok(addr + l.off * elem)
-            };
-            let op = match *step {
-                Step::Signal { peer } => Op::Signal {
-                    link: link(c, me, peer_ok(peer)?),
-                    peer,
-                },
-                Step::Wait { peer } => Op::Wait {
-                    link: link(c, peer_ok(peer)?, me),
-                    peer,
-                },
-                Step::Swap {
-                    at: l,
-                    peer,
-                    peer_at,
-                    len,
-                } => {
-                    if peer_ok(peer)? == me {
-                        return Err(at("swaps with itself".into()));
-                    }
-                    // Plans are symmetric: the peer's buffer has our declaration.
-                    local(peer_at, len, true)?;
-                    Op::Swap {
-                        addr: local(l, len, true)?,
-                        peer,
-                        buf: peer_at.buf.0 as usize,
-                        off: peer_at.off,
-                        len,
-                    }
-                }
-                Step::Xfer(ref x) => {
-                    if x.srcs.is_empty() {
-                        return Err(at("transfer without a source".into()));
-                    }
-                    let mut srcs = Vec::with_capacity(x.srcs.len());
-                    let mut recv_from = Vec::new();
-                    for src in &x.srcs {
-                        srcs.push(match *src {
-                            Src::Local { at: l, pre } => OSrc::Local {
-                                addr: local(l, x.len, false)?,
-                                pre,
-                            },
-                            Src::Recv { peer } => {
-                                if recv_from.contains(&peer) {
-                                    return Err(at(format!("receives twice from peer {peer}")));
-                                }
-                                recv_from.push(peer);
-                                OSrc::Recv {
-                                    link: link(c, peer_ok(peer)?, me),
-                                    peer,
-                                }
-                            }
-                            Src::Remote { peer, at: l, pre } => {
-                                // The peer's buffer, by the peer's numbering
-                                // (a Send/Recv plan's lists differ per rank):
-                                // checked against what the peer published,
-                                // at run time (`Fabric::remote`).
-                                l.off
-                                    .checked_add(x.len)
-                                    .ok_or_else(|| at(format!("{l}+{} overflows", x.len)))?;
-                                OSrc::Remote {
-                                    peer: peer_ok(peer)?,
-                                    buf: l.buf.0 as usize,
-                                    off: l.off,
-                                    pre,
-                                }
-                            }
-                        });
-                    }
-                    let mut dsts = Vec::with_capacity(x.dsts.len());
-                    let mut send_to = Vec::new();
-                    let mut local_dsts: Vec<usize> = Vec::new();
-                    let bytes = x.len.saturating_mul(elem);
-                    for dst in &x.dsts {
-                        dsts.push(match *dst {
-                            Dst::Local(l) => {
-                                let addr = local(l, x.len, true)?;
-                                if local_dsts.iter().any(|&o| o.abs_diff(addr) < bytes) {
-                                    return Err(at("overlapping destinations".into()));
-                                }
-                                local_dsts.push(addr);
-                                ODst::Local { addr }
-                            }
-                            Dst::Send { peer } => {
-                                if send_to.contains(&peer) {
-                                    return Err(at(format!("sends twice to peer {peer}")));
-                                }
-                                send_to.push(peer);
-                                if bytes > fab.config().slot_bytes {
-                                    return Err(at(format!(
-                                        "message of {bytes} bytes exceeds the {}-byte slot; use chunk <= slot_bytes / element size",
-                                        fab.config().slot_bytes
-                                    )));
-                                }
-                                ODst::Send {
-                                    link: link(c, me, peer_ok(peer)?),
-                                    peer,
-                                }
-                            }
-                            Dst::Remote { peer, at: l } => {
-                                local(l, x.len, true)?;
-                                ODst::Remote {
-                                    peer: peer_ok(peer)?,
-                                    buf: l.buf.0 as usize,
-                                    off: l.off,
-                                }
-                            }
-                        });
-                    }
-                    Op::Xfer(XOp {
-                        srcs,
-                        dsts,
-                        len: x.len,
-                        post: x.post,
-                    })
-                }
-            };
-            ops.push(op);
-        }
-        channels.push(ops);
     }
-    Ok(Program {
-        channels,
-        links,
-        bufs: addrs,
-    })
+}
+
+/// One step being lowered: where it is, and the rank's placed buffers.
+struct StepCx<'p> {
+    me: Rank,
+    c: usize,
+    s: usize,
+    plan: &'p RankPlan,
+    addrs: &'p [(usize, usize)],
+    elem: usize,
+}
+
+impl StepCx<'_> {
+    fn err(&self, m: String) -> HostError {
+        HostError::InvalidPlan(format!(
+            "rank {} channel {} step {}: {m}",
+            self.me, self.c, self.s
+        ))
+    }
+
+    fn peer(&self, p: Rank) -> Result<Rank, HostError> {
+        if p < self.plan.nranks {
+            Ok(p)
+        } else {
+            Err(self.err(format!("peer {p} out of range")))
+        }
+    }
+
+    /// The address of `len` elements at `l`, checked against the buffer's
+    /// length (and, for a write, its role).
+    fn local(&self, l: Loc, len: usize, write: bool) -> Result<usize, HostError> {
+        let (decl, (addr, blen)) = self
+            .plan
+            .bufs
+            .get(l.buf.0 as usize)
+            .zip(self.addrs.get(l.buf.0 as usize))
+            .ok_or_else(|| self.err(format!("no buffer {}", l.buf.0)))?;
+        if l.off.checked_add(len).is_none_or(|end| end > *blen) {
+            return Err(self.err(format!("{l}+{len} exceeds buffer length {blen}")));
+        }
+        if write && decl.role == BufRole::Input {
+            return Err(self.err(format!("writes into input buffer at {l}")));
+        }
+        Ok(addr + l.off * self.elem)
+    }
+
+    fn lower<F: FabricView>(
+        &self,
+        step: &Step,
+        links: &mut Links<'_, F>,
+        slot_bytes: usize,
+    ) -> Result<Op, HostError> {
+        let me = self.me;
+        Ok(match *step {
+            Step::Signal { peer } => Op::Signal {
+                link: links.get(self.c, me, self.peer(peer)?),
+                peer,
+            },
+            Step::Wait { peer } => Op::Wait {
+                link: links.get(self.c, self.peer(peer)?, me),
+                peer,
+            },
+            Step::Swap {
+                at: l,
+                peer,
+                peer_at,
+                len,
+            } => {
+                if self.peer(peer)? == me {
+                    return Err(self.err("swaps with itself".into()));
+                }
+                // Plans are symmetric: the peer's buffer has our declaration.
+                self.local(peer_at, len, true)?;
+                Op::Swap {
+                    addr: self.local(l, len, true)?,
+                    peer,
+                    buf: peer_at.buf.0 as usize,
+                    off: peer_at.off,
+                    len,
+                }
+            }
+            Step::Xfer(ref x) => Op::Xfer(XOp {
+                srcs: self.sources(x, links)?,
+                dsts: self.destinations(x, links, slot_bytes)?,
+                len: x.len,
+                post: x.post,
+            }),
+        })
+    }
+
+    fn sources<F: FabricView>(
+        &self,
+        x: &Xfer,
+        links: &mut Links<'_, F>,
+    ) -> Result<Vec<OSrc>, HostError> {
+        if x.srcs.is_empty() {
+            return Err(self.err("transfer without a source".into()));
+        }
+        let mut srcs = Vec::with_capacity(x.srcs.len());
+        let mut recv_from = Vec::new();
+        for src in &x.srcs {
+            srcs.push(match *src {
+                Src::Local { at: l, pre } => OSrc::Local {
+                    addr: self.local(l, x.len, false)?,
+                    pre,
+                },
+                Src::Recv { peer } => {
+                    if recv_from.contains(&peer) {
+                        return Err(self.err(format!("receives twice from peer {peer}")));
+                    }
+                    recv_from.push(peer);
+                    OSrc::Recv {
+                        link: links.get(self.c, self.peer(peer)?, self.me),
+                        peer,
+                    }
+                }
+                Src::Remote { peer, at: l, pre } => {
+                    // The peer's buffer, by the peer's numbering (a
+                    // Send/Recv plan's lists differ per rank): checked
+                    // against what the peer published, at run time
+                    // (`Fabric::remote`).
+                    l.off
+                        .checked_add(x.len)
+                        .ok_or_else(|| self.err(format!("{l}+{} overflows", x.len)))?;
+                    OSrc::Remote {
+                        peer: self.peer(peer)?,
+                        buf: l.buf.0 as usize,
+                        off: l.off,
+                        pre,
+                    }
+                }
+            });
+        }
+        Ok(srcs)
+    }
+
+    fn destinations<F: FabricView>(
+        &self,
+        x: &Xfer,
+        links: &mut Links<'_, F>,
+        slot_bytes: usize,
+    ) -> Result<Vec<ODst>, HostError> {
+        let mut dsts = Vec::with_capacity(x.dsts.len());
+        let mut send_to = Vec::new();
+        let mut local_dsts: Vec<usize> = Vec::new();
+        let bytes = x.len.saturating_mul(self.elem);
+        for dst in &x.dsts {
+            dsts.push(match *dst {
+                Dst::Local(l) => {
+                    let addr = self.local(l, x.len, true)?;
+                    if local_dsts.iter().any(|&o| o.abs_diff(addr) < bytes) {
+                        return Err(self.err("overlapping destinations".into()));
+                    }
+                    local_dsts.push(addr);
+                    ODst::Local { addr }
+                }
+                Dst::Send { peer } => {
+                    if send_to.contains(&peer) {
+                        return Err(self.err(format!("sends twice to peer {peer}")));
+                    }
+                    send_to.push(peer);
+                    if bytes > slot_bytes {
+                        return Err(self.err(format!(
+                            "message of {bytes} bytes exceeds the {slot_bytes}-byte slot; use chunk <= slot_bytes / element size"
+                        )));
+                    }
+                    ODst::Send {
+                        link: links.get(self.c, self.me, self.peer(peer)?),
+                        peer,
+                    }
+                }
+                Dst::Remote { peer, at: l } => {
+                    self.local(l, x.len, true)?;
+                    ODst::Remote {
+                        peer: self.peer(peer)?,
+                        buf: l.buf.0 as usize,
+                        off: l.off,
+                    }
+                }
+            });
+        }
+        Ok(dsts)
+    }
 }

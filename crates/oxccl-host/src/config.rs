@@ -29,7 +29,7 @@ pub struct HostConfig {
     /// a connection per direction); plans may use at most this many.
     /// Default 4 (a ring needs about that many to keep a link busy:
     /// `oxccl_topo::policy::NET_CHANNELS_TO_FILL`), at most 32;
-    /// `OXCCL_NET_CHANNELS` sets it.
+    /// `OXCCL_NET_CHANNELS` sets it through the facade.
     pub net_channels: usize,
     /// Ranks as processes of one host: use the network transport anyway
     /// (as `NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1` do). Ranks on different
@@ -53,14 +53,21 @@ pub struct HostConfig {
     /// Default 0: what the system grants the process
     /// (`std::thread::available_parallelism`).
     pub net_cores: usize,
+    /// Ranks over the network: the socket layout the user set
+    /// (`NCCL_SOCKET_NTHREADS`, `NCCL_NSOCKS_PERTHREAD`), proposed to the
+    /// peers in place of this rank's default.
+    pub net_sockets: oxccl_net::config::SocketSettings,
 }
+
+/// Most channels per peer over the network ([`HostConfig::net_channels`]).
+pub const MAX_NET_CHANNELS: usize = crate::shm::MAX_CHANNELS;
 
 impl Default for HostConfig {
     fn default() -> Self {
         HostConfig {
-            deadline: Duration::from_secs(300),
+            deadline: oxccl_bootstrap::DEFAULT_DEADLINE,
             slots: 8,
-            slot_bytes: 512 << 10,
+            slot_bytes: oxccl_core::interp::DEFAULT_SLOT_BYTES,
             spin: 64,
             shm_heap_bytes: 16 << 30,
             net_channels: 4,
@@ -68,6 +75,7 @@ impl Default for HostConfig {
             net_send_by_reference: true,
             net_receive_in_place: true,
             net_cores: 0,
+            net_sockets: oxccl_net::config::SocketSettings::default(),
         }
     }
 }

@@ -17,9 +17,9 @@ use oxccl_core::{Awaited, Element, FaultCause, LoweredOp, WaitFault};
 
 use crate::compile::{ODst, OSrc, Op, Program, XOp};
 use crate::error::HostError;
-use crate::fabric::{Calls, HostFabric};
 use crate::kernel::{transfer, In, TypedOp};
 use crate::remote::{RemoteAccess, RemoteFault};
+use crate::view::{Calls, FabricView};
 
 /// What a call did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -47,8 +47,8 @@ struct Blocked {
     what: Awaited,
 }
 
-struct Runner<'a, T> {
-    fab: &'a HostFabric,
+struct Runner<'a, T, F> {
+    fab: &'a F,
     me: Rank,
     calls: Calls,
     prog: &'a Program,
@@ -83,7 +83,7 @@ const MAX_PARK: Duration = Duration::from_secs(1);
 
 /// Runs `prog` for rank `me` (its call numbers `calls`) to completion.
 pub(crate) fn run<T: Element>(
-    fab: &HostFabric,
+    fab: &impl FabricView,
     me: Rank,
     calls: Calls,
     prog: &Program,
@@ -208,7 +208,7 @@ pub(crate) fn run<T: Element>(
     }
 }
 
-impl<T: Element> Runner<'_, T> {
+impl<T: Element, F: FabricView> Runner<'_, T, F> {
     /// Runs step `s` of channel `c` if it can run now; otherwise says what
     /// it waits for.
     fn try_step(&mut self, c: usize, s: usize, op: &Op) -> Result<Option<Blocked>, HostError> {

@@ -21,6 +21,7 @@ use crate::net::NetPart;
 use crate::procs::Procs;
 use crate::remote::{RemoteAccess, RemoteFault};
 use crate::shm::RankCtl;
+use crate::view::Calls;
 use crate::HostBuf;
 
 /// The shared state of one communicator's ranks on the host backend:
@@ -68,15 +69,6 @@ struct RankSlot {
 struct RankState {
     parker: Parker,
     scratch: Scratch,
-}
-
-/// A rank's call numbers: every call (`call`, for diagnoses), and calls
-/// with semaphore steps (`synced`, 0 for a call without), which remote
-/// steps are matched by.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Calls {
-    pub call: u64,
-    pub synced: u64,
 }
 
 /// Whether a rank plan orders itself with peers through semaphores. Every
@@ -178,7 +170,7 @@ impl HostFabric {
                 .expect("a new fabric is not shared")
                 .net = Some(net);
             if boot.nranks() > 1 {
-                let hop = crate::net::hop::measure(&fab, boot)?;
+                let hop = crate::net::hop::measure(fab.as_ref(), boot)?;
                 tracing::info!("oxccl-host: one network hop takes {hop:.1} us (measured at setup)");
                 if let Some(n) = &fab.net {
                     let _ = n.hop_us.set(hop);
@@ -197,11 +189,11 @@ impl HostFabric {
     }
 
     /// Whether this rank talks to its peers over the network: ranks on
-    /// different hosts, or forced by `cfg.force_network` or the
-    /// environment (`NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1`, or `OXCCL_`
+    /// different hosts, or forced by `cfg.force_network` (which the facade
+    /// sets from `NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1`, or `OXCCL_`
     /// twins). Every rank must agree (checked).
     fn over_network(boot: &Bootstrap, cfg: &HostConfig) -> Result<bool, HostError> {
-        let mine = cfg.force_network || Self::network_wanted(boot)?;
+        let mine = Self::network_wanted(boot, cfg.force_network);
         for (r, v) in boot.all_gather(&[mine as u8])?.iter().enumerate() {
             if v.as_slice() != [mine as u8] {
                 return Err(HostError::Net(format!(
@@ -217,14 +209,12 @@ impl HostFabric {
 
     /// Whether this rank asks for the network (before the ranks agree, as
     /// [`HostFabric::across_processes`] makes them): some rank is on
-    /// another host, or the environment forces it (`NCCL_P2P_DISABLE=1
-    /// NCCL_SHM_DISABLE=1`, or `OXCCL_` twins). Backends that stage their
-    /// data through this fabric (CUDA ranks as processes) ask it before
-    /// choosing a path that would bypass the network.
-    pub fn network_wanted(boot: &Bootstrap) -> Result<bool, HostError> {
-        let forced =
-            oxccl_net::config::forced_by_env().map_err(|e| HostError::Net(e.to_string()))?;
-        Ok(forced || !boot.all_local())
+    /// another host, or `forced` ([`HostConfig::force_network`], which
+    /// `NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1` set). Backends that stage
+    /// their data through this fabric (CUDA ranks as processes) ask it
+    /// before choosing a path that would bypass the network.
+    pub fn network_wanted(boot: &Bootstrap, forced: bool) -> bool {
+        forced || !boot.all_local()
     }
 
     /// The rank this process holds, when ranks are processes.

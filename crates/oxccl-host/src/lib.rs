@@ -36,16 +36,20 @@ mod procs;
 mod region;
 mod remote;
 mod shm;
+mod view;
+mod view_impl;
 mod widened;
 
 #[cfg(test)]
 mod corrupt_tests;
 
 pub use bell::{futex_wait, futex_wake_all, Bell};
-pub use config::HostConfig;
+pub use config::{HostConfig, MAX_NET_CHANNELS};
 pub use error::HostError;
 pub use exec::ExecStats;
 pub use fabric::HostFabric;
+/// The network transport's settings and errors, as [`HostConfig`] takes them.
+pub use oxccl_net::{config::SocketSettings, NetError};
 pub use region::SharedRegion;
 
 /// `acc[i] = acc[i] (base) src[i]` as the reductions fold f16, bf16 and

@@ -260,17 +260,12 @@ fn the_hop_latency_is_measured_at_setup_and_agreed() {
 /// Ranks whose hosts would choose different sockets per connection (here
 /// told they may use 16 and 8 cores) agree on one layout, the smaller
 /// default, so both ends of every connection lay it out alike; and a
-/// plan runs over it. (A count set in the environment wins, and two set
+/// plan runs over it. (A count set in `HostConfig::net_sockets`, which
+/// the facade fills from `NCCL_SOCKET_NTHREADS`, wins, and two set
 /// differently are refused: `oxccl-net`'s `config::agree`, and
 /// `crates/oxccl/tests/multiprocess.rs` with processes.)
 #[test]
 fn ranks_with_different_defaults_agree_on_the_sockets() {
-    if std::env::var_os("NCCL_SOCKET_NTHREADS").is_some()
-        || std::env::var_os("OXCCL_SOCKET_NTHREADS").is_some()
-    {
-        eprintln!("skipped: NCCL_SOCKET_NTHREADS is set, so no rank uses its default");
-        return;
-    }
     let cores = |r: u32| if r == 0 { 16 } else { 8 };
     let fabs: Vec<Arc<HostFabric>> = fabrics(2, |r| HostConfig {
         deadline: LIMIT,

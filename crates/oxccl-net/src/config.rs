@@ -31,7 +31,7 @@ impl Default for TcpConfig {
             nthreads: 1,
             nsocks_per_thread: 2,
             min_chunk: 64 << 10,
-            deadline: Duration::from_secs(300),
+            deadline: oxccl_bootstrap::DEFAULT_DEADLINE,
         }
     }
 }
@@ -157,35 +157,54 @@ fn too_many(nthreads: usize, per_thread: usize, reason: &str) -> NetError {
     })
 }
 
+/// The socket layout the user set (`NCCL_SOCKET_NTHREADS`,
+/// `NCCL_NSOCKS_PERTHREAD` or their `OXCCL_` twins): each count where set,
+/// checked in range; `None` where the rank's default applies. The facade
+/// reads it with the rest of its settings and passes it down.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SocketSettings {
+    pub nthreads: Option<usize>,
+    pub nsocks_per_thread: Option<usize>,
+}
+
+impl SocketSettings {
+    /// The two counts read through `get` (the `OXCCL_` twin wins): threads
+    /// 1 to 16, sockets per thread 1 to 64, both set at most 64 in all.
+    pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<SocketSettings, NetError> {
+        let count = |vars, hi| -> Result<Option<usize>, NetError> {
+            twin(&get, vars)
+                .map(|(var, v)| number(var, &v, 1, hi))
+                .transpose()
+        };
+        let s = SocketSettings {
+            nthreads: count(THREADS_VARS, MAX_THREADS)?,
+            nsocks_per_thread: count(SOCKS_VARS, MAX_SOCKS)?,
+        };
+        if let (Some(t), Some(p)) = (s.nthreads, s.nsocks_per_thread) {
+            if t * p > MAX_SOCKS {
+                return Err(too_many(t, p, ""));
+            }
+        }
+        Ok(s)
+    }
+}
+
 impl Proposal {
-    /// `NCCL_SOCKET_NTHREADS` (1 to 16) and `NCCL_NSOCKS_PERTHREAD` (or
-    /// their `OXCCL_` twins, which win) read through `get`; a count not set
-    /// is `auto`'s. Both set: at most 64 sockets in all.
+    /// What a rank proposes: the counts `set` names, else `auto`'s.
+    pub fn new(set: &SocketSettings, auto: (usize, usize)) -> Proposal {
+        let count = |s: Option<usize>, a| s.map_or(Count::Auto(a), Count::Set);
+        Proposal {
+            nthreads: count(set.nthreads, auto.0),
+            nsocks_per_thread: count(set.nsocks_per_thread, auto.1),
+        }
+    }
+
+    /// [`SocketSettings::from_vars`] through `get`, then [`Proposal::new`].
     pub fn from_vars(
         get: impl Fn(&str) -> Option<String>,
         auto: (usize, usize),
     ) -> Result<Proposal, NetError> {
-        let count = |vars, hi, auto| -> Result<Count, NetError> {
-            match twin(&get, vars) {
-                Some((var, v)) => number(var, &v, 1, hi).map(Count::Set),
-                None => Ok(Count::Auto(auto)),
-            }
-        };
-        let p = Proposal {
-            nthreads: count(THREADS_VARS, MAX_THREADS, auto.0)?,
-            nsocks_per_thread: count(SOCKS_VARS, MAX_SOCKS, auto.1)?,
-        };
-        if let (Count::Set(t), Count::Set(s)) = (p.nthreads, p.nsocks_per_thread) {
-            if t * s > MAX_SOCKS {
-                return Err(too_many(t, s, ""));
-            }
-        }
-        Ok(p)
-    }
-
-    /// [`Proposal::from_vars`] on this process's environment.
-    pub fn from_env(auto: (usize, usize)) -> Result<Proposal, NetError> {
-        Proposal::from_vars(|k| std::env::var(k).ok(), auto)
+        Ok(Proposal::new(&SocketSettings::from_vars(get)?, auto))
     }
 
     pub const BYTES: usize = 5;
@@ -305,11 +324,6 @@ pub fn forced(get: impl Fn(&str) -> Option<String>) -> Result<bool, NetError> {
     };
     Ok(flag(["OXCCL_P2P_DISABLE", "NCCL_P2P_DISABLE"])?
         && flag(["OXCCL_SHM_DISABLE", "NCCL_SHM_DISABLE"])?)
-}
-
-/// [`forced`] on this process's environment.
-pub fn forced_by_env() -> Result<bool, NetError> {
-    forced(|k| std::env::var(k).ok())
 }
 
 #[cfg(test)]

@@ -39,9 +39,24 @@ use oxccl_core::{Algo, CollKind, Proto};
 /// Default bandwidth of a network port whose speed is not given.
 pub const NET_DEFAULT_BW: f64 = 12.0;
 
+/// Generation of an NVLink, which fixes its per-link bandwidth.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum NvLinkGen {
+    /// NVLink 2 (V100).
+    V2,
+    /// NVLink 3 (A100).
+    V3,
+    /// NVLink 3 through a consumer/workstation bridge (GA102: RTX A6000, 3090).
+    V3Bridge,
+    /// NVLink 4 (H100, H200).
+    V4,
+    /// NVLink 5 (B200).
+    V5,
+}
+
 /// Bandwidth of one NVLink of generation `gen`.
-pub fn nvlink_bw(gen: crate::graph::NvLinkGen) -> f64 {
-    use crate::graph::NvLinkGen::*;
+pub fn nvlink_bw(gen: NvLinkGen) -> f64 {
+    use NvLinkGen::*;
     match gen {
         V2 => 20.0,
         V3 => 20.0,

@@ -11,7 +11,9 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path as FsPath, PathBuf};
 
-use crate::graph::{norm_busid, Attrs, GpuInfo, NicInfo, Node, NodeId, NodeKind, Topology};
+use crate::graph::{
+    norm_busid, preorder, Attrs, GpuInfo, NicInfo, Node, NodeId, NodeKind, Topology,
+};
 
 /// What NVML told us about one GPU.
 #[derive(Clone, Debug)]
@@ -347,44 +349,6 @@ fn nic_info(sys_root: &FsPath, busid: &str) -> NicInfo {
     }
 }
 
-/// Reorders nodes so that each subtree is contiguous and follows its
-/// parent (the order XML reading produces), keeping sibling order.
-pub(crate) fn preorder(nodes: Vec<Node>) -> Vec<Node> {
-    let n = nodes.len();
-    let mut kids: Vec<Vec<usize>> = vec![Vec::new(); n];
-    let mut roots = Vec::new();
-    for (i, nd) in nodes.iter().enumerate() {
-        match nd.parent {
-            Some(p) => kids[p].push(i),
-            None => roots.push(i),
-        }
-    }
-    // Hosts first (as the XML reader creates them), then their subtrees.
-    let mut order = roots.clone();
-    for &r in &roots {
-        let mut stack: Vec<usize> = kids[r].iter().rev().copied().collect();
-        while let Some(x) = stack.pop() {
-            order.push(x);
-            stack.extend(kids[x].iter().rev());
-        }
-    }
-    let mut newidx = vec![0; n];
-    for (new, &old) in order.iter().enumerate() {
-        newidx[old] = new;
-    }
-    let mut slots: Vec<Option<Node>> = nodes.into_iter().map(Some).collect();
-    order
-        .iter()
-        .map(|&old| {
-            let mut nd = slots[old]
-                .take()
-                .unwrap_or_else(|| Node::new(NodeKind::Pci, 0, None));
-            nd.parent = nd.parent.map(|p| newidx[p]);
-            nd
-        })
-        .collect()
-}
-
 impl Topology {
     /// Detects the live machine. Never panics: missing sources are logged
     /// and skipped.
@@ -392,24 +356,14 @@ impl Topology {
         detect_with(FsPath::new("/sys"), true)
     }
 
-    /// `OXCCL_TOPO_FILE`, else `NCCL_TOPO_FILE`, else [`Topology::detect`].
-    /// A file that cannot be read is logged and detection is used instead.
-    pub fn from_env() -> Topology {
-        Topology::from_vars(|k| std::env::var(k).ok())
-    }
-
-    /// [`Topology::from_env`] on the variables `get` returns, so callers
-    /// and tests need not change the process environment to name a file.
-    pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Topology {
-        for var in ["OXCCL_TOPO_FILE", "NCCL_TOPO_FILE"] {
-            if let Some(path) = get(var) {
-                if path.is_empty() {
-                    continue;
-                }
-                match Topology::from_xml_file(&path) {
-                    Ok(t) => return t,
-                    Err(e) => tracing::warn!("{var}={path}: {e}; detecting instead"),
-                }
+    /// The machine `file` describes (`OXCCL_TOPO_FILE`/`NCCL_TOPO_FILE`, as
+    /// the facade read them), else [`Topology::detect`]. A file that cannot
+    /// be read is logged and detection is used instead.
+    pub fn from_file_or_detect(file: Option<&std::path::Path>) -> Topology {
+        if let Some(path) = file.filter(|p| !p.as_os_str().is_empty()) {
+            match Topology::from_xml_file(path) {
+                Ok(t) => return t,
+                Err(e) => tracing::warn!("{}: {e}; detecting instead", path.display()),
             }
         }
         Topology::detect()

@@ -12,9 +12,9 @@
 
 use std::collections::BTreeMap;
 
-use crate::detect::preorder;
 use crate::graph::{
-    norm_busid, Attrs, GpuInfo, Node, NodeId, NodeKind, Topology, MEM_PEAK_ATTR, P2P_BLOCKED_ATTR,
+    norm_busid, preorder, Attrs, GpuInfo, Node, NodeId, NodeKind, Topology, MEM_PEAK_ATTR,
+    P2P_BLOCKED_ATTR,
 };
 
 /// One device as the driver reports it.

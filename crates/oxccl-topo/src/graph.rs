@@ -8,6 +8,8 @@
 //! [`Topology::from_nodes`], which is the one place links are built.
 
 use crate::consts;
+/// Defined with its bandwidths in [`crate::consts`].
+pub use crate::consts::NvLinkGen;
 
 /// Index of a node in [`Topology::nodes`].
 pub type NodeId = usize;
@@ -160,21 +162,6 @@ impl Node {
             .and_then(|d| consts::gpu_by_device_id(d as u32))
             .map_or(0, |g| g.sm)
     }
-}
-
-/// Generation of an NVLink, which fixes its per-link bandwidth.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum NvLinkGen {
-    /// NVLink 2 (V100).
-    V2,
-    /// NVLink 3 (A100).
-    V3,
-    /// NVLink 3 through a consumer/workstation bridge (GA102: RTX A6000, 3090).
-    V3Bridge,
-    /// NVLink 4 (H100, H200).
-    V4,
-    /// NVLink 5 (B200).
-    V5,
 }
 
 impl NvLinkGen {
@@ -566,4 +553,42 @@ fn pcie_of(n: &Node) -> (u8, u8) {
     };
     let width = n.attrs.int("link_width").unwrap_or(0).clamp(0, 32) as u8;
     (gen, width)
+}
+
+/// Reorders nodes so that each subtree is contiguous and follows its
+/// parent (the order XML reading produces), keeping sibling order.
+pub(crate) fn preorder(nodes: Vec<Node>) -> Vec<Node> {
+    let n = nodes.len();
+    let mut kids: Vec<Vec<usize>> = vec![Vec::new(); n];
+    let mut roots = Vec::new();
+    for (i, nd) in nodes.iter().enumerate() {
+        match nd.parent {
+            Some(p) => kids[p].push(i),
+            None => roots.push(i),
+        }
+    }
+    // Hosts first (as the XML reader creates them), then their subtrees.
+    let mut order = roots.clone();
+    for &r in &roots {
+        let mut stack: Vec<usize> = kids[r].iter().rev().copied().collect();
+        while let Some(x) = stack.pop() {
+            order.push(x);
+            stack.extend(kids[x].iter().rev());
+        }
+    }
+    let mut newidx = vec![0; n];
+    for (new, &old) in order.iter().enumerate() {
+        newidx[old] = new;
+    }
+    let mut slots: Vec<Option<Node>> = nodes.into_iter().map(Some).collect();
+    order
+        .iter()
+        .map(|&old| {
+            let mut nd = slots[old]
+                .take()
+                .unwrap_or_else(|| Node::new(NodeKind::Pci, 0, None));
+            nd.parent = nd.parent.map(|p| newidx[p]);
+            nd
+        })
+        .collect()
 }

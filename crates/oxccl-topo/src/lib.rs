@@ -3,8 +3,8 @@
 //! # API (kept small and stable)
 //!
 //! - [`Topology`]: the graph. Build it with [`Topology::detect`] (live
-//!   machine, never panics), [`Topology::from_env`] (`OXCCL_TOPO_FILE`,
-//!   then `NCCL_TOPO_FILE`, else detect), [`Topology::from_xml_str`] /
+//!   machine, never panics), [`Topology::from_file_or_detect`] (a
+//!   file the caller names, else detect), [`Topology::from_xml_str`] /
 //!   [`Topology::from_xml_file`], or [`Topology::preset`]`(name, hosts)`;
 //!   write it with [`Topology::to_xml_string`]. GPU indices everywhere are
 //!   positions in [`Topology::gpus`].
@@ -46,6 +46,7 @@ pub mod presets;
 pub mod report;
 pub mod search;
 pub mod select;
+pub mod shape;
 pub mod xml;
 
 pub use driver::{DriverFacts, DriverGpu, P2pFacts};

@@ -16,9 +16,9 @@ use oxccl_core::{Algo, CollKind, Proto};
 
 use crate::consts::{Constants, HopClass};
 use crate::graph::{NodeId, Topology};
-use crate::model::Shape;
 use crate::paths::PathClass;
 use crate::search::{search_rings, RingSet};
+use crate::shape::Shape;
 
 /// How a plan moves data between ranks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

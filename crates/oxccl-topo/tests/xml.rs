@@ -96,10 +96,10 @@ fn malformed_xml_reports_line_and_column() {
     ));
 }
 
-/// `OXCCL_TOPO_FILE` wins over `NCCL_TOPO_FILE`; an empty value is
-/// skipped. Through `from_vars`: the process environment is not touched.
+/// A named file is read; one that cannot be read falls back to detection.
+/// (Which variable names the file is the facade's settings' business.)
 #[test]
-fn env_file_is_honoured() {
+fn a_topology_file_is_honoured() {
     let dir = std::env::temp_dir().join(format!("oxccl-topo-env-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let p = dir.join("t.xml");
@@ -107,26 +107,17 @@ fn env_file_is_honoured() {
         .unwrap()
         .to_xml_file(&p)
         .unwrap();
-    let ndv4 = format!("{SHARED}/azure-ndv4.xml");
-    let p = p.to_string_lossy().into_owned();
-    let vars = |pairs: Vec<(&'static str, String)>| {
-        move |k: &str| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone())
-    };
+    let ndv4 = std::path::PathBuf::from(format!("{SHARED}/azure-ndv4.xml"));
     let dgx1 = Topology::preset("dgx1", 1).unwrap();
-    assert_eq!(
-        Topology::from_vars(vars(vec![("OXCCL_TOPO_FILE", p.clone())])),
-        dgx1
-    );
-    let t = Topology::from_vars(vars(vec![("NCCL_TOPO_FILE", ndv4.clone())]));
+    assert_eq!(Topology::from_file_or_detect(Some(&p)), dgx1);
+    let t = Topology::from_file_or_detect(Some(&ndv4));
     assert_eq!(t.gpus().len(), 8);
     assert_ne!(t, dgx1);
-    let both = vec![
-        ("OXCCL_TOPO_FILE", p.clone()),
-        ("NCCL_TOPO_FILE", ndv4.clone()),
-    ];
-    assert_eq!(Topology::from_vars(vars(both)), dgx1);
-    let empty = vec![("OXCCL_TOPO_FILE", String::new()), ("NCCL_TOPO_FILE", ndv4)];
-    assert_eq!(Topology::from_vars(vars(empty)).gpus().len(), 8);
+    let missing = dir.join("missing.xml");
+    assert_eq!(
+        Topology::from_file_or_detect(Some(&missing)),
+        Topology::from_file_or_detect(None)
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

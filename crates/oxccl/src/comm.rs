@@ -7,7 +7,7 @@ use oxccl_core::plan::{BufRole, RankPlan};
 use oxccl_core::{Algo, CollKind, Collective, CoreError, DataType, Element, RedOp};
 use oxccl_topo::consts::is_direct;
 
-use crate::backend::{self, Backend, BackendKind, BackendOptions, Launch, RawBuf};
+use crate::backend::{self, Backend, BackendKind, Launch, RawBuf};
 use crate::buffer::{Buffer, In, Out};
 use crate::check::{Board, Call, CallSeq};
 use crate::config::Config;
@@ -17,6 +17,33 @@ use crate::recent::{CallShape, Recent, Resolved};
 use crate::select::{self, Choice, Chooser, Transport};
 use crate::sink::Sinks;
 use crate::validate::{self, Checked, Owner};
+
+/// What a split round hands each rank: its communicator (or none).
+pub(crate) type Outcome = std::result::Result<Vec<Option<Communicator>>, String>;
+
+/// One split round of a thread clique (`split_threads` runs it).
+#[derive(Debug, Default)]
+pub(crate) struct Round {
+    /// `(color or -1, key)` by rank, for the round being gathered.
+    pub entries: Vec<Option<(i64, i32)>>,
+    /// The finished round, until every rank has taken its part.
+    pub done: Option<Outcome>,
+    /// Ranks that still have to take their part of `done`.
+    pub left: u32,
+    /// Ranks of the round being gathered that gave up waiting (not the
+    /// ones to blame for the wait).
+    pub quit: Vec<bool>,
+    /// Ranks the round being gathered waits for (set by its first rank).
+    pub expected: Vec<bool>,
+}
+
+/// A thread clique's split rendezvous (defined with the clique that
+/// holds it; `split_threads` runs it).
+#[derive(Debug, Default)]
+pub(crate) struct SplitBoard {
+    pub round: parking_lot::Mutex<Round>,
+    pub cv: parking_lot::Condvar,
+}
 
 /// What the communicators of one `init_all` share.
 #[derive(Debug)]
@@ -32,7 +59,7 @@ pub(crate) struct Clique {
     /// Ranks in several processes: how they reach each other (`split`).
     pub boot: Option<Arc<oxccl_bootstrap::Bootstrap>>,
     /// Ranks as threads: where `split` meets.
-    pub split: crate::split_threads::SplitBoard,
+    pub split: SplitBoard,
 }
 
 static NEXT_CLIQUE: AtomicU64 = AtomicU64::new(1);
@@ -54,7 +81,7 @@ pub struct Communicator {
     /// unusable (see `sink.rs`).
     sinks: parking_lot::Mutex<Sinks>,
     /// Ranges of external memory this rank registered (`register.rs`).
-    pub(crate) regs: parking_lot::RwLock<crate::register::Registry>,
+    pub(crate) regs: parking_lot::RwLock<crate::registry::Registry>,
 }
 
 /// A dropped communicator, like a destroyed one, tells its peers (the
@@ -82,10 +109,7 @@ pub fn init_all_with(n: u32, config: Config) -> Result<Vec<Communicator>> {
         ));
     }
     crate::debug::init(config.debug);
-    let opts = BackendOptions {
-        nranks: n,
-        deadline: config.deadline,
-    };
+    let opts = config.backend_options(n);
     let backend = match config.backend {
         BackendKind::Host => backend::host::create(&opts)?,
         BackendKind::Cuda => backend::cuda::create(&opts)?,
@@ -145,7 +169,7 @@ impl Clique {
             let order: Vec<String> = ring.iter().map(u32::to_string).collect();
             tracing::info!("oxccl: Ring {c:02} : {}", order.join(" "));
         }
-        let plans = PlanCache::new(rings, chooser.hosts());
+        let plans = PlanCache::new(rings, chooser.hosts()).with_push_group(config.push_group);
         Ok(Arc::new(Clique {
             id: NEXT_CLIQUE.fetch_add(1, Ordering::Relaxed),
             nranks: n,
@@ -888,18 +912,5 @@ impl Communicator {
         root: u32,
     ) -> Result<()> {
         self.collective(CollKind::Scatter, send, recv, RedOp::Sum, root)
-    }
-
-    /// Sends `buf` to `peer` (which must call `recv` with the same count).
-    /// Outside a group this is a group of one operation.
-    pub fn send<'a, T: Element>(&self, buf: impl Into<In<'a, T>>, peer: u32) -> Result<()> {
-        let buf: In<'_, T> = buf.into();
-        crate::group::group(|g| g.send::<T>(self, buf, peer))
-    }
-
-    /// Receives into `buf` from `peer`.
-    pub fn recv<'a, T: Element>(&self, buf: impl Into<Out<'a, T>>, peer: u32) -> Result<()> {
-        let buf: Out<'_, T> = buf.into();
-        crate::group::group(|g| g.recv::<T>(self, buf, peer))
     }
 }

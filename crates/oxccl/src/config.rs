@@ -1,5 +1,6 @@
 //! Configuration: algorithm/protocol filters, channels, deadline, backend,
-//! and their environment variables.
+//! and their environment variables. [`Config`] is the root of the settings
+//! tree; `crate::settings` lists every variable and reads them.
 //!
 //! `NCCL_ALGO` / `NCCL_PROTO` follow NCCL's syntax, and `OXCCL_ALGO` /
 //! `OXCCL_PROTO` (same syntax) win over them:
@@ -44,7 +45,9 @@ use oxccl_core::{Algo, CollKind, Proto};
 use crate::backend::BackendKind;
 use crate::error::{Error, Result};
 
+pub(crate) mod branches;
 mod builder;
+pub use branches::{CudaSettings, HostSettings, ProcsPath};
 pub use builder::ConfigBuilder;
 
 /// Which names a filter lets through, for one collective.
@@ -222,7 +225,7 @@ pub enum DebugLevel {
 }
 
 impl DebugLevel {
-    fn parse(var: &str, value: &str) -> Result<DebugLevel> {
+    pub(crate) fn parse(var: &str, value: &str) -> Result<DebugLevel> {
         Ok(match value.trim().to_ascii_uppercase().as_str() {
             "NONE" | "" => DebugLevel::None,
             "VERSION" => DebugLevel::Version,
@@ -283,6 +286,23 @@ pub struct Config {
     /// environment or the live driver). `None`: detect it. The host
     /// backend models no GPU and ignores it.
     pub topology: Option<oxccl_topo::Topology>,
+    /// A topology file to read instead of detecting the machine
+    /// (`OXCCL_TOPO_FILE`, else `NCCL_TOPO_FILE`); [`Config::topology`]
+    /// wins over it.
+    pub topology_file: Option<std::path::PathBuf>,
+    /// The most outputs one pushing step writes (`OXCCL_PUSH_GROUP`, an
+    /// experiment); `None`: the plan generators' defaults.
+    pub push_group: Option<usize>,
+    /// Whether direct Send/Recv plans may run (`OXCCL_P2P_DIRECT=0` turns
+    /// them off, an experiment; default on). The sender decides and the
+    /// receiver follows through the call check, so ranks cannot disagree.
+    pub p2p_direct: bool,
+    /// The host backend's settings (network channels and sockets).
+    pub host: HostSettings,
+    /// The CUDA backend's settings (kernel cache, heap, experiments).
+    pub cuda: CudaSettings,
+    /// The rendezvous's settings (`NCCL_COMM_ID`, interface, host id).
+    pub bootstrap: oxccl_bootstrap::BootstrapSettings,
 }
 
 impl Default for Config {
@@ -292,17 +312,34 @@ impl Default for Config {
             algo: Filter::default(),
             proto: Filter::default(),
             channels: None,
-            deadline: Duration::from_secs(300),
+            deadline: oxccl_bootstrap::DEFAULT_DEADLINE,
             chunk_bytes: None,
             debug: None,
             check_calls: true,
             check_calls_across_hosts: false,
             topology: None,
+            topology_file: None,
+            push_group: None,
+            p2p_direct: true,
+            host: Default::default(),
+            cuda: Default::default(),
+            bootstrap: Default::default(),
         }
     }
 }
 
 impl Config {
+    /// The options of a backend for a clique of `nranks` ranks configured
+    /// by `self`.
+    pub fn backend_options(&self, nranks: u32) -> crate::backend::BackendOptions {
+        crate::backend::BackendOptions {
+            nranks,
+            deadline: self.deadline,
+            host: self.host.clone(),
+            cuda: self.cuda.clone(),
+        }
+    }
+
     /// The wait deadline as the waits take it (`None`: off).
     pub(crate) fn deadline_opt(&self) -> Option<Duration> {
         (self.deadline != NO_DEADLINE).then_some(self.deadline)
@@ -312,64 +349,6 @@ impl Config {
     /// read): `Config::builder().backend(BackendKind::Host).build()?`.
     pub fn builder() -> ConfigBuilder {
         ConfigBuilder(Config::default())
-    }
-
-    /// Defaults overridden by the process environment.
-    pub fn from_env() -> Result<Config> {
-        Config::from_vars(oxccl_bootstrap::env::process)
-    }
-
-    /// Defaults overridden by the variables `get` returns (a pure function
-    /// of its input, so it can be tested without touching the process
-    /// environment). `OXCCL_*` variables win over their `NCCL_*` twins.
-    pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<Config> {
-        let pick = |ox: &'static str, nccl: Option<&'static str>| {
-            get(ox)
-                .map(|v| (ox, v))
-                .or_else(|| nccl.and_then(|n| get(n).map(|v| (n, v))))
-        };
-        let mut c = Config::default();
-        if let Some((var, v)) = pick("OXCCL_ALGO", Some("NCCL_ALGO")) {
-            c.algo = parse_algo_filter(var, &v)?;
-        }
-        if let Some((var, v)) = pick("OXCCL_PROTO", Some("NCCL_PROTO")) {
-            c.proto = parse_proto_filter(var, &v)?;
-        }
-        if let Some((var, v)) = pick("OXCCL_CHANNELS", Some("NCCL_MAX_NCHANNELS")) {
-            c.channels = Some(parse_positive(var, &v)?);
-        }
-        if let Some((var, v)) = pick("OXCCL_DEADLINE_MS", None) {
-            c.deadline = match v.trim().to_ascii_lowercase().as_str() {
-                "0" | "off" | "none" => NO_DEADLINE,
-                _ => Duration::from_millis(parse_positive(var, &v)?.into()),
-            };
-        }
-        if let Some((var, v)) = pick("OXCCL_CHUNK_BYTES", None) {
-            c.chunk_bytes = Some(parse_bytes(var, &v)?);
-        }
-        if let Some((var, v)) = pick("OXCCL_BACKEND", None) {
-            c.backend = BackendKind::from_str(&v).map_err(|_| Error::Config {
-                var: var.into(),
-                value: v.clone(),
-                reason: "expected host, cuda or auto".into(),
-            })?;
-        }
-        if let Some((var, v)) = pick("OXCCL_CHECK_CALLS", None) {
-            let all = v.trim().eq_ignore_ascii_case("all");
-            c.check_calls = all
-                || parse_bool(var, &v).map_err(|_| Error::Config {
-                    var: var.into(),
-                    value: v.clone(),
-                    reason:
-                        "expected 1 or 0 (true/false, on/off, yes/no), or all (across hosts too)"
-                            .into(),
-                })?;
-            c.check_calls_across_hosts = all;
-        }
-        if let Some((var, v)) = pick("OXCCL_DEBUG", Some("NCCL_DEBUG")) {
-            c.debug = Some(DebugLevel::parse(var, &v)?);
-        }
-        Ok(c)
     }
 }
 
@@ -396,7 +375,7 @@ pub fn parse_size(s: &str) -> Result<usize, String> {
 }
 
 /// A positive byte count (see [`parse_size`]) from variable `var`.
-fn parse_bytes(var: &str, v: &str) -> Result<usize> {
+pub(crate) fn parse_bytes(var: &str, v: &str) -> Result<usize> {
     match parse_size(v) {
         Ok(n) if n > 0 => Ok(n),
         Ok(_) => Err(Error::Config {
@@ -412,7 +391,7 @@ fn parse_bytes(var: &str, v: &str) -> Result<usize> {
     }
 }
 
-fn parse_positive(var: &str, v: &str) -> Result<u32> {
+pub(crate) fn parse_positive(var: &str, v: &str) -> Result<u32> {
     match v.trim().parse::<u32>() {
         Ok(n) if n > 0 => Ok(n),
         _ => Err(Error::Config {
@@ -424,7 +403,7 @@ fn parse_positive(var: &str, v: &str) -> Result<u32> {
 }
 
 /// `1`/`0`, `true`/`false`, `on`/`off`, `yes`/`no` (any case).
-fn parse_bool(var: &str, v: &str) -> Result<bool> {
+pub(crate) fn parse_bool(var: &str, v: &str) -> Result<bool> {
     match v.trim().to_ascii_lowercase().as_str() {
         "1" | "true" | "on" | "yes" => Ok(true),
         "0" | "false" | "off" | "no" => Ok(false),

@@ -222,3 +222,19 @@ impl From<CoreError> for Error {
 
 /// Shorthand.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// The facade's error for a bootstrap failure.
+pub(crate) fn map_bootstrap(e: oxccl_bootstrap::BootstrapError) -> Error {
+    use oxccl_bootstrap::env::BadVar;
+    use oxccl_bootstrap::BootstrapError;
+    match e {
+        BootstrapError::InvalidArgument(m) | BootstrapError::InvalidId(m) => Error::InvalidUsage(m),
+        BootstrapError::Config(BadVar { var, value, reason }) => Error::Config {
+            var: var.into(),
+            value,
+            reason,
+        },
+        e @ BootstrapError::Timeout { .. } => Error::Timeout(e.to_string()),
+        e => Error::Bootstrap(e.to_string()),
+    }
+}

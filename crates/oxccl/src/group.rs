@@ -486,7 +486,8 @@ pub(crate) const P2P_DIRECT_MIN_BYTES: usize = 256 << 10;
 /// puts collectives first).
 pub(crate) fn direct_sends(comm: &Communicator, entries: &[&Entry<'_>]) -> Vec<Option<u16>> {
     let backend = &comm.clique().backend;
-    let able = comm.checking() && backend.registered_alloc() && direct_p2p_on();
+    // On every backend unless `OXCCL_P2P_DIRECT=0` (`Config::p2p_direct`).
+    let able = comm.checking() && backend.registered_alloc() && comm.config().p2p_direct;
     let mut next: BTreeMap<u8, usize> = BTreeMap::new();
     entries
         .iter()
@@ -518,16 +519,6 @@ pub(crate) fn direct_sends(comm: &Communicator, entries: &[&Entry<'_>]) -> Vec<O
                 .flatten()
         })
         .collect()
-}
-
-/// Whether direct Send/Recv may run: on every backend unless
-/// `OXCCL_P2P_DIRECT=0` (read once), checked on the H200 (8 ranks, 256 MiB
-/// ring exchange 0 wrong, 97% of the floor against the FIFO ring's 48%:
-/// `docs/perf/LOG.md`, the 2026-12-03 17:27 H200 run). The sender decides and the receiver follows
-/// through the call check, so ranks cannot disagree.
-fn direct_p2p_on() -> bool {
-    static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    !*OFF.get_or_init(|| std::env::var("OXCCL_P2P_DIRECT").is_ok_and(|v| v.trim() == "0"))
 }
 
 /// The Send/Recv part of this rank, from its own operations alone and
@@ -596,6 +587,22 @@ fn merge(comm: &Communicator, parts: Vec<Prepared>) -> Prepared {
     Prepared {
         plan: PlanRef::Own(merged),
         bufs,
+    }
+}
+
+/// Point-to-point calls outside a group are groups of one operation.
+impl Communicator {
+    /// Sends `buf` to `peer` (which must call `recv` with the same count).
+    /// Outside a group this is a group of one operation.
+    pub fn send<'a, T: Element>(&self, buf: impl Into<In<'a, T>>, peer: u32) -> Result<()> {
+        let buf: In<'_, T> = buf.into();
+        group(|g| g.send::<T>(self, buf, peer))
+    }
+
+    /// Receives into `buf` from `peer`.
+    pub fn recv<'a, T: Element>(&self, buf: impl Into<Out<'a, T>>, peer: u32) -> Result<()> {
+        let buf: Out<'_, T> = buf.into();
+        group(|g| g.recv::<T>(self, buf, peer))
     }
 }
 

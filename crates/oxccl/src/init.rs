@@ -11,13 +11,14 @@
 
 use std::sync::Arc;
 
-use oxccl_bootstrap::env::BadVar;
-use oxccl_bootstrap::{Bootstrap, BootstrapError, DeviceInfo};
+use oxccl_bootstrap::Bootstrap;
 
-use crate::backend::{self, cuda_procs, BackendKind, BackendOptions};
+use crate::backend::{self, cuda_procs, BackendKind};
 use crate::comm::{Clique, Communicator};
 use crate::config::Config;
+pub(crate) use crate::error::map_bootstrap;
 use crate::error::{Error, Result};
+use crate::split_threads::split_members;
 
 /// A communicator's unique id: 128 bytes (NCCL's `ncclUniqueId`) that one
 /// process makes with [`UniqueId::new`] and sends to the others (with
@@ -31,15 +32,21 @@ pub struct UniqueId(oxccl_bootstrap::UniqueId);
 impl UniqueId {
     pub const BYTES: usize = oxccl_bootstrap::UniqueId::BYTES;
 
-    /// A new id. Starts the rendezvous root in this process (it serves one
-    /// communicator's init, then ends; it gives up after the configured
-    /// deadline, `OXCCL_DEADLINE_MS`; one thread serves every root of the
-    /// process). With `NCCL_COMM_ID=host:port` set, the id of that address
-    /// instead: rank 0 runs the root there, and the key comes from
-    /// `OXCCL_COMM_SECRET` (public without it, as NCCL's trust model).
+    /// A new id, configured from the environment ([`Config::from_env`]):
+    /// [`UniqueId::with_config`].
     pub fn new() -> Result<UniqueId> {
-        let cfg = Config::from_env()?;
-        oxccl_bootstrap::UniqueId::new(cfg.deadline)
+        UniqueId::with_config(&Config::from_env()?)
+    }
+
+    /// A new id. Starts the rendezvous root in this process (it serves one
+    /// communicator's init, then exits; it gives up after `config`'s
+    /// deadline; one thread serves every root of the process) on the
+    /// interface its bootstrap settings choose. With a `comm_id` there
+    /// (`NCCL_COMM_ID=host:port`), the id of that address instead: rank 0
+    /// runs the root there, and the key comes from `comm_secret`
+    /// (`OXCCL_COMM_SECRET`; public without it, as NCCL's trust model).
+    pub fn with_config(config: &Config) -> Result<UniqueId> {
+        oxccl_bootstrap::UniqueId::new_with(config.deadline, &config.bootstrap)
             .map(UniqueId)
             .map_err(map_bootstrap)
     }
@@ -61,20 +68,6 @@ impl UniqueId {
     /// nobody generated).
     pub fn from_raw(b: [u8; UniqueId::BYTES]) -> UniqueId {
         UniqueId(oxccl_bootstrap::UniqueId::from_raw(b))
-    }
-}
-
-/// The facade's error for a bootstrap failure.
-pub(crate) fn map_bootstrap(e: BootstrapError) -> Error {
-    match e {
-        BootstrapError::InvalidArgument(m) | BootstrapError::InvalidId(m) => Error::InvalidUsage(m),
-        BootstrapError::Config(BadVar { var, value, reason }) => Error::Config {
-            var: var.into(),
-            value,
-            reason,
-        },
-        e @ BootstrapError::Timeout { .. } => Error::Timeout(e.to_string()),
-        e => Error::Bootstrap(e.to_string()),
     }
 }
 
@@ -107,7 +100,7 @@ impl Communicator {
         // (each connection's transport) log at INFO.
         crate::debug::init(config.debug);
         let ids: Vec<oxccl_bootstrap::UniqueId> = ids.iter().map(|i| i.0).collect();
-        let dev = DeviceInfo::default();
+        let dev = config.bootstrap.device_info(None, String::new());
         let boot = Bootstrap::init_scalable(&ids, nranks, rank, &dev, config.deadline)
             .map_err(map_bootstrap)?;
         Communicator::on_bootstrap(Arc::new(boot), config)
@@ -116,10 +109,7 @@ impl Communicator {
     /// This process's rank of the communicator met through `boot`.
     pub(crate) fn on_bootstrap(boot: Arc<Bootstrap>, config: Config) -> Result<Communicator> {
         let (rank, n) = (boot.rank(), boot.nranks());
-        let opts = BackendOptions {
-            nranks: n,
-            deadline: config.deadline,
-        };
+        let opts = config.backend_options(n);
         if n > 1 && config.backend != BackendKind::Host {
             // Before the first CUDA use: a process rank needs few queues.
             oxccl_cuda::driver::prefer_process_rank_queues();
@@ -145,6 +135,7 @@ impl Communicator {
                 &boot,
                 config.check_calls,
                 config.check_calls_across_hosts,
+                config.host.force_network,
             )?;
             (
                 mode != crate::check::CheckMode::Off,
@@ -212,8 +203,17 @@ impl Communicator {
         // The new rank 0 of each color makes the new id; everyone learns
         // the ids in one more all-gather.
         let id = match new_rank {
+            // A root of its own, never `NCCL_COMM_ID`'s address (the
+            // parent's rendezvous is there).
             Some(0) => Some(UniqueId(
-                oxccl_bootstrap::UniqueId::new(cl.config.deadline).map_err(map_bootstrap)?,
+                oxccl_bootstrap::UniqueId::new_with(
+                    cl.config.deadline,
+                    &oxccl_bootstrap::BootstrapSettings {
+                        comm_id: None,
+                        ..cl.config.bootstrap.clone()
+                    },
+                )
+                .map_err(map_bootstrap)?,
             )),
             _ => None,
         };
@@ -229,27 +229,12 @@ impl Communicator {
             &id.0,
             n,
             new_rank as u32,
-            &DeviceInfo::default(),
+            &cl.config.bootstrap.device_info(None, String::new()),
             cl.config.deadline,
         )
         .map_err(map_bootstrap)?;
         Communicator::on_bootstrap(Arc::new(child), cl.config.clone()).map(Some)
     }
-}
-
-/// The parent ranks of `color`'s new communicator, in new-rank order:
-/// by key, then by parent rank. `entries` are `(color or -1, key, rank)`.
-pub(crate) fn split_members(entries: &[(i64, i32, u32)], color: Option<u32>) -> Vec<u32> {
-    let Some(color) = color else {
-        return Vec::new();
-    };
-    let mut m: Vec<(i32, u32)> = entries
-        .iter()
-        .filter(|e| e.0 == i64::from(color))
-        .map(|e| (e.1, e.2))
-        .collect();
-    m.sort();
-    m.into_iter().map(|(_, r)| r).collect()
 }
 
 /// Where a launcher put this process: rank, rank count, rank on this host,
@@ -418,12 +403,20 @@ pub fn init_from_env() -> Result<Communicator> {
 /// [`init_from_env`] with the caller's configuration (tools that take
 /// their settings from flags, such as the sweep).
 pub fn init_from_env_with(config: Config) -> Result<Communicator> {
-    let env = LaunchEnv::from_vars(oxccl_bootstrap::env::process)?;
+    let env = crate::settings::Environment::capture();
+    let env = LaunchEnv::from_vars(|k| env.get(k))?;
     tracing::info!(launcher = env.launcher, rank = env.rank, nranks = env.nranks, local_rank = env.local_rank, root = %env.root, "oxccl: init from the launcher's environment");
     let id = if env.nranks == 1 {
         UniqueId::from_raw([0; UniqueId::BYTES])
     } else {
-        UniqueId(oxccl_bootstrap::UniqueId::from_comm_id(&env.root).map_err(map_bootstrap)?)
+        UniqueId(
+            oxccl_bootstrap::UniqueId::from_comm_id_in(
+                &env.root,
+                config.bootstrap.iface.family,
+                config.bootstrap.comm_secret.as_deref(),
+            )
+            .map_err(map_bootstrap)?,
+        )
     };
     Communicator::init_rank(&id, env.nranks, env.rank, config)
 }

@@ -204,7 +204,9 @@ mod plans;
 mod raw;
 mod recent;
 mod register;
+mod registry;
 mod select;
+pub mod settings;
 mod shrink;
 mod sink;
 mod split_threads;
@@ -242,7 +244,12 @@ pub use oxccl_core::half::{bf16, f16};
 
 /// This machine's topology: `OXCCL_TOPO_FILE`/`NCCL_TOPO_FILE`, else sysfs
 /// and NVML, with the CUDA driver's ordinals and peer access merged in
-/// when a driver is present. Never panics.
+/// when a driver is present. Never panics (a bad setting elsewhere in the
+/// environment is ignored here).
 pub fn detect_topology() -> oxccl_topo::Topology {
-    oxccl_cuda::detect_topology()
+    let env = settings::Environment::capture();
+    let file = Config::from_vars(|k| env.get(k))
+        .ok()
+        .and_then(|c| c.topology_file);
+    oxccl_cuda::detect_topology(file.as_deref())
 }

@@ -88,6 +88,8 @@ pub(crate) struct PlanCache {
     rings: Vec<Vec<Rank>>,
     /// Each rank's host, for ranks on several hosts (empty: one host).
     hosts: Vec<u32>,
+    /// The most outputs one pushing step writes (`Config::push_group`).
+    push_group: Option<usize>,
     plans: RwLock<HashMap<PlanKey, Arc<PlanEntry>>>,
 }
 
@@ -98,8 +100,16 @@ impl PlanCache {
         PlanCache {
             rings,
             hosts,
+            push_group: None,
             plans: RwLock::default(),
         }
+    }
+
+    /// The cache with pushing steps of at most `g` outputs (`None`: the
+    /// generators' defaults).
+    pub fn with_push_group(mut self, g: Option<usize>) -> Self {
+        self.push_group = g;
+        self
     }
 
     /// The plan for `key`, generated on first use. Generation happens under
@@ -131,7 +141,7 @@ impl PlanCache {
             registered: key.registered,
             rings: self.rings.clone(),
             hosts: self.hosts.clone(),
-            push_group: push_group(),
+            push_group: self.push_group,
             ..PlanRequest::new(key.coll, nranks, key.algo)
         }
     }
@@ -139,24 +149,6 @@ impl PlanCache {
     pub fn len(&self) -> usize {
         self.plans.read().len()
     }
-}
-
-/// `OXCCL_PUSH_GROUP` (a count ≥ 1; unset: the generators' defaults): the
-/// most outputs one pushing step writes (`PlanRequest::push_group`). An
-/// experiment knob, read once (the 2026-12-06 01:05 H100 run of `docs/perf/LOG.md` compared 8, 16,
-/// 32 and 128 at 128 ranks on one GPU).
-fn push_group() -> Option<usize> {
-    static GROUP: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
-    *GROUP.get_or_init(|| {
-        let v = std::env::var("OXCCL_PUSH_GROUP").ok()?;
-        match v.trim().parse::<usize>() {
-            Ok(g) if g >= 1 => Some(g),
-            _ => {
-                tracing::warn!("OXCCL_PUSH_GROUP={v:?} is not a count of at least 1: ignored");
-                None
-            }
-        }
-    })
 }
 
 #[cfg(test)]

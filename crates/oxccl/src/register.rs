@@ -41,39 +41,7 @@ use crate::backend::RawBuf;
 use crate::comm::Communicator;
 use crate::error::{Error, Result};
 
-/// A range registered with [`Communicator::register`]; hand it back to
-/// [`Communicator::deregister`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Registration {
-    rank: u32,
-    id: u64,
-    addr: u64,
-    bytes: usize,
-}
-
-impl Registration {
-    /// Start of the range.
-    pub fn addr(&self) -> u64 {
-        self.addr
-    }
-
-    /// Length of the range in bytes.
-    pub fn bytes(&self) -> usize {
-        self.bytes
-    }
-
-    /// The rank that registered it.
-    pub fn rank(&self) -> u32 {
-        self.rank
-    }
-}
-
-/// One rank's registered ranges.
-#[derive(Debug, Default)]
-pub(crate) struct Registry {
-    next_id: u64,
-    ranges: Vec<Registration>,
-}
+pub use crate::registry::Registration;
 
 impl Communicator {
     /// Registers `bytes` bytes at `ptr` (device memory of this rank's

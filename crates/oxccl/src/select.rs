@@ -218,7 +218,7 @@ fn placement(config: &Config, kind: BackendKind, nranks: u32) -> Option<(Topolog
         let topo = config
             .topology
             .clone()
-            .unwrap_or_else(crate::detect_topology);
+            .unwrap_or_else(|| oxccl_cuda::detect_topology(config.topology_file.as_deref()));
         let ngpus = topo.gpus().len().max(1);
         let gpus = (0..nranks as usize).map(|r| r % ngpus).collect();
         (topo, gpus)

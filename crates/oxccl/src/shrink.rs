@@ -11,11 +11,11 @@
 
 use std::sync::Arc;
 
-use oxccl_bootstrap::{Bootstrap, DeviceInfo};
+use oxccl_bootstrap::Bootstrap;
 
 use crate::comm::Communicator;
+use crate::error::map_bootstrap;
 use crate::error::{Error, Result};
-use crate::init::map_bootstrap;
 
 /// The ranks of an `nranks`-rank communicator that remain once `exclude`
 /// is left out, ascending; repeats in `exclude` are allowed, ranks out of
@@ -58,7 +58,7 @@ impl Communicator {
             &id,
             members.len() as u32,
             new_rank as u32,
-            &DeviceInfo::default(),
+            &cl.config.bootstrap.device_info(None, String::new()),
             cl.config.deadline,
         )
         .map_err(map_bootstrap)?;

@@ -10,36 +10,23 @@
 
 use std::time::Instant;
 
-use parking_lot::{Condvar, Mutex};
-
-use crate::backend::{self, BackendKind, BackendOptions};
-use crate::comm::{init_all_on, Communicator};
+use crate::backend::{self, BackendKind};
+use crate::comm::{init_all_on, Communicator, Outcome};
 use crate::error::{Error, Result};
-use crate::init::split_members;
 
-/// What a split round hands each rank: its communicator (or none).
-type Outcome = std::result::Result<Vec<Option<Communicator>>, String>;
-
-#[derive(Debug, Default)]
-struct Round {
-    /// `(color or -1, key)` by rank, for the round being gathered.
-    entries: Vec<Option<(i64, i32)>>,
-    /// The finished round, until every rank has taken its part.
-    done: Option<Outcome>,
-    /// Ranks that still have to take their part of `done`.
-    left: u32,
-    /// Ranks of the round being gathered that gave up waiting (not the
-    /// ones to blame for the wait).
-    quit: Vec<bool>,
-    /// Ranks the round being gathered waits for (set by its first rank).
-    expected: Vec<bool>,
-}
-
-/// A thread clique's split rendezvous.
-#[derive(Debug, Default)]
-pub(crate) struct SplitBoard {
-    round: Mutex<Round>,
-    cv: Condvar,
+/// The parent ranks of `color`'s new communicator, in new-rank order:
+/// by key, then by parent rank. `entries` are `(color or -1, key, rank)`.
+pub(crate) fn split_members(entries: &[(i64, i32, u32)], color: Option<u32>) -> Vec<u32> {
+    let Some(color) = color else {
+        return Vec::new();
+    };
+    let mut m: Vec<(i32, u32)> = entries
+        .iter()
+        .filter(|e| e.0 == i64::from(color))
+        .map(|e| (e.1, e.2))
+        .collect();
+    m.sort();
+    m.into_iter().map(|(_, r)| r).collect()
 }
 
 /// The ranks marked in `m`.
@@ -58,10 +45,7 @@ fn make_children(parent: &Communicator, entries: &[(i64, i32, u32)]) -> Outcome 
     for c in colors {
         let members = split_members(entries, Some(c as u32));
         let n = members.len() as u32;
-        let opts = BackendOptions {
-            nranks: n,
-            deadline: cl.config.deadline,
-        };
+        let opts = cl.config.backend_options(n);
         let made = match (cl.backend.kind(), &devices) {
             (BackendKind::Host, _) => backend::host::create(&opts),
             (BackendKind::Cuda, Some(d)) => {

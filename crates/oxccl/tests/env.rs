@@ -245,3 +245,34 @@ fn the_builder_sets_typed_values_and_refuses_what_cannot_work() {
         assert!(matches!(bad.build(), Err(Error::Config { .. })));
     }
 }
+
+#[test]
+fn the_builder_and_the_environment_fill_the_same_tree() {
+    let from_env = Config::from_vars(vars(&[
+        ("OXCCL_NET_CHANNELS", "2"),
+        ("OXCCL_CACHE_DIR", "/tmp/kernels"),
+        ("NCCL_HOSTID", "h1"),
+        ("OXCCL_TOPO_FILE", "/t.xml"),
+    ]))
+    .unwrap();
+    let built = Config::builder()
+        .host(oxccl::settings::HostSettings {
+            net_channels: Some(2),
+            ..Default::default()
+        })
+        .cuda(oxccl::settings::CudaSettings {
+            cache_dir: Some("/tmp/kernels".into()),
+            ..Default::default()
+        })
+        .bootstrap(oxccl_bootstrap::BootstrapSettings {
+            host_id: Some("h1".into()),
+            ..Default::default()
+        })
+        .topology_file("/t.xml")
+        .build()
+        .unwrap();
+    assert_eq!(built.host, from_env.host);
+    assert_eq!(built.cuda, from_env.cuda);
+    assert_eq!(built.bootstrap, from_env.bootstrap);
+    assert_eq!(built.topology_file, from_env.topology_file);
+}

@@ -23,12 +23,11 @@ const BACKEND: &str = "OXCCL_MP_BACKEND";
 
 fn config(deadline: Duration) -> Config {
     let backend = std::env::var(BACKEND).map_or(BackendKind::Host, |b| b.parse().unwrap());
+    // The rest (NCCL_DEBUG, the network's variables) as the launcher set it.
     Config {
         backend,
         deadline,
-        // NCCL_DEBUG as the launcher set it.
-        debug: Config::from_env().unwrap().debug,
-        ..Config::default()
+        ..Config::from_env().unwrap()
     }
 }
 
@@ -957,8 +956,22 @@ fn child_external() {
             }
         }
     }
-    // Send/Recv on a ring, 1 Mi f32 (a direct read of the sender's
-    // buffer from 256 KiB on), on fresh allocations.
+    let (w, f) = external_ring(&c);
+    cases += 1;
+    wrong += w;
+    first = first.or(f);
+    println!("DIRECT {direct} calls");
+    finish_child(me, cases, wrong, first);
+}
+
+/// Send/Recv on a ring, 1 Mi f32 (a direct read of the sender's buffer
+/// from 256 KiB on), on fresh allocations of the caller's: the wrong
+/// elements and what went wrong.
+fn external_ring(c: &oxccl::Communicator) -> (u64, Option<String>) {
+    use cudarc::driver::sys;
+    use oxccl::RawStream;
+    let (n, me) = (c.nranks(), c.rank());
+    let (mut wrong, mut first) = (0u64, None);
     let count = 1usize << 20;
     let (next, prev) = ((me + 1) % n, (me + n - 1) % n);
     let data: Vec<f32> = (0..count)
@@ -979,7 +992,7 @@ fn child_external() {
         // SAFETY: both buffers live until after the barrier below.
         unsafe {
             g.send_raw(
-                &c,
+                c,
                 sbuf as *const _,
                 count,
                 DataType::F32,
@@ -987,7 +1000,7 @@ fn child_external() {
                 RawStream::DEFAULT,
             )?;
             g.recv_raw(
-                &c,
+                c,
                 rbuf as *mut _,
                 count,
                 DataType::F32,
@@ -1009,7 +1022,6 @@ fn child_external() {
     let want: Vec<f32> = (0..count)
         .map(|i| (prev as usize * 7 + i % 1000) as f32)
         .collect();
-    cases += 1;
     if got != want {
         wrong += got.iter().zip(&want).filter(|(a, b)| a != b).count() as u64;
         first.get_or_insert_with(|| "send/recv on the caller's memory delivered wrong data".into());
@@ -1020,8 +1032,7 @@ fn child_external() {
         cu("cuMemFree", sys::cuMemFree_v2(sbuf));
         cu("cuMemFree", sys::cuMemFree_v2(rbuf));
     }
-    println!("DIRECT {direct} calls");
-    finish_child(me, cases, wrong, first);
+    (wrong, first)
 }
 
 fn finish_child(me: u32, cases: usize, wrong: u64, first: Option<String>) {

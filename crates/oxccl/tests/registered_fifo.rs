@@ -13,7 +13,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use oxccl::backend::{self, Backend, BackendOptions, Launch, PreparedPlan, RawBuf, Timer};
+use oxccl::backend::{self, Backend, Launch, PreparedPlan, RawBuf, Timer};
 use oxccl::core::Plan;
 use oxccl::{Algo, BackendKind, CollKind, Config, DataType, Error, Proto, RedOp};
 
@@ -119,11 +119,12 @@ fn communicators(config: Config) -> Vec<oxccl::Communicator> {
         topology: Some(oxccl_topo::Topology::preset("single-gpu", 1).unwrap()),
         ..config
     };
-    let host = backend::host::create(&BackendOptions {
-        nranks: 8,
+    let opts = Config {
         deadline: Duration::from_secs(60),
-    })
-    .unwrap();
+        ..config.clone()
+    }
+    .backend_options(8);
+    let host = backend::host::create(&opts).unwrap();
     oxccl::init_all_on(8, Arc::new(HostAsGpu(host)), config).unwrap()
 }
 

@@ -1,6 +1,7 @@
 //! How close a result must be: exact where the arithmetic is exact, else
 //! a bound derived from the reduction's roundings, element by element.
 
+use super::format::{exponent, float_format};
 use crate::dtype::DataType;
 use crate::redop::RedOp;
 
@@ -42,32 +43,6 @@ fn exact_scale(dtype: DataType, s: f64) -> bool {
     let a = s.abs();
     (s.fract() == 0.0 && a <= dtype.exact_int_range() as f64)
         || [0.5, 0.25, 0.125, 0.0625].contains(&a)
-}
-
-/// Significand bits (hidden bit included) and the smallest normal
-/// exponent of a float type.
-pub(crate) fn float_format(dtype: DataType) -> (i32, i32) {
-    match dtype {
-        DataType::F64 => (53, -1022),
-        DataType::F32 => (24, -126),
-        DataType::F16 => (11, -14),
-        DataType::Bf16 => (8, -126),
-        DataType::F8E4M3 => (4, -6),
-        DataType::F8E5M2 => (3, -14),
-        _ => (64, 0),
-    }
-}
-
-/// The exponent of the largest power of two not above |v| (v finite, not 0).
-pub(crate) fn exponent(v: f64) -> i32 {
-    let bits = v.abs().to_bits();
-    let biased = (bits >> 52) as i32;
-    if biased == 0 {
-        // f64 subnormal: 2^-1074 times the mantissa.
-        63 - (bits.leading_zeros() as i32) - 1074
-    } else {
-        biased - 1023
-    }
 }
 
 /// The spacing of `dtype`'s values at magnitude |v| (subnormals included).

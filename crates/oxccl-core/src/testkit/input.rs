@@ -148,7 +148,7 @@ impl Scheme {
                 // A rounded sum of k terms may err by about (k − 1)/2 ulp,
                 // more than one term's share once k² passes 2^p: there,
                 // few terms per element, led by a large one.
-                let (prec, _) = super::bound::float_format(dt);
+                let (prec, _) = super::format::float_format(dt);
                 let rounded = tolerance(dt, op, n as u32) == Tolerance::Rounded
                     && (n * n) as f64 > 2f64.powi(prec - 2);
                 if bound >= 2 && !rounded {

@@ -10,6 +10,7 @@
 
 mod bound;
 mod compare;
+mod format;
 mod input;
 pub mod model;
 

@@ -11,7 +11,7 @@
 //! Golden tests (`tests/golden.rs`) compare [`reduce`] with
 //! [`crate::reference::expected`], the interpreter and hand-written values.
 
-use super::bound::{exponent, float_format};
+use super::format::{exponent, float_format};
 use crate::dtype::DataType;
 use crate::redop::RedOp;
 

@@ -64,12 +64,12 @@ pub enum GateMode {
 }
 
 impl GateMode {
-    /// `OXCCL_LAUNCH_GATE`: `auto` (or unset), `on`/`1`, `off`/`0`; any
-    /// other value is `Auto` with a warning.
-    pub fn from_env() -> GateMode {
-        match std::env::var("OXCCL_LAUNCH_GATE") {
-            Err(_) => GateMode::Auto,
-            Ok(v) => match v.trim().to_ascii_lowercase().as_str() {
+    /// An `OXCCL_LAUNCH_GATE` value: `auto` (or unset), `on`/`1`,
+    /// `off`/`0`; any other value is `Auto` with a warning.
+    pub fn parse(value: Option<&str>) -> GateMode {
+        match value {
+            None => GateMode::Auto,
+            Some(v) => match v.trim().to_ascii_lowercase().as_str() {
                 "" | "auto" => GateMode::Auto,
                 "on" | "1" => GateMode::On,
                 "off" | "0" => GateMode::Off,

@@ -57,7 +57,11 @@ impl World {
         if let Some((_, fs)) = cell.get() {
             return Ok((fs[slot], None));
         }
-        let (cubin, origin) = kernels::cubin(dtype, dev.arch)?;
+        let (cubin, origin) = kernels::cubin(
+            dtype,
+            dev.arch,
+            &kernels::cache_dir(self.cfg.cache_dir.as_deref()),
+        )?;
         let m = Module::load(&dev.ctx, &cubin)?;
         let fs = kernels::OPS
             .iter()
@@ -71,8 +75,8 @@ impl World {
         // nothing more from this rank's thread).
         for f in &fs {
             f.load()?;
-            if block_smem() > 48 * 1024 {
-                f.allow_dynamic_smem(block_smem())?;
+            if self.cfg.block_smem > 48 * 1024 {
+                f.allow_dynamic_smem(self.cfg.block_smem)?;
             }
         }
         let f = fs[slot];
@@ -84,7 +88,7 @@ impl World {
     /// Blocks of the executor that fit on one SM.
     pub fn blocks_per_sm(&self, rank: u32) -> Result<u32> {
         let (f, _) = self.kernel(rank, DataType::F32, BaseOp::Sum)?;
-        f.max_blocks_per_sm(THREADS, block_smem())
+        f.max_blocks_per_sm(THREADS, self.cfg.block_smem)
     }
 
     /// Enqueues one rank's plan on its stream (one kernel launch; returns
@@ -165,7 +169,7 @@ impl World {
             // SAFETY: `OxDesc` is the kernel's parameter type (crate::layout);
             // the plan blob, links and tables live as long as the clique; the
             // caller guarantees the buffers.
-            unsafe { f.launch_smem(p.nchannels, p.threads, block_smem(), &st.stream, &d) }
+            unsafe { f.launch_smem(p.nchannels, p.threads, self.cfg.block_smem, &st.stream, &d) }
         })();
         self.in_step(rank, party, enqueued)
     }
@@ -216,24 +220,4 @@ impl World {
                 })
             })
     }
-}
-
-/// `OXCCL_BLOCK_SMEM` (bytes, default 0): dynamic shared memory each
-/// executor block reserves and does not use. An experiment: with enough of
-/// it no two blocks share an SM, so a block that the hardware placed beside
-/// another (where a rank with one channel is a whole call's critical path)
-/// cannot happen; `blocks_per_sm`, and so the residency check, count it.
-fn block_smem() -> u32 {
-    static SMEM: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
-    *SMEM.get_or_init(|| {
-        let v = std::env::var("OXCCL_BLOCK_SMEM").ok();
-        match v.as_deref().map(str::trim).map(str::parse::<u32>) {
-            None => 0,
-            Some(Ok(b)) => b,
-            Some(Err(_)) => {
-                tracing::warn!("OXCCL_BLOCK_SMEM={v:?} is not a byte count: 0");
-                0
-            }
-        }
-    })
 }

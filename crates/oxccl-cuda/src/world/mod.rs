@@ -78,6 +78,16 @@ pub struct WorldConfig {
     /// peers (user buffers and scratch; `heap`), 0 for
     /// [`default_heap_bytes`].
     pub heap_bytes: usize,
+    /// Dynamic shared memory each executor block reserves and does not
+    /// use (`OXCCL_BLOCK_SMEM`, an experiment; default 0): with enough of
+    /// it no two blocks share an SM, so a block that the hardware placed
+    /// beside another (where a rank with one channel is a whole call's
+    /// critical path) cannot happen; `blocks_per_sm`, and so the residency
+    /// check, count it.
+    pub block_smem: u32,
+    /// Where compiled kernels are cached (`OXCCL_CACHE_DIR`); `None`:
+    /// [`kernels::cache_dir`]'s default.
+    pub cache_dir: Option<std::path::PathBuf>,
 }
 
 /// Kernels a device runs at once ("maximum number of resident grids per
@@ -93,16 +103,20 @@ pub const SMALL_STEP_BYTES: u64 = 2048;
 impl WorldConfig {
     /// `nranks` ranks round-robin over `ndevices` devices, 512 KiB slots,
     /// 4 slots per connection, 64 threads per block for small plans, the
-    /// default heap for ranks as processes.
+    /// default heap for ranks as processes; launches gated where the
+    /// hardware queues run out, no reserved shared memory, the default
+    /// kernel cache.
     pub fn round_robin(nranks: u32, ndevices: i32, timeout: Duration) -> Self {
         WorldConfig {
             devices: (0..nranks as i32).map(|r| r % ndevices.max(1)).collect(),
-            slot_bytes: 512 << 10,
+            slot_bytes: oxccl_core::interp::DEFAULT_SLOT_BYTES,
             nslots: 4,
             timeout,
             small_threads: 64,
-            launch_gate: GateMode::from_env(),
+            launch_gate: GateMode::Auto,
             heap_bytes: 0,
+            block_smem: 0,
+            cache_dir: None,
         }
     }
 }

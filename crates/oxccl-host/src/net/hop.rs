@@ -14,7 +14,7 @@ use oxccl_core::plan::{BufDecl, BufRole, Channel, Dst, Loc, Rank, RankPlan, Src,
 use oxccl_core::{DataType, RedOp};
 
 use crate::error::HostError;
-use crate::fabric::HostFabric;
+use crate::view::Executes;
 use crate::HostBuf;
 
 /// Times the token goes around the ring in the timed call.
@@ -55,7 +55,7 @@ fn ring_plan(me: Rank, n: u32, rounds: usize) -> RankPlan {
 }
 
 /// Runs `rounds` passes on this rank; the call's wall time in µs.
-fn pass(fab: &HostFabric, me: Rank, n: u32, rounds: usize) -> Result<f64, HostError> {
+fn pass(fab: &impl Executes, me: Rank, n: u32, rounds: usize) -> Result<f64, HostError> {
     let plan = ring_plan(me, n, rounds);
     let mut input = [1.0f32; TOKEN];
     let mut output = [0.0f32; TOKEN];
@@ -73,14 +73,14 @@ fn pass(fab: &HostFabric, me: Rank, n: u32, rounds: usize) -> Result<f64, HostEr
     let t = Instant::now();
     // SAFETY: both buffers live on this stack frame until `execute`
     // returns, and nothing else touches them meanwhile.
-    unsafe { fab.execute(&plan, &bufs, DataType::F32, &op) }?;
+    unsafe { fab.execute_plan(&plan, &bufs, DataType::F32, &op) }?;
     Ok(t.elapsed().as_secs_f64() * 1e6)
 }
 
 /// The latency of one hop in µs, as rank 0 measured it (one untimed pass
 /// first: connections' first messages and the plan's compilation), agreed
 /// by every rank through `boot`. Collective: every rank calls it.
-pub(crate) fn measure(fab: &HostFabric, boot: &Bootstrap) -> Result<f64, HostError> {
+pub(crate) fn measure(fab: &impl Executes, boot: &Bootstrap) -> Result<f64, HostError> {
     let (me, n) = (boot.rank(), boot.nranks());
     pass(fab, me, n, 1)?;
     let t = pass(fab, me, n, ROUNDS)?;

@@ -90,52 +90,6 @@ fn link_bandwidth(net: &dyn Net, ip: std::net::IpAddr, deadline: Duration) -> f6
     }
 }
 
-/// `default` (the configuration's), unless the environment variable
-/// `var` (0 or 1) says otherwise.
-fn flag(var: &'static str, default: bool) -> Result<bool, HostError> {
-    match oxccl_bootstrap::env::process(var) {
-        None => Ok(default),
-        Some(v) => match v.trim() {
-            "1" => Ok(true),
-            "0" => Ok(false),
-            _ => Err(HostError::Net(
-                oxccl_bootstrap::env::BadVar {
-                    var,
-                    value: v,
-                    reason: "expected 0 or 1".into(),
-                }
-                .to_string(),
-            )),
-        },
-    }
-}
-
-/// Channels to connect per peer: `default` (the configuration's), unless
-/// `OXCCL_NET_CHANNELS` (1 to 32) says otherwise.
-fn channels(default: usize) -> Result<usize, HostError> {
-    match oxccl_bootstrap::env::process("OXCCL_NET_CHANNELS") {
-        None => Ok(default),
-        Some(v) => v
-            .trim()
-            .parse::<usize>()
-            .ok()
-            .filter(|n| (1..=crate::shm::MAX_CHANNELS).contains(n))
-            .ok_or_else(|| {
-                HostError::Net(
-                    oxccl_bootstrap::env::BadVar {
-                        var: "OXCCL_NET_CHANNELS",
-                        value: v,
-                        reason: format!(
-                            "expected an integer from 1 to {}",
-                            crate::shm::MAX_CHANNELS
-                        ),
-                    }
-                    .to_string(),
-                )
-            }),
-    }
-}
-
 /// The cores this rank's socket threads may use (`cfg.net_cores`, else
 /// what the system grants this process) and how many ranks share them:
 /// the ranks of this host (same host identity, or same address: ranks given
@@ -174,7 +128,7 @@ fn agree_layout(
     );
     let (cores, local) = share(boot, cfg);
     let auto = auto_sockets(cores, local, conns);
-    let mine = Proposal::from_env(auto).map_err(net_err)?;
+    let mine = Proposal::new(&cfg.net_sockets, auto);
     let mut record = mine.encode().to_vec();
     record.extend_from_slice(key.as_bytes());
     let mut props = Vec::with_capacity(boot.nranks() as usize);
@@ -221,18 +175,61 @@ fn iface_name(ip: std::net::IpAddr) -> String {
         .map_or_else(|| ip.to_string(), |i| i.name)
 }
 
+/// The slowest rank's bandwidth figure (the first 8 bytes of each rank's
+/// setup record), so every rank models the same network; 0 where unknown.
+fn slowest_bandwidth(all: &[Vec<u8>]) -> f64 {
+    let bw = all
+        .iter()
+        .map(|rec| {
+            rec.get(..8)
+                .map_or(0.0, |b| f64::from_le_bytes(b.try_into().expect("8 bytes")))
+        })
+        .fold(f64::INFINITY, f64::min);
+    if bw.is_finite() {
+        bw.max(0.0)
+    } else {
+        0.0
+    }
+}
+
+/// Accepts the connection of every `(channel, peer)` listener, closing
+/// each listener once it has served, before `deadline`.
+fn accept_all(
+    net: &dyn Net,
+    listens: Vec<((usize, Rank), oxccl_net::ListenComm)>,
+    deadline: Instant,
+    me: Rank,
+) -> Result<HashMap<(usize, Rank), RecvComm>, HostError> {
+    let mut recvs = HashMap::new();
+    for ((c, p), l) in listens {
+        let r = loop {
+            if let Some(r) = net.accept(l).map_err(|e| {
+                HostError::Net(format!(
+                    "rank {me}: accepting rank {p}'s connection on channel {c}: {e}"
+                ))
+            })? {
+                break r;
+            }
+            wait_or_timeout(deadline, me, p, c, "accept")?;
+        };
+        let _ = net.close_listen(l);
+        recvs.insert((c, p), r);
+    }
+    Ok(recvs)
+}
+
 impl NetPart {
     /// Connects this rank to every peer over the network through `boot`.
     /// `rank` wakes this process's rank when the proxy moved something.
     pub fn new(boot: &Bootstrap, cfg: &HostConfig, rank: Unparker) -> Result<NetPart, HostError> {
         let me = boot.rank();
         let n = boot.nranks();
-        let nch = channels(cfg.net_channels)?;
+        let nch = cfg.net_channels;
         // Channel `nch` is the control connection.
         let conns = nch + 1;
         let ip = boot.descs()[me as usize].listen.ip();
-        let send_by_reference = flag("OXCCL_NET_SEND_BY_REF", cfg.net_send_by_reference)?;
-        let land_in_place = flag("OXCCL_NET_RECV_IN_PLACE", cfg.net_receive_in_place)?;
+        let send_by_reference = cfg.net_send_by_reference;
+        let land_in_place = cfg.net_receive_in_place;
         let peers: Vec<Rank> = (0..n).filter(|&p| p != me).collect();
         let tcfg = agree_layout(boot, cfg, nch, peers.len() * conns * 2)?;
         let parker = Parker::new();
@@ -269,19 +266,7 @@ impl NetPart {
         }
         let all = boot.all_gather(&record)?;
         let deadline = Instant::now() + cfg.deadline.min(oxccl_bootstrap::MAX_LIMIT);
-        // The slowest rank's figure, so every rank models the same network.
-        let bw_gbps = all
-            .iter()
-            .map(|rec| {
-                rec.get(..8)
-                    .map_or(0.0, |b| f64::from_le_bytes(b.try_into().expect("8 bytes")))
-            })
-            .fold(f64::INFINITY, f64::min);
-        let bw_gbps = if bw_gbps.is_finite() {
-            bw_gbps.max(0.0)
-        } else {
-            0.0
-        };
+        let bw_gbps = slowest_bandwidth(&all);
         let mut sends = HashMap::new();
         for &q in &peers {
             let rec = &all[q as usize];
@@ -306,21 +291,7 @@ impl NetPart {
                 sends.insert((c, q), s);
             }
         }
-        let mut recvs = HashMap::new();
-        for ((c, p), l) in listens {
-            let r = loop {
-                if let Some(r) = net.accept(l).map_err(|e| {
-                    HostError::Net(format!(
-                        "rank {me}: accepting rank {p}'s connection on channel {c}: {e}"
-                    ))
-                })? {
-                    break r;
-                }
-                wait_or_timeout(deadline, me, p, c, "accept")?;
-            };
-            let _ = net.close_listen(l);
-            recvs.insert((c, p), r);
-        }
+        let mut recvs = accept_all(&*net, listens, deadline, me)?;
         let ctl_sends: HashMap<Rank, SendComm> = peers
             .iter()
             .filter_map(|&p| sends.remove(&(nch, p)).map(|s| (p, s)))

@@ -56,7 +56,8 @@ pub use oxccl_cuda::driver::prefer_process_rank_queues;
 /// round-robin over the visible devices).
 pub fn create(opts: &BackendOptions) -> Result<Arc<dyn Backend>, Error> {
     let info = oxccl_cuda::available().map_err(|e| Error::BackendUnavailable(e.to_string()))?;
-    let cfg = WorldConfig::round_robin(opts.nranks, info.devices.len() as i32, opts.deadline);
+    let mut cfg = WorldConfig::round_robin(opts.nranks, info.devices.len() as i32, opts.deadline);
+    opts.cuda.apply(&mut cfg);
     create_with(cfg)
 }
 
@@ -64,6 +65,7 @@ pub fn create(opts: &BackendOptions) -> Result<Arc<dyn Backend>, Error> {
 /// `devices[r]` (a split keeps each member on its parent rank's device).
 pub fn create_on(opts: &BackendOptions, devices: Vec<i32>) -> Result<Arc<dyn Backend>, Error> {
     let mut cfg = WorldConfig::round_robin(opts.nranks, 1, opts.deadline);
+    opts.cuda.apply(&mut cfg);
     cfg.devices = devices;
     create_with(cfg)
 }
@@ -89,8 +91,9 @@ pub(crate) fn create_procs(
     devices: Vec<i32>,
 ) -> Result<Arc<dyn Backend>, Error> {
     let mut cfg = WorldConfig::round_robin(opts.nranks, 1, opts.deadline);
+    opts.cuda.apply(&mut cfg);
     cfg.devices = devices;
-    cfg.heap_bytes = heap_bytes()?;
+    cfg.heap_bytes = opts.cuda.heap_bytes;
     let me = boot.rank();
     let mut ex = |m: &[u8]| boot.all_gather(m).map_err(|e| e.to_string());
     let world = World::across_processes(cfg, me, &mut ex).map_err(map_error)?;
@@ -104,32 +107,13 @@ pub(crate) fn create_procs(
         );
         w.abort();
     })
-    .map_err(crate::init::map_bootstrap)?;
+    .map_err(crate::error::map_bootstrap)?;
     let exports = super::cuda_exports::ExportBoard::new(boot)?;
     Ok(Arc::new(CudaBackend {
         world,
         procs: Some(Procs { me, watch, exports }),
         why: Default::default(),
     }))
-}
-
-/// Bytes of each rank's heap from [`oxccl_cuda::HEAP_VAR`] (K/M/G), 0
-/// (the default share of the device) when unset.
-fn heap_bytes() -> Result<usize, Error> {
-    let var = oxccl_cuda::HEAP_VAR;
-    match std::env::var(var).ok().as_deref().map(str::trim) {
-        None | Some("") => Ok(0),
-        Some(v) => crate::config::parse_size(v)
-            .and_then(|b| match b {
-                0 => Err("must be at least 1".into()),
-                b => Ok(b),
-            })
-            .map_err(|reason| Error::Config {
-                var: var.into(),
-                value: v.into(),
-                reason,
-            }),
-    }
 }
 
 /// What a rank of a process clique adds.

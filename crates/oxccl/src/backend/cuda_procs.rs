@@ -28,8 +28,9 @@ use std::sync::Arc;
 use oxccl_bootstrap::Bootstrap;
 
 use super::{Backend, BackendOptions};
+use crate::config::branches::ProcsPath;
+use crate::error::map_bootstrap;
 use crate::error::Error;
-use crate::init::map_bootstrap;
 
 /// Where rank `me` runs: `(device ordinal, ranks of the clique on it)`.
 pub(crate) fn placement_of(boot: &Bootstrap, me: u32, visible: i32) -> (i32, u32) {
@@ -97,26 +98,19 @@ fn mps_serves(dir: &std::path::Path) -> bool {
     }
 }
 
-/// This rank's wish: `device` (true) or `staged`, from [`PATH_VAR`]
-/// (`var`), else from MPS and whether its GPU is shared. Over the network
+/// This rank's wish: `device` (true) or `staged`, as [`PATH_VAR`] asked
+/// (`asked`), else from MPS and whether its GPU is shared. Over the network
 /// (ranks on several hosts, or `NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1`)
 /// only `staged` carries the data, through the host backend's network
 /// transport: the device path's IPC links work within one host only and
 /// would bypass the transport the user forced.
-fn wish(var: Option<&str>, shared_gpu: bool, mps: bool, network: bool) -> Result<bool, Error> {
-    let asked = match var.map(str::trim) {
-        None | Some("") => None,
-        Some("device") => Some(true),
-        Some("staged") => Some(false),
-        Some(v) => {
-            return Err(Error::Config {
-                var: PATH_VAR.into(),
-                value: v.into(),
-                reason: "expected device or staged".into(),
-            })
-        }
-    };
-    match asked {
+fn wish(
+    asked: Option<ProcsPath>,
+    shared_gpu: bool,
+    mps: bool,
+    network: bool,
+) -> Result<bool, Error> {
+    match asked.map(|p| p == ProcsPath::Device) {
         Some(true) if network => Err(Error::Config {
             var: PATH_VAR.into(),
             value: "device".into(),
@@ -139,9 +133,8 @@ pub(crate) fn create(boot: &Bootstrap, opts: &BackendOptions) -> Result<Arc<dyn 
         .collect();
     let (device, here) = places[boot.rank() as usize];
     let any_shared = places.iter().any(|p| p.1 > 1);
-    let network = oxccl_host::HostFabric::network_wanted(boot).map_err(super::host::map_error)?;
-    let var = std::env::var(PATH_VAR).ok();
-    let mine = wish(var.as_deref(), any_shared, mps_active(), network);
+    let network = oxccl_host::HostFabric::network_wanted(boot, opts.host.force_network);
+    let mine = wish(opts.cuda.procs_path, any_shared, mps_active(), network);
     let all = boot
         .all_gather(&[u8::from(*mine.as_ref().unwrap_or(&false))])
         .map_err(map_bootstrap)?;
@@ -166,34 +159,32 @@ mod tests {
 
     #[test]
     fn the_network_takes_the_staged_path() {
-        // (var, shared GPU, MPS, network) -> device?
-        for (var, shared, mps, want) in [
+        use ProcsPath::{Device, Staged};
+        // (asked, shared GPU, MPS, network) -> device?
+        for (asked, shared, mps, want) in [
             (None, false, false, true),
             (None, true, false, false),
             (None, true, true, true),
-            (Some(""), true, true, true),
-            (Some(" staged "), false, true, false),
-            (Some("device"), true, false, true),
+            (Some(Staged), false, true, false),
+            (Some(Device), true, false, true),
         ] {
             assert_eq!(
-                wish(var, shared, mps, false).unwrap(),
+                wish(asked, shared, mps, false).unwrap(),
                 want,
-                "{var:?} {shared} {mps}"
+                "{asked:?} {shared} {mps}"
             );
             // Over the network: staged, whatever MPS or the GPUs say.
-            if var != Some("device") {
+            if asked != Some(Device) {
                 assert!(
-                    !wish(var, shared, mps, true).unwrap(),
-                    "{var:?} {shared} {mps}"
+                    !wish(asked, shared, mps, true).unwrap(),
+                    "{asked:?} {shared} {mps}"
                 );
             }
         }
-        let e = wish(Some("device"), false, true, true)
+        let e = wish(Some(Device), false, true, true)
             .unwrap_err()
             .to_string();
         assert!(e.contains("network") && e.contains(PATH_VAR), "{e}");
-        assert!(wish(Some("gpu"), false, false, false).is_err());
-        assert!(wish(Some("gpu"), false, false, true).is_err());
     }
 
     #[test]

@@ -64,6 +64,7 @@ pub fn create(
     on_device: u32,
 ) -> Result<Arc<dyn Backend>, Error> {
     let mut cfg = WorldConfig::round_robin(1, 1, opts.deadline);
+    opts.cuda.apply(&mut cfg);
     cfg.devices = vec![device];
     let world = World::new(cfg).map_err(map_error)?;
     let host = super::host::create_procs(boot, opts)?;

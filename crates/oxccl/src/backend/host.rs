@@ -57,10 +57,10 @@ fn hosts_of(boot: &oxccl_bootstrap::Bootstrap, network: bool) -> Vec<u32> {
 
 /// Creates the host backend for `opts.nranks` ranks.
 pub fn create(opts: &BackendOptions) -> Result<Arc<dyn Backend>, Error> {
-    let cfg = HostConfig {
+    let cfg = opts.host.apply(HostConfig {
         deadline: opts.deadline,
         ..HostConfig::default()
-    };
+    });
     Ok(Arc::new(HostBackend {
         fabric: HostFabric::new(opts.nranks, cfg),
         nranks: opts.nranks,
@@ -76,10 +76,10 @@ pub fn create_procs(
     boot: &oxccl_bootstrap::Bootstrap,
     opts: &BackendOptions,
 ) -> Result<Arc<dyn Backend>, Error> {
-    let cfg = HostConfig {
+    let cfg = opts.host.apply(HostConfig {
         deadline: opts.deadline,
         ..HostConfig::default()
-    };
+    });
     let fabric = HostFabric::across_processes(boot, cfg).map_err(map_error)?;
     let network = fabric.network().is_some();
     Ok(Arc::new(HostBackend {

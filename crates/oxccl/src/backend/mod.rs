@@ -169,6 +169,10 @@ pub struct BackendOptions {
     /// Every wait gives up after this long with an error naming rank,
     /// peer, channel and step.
     pub deadline: Duration,
+    /// The host backend's branch of the settings.
+    pub host: crate::config::branches::HostSettings,
+    /// The CUDA backend's branch of the settings.
+    pub cuda: crate::config::branches::CudaSettings,
 }
 
 /// Elapsed-time measurement on one rank, in the rank's execution order:

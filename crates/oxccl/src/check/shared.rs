@@ -453,7 +453,12 @@ pub(crate) enum CheckMode {
 /// (`across`, `OXCCL_CHECK_CALLS=all`), else run unchecked, said once at
 /// init (ranks in separate network namespaces cannot pass the region's
 /// fd).
-pub(crate) fn agree_on_check(boot: &Bootstrap, on: bool, across: bool) -> Result<CheckMode> {
+pub(crate) fn agree_on_check(
+    boot: &Bootstrap,
+    on: bool,
+    across: bool,
+    forced: bool,
+) -> Result<CheckMode> {
     let mine = u8::from(on) | u8::from(on && across) << 1;
     let all = boot
         .all_gather(&[mine])
@@ -478,8 +483,7 @@ pub(crate) fn agree_on_check(boot: &Bootstrap, on: bool, across: bool) -> Result
     if ons == 0 {
         return Ok(CheckMode::Off);
     }
-    let network =
-        oxccl_host::HostFabric::network_wanted(boot).map_err(crate::backend::host::map_error)?;
+    let network = oxccl_host::HostFabric::network_wanted(boot, forced);
     if !network {
         return Ok(CheckMode::Shared);
     }

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use oxccl_core::{Algo, CollKind, Proto};
 
-use super::{Config, DebugLevel, Filter, Rule, NO_DEADLINE};
+use super::{Config, CudaSettings, DebugLevel, Filter, HostSettings, Rule, NO_DEADLINE};
 use crate::backend::BackendKind;
 use crate::error::{Error, Result};
 
@@ -98,6 +98,34 @@ impl ConfigBuilder {
     /// Logging, as `OXCCL_DEBUG` would set it.
     pub fn debug(mut self, level: DebugLevel) -> Self {
         self.0.debug = Some(level);
+        self
+    }
+
+    /// A topology file to read instead of detecting the machine
+    /// (`OXCCL_TOPO_FILE`).
+    pub fn topology_file(mut self, path: impl Into<std::path::PathBuf>) -> Self {
+        self.0.topology_file = Some(path.into());
+        self
+    }
+
+    /// The host backend's settings (`OXCCL_NET_CHANNELS`, the socket
+    /// layout, `NCCL_P2P_DISABLE`/`NCCL_SHM_DISABLE`).
+    pub fn host(mut self, s: HostSettings) -> Self {
+        self.0.host = s;
+        self
+    }
+
+    /// The CUDA backend's settings (`OXCCL_CACHE_DIR`, `OXCCL_PROC_HEAP`,
+    /// the experiments).
+    pub fn cuda(mut self, s: CudaSettings) -> Self {
+        self.0.cuda = s;
+        self
+    }
+
+    /// The rendezvous's settings (`NCCL_COMM_ID`, `NCCL_SOCKET_IFNAME`,
+    /// `NCCL_HOSTID`, ...).
+    pub fn bootstrap(mut self, s: oxccl_bootstrap::BootstrapSettings) -> Self {
+        self.0.bootstrap = s;
         self
     }
 
