@@ -286,9 +286,10 @@ pub fn run() -> anyhow::Result<()> {
     if !v.is_empty() {
         bail!("files of a crate import each other:\n{}", v.join("\n"));
     }
+    let left = crate::tidy_layers::NOT_YET_BROKEN.len();
     println!(
-        "tidy: the files of each crate form layers ({} circles left to break)",
-        crate::tidy_layers::NOT_YET_BROKEN.len()
+        "tidy: the files of each crate form layers ({left} circle{} left to break)",
+        if left == 1 { "" } else { "s" }
     );
     Ok(())
 }

@@ -184,7 +184,12 @@ impl HostFabric {
             .expect("a new fabric is not shared")
             .procs = Some(procs);
         let p = fab.procs.as_ref().expect("just set");
-        p.watch(Arc::downgrade(&fab))?;
+        let weak = Arc::downgrade(&fab);
+        p.watch(move |r, pid| {
+            if let Some(fab) = weak.upgrade() {
+                fab.peer_lost(r, pid);
+            }
+        })?;
         Ok(fab)
     }
 

@@ -6,7 +6,7 @@
 
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use oxccl_bootstrap::{Bootstrap, PeerWatch};
@@ -16,7 +16,6 @@ use rustix::event::Timespec;
 use rustix::thread::futex;
 
 use crate::error::HostError;
-use crate::fabric::HostFabric;
 use crate::fifo::Link;
 use crate::remote::{RemoteAccess, RemoteFault};
 use crate::shm::{
@@ -132,19 +131,15 @@ impl Procs {
         &self.segs[r as usize]
     }
 
-    /// Starts the thread that watches peers' processes: the first to exit
-    /// fails the fabric, naming it.
-    pub fn watch(&self, fab: Weak<HostFabric>) -> Result<(), HostError> {
+    /// Starts the thread that watches peers' processes: `lost(rank, pid)`
+    /// runs for each that exits (the fabric fails, naming the first).
+    pub fn watch(&self, lost: impl Fn(Rank, u32) + Send + 'static) -> Result<(), HostError> {
         let peers = (0..self.pids.len() as u32)
             .filter(|&r| r != self.me)
             .map(|r| (r, self.pids[r as usize]))
             .collect();
-        let w = PeerWatch::start_pids(self.me, peers, move |r, pid| {
-            if let Some(fab) = fab.upgrade() {
-                fab.peer_lost(r, pid);
-            }
-        })
-        .map_err(|e| HostError::Shm(e.to_string()))?;
+        let w = PeerWatch::start_pids(self.me, peers, lost)
+            .map_err(|e| HostError::Shm(e.to_string()))?;
         *self.watcher.lock() = Some(w);
         Ok(())
     }

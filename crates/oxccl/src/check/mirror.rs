@@ -25,7 +25,7 @@ use oxccl_bootstrap::Bootstrap;
 use oxccl_core::DataType;
 use parking_lot::Mutex;
 
-use super::board::{Local, P2pRecord};
+use super::records::{Local, P2pRecord};
 use crate::error::{Error, Result};
 
 /// Bytes per frame: every message has the same size.

@@ -64,6 +64,7 @@ mod calls;
 mod fingerprint;
 pub(crate) mod fuzz;
 mod mirror;
+mod records;
 mod shared;
 
 pub(crate) use board::Board;

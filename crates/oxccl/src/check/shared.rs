@@ -24,7 +24,7 @@ use oxccl_core::DataType;
 use oxccl_host::{Bell, SharedRegion};
 use parking_lot::Mutex;
 
-use super::board::{P2pRecord, Slot, DEPTH, NAP};
+use super::records::{P2pRecord, Slot, DEPTH, NAP};
 use crate::error::{Error, Result};
 
 /// Tag of the region's descriptor in the bootstrap's fd mailbox.
