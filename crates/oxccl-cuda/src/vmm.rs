@@ -1,0 +1,290 @@
+//! Device memory from the virtual memory management API, as NCCL's
+//! `ncclMemAlloc` makes it: physical memory (`cuMemCreate`, exportable as
+//! a POSIX file descriptor where the device supports it) mapped at a
+//! reserved address range (`cuMemAddressReserve` + `cuMemMap`), readable
+//! and writable by the owning device and by every device with peer access
+//! to it (`cuMemSetAccess`). The size is rounded up to the allocation
+//! granularity the driver recommends.
+//!
+//! Such memory is what symmetric windows are made of: a peer on another
+//! device reaches it without `cuCtxEnablePeerAccess` (access is granted
+//! per mapping), and another process may import the allocation from its
+//! file descriptor. A device without VMM support gets `cuMemAlloc`
+//! memory instead ([`SymMem::vmm`] says which), as NCCL falls back to
+//! `cudaMalloc`.
+
+use cudarc::driver::sys::{self, CUdevice_attribute as A, CUresult};
+
+use crate::driver::{check, guarded, init};
+use crate::error::{CudaError, Result};
+
+/// One allocation of [`alloc_in_current_context`]; give it back with
+/// [`SymMem::free`] (dropping it leaks the memory: a free must wait for
+/// the device, which a destructor should not do unasked).
+#[derive(Debug)]
+pub struct SymMem {
+    /// Start of the mapping.
+    pub ptr: u64,
+    /// Bytes mapped (the request rounded up to the granularity).
+    pub size: usize,
+    /// The physical allocation (VMM), or `None` for `cuMemAlloc` memory.
+    handle: Option<sys::CUmemGenericAllocationHandle>,
+    /// The context that was current at allocation (the runtime's primary
+    /// context of the device), made current again to free.
+    ctx: sys::CUcontext,
+    /// Whether the allocation was made exportable as a file descriptor.
+    pub exportable: bool,
+}
+
+// SAFETY: the handles are plain driver identifiers, usable from any thread
+// with the context made current (`free` does that).
+unsafe impl Send for SymMem {}
+// SAFETY: as above; nothing is mutated through `&SymMem`.
+unsafe impl Sync for SymMem {}
+
+impl SymMem {
+    /// Whether this is VMM memory (`false`: `cuMemAlloc` memory, the
+    /// device has no virtual memory management).
+    pub fn vmm(&self) -> bool {
+        self.handle.is_some()
+    }
+
+    /// Unmaps and releases the memory, after every piece of work in its
+    /// context has finished (`cuCtxSynchronize`, as `cuMemFree` waits for
+    /// the device).
+    ///
+    /// # Safety
+    /// Nothing may touch the range once this returns (no work pending on
+    /// another context, no later use of the pointer).
+    pub unsafe fn free(self) -> Result<()> {
+        guarded("ncclMemFree", || {
+            // SAFETY: the context was current when the memory was made and
+            // is the owner's (the runtime keeps its primary context alive
+            // while memory of it lives); pushed and popped here.
+            unsafe { check("cuCtxPushCurrent", sys::cuCtxPushCurrent_v2(self.ctx))? };
+            // SAFETY: a current context; the range and handle are this
+            // allocation's, each released once (self is consumed).
+            let r = unsafe {
+                check("cuCtxSynchronize", sys::cuCtxSynchronize()).and_then(|()| {
+                    match self.handle {
+                        Some(h) => {
+                            check("cuMemUnmap", sys::cuMemUnmap(self.ptr, self.size))?;
+                            check("cuMemRelease", sys::cuMemRelease(h))?;
+                            check(
+                                "cuMemAddressFree",
+                                sys::cuMemAddressFree(self.ptr, self.size),
+                            )
+                        }
+                        None => check("cuMemFree", sys::cuMemFree_v2(self.ptr)),
+                    }
+                })
+            };
+            let mut popped = std::ptr::null_mut();
+            // SAFETY: pops the context pushed above.
+            let p = unsafe { check("cuCtxPopCurrent", sys::cuCtxPopCurrent_v2(&mut popped)) };
+            r.and(p)
+        })
+    }
+}
+
+fn attribute(dev: sys::CUdevice, a: A) -> Result<i32> {
+    let mut v = 0;
+    // SAFETY: valid out-pointer; `dev` is a device of the driver.
+    unsafe {
+        check(
+            "cuDeviceGetAttribute",
+            sys::cuDeviceGetAttribute(&mut v, a, dev),
+        )?
+    };
+    Ok(v)
+}
+
+/// `bytes` (at least 1) of memory of the calling thread's current
+/// context's device: VMM memory where the device supports it, else
+/// `cuMemAlloc` memory. An error when no context is current.
+pub fn alloc_in_current_context(bytes: usize) -> Result<SymMem> {
+    init()?;
+    guarded("ncclMemAlloc", || {
+        let mut ctx = std::ptr::null_mut();
+        // SAFETY: valid out-pointer.
+        unsafe { check("cuCtxGetCurrent", sys::cuCtxGetCurrent(&mut ctx))? };
+        if ctx.is_null() {
+            return Err(CudaError::Invalid(
+                "no CUDA context is current on this thread: make the device current first \
+                 (cudaSetDevice, or any runtime call on it)"
+                    .into(),
+            ));
+        }
+        let mut dev = 0;
+        // SAFETY: valid out-pointer; a context is current.
+        unsafe { check("cuCtxGetDevice", sys::cuCtxGetDevice(&mut dev))? };
+        if attribute(
+            dev,
+            A::CU_DEVICE_ATTRIBUTE_VIRTUAL_ADDRESS_MANAGEMENT_SUPPORTED,
+        )? == 0
+        {
+            tracing::debug!(
+                dev,
+                "oxccl: no VMM on this device; ncclMemAlloc uses cuMemAlloc"
+            );
+            let mut p = 0;
+            // SAFETY: valid out-pointer; a current context.
+            unsafe { check("cuMemAlloc", sys::cuMemAlloc_v2(&mut p, bytes.max(1)))? };
+            return Ok(SymMem {
+                ptr: p,
+                size: bytes.max(1),
+                handle: None,
+                ctx,
+                exportable: false,
+            });
+        }
+        let fd = attribute(
+            dev,
+            A::CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED,
+        )? != 0;
+        vmm(ctx, dev, bytes, fd)
+    })
+}
+
+/// The VMM path of [`alloc_in_current_context`]; every step undone on
+/// failure.
+fn vmm(ctx: sys::CUcontext, dev: sys::CUdevice, bytes: usize, fd: bool) -> Result<SymMem> {
+    // SAFETY: all-zero is a valid value of this plain C struct.
+    let mut prop: sys::CUmemAllocationProp = unsafe { std::mem::zeroed() };
+    prop.type_ = sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type_ = sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = dev;
+    if fd {
+        prop.requestedHandleTypes =
+            sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    }
+    let mut gran = 0usize;
+    // SAFETY: valid out-pointer and properties.
+    unsafe {
+        check(
+            "cuMemGetAllocationGranularity",
+            sys::cuMemGetAllocationGranularity(
+                &mut gran,
+                &prop,
+                sys::CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_RECOMMENDED,
+            ),
+        )?
+    };
+    let gran = gran.max(1);
+    let size = bytes
+        .max(1)
+        .checked_next_multiple_of(gran)
+        .ok_or_else(|| CudaError::Invalid(format!("{bytes} bytes overflow the address space")))?;
+    let mut handle = 0;
+    // SAFETY: valid out-pointer and properties.
+    let mut made = unsafe { sys::cuMemCreate(&mut handle, size, &prop, 0) };
+    let mut exportable = fd;
+    if fd
+        && matches!(
+            made,
+            CUresult::CUDA_ERROR_NOT_SUPPORTED | CUresult::CUDA_ERROR_NOT_PERMITTED
+        )
+    {
+        // Exportable memory refused (a container without the handle
+        // type): memory for this process alone is still VMM memory.
+        tracing::debug!(
+            dev,
+            ?made,
+            "oxccl: exportable VMM memory refused; not exportable"
+        );
+        prop.requestedHandleTypes = sys::CUmemAllocationHandleType(0);
+        exportable = false;
+        // SAFETY: as above.
+        made = unsafe { sys::cuMemCreate(&mut handle, size, &prop, 0) };
+    }
+    check("cuMemCreate", made)?;
+    let release = |e: CudaError| {
+        // SAFETY: the handle made above, released once on this path.
+        let _ = unsafe { sys::cuMemRelease(handle) };
+        e
+    };
+    let mut va = 0;
+    // SAFETY: valid out-pointer; no fixed address asked for.
+    unsafe {
+        check(
+            "cuMemAddressReserve",
+            sys::cuMemAddressReserve(&mut va, size, gran, 0, 0),
+        )
+    }
+    .map_err(release)?;
+    let unreserve = |e: CudaError| {
+        // SAFETY: the range reserved above, freed once on this path.
+        let _ = unsafe { sys::cuMemAddressFree(va, size) };
+        release(e)
+    };
+    // SAFETY: `va..va+size` is reserved and unmapped; `handle` holds `size`.
+    unsafe { check("cuMemMap", sys::cuMemMap(va, size, 0, handle, 0)) }.map_err(unreserve)?;
+    let unmap = |e: CudaError| {
+        // SAFETY: the mapping made above, undone once on this path.
+        let _ = unsafe { sys::cuMemUnmap(va, size) };
+        unreserve(e)
+    };
+    let access = access_list(dev).map_err(unmap)?;
+    // SAFETY: a mapped range; `access` holds `access.len()` descriptors.
+    unsafe {
+        check(
+            "cuMemSetAccess",
+            sys::cuMemSetAccess(va, size, access.as_ptr(), access.len()),
+        )
+    }
+    .map_err(unmap)?;
+    tracing::debug!(
+        dev,
+        va,
+        size,
+        gran,
+        exportable,
+        peers = access.len() - 1,
+        "oxccl: VMM allocation"
+    );
+    Ok(SymMem {
+        ptr: va,
+        size,
+        handle: Some(handle),
+        ctx,
+        exportable,
+    })
+}
+
+/// Read/write access for `dev` and every device that can access it as a
+/// peer (what NCCL grants).
+fn access_list(dev: sys::CUdevice) -> Result<Vec<sys::CUmemAccessDesc>> {
+    let n = crate::driver::device_count()?;
+    let mut v = Vec::new();
+    for d in 0..n {
+        let mut other = 0;
+        // SAFETY: valid out-pointer; `d` is below the device count.
+        unsafe { check("cuDeviceGet", sys::cuDeviceGet(&mut other, d))? };
+        let reach = other == dev || {
+            let mut can = 0;
+            // SAFETY: valid out-pointer; two devices of the driver.
+            unsafe {
+                check(
+                    "cuDeviceCanAccessPeer",
+                    sys::cuDeviceCanAccessPeer(&mut can, other, dev),
+                )?
+            };
+            can != 0
+        };
+        if reach {
+            v.push(sys::CUmemAccessDesc {
+                location: sys::CUmemLocation {
+                    type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
+                    id: other,
+                },
+                flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+            });
+        }
+    }
+    if !v.iter().any(|a| a.location.id == dev) {
+        return Err(CudaError::Invalid(format!(
+            "device {dev} is not among the driver's {n} devices"
+        )));
+    }
+    Ok(v)
+}
