@@ -56,7 +56,7 @@ pub const WIN_REQUIRED_ALIGNMENT: u64 = 4096;
 /// is never taken for another's.
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
-/// A registered window of one rank; give it back with
+/// A registered window of one rank; end it with
 /// [`Communicator::window_deregister`]. Dropping it instead keeps the
 /// range registered until the communicator ends (nothing leaks beyond it).
 #[derive(Debug, PartialEq, Eq)]
@@ -187,9 +187,9 @@ impl Communicator {
     /// Ends a window: later calls on its range run as on unregistered
     /// memory. Releases nothing and waits for nothing: calls already
     /// enqueued on the window keep their plans (see the module docs). A
-    /// window of another communicator is refused (and stays registered
-    /// there).
-    pub fn window_deregister(&self, w: Window) -> Result<()> {
+    /// window of another communicator (it stays registered there), or
+    /// one deregistered already, is refused.
+    pub fn window_deregister(&self, w: &Window) -> Result<()> {
         let mut regs = self.regs.write();
         let Some(i) = regs.windows.iter().position(|&id| id == w.id) else {
             return Err(Error::InvalidUsage(format!(

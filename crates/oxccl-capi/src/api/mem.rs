@@ -330,7 +330,7 @@ pub extern "C" fn ncclCommWindowDeregister(comm: NcclCommT, win: *mut c_void) ->
     guard("ncclCommWindowDeregister", || {
         let c = handle::lookup(comm)?;
         let w = window::take(comm, win as usize)?;
-        c.get()?.window_deregister(w)?;
+        c.get()?.window_deregister(&w)?;
         Ok(SUCCESS)
     })
 }
