@@ -11,12 +11,29 @@
 //! per mapping), and another process may import the allocation from its
 //! file descriptor. A device without VMM support gets `cuMemAlloc`
 //! memory instead ([`SymMem::vmm`] says which), as NCCL falls back to
-//! `cudaMalloc`.
+//! `cudaMalloc`. [`export_fd`] and [`Import`] carry such an allocation to
+//! a peer process (windows of ranks that are processes).
+
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::{Arc, Mutex};
 
 use cudarc::driver::sys::{self, CUdevice_attribute as A, CUresult};
 
-use crate::driver::{check, guarded, init};
+use crate::driver::{check, guarded, init, Ctx};
 use crate::error::{CudaError, Result};
+
+/// This process's live exportable VMM allocations of
+/// [`alloc_in_current_context`]: (start, size, handle). Only these are
+/// exported to peer processes ([`export_fd`]): their mapping starts at
+/// offset 0 of one physical allocation of exactly that size, which is
+/// what an importer maps.
+static EXPORTABLE: Mutex<Vec<(u64, usize, sys::CUmemGenericAllocationHandle)>> =
+    Mutex::new(Vec::new());
+
+fn exportable(
+) -> std::sync::MutexGuard<'static, Vec<(u64, usize, sys::CUmemGenericAllocationHandle)>> {
+    EXPORTABLE.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 /// One allocation of [`alloc_in_current_context`]; give it back with
 /// [`SymMem::free`] (dropping it leaks the memory: a free must wait for
@@ -57,6 +74,7 @@ impl SymMem {
     /// Nothing may touch the range once this returns (no work pending on
     /// another context, no later use of the pointer).
     pub unsafe fn free(self) -> Result<()> {
+        exportable().retain(|&(p, _, _)| p != self.ptr);
         guarded("ncclMemFree", || {
             // SAFETY: the context was current when the memory was made and
             // is the owner's (the runtime keeps its primary context alive
@@ -242,6 +260,9 @@ fn vmm(ctx: sys::CUcontext, dev: sys::CUdevice, bytes: usize, fd: bool) -> Resul
         peers = access.len() - 1,
         "oxccl: VMM allocation"
     );
+    if exportable {
+        self::exportable().push((va, size, handle));
+    }
     Ok(SymMem {
         ptr: va,
         size,
@@ -249,6 +270,138 @@ fn vmm(ctx: sys::CUcontext, dev: sys::CUdevice, bytes: usize, fd: bool) -> Resul
         ctx,
         exportable,
     })
+}
+
+/// The exportable allocation of [`alloc_in_current_context`] holding
+/// `bytes` bytes at `ptr`, as a POSIX file descriptor another process can
+/// import ([`Import::open`]), with the allocation's start and size here.
+/// `None` when no such allocation holds the range (other memory, or an
+/// allocation made without the file-descriptor handle type).
+pub fn export_fd(ptr: u64, bytes: usize) -> Result<Option<(OwnedFd, u64, usize)>> {
+    let end = ptr.saturating_add(bytes as u64);
+    // Held while exporting, so the allocation cannot be freed meanwhile.
+    let live = exportable();
+    let Some(&(base, size, handle)) = live
+        .iter()
+        .find(|&&(b, s, _)| ptr >= b && end <= b + s as u64)
+    else {
+        return Ok(None);
+    };
+    guarded("cuMemExportToShareableHandle", || {
+        let mut fd: std::ffi::c_int = -1;
+        // SAFETY: a live allocation made with the POSIX file descriptor
+        // handle type (listed above); the driver writes an int.
+        unsafe {
+            check(
+                "cuMemExportToShareableHandle",
+                sys::cuMemExportToShareableHandle(
+                    (&mut fd as *mut std::ffi::c_int).cast(),
+                    handle,
+                    sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+                    0,
+                ),
+            )?
+        };
+        if fd < 0 {
+            return Err(CudaError::Invalid(format!(
+                "cuMemExportToShareableHandle gave descriptor {fd}"
+            )));
+        }
+        // SAFETY: a descriptor the driver just opened for this process,
+        // owned by nobody else.
+        Ok(Some((unsafe { OwnedFd::from_raw_fd(fd) }, base, size)))
+    })
+}
+
+/// A peer process's exported allocation mapped into this process, read
+/// and writable by the context's device (unmapped on drop).
+#[derive(Debug)]
+pub struct Import {
+    pub ptr: u64,
+    size: usize,
+    ctx: Arc<Ctx>,
+}
+
+impl Import {
+    /// Imports the allocation of `size` bytes behind `fd` (from
+    /// [`export_fd`] in another process) and maps it whole into `ctx`.
+    pub fn open(ctx: &Arc<Ctx>, fd: &OwnedFd, size: usize) -> Result<Import> {
+        ctx.bind()?;
+        guarded("cuMemImportFromShareableHandle", || {
+            let mut h = 0;
+            // SAFETY: the driver reads the descriptor (passed as its value,
+            // as the API asks) and does not take it over; `h` is a valid
+            // out-pointer.
+            unsafe {
+                check(
+                    "cuMemImportFromShareableHandle",
+                    sys::cuMemImportFromShareableHandle(
+                        &mut h,
+                        fd.as_raw_fd() as usize as *mut std::ffi::c_void,
+                        sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+                    ),
+                )?
+            };
+            let release = |e: CudaError| {
+                // SAFETY: the imported handle, released once on this path.
+                let _ = unsafe { sys::cuMemRelease(h) };
+                e
+            };
+            let mut va = 0;
+            // SAFETY: valid out-pointer; no fixed address asked for.
+            unsafe {
+                check(
+                    "cuMemAddressReserve",
+                    sys::cuMemAddressReserve(&mut va, size, 0, 0, 0),
+                )
+            }
+            .map_err(release)?;
+            let unreserve = |e: CudaError| {
+                // SAFETY: the range reserved above, freed once on this path.
+                let _ = unsafe { sys::cuMemAddressFree(va, size) };
+                release(e)
+            };
+            // SAFETY: a reserved, unmapped range of the allocation's size.
+            unsafe { check("cuMemMap", sys::cuMemMap(va, size, 0, h, 0)) }.map_err(unreserve)?;
+            let access = sys::CUmemAccessDesc {
+                location: sys::CUmemLocation {
+                    type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
+                    id: ctx.dev,
+                },
+                flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+            };
+            // SAFETY: the mapping made above; one descriptor.
+            let granted =
+                unsafe { check("cuMemSetAccess", sys::cuMemSetAccess(va, size, &access, 1)) };
+            if let Err(e) = granted {
+                // SAFETY: the mapping made above, undone once on this path.
+                let _ = unsafe { sys::cuMemUnmap(va, size) };
+                return Err(unreserve(e));
+            }
+            // The mapping keeps the physical memory; the handle is not
+            // needed any more.
+            // SAFETY: the imported handle, released once.
+            let _ = unsafe { sys::cuMemRelease(h) };
+            Ok(Import {
+                ptr: va,
+                size,
+                ctx: ctx.clone(),
+            })
+        })
+    }
+}
+
+impl Drop for Import {
+    fn drop(&mut self) {
+        if self.ctx.bind().is_ok() {
+            // SAFETY: the mapping and reservation made in `open`, undone
+            // once; the world drops imports only after its last kernel.
+            unsafe {
+                let _ = sys::cuMemUnmap(self.ptr, self.size);
+                let _ = sys::cuMemAddressFree(self.ptr, self.size);
+            }
+        }
+    }
 }
 
 /// Read/write access for `dev` and every device that can access it as a

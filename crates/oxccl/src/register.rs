@@ -78,6 +78,9 @@ pub(crate) struct Registry {
     ranges: Vec<Registration>,
     /// Ids of this rank's live windows (`window.rs`).
     pub(crate) windows: Vec<u64>,
+    /// Windows this rank mapped with its peer processes so far (names
+    /// each exchange; every rank registers windows in the same order).
+    pub(crate) window_seq: u64,
 }
 
 impl Communicator {

@@ -8,21 +8,35 @@
 //! host backend, and CUDA, whose ranks share their device's context or
 //! reach other devices through the access the allocation grants, as
 //! `ncclMemAlloc` memory does), registering the window registers the
-//! range and checks that every rank may load and store it. Where they do
-//! not (ranks as processes), the window is kept without a registration:
-//! calls on it run as on any caller memory (CUDA processes share the
-//! allocation with their peers per call where the driver allows it; the
-//! host backend runs FIFO plans). Either way every collective on a window
-//! is correct; only the plan differs.
+//! range and checks that every rank may load and store it.
 //!
-//! Registration is collective by contract, as in NCCL: every rank
-//! registers its window before calls on it. It costs no communication
-//! here (each rank's range is its own; the call check compares what the
-//! ranks say about their buffers at each call and falls back to FIFO
-//! plans on every rank unless all registered).
+//! CUDA ranks as processes map each rank's window into every peer at
+//! registration: the owner exports the allocation holding it (it must be
+//! `ncclMemAlloc`'s exportable VMM memory) as a POSIX file descriptor,
+//! sends it to every peer over the bootstrap's fd mailbox with a record
+//! (a tag, the allocation's start and size) gathered over the bootstrap;
+//! each peer maps it and stores the delta to its mapping under the
+//! owner's tag, as for memory shared per call (`oxccl_cuda`'s
+//! `world/exports.rs`). Only once every peer says it mapped the window
+//! does the owner count it as shared, so calls on it take the direct
+//! plans (with the call check on, which makes the ranks agree per call).
+//! Elsewhere (other memory, the host backend's processes) the window is
+//! kept without a registration and calls on it run as on any caller
+//! memory. Either way every collective on a window is correct; only the
+//! plan differs.
+//!
+//! Registration is collective, as in NCCL: every rank registers its
+//! window before calls on it, windows in the same order on every rank.
+//! Ranks as threads need no communication for it (each rank's range is
+//! its own; the call check compares what the ranks say about their
+//! buffers at each call and falls back to FIFO plans on every rank unless
+//! all registered); CUDA ranks as processes meet in it (two gathers over
+//! the bootstrap and the descriptors), so there it returns once every
+//! rank registered.
 //!
 //! Deregistration is local and releases nothing: it only stops later
-//! calls from taking the direct plans on the range. Calls already
+//! calls from taking the direct plans on the range (peer processes keep
+//! their mapping of a window until the communicator ends). Calls already
 //! enqueued keep the plan they were given and the memory stays the
 //! caller's (as NCCL says, the caller keeps it allocated until those calls
 //! have completed), so deregistering while work on the window is pending
@@ -34,11 +48,18 @@
 //! and unknown bits are accepted and change nothing (every oxccl call is
 //! ordered on its stream already).
 
+use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
 
+use crate::backend::RawBuf;
 use crate::comm::Communicator;
 use crate::error::{Error, Result};
 use crate::register::Registration;
+
+/// Fd mailbox tags of window exchanges: this base plus the window's
+/// sequence number.
+const FD_TAG: u64 = 0x6f78_7769_6e00_0000;
 
 /// `NCCL_WIN_DEFAULT`.
 pub const WIN_DEFAULT: u32 = 0x00;
@@ -69,6 +90,8 @@ pub struct Window {
     flags: u32,
     /// The facade's registration, where the backend's peers reach it.
     reg: Option<Registration>,
+    /// Mapped into every peer process at registration.
+    mapped: bool,
 }
 
 impl Window {
@@ -98,11 +121,11 @@ impl Window {
         self.rank
     }
 
-    /// Whether the range is registered with the backend, so calls on it
-    /// may take the direct plans (`false` for ranks as processes; see the
-    /// module docs).
+    /// Whether every rank's kernels reach the window (registered with the
+    /// backend, or mapped into every peer process), so calls on it may
+    /// take the direct plans (see the module docs).
     pub fn direct(&self) -> bool {
-        self.reg.is_some()
+        self.reg.is_some() || self.mapped
     }
 
     /// Whether `bytes` bytes at `addr` lie inside the window.
@@ -158,12 +181,14 @@ impl Communicator {
                  {WIN_REQUIRED_ALIGNMENT} bytes (NCCL_WIN_REQUIRED_ALIGNMENT), not {addr:#x}"
             )));
         }
-        let reg = if self.clique().backend.registered_external() {
+        let backend = &self.clique().backend;
+        let reg = if backend.registered_external() {
             // SAFETY: the caller's contract is register's.
             Some(unsafe { self.register(ptr, bytes) }?)
         } else {
             None
         };
+        let mapped = reg.is_none() && backend.maps_windows() && self.map_window(addr, bytes)?;
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
         self.regs.write().windows.push(id);
         tracing::debug!(
@@ -171,7 +196,7 @@ impl Communicator {
             addr,
             bytes,
             flags,
-            direct = reg.is_some(),
+            direct = reg.is_some() || mapped,
             "oxccl: window registered"
         );
         Ok(Window {
@@ -181,7 +206,72 @@ impl Communicator {
             bytes,
             flags,
             reg,
+            mapped,
         })
+    }
+
+    /// Maps this rank's window into every peer process and theirs here
+    /// (see the module docs); whether every peer mapped this rank's. Every
+    /// rank calls it for its window, in the same order.
+    fn map_window(&self, addr: u64, bytes: usize) -> Result<bool> {
+        let cl = self.clique();
+        let Some(boot) = cl.boot.as_ref().filter(|b| b.all_local()) else {
+            return Ok(false);
+        };
+        let map_boot = crate::init::map_bootstrap;
+        let (me, n) = (self.rank(), boot.nranks());
+        let seq = {
+            let mut regs = self.regs.write();
+            regs.window_seq += 1;
+            regs.window_seq
+        };
+        let exported = cl
+            .backend
+            .window_export(me, RawBuf { addr, bytes })
+            .unwrap_or_else(|e| {
+                tracing::debug!(rank = me, error = %e, "oxccl: window not exported");
+                None
+            });
+        let rec = exported
+            .as_ref()
+            .map(|(_, r)| r.clone())
+            .unwrap_or_default();
+        let recs = boot.all_gather(&rec).map_err(map_boot)?;
+        let tag = FD_TAG.wrapping_add(seq);
+        let deadline = Instant::now() + boot.limit();
+        if let Some((fd, _)) = &exported {
+            for p in (0..n).filter(|&p| p != me) {
+                boot.mailbox()
+                    .send(p, tag, &[fd.as_fd()], deadline)
+                    .map_err(map_boot)?;
+            }
+        }
+        let mut mapped = vec![0u8; n as usize];
+        for p in (0..n).filter(|&p| p != me) {
+            if recs[p as usize].is_empty() {
+                continue;
+            }
+            let fds = boot.mailbox().recv(p, tag, deadline).map_err(map_boot)?;
+            let ok = match fds.first() {
+                Some(fd) => cl
+                    .backend
+                    .window_import(me, p, fd, &recs[p as usize])
+                    .map_err(|e| {
+                        tracing::warn!(rank = me, peer = p, error = %e,
+                            "oxccl: a peer's window could not be mapped here; calls on it run FIFO plans");
+                    })
+                    .is_ok(),
+                None => false,
+            };
+            mapped[p as usize] = u8::from(ok);
+        }
+        let all = boot.all_gather(&mapped).map_err(map_boot)?;
+        let everywhere = (0..n).all(|q| q == me || all[q as usize].get(me as usize) == Some(&1));
+        if exported.is_some() && everywhere {
+            cl.backend.window_publish(me, &rec)?;
+            return Ok(true);
+        }
+        Ok(false)
     }
 
     /// Ends a window: later calls on its range run as on unregistered
@@ -203,6 +293,15 @@ impl Communicator {
         };
         regs.windows.swap_remove(i);
         drop(regs);
+        if w.mapped {
+            self.clique().backend.window_retire(
+                self.rank(),
+                RawBuf {
+                    addr: w.addr,
+                    bytes: w.bytes,
+                },
+            );
+        }
         match w.reg {
             Some(r) => self.deregister(r),
             None => Ok(()),

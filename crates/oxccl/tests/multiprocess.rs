@@ -188,6 +188,23 @@ fn windows_across_processes(backend: &str) {
         for l in ok {
             assert!(l.ends_with(" 0 wrong"), "{l}\n{lines:#?}");
         }
+        // CUDA ranks sharing heaps (the device path) map every window into
+        // every peer, so the large calls on windows take direct plans.
+        for l in &lines {
+            let direct: usize = tagged(l, "DIRECT ")
+                .first()
+                .and_then(|d| d.split_whitespace().nth(1))
+                .and_then(|k| k.parse().ok())
+                .unwrap_or_else(|| panic!("no DIRECT line: {l:#?}"));
+            let device = tagged(l, "BACKEND ")
+                .iter()
+                .any(|b| b.contains("heaps shared"));
+            if device {
+                assert!(direct > 0, "no direct plan ran on a window: {l:#?}");
+            } else if backend == "host" {
+                assert_eq!(direct, 0, "host processes reach no window: {l:#?}");
+            }
+        }
     }
 }
 
@@ -961,18 +978,19 @@ impl WinMem {
 fn child_windows() {
     use oxccl::{RawColl, RawStream};
     let c = child_comm(Duration::from_secs(60));
+    println!("BACKEND {}", c.describe_backend());
     let cuda = c.backend() == BackendKind::Cuda;
     let (n, me) = (c.nranks(), c.rank());
     // Binds the device's context to this thread for the driver calls below.
     c.barrier().unwrap();
-    let (mut cases, mut wrong, mut first) = (0usize, 0u64, None);
+    let (mut cases, mut wrong, mut first, mut direct) = (0usize, 0u64, None, 0usize);
     for kind in [
         CollKind::AllReduce,
         CollKind::AllGather,
         CollKind::ReduceScatter,
         CollKind::Broadcast,
     ] {
-        for count in [1000usize, 1 << 18] {
+        for count in [1000usize, 1 << 20] {
             let root = if kind.has_root() { n - 1 } else { 0 };
             let coll = Collective::new(kind, count, root);
             let op = RedOp::Sum;
@@ -1008,6 +1026,7 @@ fn child_windows() {
             // SAFETY: both buffers live until after the barrier below;
             // stream 0 is the legacy default stream.
             unsafe { c.collective_raw(call, RawStream::DEFAULT) }.unwrap();
+            direct += usize::from(c.last_choice().is_some_and(|ch| ch.is_direct()));
             for w in &wins {
                 c.window_deregister(w).unwrap();
                 assert!(
@@ -1031,6 +1050,7 @@ fn child_windows() {
     if let Some(f) = first {
         println!("FIRST {f}");
     }
+    println!("DIRECT {direct}");
     println!("OK rank {me}: {cases} window cases, {wrong} wrong");
     c.destroy();
 }

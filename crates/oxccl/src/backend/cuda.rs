@@ -278,6 +278,45 @@ impl Backend for CudaBackend {
         }
     }
 
+    fn maps_windows(&self) -> bool {
+        self.procs.is_some()
+    }
+
+    fn window_export(
+        &self,
+        rank: u32,
+        buf: RawBuf,
+    ) -> Result<Option<(std::os::fd::OwnedFd, Vec<u8>)>, Error> {
+        if self.procs.is_none() {
+            return Ok(None);
+        }
+        let e = self
+            .world
+            .window_export(rank, buf.addr, buf.bytes)
+            .map_err(map_error)?;
+        Ok(e.map(|(fd, rec)| (fd, rec.to_vec())))
+    }
+
+    fn window_import(
+        &self,
+        rank: u32,
+        peer: u32,
+        fd: &std::os::fd::OwnedFd,
+        record: &[u8],
+    ) -> Result<(), Error> {
+        self.world
+            .window_import(rank, peer, fd, record)
+            .map_err(map_error)
+    }
+
+    fn window_publish(&self, _rank: u32, record: &[u8]) -> Result<(), Error> {
+        self.world.window_publish(record).map_err(map_error)
+    }
+
+    fn window_retire(&self, _rank: u32, buf: RawBuf) {
+        self.world.window_retire(buf.addr);
+    }
+
     fn chunk_bytes(&self) -> usize {
         self.world.slot_bytes()
     }
