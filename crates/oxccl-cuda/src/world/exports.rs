@@ -303,6 +303,11 @@ impl World {
                 record.len()
             )));
         }
+        if record[..HANDLE_BYTES].iter().all(|&b| b == 0) {
+            // A tag given to a window: mapped at its registration
+            // (`window_import`), so its slot on the board stays empty.
+            return Ok(());
+        }
         let dev = self.dev(rank)?;
         let word =
             |at: usize| u64::from_le_bytes(record[at..at + 8].try_into().unwrap_or_default());
@@ -504,6 +509,26 @@ pub(super) fn initial_table(me: usize, heap_deltas: &[i64]) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn window_records_are_checked() {
+        let rec = |tag: u8, base: u64, size: u64| {
+            let mut r = [0u8; WINDOW_RECORD_BYTES];
+            r[0] = tag;
+            r[8..16].copy_from_slice(&base.to_le_bytes());
+            r[16..24].copy_from_slice(&size.to_le_bytes());
+            r
+        };
+        assert_eq!(
+            parse_window_record(&rec(3, 0x7000_0000, 2 << 20)).unwrap(),
+            (3, 0x7000_0000, 2 << 20)
+        );
+        assert!(parse_window_record(&rec(0, 0x7000_0000, 2 << 20)).is_err());
+        assert!(parse_window_record(&rec(LAST_TAG + 1, 0x7000_0000, 2 << 20)).is_err());
+        assert!(parse_window_record(&rec(3, 0x7000_0000, 0)).is_err());
+        assert!(parse_window_record(&rec(3, u64::MAX - 8, 4096)).is_err());
+        assert!(parse_window_record(&rec(3, 0x7000_0000, 4096)[..23]).is_err());
+    }
 
     #[test]
     fn the_table_starts_with_heaps_mapped_and_every_other_tag_refused() {
