@@ -27,11 +27,12 @@ use crate::error::{CudaError, Result};
 /// exported to peer processes ([`export_fd`]): their mapping starts at
 /// offset 0 of one physical allocation of exactly that size, which is
 /// what an importer maps.
-static EXPORTABLE: Mutex<Vec<(u64, usize, sys::CUmemGenericAllocationHandle)>> =
-    Mutex::new(Vec::new());
+static EXPORTABLE: Mutex<Vec<Live>> = Mutex::new(Vec::new());
 
-fn exportable(
-) -> std::sync::MutexGuard<'static, Vec<(u64, usize, sys::CUmemGenericAllocationHandle)>> {
+/// (start, size, handle) of one exportable allocation.
+type Live = (u64, usize, sys::CUmemGenericAllocationHandle);
+
+fn exportable() -> std::sync::MutexGuard<'static, Vec<Live>> {
     EXPORTABLE.lock().unwrap_or_else(|p| p.into_inner())
 }
 
