@@ -194,6 +194,11 @@ fn every_config_layout_from_2_17_to_2_30() {
 }
 
 #[test]
+fn windows_on_processes_and_threads() {
+    run("windows", 3, &[], LIMIT);
+}
+
+#[test]
 fn bad_arguments_are_refused_and_nothing_is_written() {
     run("badargs", 1, &[], LIMIT);
 }

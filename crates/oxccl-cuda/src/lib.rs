@@ -24,6 +24,7 @@ pub mod error;
 pub mod ipc;
 pub mod kernels;
 pub mod layout;
+pub mod vmm;
 pub mod world;
 
 pub use device::{

@@ -253,6 +253,61 @@ fn every_case_on_the_device() {
 }
 
 /// Sizes from 0 to 256 MiB per rank for ring and direct AllReduce (f32).
+/// `ncclMemAlloc`'s memory (`vmm::alloc_in_current_context`): refused
+/// without a current context; VMM memory rounded up to the granularity,
+/// readable and writable through the driver's copies, registrable by a
+/// rank of its device (and refused for a rank of another device), freed.
+#[test]
+fn vmm_memory_for_ncclmemalloc() {
+    let Some(info) = device_or_skip("vmm_memory_for_ncclmemalloc") else {
+        return;
+    };
+    use cudarc::driver::sys;
+    use oxccl_cuda::vmm::alloc_in_current_context;
+    let none = std::thread::spawn(|| alloc_in_current_context(64).map(|m| m.ptr))
+        .join()
+        .expect("thread");
+    assert!(
+        matches!(&none, Err(CudaError::Invalid(m)) if m.contains("no CUDA context")),
+        "{none:?}"
+    );
+    let ndev = info.devices.len();
+    let w = world(2, ndev, Duration::from_secs(20));
+    let ctx = oxccl_cuda::driver::Ctx::new(0).expect("context");
+    ctx.bind().expect("bind");
+    let m = alloc_in_current_context(5000).expect("ncclMemAlloc");
+    assert!(m.vmm(), "the device has VMM");
+    assert!(m.size >= 5000 && m.size.is_multiple_of(4096), "{m:?}");
+    assert!(m.ptr.is_multiple_of(4096), "{m:?}");
+    let data: Vec<u8> = (0..m.size).map(|i| (i % 251) as u8).collect();
+    let mut back = vec![0u8; m.size];
+    // SAFETY: the mapping holds `m.size` bytes; synchronous copies.
+    unsafe {
+        assert_eq!(
+            sys::cuMemcpyHtoD_v2(m.ptr, data.as_ptr().cast(), m.size),
+            sys::CUresult::CUDA_SUCCESS
+        );
+        assert_eq!(
+            sys::cuMemcpyDtoH_v2(back.as_mut_ptr().cast(), m.ptr, m.size),
+            sys::CUresult::CUDA_SUCCESS
+        );
+    }
+    assert!(back == data, "VMM memory did not keep what was written");
+    w.check_external(0, m.ptr, m.size)
+        .expect("rank 0 (device 0) registers device 0's VMM memory");
+    if ndev > 1 {
+        let e = w.check_external(1, m.ptr, m.size).unwrap_err();
+        assert!(e.to_string().contains("on device 0"), "{e}");
+    }
+    println!(
+        "ncclMemAlloc(5000): {} bytes of VMM memory, exportable {}",
+        m.size, m.exportable
+    );
+    ctx.bind().expect("bind");
+    // SAFETY: nothing uses the memory any more.
+    unsafe { m.free() }.expect("ncclMemFree");
+}
+
 #[test]
 fn allreduce_sizes_up_to_256_mib() {
     let env = GpuEnv::from_env();

@@ -211,6 +211,7 @@ mod shrink;
 mod sink;
 mod split_threads;
 mod validate;
+mod window;
 
 pub use backend::{BackendKind, RawStream};
 pub use buffer::{Buffer, In, Out, Slice};
@@ -225,6 +226,9 @@ pub use oxccl_bootstrap::MAX_RANKS;
 pub use raw::RawColl;
 pub use register::Registration;
 pub use select::{Choice, Transport};
+pub use window::{
+    Window, WIN_COLL_SYMMETRIC, WIN_DEFAULT, WIN_REQUIRED_ALIGNMENT, WIN_STRICT_ORDERING,
+};
 
 /// The call check's CPU work, for the benchmarks in `benches/` only; not
 /// part of the API.

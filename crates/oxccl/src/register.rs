@@ -30,6 +30,9 @@
 //! calls under LL) or for a PreMulSum whose scalar the ranks do not share
 //! through the call check.
 //!
+//! Windows (`ncclCommWindowRegister`, [`Communicator::window_register`])
+//! are registrations made by every rank alike (`window.rs`).
+//!
 //! Send/Recv: a send of 256 KiB or more whose buffer is registered (or
 //! `comm.alloc` memory) is read by its receiver straight from that buffer
 //! (`gen::p2p::Path::Direct`), whatever the receiver's buffer; the

@@ -33,4 +33,9 @@ impl Registration {
 pub(crate) struct Registry {
     pub(crate) next_id: u64,
     pub(crate) ranges: Vec<Registration>,
+    /// Ids of this rank's live windows (`window.rs`).
+    pub(crate) windows: Vec<u64>,
+    /// Windows this rank mapped with its peer processes so far (names
+    /// each exchange; every rank registers windows in the same order).
+    pub(crate) window_seq: u64,
 }

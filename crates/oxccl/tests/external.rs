@@ -34,6 +34,9 @@ enum Kind {
     Pool,
     /// `cuMemCreate` + `cuMemAddressReserve` + `cuMemMap` + `cuMemSetAccess`.
     Vmm,
+    /// The C ABI's `ncclMemAlloc` (`oxccl::backend::cuda::alloc_symmetric`:
+    /// VMM, exportable, peers granted access).
+    Sym,
 }
 
 /// How to release one allocation.
@@ -41,6 +44,7 @@ enum Owned {
     Alloc(u64),
     Pool(u64),
     Vmm { va: u64, size: usize, handle: u64 },
+    Sym(oxccl::backend::cuda::SymMem),
 }
 
 /// Per rank: its device's context, its caller stream and a 64 MiB area
@@ -169,10 +173,15 @@ impl Mem for CudaMem {
                 Owned::Pool(p)
             }
             Kind::Vmm => self.vmm(rank, bytes),
+            Kind::Sym => {
+                // The rank's context is current (`rank` bound it).
+                Owned::Sym(oxccl::backend::cuda::alloc_symmetric(bytes).expect("ncclMemAlloc"))
+            }
         };
-        let p = match o {
-            Owned::Alloc(p) | Owned::Pool(p) => p,
-            Owned::Vmm { va, .. } => va,
+        let p = match &o {
+            Owned::Alloc(p) | Owned::Pool(p) => *p,
+            Owned::Vmm { va, .. } => *va,
+            Owned::Sym(m) => m.ptr,
         };
         self.owned.lock().unwrap().push((rank, o));
         p
@@ -233,6 +242,10 @@ impl Drop for CudaMem {
                         let _ = sys::cuMemRelease(handle);
                         sys::cuMemAddressFree(va, size)
                     }
+                    Owned::Sym(s) => {
+                        oxccl::backend::cuda::free_symmetric(s).expect("ncclMemFree");
+                        sys::CUresult::CUDA_SUCCESS
+                    }
                 };
             }
         }
@@ -277,7 +290,7 @@ fn cuda_every_collective_on_external_memory() {
             oxccl_cuda::driver::driver_version(),
             oxccl_cuda::driver::MIN_DRIVER
         );
-        for kind in [Kind::Alloc, Kind::Pool, Kind::Vmm] {
+        for kind in [Kind::Alloc, Kind::Pool, Kind::Vmm, Kind::Sym] {
             let mem = CudaMem::new(kind, n);
             let t = std::time::Instant::now();
             let mut calls = 0;
@@ -323,6 +336,122 @@ fn cuda_every_collective_on_external_memory() {
                 t.elapsed()
             );
         }
+    }
+}
+
+/// `ncclMemAlloc`'s memory: VMM memory rounded up to the granularity,
+/// usable by the driver's copies, registered by windows on every rank
+/// (symmetric: aligned), where every collective is right and the large
+/// ones take the direct plans; raw VMM memory too.
+#[test]
+fn cuda_windows_on_vmm_memory() {
+    for n in env_list("OXCCL_GPU_RANKS", &[2, 3, 8]) {
+        let Some(comms) = cuda("cuda_windows_on_vmm_memory", n) else {
+            return;
+        };
+        for kind in [Kind::Sym, Kind::Vmm] {
+            let mem = CudaMem::new(kind, n);
+            if kind == Kind::Sym {
+                mem.rank(0);
+                let m = oxccl::backend::cuda::alloc_symmetric(1).expect("ncclMemAlloc of 1 byte");
+                assert!(m.vmm(), "the device has VMM: ncclMemAlloc must use it");
+                assert!(m.size >= 4096 && m.ptr.is_multiple_of(4096), "{m:?}");
+                println!(
+                    "ncclMemAlloc(1): {} bytes, exportable {}",
+                    m.size, m.exportable
+                );
+                // SAFETY: never used.
+                unsafe { oxccl::backend::cuda::free_symmetric(m) }.expect("ncclMemFree");
+            }
+            for coll in oxccl::core::testkit::COLLECTIVES {
+                for (count, in_place) in [(1000, false), (1 << 20, false), (1 << 18, true)] {
+                    let o = common::raw::run_collective_reg::<f32, _>(
+                        &comms,
+                        &mem,
+                        coll,
+                        count,
+                        RedOp::Sum,
+                        in_place,
+                        common::raw::Reg::Window,
+                    );
+                    assert_eq!(
+                        o.wrong, 0,
+                        "{kind:?} windows, {n} ranks, {coll} count {count} in_place {in_place}: {:?}",
+                        o.first
+                    );
+                    if count == 1 << 20
+                        && matches!(
+                            coll,
+                            CollKind::AllReduce | CollKind::AllGather | CollKind::ReduceScatter
+                        )
+                    {
+                        assert!(
+                            o.direct,
+                            "{kind:?} windows, {n} ranks, {coll}: a direct plan"
+                        );
+                    }
+                }
+            }
+            println!("windows on {kind:?} memory, {n} ranks: every collective right");
+        }
+    }
+}
+
+/// A window deregistered right after a call on it was enqueued (the
+/// call still pending behind a 64 MiB memset): the call completes right,
+/// and the memory is then freed with `ncclMemFree`'s path.
+#[test]
+fn cuda_window_deregistered_while_a_call_is_pending() {
+    for n in env_list("OXCCL_GPU_RANKS", &[2, 3, 8]) {
+        let Some(comms) = cuda("cuda_window_deregistered_while_a_call_is_pending", n) else {
+            return;
+        };
+        let mem = CudaMem::new(Kind::Sym, n);
+        let count = 1usize << 20;
+        let bad = common::on_ranks(&comms, |c| {
+            let r = c.rank();
+            let (send, recv) = (mem.alloc(r, count * 4), mem.alloc(r, count * 4));
+            let input: Vec<f32> = (0..count).map(|i| (i % 13) as f32 + r as f32).collect();
+            mem.upload(r, send, bytes_of(&input));
+            // SAFETY: both allocations outlive every call on them.
+            let wins = unsafe {
+                [
+                    c.window_register(send as *const _, count * 4, oxccl::WIN_COLL_SYMMETRIC)
+                        .expect("window"),
+                    c.window_register(recv as *const _, count * 4, oxccl::WIN_COLL_SYMMETRIC)
+                        .expect("window"),
+                ]
+            };
+            // SAFETY: as above; the rank's caller stream.
+            unsafe {
+                c.collective_raw(
+                    RawColl {
+                        kind: CollKind::AllReduce,
+                        send: send as *const _,
+                        recv: recv as *mut _,
+                        count,
+                        dtype: DataType::F32,
+                        op: RedOp::Sum,
+                        root: 0,
+                    },
+                    mem.stream(r),
+                )
+            }
+            .expect("allreduce");
+            for w in &wins {
+                c.window_deregister(w)
+                    .expect("deregister with the call pending");
+            }
+            let mut out = vec![0f32; count];
+            mem.download(r, recv, bytes_of_mut(&mut out));
+            let base: f32 = (0..n).map(|q| q as f32).sum();
+            (0..count)
+                .find(|&i| out[i] != (i % 13) as f32 * n as f32 + base)
+                .map(|i| format!("rank {r}: element {i} is {}", out[i]))
+        });
+        let bad: Vec<_> = bad.into_iter().flatten().collect();
+        assert!(bad.is_empty(), "{n} ranks: {bad:?}");
+        println!("{n} ranks: windows deregistered with a call pending; results right");
     }
 }
 

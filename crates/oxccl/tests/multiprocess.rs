@@ -175,6 +175,52 @@ fn the_callers_memory_runs_direct_plans_across_processes_on_cuda() {
     }
 }
 
+/// Windows across processes: every rank registers windows over its
+/// buffers (`ncclMemAlloc`'s memory on CUDA, host memory on the host
+/// backend), the collectives on them are right, the window gives back the
+/// registered pointer, and deregistered windows are stale.
+fn windows_across_processes(backend: &str) {
+    for n in [2u32, 3] {
+        let lines = run_ranks_on("windows", n, backend);
+        let ok = ok_lines(&lines);
+        assert_eq!(ok.len(), n as usize, "{lines:#?}");
+        for l in ok {
+            assert!(l.ends_with(" 0 wrong"), "{l}\n{lines:#?}");
+        }
+        // CUDA ranks sharing heaps (the device path) map every window into
+        // every peer, so the large calls on windows take direct plans.
+        for l in &lines {
+            let direct: usize = tagged(l, "DIRECT ")
+                .first()
+                .and_then(|d| d.split_whitespace().nth(1))
+                .and_then(|k| k.parse().ok())
+                .unwrap_or_else(|| panic!("no DIRECT line: {l:#?}"));
+            let device = tagged(l, "BACKEND ")
+                .iter()
+                .any(|b| b.contains("heaps shared"));
+            if device {
+                assert!(direct > 0, "no direct plan ran on a window: {l:#?}");
+            } else if backend == "host" {
+                assert_eq!(direct, 0, "host processes reach no window: {l:#?}");
+            }
+        }
+    }
+}
+
+#[test]
+fn windows_across_processes_on_the_host_backend() {
+    windows_across_processes("host");
+}
+
+#[test]
+fn windows_across_processes_on_cuda() {
+    oxccl::backend::cuda::prefer_process_rank_queues();
+    if oxccl::backend::cuda::device_or_skip("windows_across_processes_on_cuda").is_none() {
+        return;
+    }
+    windows_across_processes("cuda");
+}
+
 #[test]
 fn split_groups_by_color_and_orders_by_key() {
     let lines = run_ranks("split", 4);
@@ -856,6 +902,158 @@ fn cu(what: &str, r: cudarc::driver::sys::CUresult) {
     assert_eq!(r, cudarc::driver::sys::CUresult::CUDA_SUCCESS, "{what}");
 }
 
+/// Memory of one window of [`child_windows`]: `ncclMemAlloc`'s on CUDA
+/// (the current context is the rank's: `barrier` bound it), host memory
+/// otherwise.
+enum WinMem {
+    Device(oxccl::backend::cuda::SymMem),
+    Host(Vec<u64>),
+}
+
+impl WinMem {
+    fn new(cuda: bool, bytes: usize) -> WinMem {
+        if cuda {
+            WinMem::Device(oxccl::backend::cuda::alloc_symmetric(bytes).unwrap())
+        } else {
+            WinMem::Host(vec![0u64; bytes.div_ceil(8) + 512])
+        }
+    }
+
+    /// The start: 4096-aligned (a symmetric window's alignment).
+    fn ptr(&mut self) -> u64 {
+        match self {
+            WinMem::Device(m) => m.ptr,
+            WinMem::Host(v) => (v.as_mut_ptr() as u64).next_multiple_of(4096),
+        }
+    }
+
+    fn put(&mut self, data: &[f32]) {
+        let p = self.ptr();
+        match self {
+            // SAFETY: the allocation holds `data`; a synchronous copy.
+            WinMem::Device(_) => unsafe {
+                cu(
+                    "cuMemcpyHtoD",
+                    cudarc::driver::sys::cuMemcpyHtoD_v2(p, data.as_ptr().cast(), data.len() * 4),
+                )
+            },
+            // SAFETY: the vector holds 4096 spare bytes past `data`'s room.
+            WinMem::Host(_) => unsafe {
+                std::ptr::copy_nonoverlapping(data.as_ptr(), p as *mut f32, data.len())
+            },
+        }
+    }
+
+    fn get(&mut self, len: usize) -> Vec<f32> {
+        let p = self.ptr();
+        let mut out = vec![0f32; len];
+        match self {
+            // SAFETY: as in `put`; the calls on it completed (a barrier
+            // after a synchronising copy on the legacy stream).
+            WinMem::Device(_) => unsafe {
+                cu(
+                    "cuMemcpyDtoH",
+                    cudarc::driver::sys::cuMemcpyDtoH_v2(out.as_mut_ptr().cast(), p, len * 4),
+                )
+            },
+            // SAFETY: as in `put`.
+            WinMem::Host(_) => unsafe {
+                std::ptr::copy_nonoverlapping(p as *const f32, out.as_mut_ptr(), len)
+            },
+        }
+        out
+    }
+
+    fn free(self) {
+        if let WinMem::Device(m) = self {
+            // SAFETY: every call on it completed (the barrier before).
+            unsafe { oxccl::backend::cuda::free_symmetric(m) }.unwrap();
+        }
+    }
+}
+
+/// Collectives on windows registered by every rank (see
+/// `windows_across_processes`).
+fn child_windows() {
+    use oxccl::{RawColl, RawStream};
+    let c = child_comm(Duration::from_secs(60));
+    println!("BACKEND {}", c.describe_backend());
+    let cuda = c.backend() == BackendKind::Cuda;
+    let (n, me) = (c.nranks(), c.rank());
+    // Binds the device's context to this thread for the driver calls below.
+    c.barrier().unwrap();
+    let (mut cases, mut wrong, mut first, mut direct) = (0usize, 0u64, None, 0usize);
+    for kind in [
+        CollKind::AllReduce,
+        CollKind::AllGather,
+        CollKind::ReduceScatter,
+        CollKind::Broadcast,
+    ] {
+        for count in [1000usize, 1 << 20] {
+            let root = if kind.has_root() { n - 1 } else { 0 };
+            let coll = Collective::new(kind, count, root);
+            let op = RedOp::Sum;
+            let inputs: Vec<Vec<f32>> = (0..n)
+                .map(|r| testkit::input::<f32>(&coll, n, r, op, 3))
+                .collect();
+            let (lin, lout) = (coll.input_len(n), coll.output_len(n));
+            let (mut a, mut b) = (WinMem::new(cuda, lin * 4), WinMem::new(cuda, lout * 4));
+            a.put(&inputs[me as usize]);
+            b.put(&vec![-3.0; lout]);
+            let (send, recv) = (a.ptr(), b.ptr());
+            // SAFETY: both allocations outlive every call on them (freed
+            // after the barrier below).
+            let wins = unsafe {
+                [
+                    c.window_register(send as *const _, lin * 4, oxccl::WIN_COLL_SYMMETRIC)
+                        .unwrap(),
+                    c.window_register(recv as *const _, lout * 4, oxccl::WIN_COLL_SYMMETRIC)
+                        .unwrap(),
+                ]
+            };
+            assert_eq!(wins[0].addr(), send);
+            assert_eq!(wins[1].user_ptr() as u64, recv);
+            let call = RawColl {
+                kind,
+                send: send as *const std::ffi::c_void,
+                recv: recv as *mut std::ffi::c_void,
+                count,
+                dtype: DataType::F32,
+                op,
+                root,
+            };
+            // SAFETY: both buffers live until after the barrier below;
+            // stream 0 is the legacy default stream.
+            unsafe { c.collective_raw(call, RawStream::DEFAULT) }.unwrap();
+            direct += usize::from(c.last_choice().is_some_and(|ch| ch.is_direct()));
+            for w in &wins {
+                c.window_deregister(w).unwrap();
+                assert!(
+                    c.window_deregister(w).is_err(),
+                    "a stale window deregistered"
+                );
+            }
+            let out = b.get(lout);
+            c.barrier().unwrap();
+            let outputs = testkit::own_outputs(&coll, &inputs, me, out, op);
+            let (w, f) = testkit::compare(&coll, &inputs, &outputs, op);
+            cases += 1;
+            wrong += w;
+            if w > 0 && first.is_none() {
+                first = Some(format!("{kind} count {count}: {}", f.unwrap_or_default()));
+            }
+            a.free();
+            b.free();
+        }
+    }
+    if let Some(f) = first {
+        println!("FIRST {f}");
+    }
+    println!("DIRECT {direct}");
+    println!("OK rank {me}: {cases} window cases, {wrong} wrong");
+    c.destroy();
+}
+
 /// Collectives through `collective_raw` on this process's own `cuMemAlloc`
 /// memory, each case on fresh allocations freed afterwards (after a
 /// barrier: nothing of any rank's is in flight then).
@@ -1224,6 +1422,7 @@ fn child() {
     match role.as_str() {
         "all" => child_all(),
         "external" => child_external(),
+        "windows" => child_windows(),
         "split" => child_split(),
         "env" => child_env(),
         "loop" => child_loop(),

@@ -8,7 +8,7 @@ mod common;
 
 use std::sync::Mutex;
 
-use common::raw::{run_collective, run_ring, Mem};
+use common::raw::{run_collective, run_collective_reg, run_ring, Mem, Reg};
 use oxccl::{CollKind, DataType, Error, RawColl, RawStream, RedOp};
 
 /// Host memory the test owns (8-byte aligned), copies by hand.
@@ -95,6 +95,102 @@ fn registered_ranges_run_direct_plans_and_unregistered_fifo() {
             assert_eq!(o.direct, register, "{kind}: direct plan iff registered");
         }
     }
+}
+
+#[test]
+fn windows_run_direct_plans_on_every_collective() {
+    let mem = HostMem::default();
+    let comms = common::host(3);
+    for kind in KINDS {
+        for in_place in [false, true] {
+            let o = run_collective_reg::<f32, _>(
+                &comms,
+                &mem,
+                kind,
+                1 << 14,
+                RedOp::Sum,
+                in_place,
+                Reg::Window,
+            );
+            assert_eq!(
+                o.wrong, 0,
+                "{kind} in_place={in_place} on windows: {:?}",
+                o.first
+            );
+            if matches!(
+                kind,
+                CollKind::AllReduce | CollKind::AllGather | CollKind::ReduceScatter
+            ) && !in_place
+            {
+                assert!(o.direct, "{kind} on windows: a direct plan");
+            }
+        }
+    }
+    // Deregistered (by the run above): the same calls run FIFO plans.
+    let o = run_collective_reg::<f32, _>(
+        &comms,
+        &mem,
+        CollKind::AllReduce,
+        1 << 14,
+        RedOp::Sum,
+        false,
+        Reg::No,
+    );
+    assert_eq!(o.wrong, 0, "{:?}", o.first);
+    assert!(!o.direct, "unregistered memory ran a direct plan");
+}
+
+#[test]
+fn window_misuse_is_refused() {
+    let a = common::host(1);
+    let b = common::host(1);
+    let (a, b) = (&a[0], &b[0]);
+    let mut page = vec![0u64; 4096];
+    let p = page.as_mut_ptr();
+    // An address 8 bytes past a 4096-byte boundary inside `page`.
+    let off = (4096 - (p as usize % 4096)) % 4096 / 8 + 1;
+    // SAFETY: every range below lies in `page`, alive to the end; refused
+    // ranges are never used.
+    unsafe {
+        let bad = |e: Error, word: &str| {
+            assert_eq!(e.nccl_result(), 4, "{e}: want ncclInvalidArgument");
+            assert!(e.to_string().contains(word), "{e}: lacks {word}");
+        };
+        bad(
+            a.window_register(std::ptr::null(), 64, 0).unwrap_err(),
+            "non-null",
+        );
+        bad(a.window_register(p.cast(), 0, 0).unwrap_err(), "non-empty");
+        bad(
+            a.window_register(p.add(1).cast(), usize::MAX, 0)
+                .unwrap_err(),
+            "wrap",
+        );
+        let odd = p.add(off);
+        bad(
+            a.window_register(odd.cast(), 64, oxccl::WIN_COLL_SYMMETRIC)
+                .unwrap_err(),
+            "NCCL_WIN_REQUIRED_ALIGNMENT",
+        );
+        // Without the symmetric flag, and with flags oxccl does not use,
+        // any alignment is accepted.
+        let w = a
+            .window_register(odd.cast(), 64, oxccl::WIN_STRICT_ORDERING | 0x100)
+            .unwrap();
+        assert_eq!(w.user_ptr(), odd.cast());
+        assert_eq!(w.flags(), oxccl::WIN_STRICT_ORDERING | 0x100);
+        assert!(w.direct(), "rank threads reach a window");
+        assert!(w.contains(odd as u64 + 8, 56) && !w.contains(odd as u64 + 8, 57));
+        // Another communicator's window is refused there, and stays
+        // registered where it was made.
+        let e = b.window_deregister(&w).unwrap_err();
+        assert!(e.to_string().contains("not a window"), "{e}");
+        a.window_deregister(&w).unwrap();
+        // Deregistered: stale for good.
+        let e = a.window_deregister(&w).unwrap_err();
+        assert!(e.to_string().contains("not a window"), "{e}");
+    }
+    drop(page);
 }
 
 #[test]

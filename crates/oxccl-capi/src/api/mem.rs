@@ -1,8 +1,8 @@
-//! PreMulSum ops, registration, `ncclMemAlloc`, and what is declared but
-//! not supported yet (symmetric windows, device communicators).
+//! PreMulSum ops, registration and windows, `ncclMemAlloc`, and what is
+//! declared but not supported yet (device communicators).
 
 use std::alloc::Layout;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
 
 use parking_lot::Mutex;
@@ -11,6 +11,7 @@ use crate::abi::{self, NcclCommT, NcclDataType, NcclRedOp, NcclResult, SUCCESS};
 use crate::error::{guard, CError, CResult};
 use crate::exec;
 use crate::handle::{self, PreMul, Scalar};
+use crate::window;
 
 use super::out;
 
@@ -165,19 +166,26 @@ pub extern "C" fn ncclCommDeregister(comm: NcclCommT, handle: *mut c_void) -> Nc
 /// Host allocations of `ncclMemAlloc`: address → layout.
 static HOST_ALLOCS: Mutex<Option<HashMap<usize, Layout>>> = Mutex::new(None);
 
-/// Device allocations of `ncclMemAlloc` (addresses), so `ncclMemFree`
-/// frees only what it handed out.
-static DEVICE_ALLOCS: Mutex<Option<HashSet<u64>>> = Mutex::new(None);
+/// Device allocations of `ncclMemAlloc` by address, so `ncclMemFree`
+/// frees only what it handed out, the way it was made.
+static DEVICE_ALLOCS: Mutex<Option<HashMap<u64, oxccl::backend::cuda::SymMem>>> = Mutex::new(None);
 
 fn host_backend() -> CResult<bool> {
     let cfg = super::init::facade_config(&Default::default())?;
     Ok(cfg.backend == oxccl::BackendKind::Host)
 }
 
-/// Memory for buffers: device memory of the calling thread's current CUDA
-/// context (`cuMemAlloc`; make the device current first, as NCCL
-/// requires), or page-aligned zeroed host memory on the host backend.
-/// Either kind goes to every collective and to `ncclCommRegister`.
+/// Memory for buffers, as NCCL's `ncclMemAlloc` makes it: on CUDA, memory
+/// of the calling thread's current context's device (make the device
+/// current first, as NCCL requires) from the virtual memory management
+/// API (`cuMemCreate`, exportable as a POSIX file descriptor, mapped with
+/// read/write access for the device and every device with peer access to
+/// it, the size rounded up to the recommended granularity), or
+/// `cuMemAlloc` memory on a device without VMM; on the host backend,
+/// page-aligned zeroed host memory. Either kind goes to every collective,
+/// to `ncclCommRegister` and to `ncclCommWindowRegister`. A size of 0
+/// succeeds with a NULL pointer, as NCCL's (its `cudaMalloc` of 0 bytes)
+/// does; `ncclMemFree(NULL)` succeeds.
 ///
 /// # Safety
 /// `ptr` null or writable.
@@ -185,17 +193,17 @@ fn host_backend() -> CResult<bool> {
 pub unsafe extern "C" fn ncclMemAlloc(ptr: *mut *mut c_void, size: usize) -> NcclResult {
     guard("ncclMemAlloc", || {
         let outp = out(ptr, "ptr")?;
-        if size == 0 {
-            return Err(CError::arg("size is 0"));
-        }
-        let p = if host_backend()? {
+        let p = if size == 0 {
+            std::ptr::null_mut()
+        } else if host_backend()? {
             host_alloc(size)?
         } else {
-            let d = oxccl::backend::cuda::alloc_current(size)?;
+            let m = oxccl::backend::cuda::alloc_symmetric(size)?;
+            let d = m.ptr;
             DEVICE_ALLOCS
                 .lock()
-                .get_or_insert_with(HashSet::new)
-                .insert(d);
+                .get_or_insert_with(HashMap::new)
+                .insert(d, m);
             d as usize as *mut c_void
         };
         // SAFETY: checked by `out`.
@@ -222,10 +230,15 @@ fn host_alloc(size: usize) -> CResult<*mut c_void> {
     Ok(p.cast())
 }
 
-/// Frees memory from `ncclMemAlloc`; any other pointer is refused.
+/// Frees memory from `ncclMemAlloc` (NULL: nothing to free, success, as
+/// in NCCL); any other pointer is refused. Device memory is released once
+/// the device's work in its context has finished.
 #[no_mangle]
 pub extern "C" fn ncclMemFree(ptr: *mut c_void) -> NcclResult {
     guard("ncclMemFree", || {
+        if ptr.is_null() {
+            return Ok(SUCCESS);
+        }
         let host = HOST_ALLOCS
             .lock()
             .as_mut()
@@ -237,18 +250,16 @@ pub extern "C" fn ncclMemFree(ptr: *mut c_void) -> NcclResult {
             return Ok(SUCCESS);
         }
         let addr = ptr as usize as u64;
-        let device = DEVICE_ALLOCS
-            .lock()
-            .as_mut()
-            .is_some_and(|s| s.remove(&addr));
-        if !device {
+        let device = DEVICE_ALLOCS.lock().as_mut().and_then(|s| s.remove(&addr));
+        let Some(m) = device else {
             return Err(CError::arg(format!(
                 "{ptr:p} was not allocated by ncclMemAlloc"
             )));
-        }
-        // SAFETY: from `alloc_current` in ncclMemAlloc, freed once (removed
-        // from the table above); cuMemFree waits for the device's work.
-        unsafe { oxccl::backend::cuda::free_current(addr) }?;
+        };
+        // SAFETY: made by ncclMemAlloc, freed once (removed from the table
+        // above); the free waits for the work of its context, as NCCL's
+        // does, and the caller uses the pointer no more.
+        unsafe { oxccl::backend::cuda::free_symmetric(m) }?;
         Ok(SUCCESS)
     })
 }
@@ -259,27 +270,68 @@ fn unsupported(what: &str) -> CResult<NcclResult> {
     )))
 }
 
-/// Not supported yet: `ncclInvalidUsage`.
+/// Registers `size` bytes at `buff` as this rank's window of `comm`
+/// (`oxccl::Communicator::window_register`): every rank registers its
+/// own, and calls whose buffers lie in windows on every rank may run the
+/// direct, zero-copy plans. `winFlags`: `NCCL_WIN_COLL_SYMMETRIC` needs
+/// `buff` aligned to `NCCL_WIN_REQUIRED_ALIGNMENT` (4096; refused with
+/// `ncclInvalidArgument` otherwise); `NCCL_WIN_STRICT_ORDERING` and other
+/// bits are accepted and change nothing. The handle written to `win` is
+/// a token for `ncclWinGetUserPtr` and `ncclCommWindowDeregister`, never
+/// an address. Nothing is written on an error.
+///
+/// # Safety
+/// `win` null or writable; NCCL's contract for the range (one allocation
+/// of the rank's memory, kept until deregistered and while calls on it
+/// run).
 #[no_mangle]
-pub extern "C" fn ncclCommWindowRegister(
+pub unsafe extern "C" fn ncclCommWindowRegister(
     comm: NcclCommT,
-    _buff: *mut c_void,
-    _size: usize,
-    _win: *mut *mut c_void,
-    _flags: c_int,
+    buff: *mut c_void,
+    size: usize,
+    win: *mut *mut c_void,
+    flags: c_int,
 ) -> NcclResult {
     guard("ncclCommWindowRegister", || {
-        handle::lookup(comm)?;
-        unsupported("symmetric memory windows")
+        let c = handle::lookup(comm)?;
+        let outp = out(win, "win")?;
+        if buff.is_null() || size == 0 {
+            return Err(CError::arg("buff is NULL or size is 0"));
+        }
+        (buff as usize)
+            .checked_add(size)
+            .ok_or_else(|| CError::arg("buff + size overflows"))?;
+        let flags = flags as u32;
+        if flags & oxccl::WIN_COLL_SYMMETRIC != 0
+            && !(buff as u64).is_multiple_of(oxccl::WIN_REQUIRED_ALIGNMENT)
+        {
+            return Err(CError::arg(format!(
+                "buff {buff:p} of a symmetric window (NCCL_WIN_COLL_SYMMETRIC) is not aligned \
+                 to NCCL_WIN_REQUIRED_ALIGNMENT ({})",
+                oxccl::WIN_REQUIRED_ALIGNMENT
+            )));
+        }
+        c.callable()?;
+        // SAFETY: NCCL's contract for windows is the facade's (above).
+        let w = unsafe { c.get()?.window_register(buff, size, flags) }?;
+        let h = window::publish(comm, w)?;
+        // SAFETY: checked by `out`.
+        unsafe { outp.write(h as *mut c_void) };
+        Ok(SUCCESS)
     })
 }
 
-/// Not supported yet: `ncclInvalidUsage`.
+/// Ends a window of `comm`: later calls on its range run as on ordinary
+/// memory. Local to the rank, and safe while calls on the window are
+/// still running (they keep their plans; nothing is released). A handle
+/// `comm` did not give, or one deregistered already, is refused.
 #[no_mangle]
-pub extern "C" fn ncclCommWindowDeregister(comm: NcclCommT, _win: *mut c_void) -> NcclResult {
+pub extern "C" fn ncclCommWindowDeregister(comm: NcclCommT, win: *mut c_void) -> NcclResult {
     guard("ncclCommWindowDeregister", || {
-        handle::lookup(comm)?;
-        unsupported("symmetric memory windows")
+        let c = handle::lookup(comm)?;
+        let w = window::take(comm, win as usize)?;
+        c.get()?.window_deregister(&w)?;
+        Ok(SUCCESS)
     })
 }
 

@@ -1,30 +1,42 @@
-//! NCCL 2.29's one-sided calls on registered windows. oxccl has no
-//! symmetric windows yet, so these check their communicator and return
-//! `ncclInvalidUsage` saying so; nothing is written.
+//! NCCL 2.29's one-sided calls on registered windows. Windows are real
+//! (`ncclCommWindowRegister`), and `ncclWinGetUserPtr` answers; the
+//! one-sided transfers (`ncclPutSignal`, `ncclSignal`, `ncclWaitSignal`)
+//! are not implemented yet: they check their communicator and return
+//! `ncclInvalidUsage` saying so, with nothing written.
 
 use std::ffi::{c_int, c_uint, c_void};
 
-use crate::abi::{CudaStream, NcclCommT, NcclDataType, NcclResult};
+use crate::abi::{CudaStream, NcclCommT, NcclDataType, NcclResult, SUCCESS};
 use crate::error::{guard, CError, CResult};
 use crate::handle;
+use crate::window;
 
 fn unsupported(what: &str) -> CResult<NcclResult> {
     Err(CError::usage(format!(
-        "{what} needs symmetric memory windows, which oxccl does not support yet \
-         (ncclCommWindowRegister returns ncclInvalidUsage); use ncclSend/ncclRecv"
+        "{what} (one-sided transfers on windows) is not supported by oxccl yet; \
+         use ncclSend/ncclRecv"
     )))
 }
 
-/// Not supported yet: `ncclInvalidUsage`.
+/// The pointer `win` was registered with (`ncclCommWindowRegister`) on
+/// this rank. A handle `comm` did not give, or one deregistered already,
+/// is refused with nothing written.
+///
+/// # Safety
+/// `out` null or writable.
 #[no_mangle]
-pub extern "C" fn ncclWinGetUserPtr(
+pub unsafe extern "C" fn ncclWinGetUserPtr(
     comm: NcclCommT,
-    _win: *mut c_void,
-    _out: *mut *mut c_void,
+    win: *mut c_void,
+    out: *mut *mut c_void,
 ) -> NcclResult {
     guard("ncclWinGetUserPtr", || {
         handle::lookup(comm)?;
-        unsupported("ncclWinGetUserPtr")
+        let outp = super::out(out, "outUserPtr")?;
+        let p = window::user_ptr(comm, win as usize)?;
+        // SAFETY: checked by `out`.
+        unsafe { outp.write(p as usize as *mut c_void) };
+        Ok(SUCCESS)
     })
 }
 

@@ -826,8 +826,6 @@ static void scenario_badargs(void) {
   BAD(ncclGroupEnd(), ncclInvalidArgument, "datatype 99");
   for (int i = 0; i < 9; i++) CHECK(out[i] == -1, "out[%d] written by a failed group: %g", i, out[i]);
   /* Not supported yet: a clear InvalidUsage. */
-  ncclWindow_t win;
-  BAD(ncclCommWindowRegister(comm, in, sizeof in, &win, NCCL_WIN_COLL_SYMMETRIC), ncclInvalidUsage, "not supported");
   BAD(ncclDevCommCreate(comm, NULL, NULL), ncclInvalidUsage, "not supported");
   /* Registration and ncclMemAlloc (host memory on the host backend). */
   void *h = NULL, *mem = NULL;
@@ -852,6 +850,167 @@ static void scenario_badargs(void) {
   CHECK(si.estimatedTime >= 0, "simulated time %g", si.estimatedTime);
   CHECK(out[0] == -1, "a simulated group ran");
   NCCL_OK(ncclCommDestroy(comm));
+}
+
+/* Element k of rank r's window data. */
+static float win_input(int r, size_t k) { return (float)(r + 1) + (float)(k % 97); }
+
+/* AllReduce, AllGather, ReduceScatter and Broadcast on buffers inside
+ * `base` (a window of `comm`, rank `me` of `n`), results checked. */
+static void window_colls(ncclComm_t comm, float *base, int me, int n, const char *how) {
+  const size_t c = 1000;
+  float *in = base, *out = base + c * (size_t)n;
+  for (size_t k = 0; k < c * (size_t)n; k++) in[k] = win_input(me, k);
+  for (size_t k = 0; k < c * (size_t)n; k++) out[k] = -1;
+  NCCL_OK(ncclAllReduce(in, out, c, ncclFloat32, ncclSum, comm, NULL));
+  int bad = 0;
+  for (size_t k = 0; k < c; k++) {
+    float want = 0;
+    for (int r = 0; r < n; r++) want += win_input(r, k);
+    bad += out[k] != want;
+  }
+  CHECK(bad == 0, "%s: allreduce on a window: %d wrong (out[0] %g)", how, bad, out[0]);
+  NCCL_OK(ncclAllGather(in, out, c, ncclFloat32, comm, NULL));
+  bad = 0;
+  for (int r = 0; r < n; r++)
+    for (size_t k = 0; k < c; k++) bad += out[(size_t)r * c + k] != win_input(r, k);
+  CHECK(bad == 0, "%s: allgather on a window: %d wrong", how, bad);
+  NCCL_OK(ncclReduceScatter(in, out, c, ncclFloat32, ncclMax, comm, NULL));
+  bad = 0;
+  for (size_t k = 0; k < c; k++) bad += out[k] != win_input(n - 1, (size_t)me * c + k);
+  CHECK(bad == 0, "%s: reducescatter on a window: %d wrong", how, bad);
+  NCCL_OK(ncclBroadcast(in, out, c, ncclFloat32, 0, comm, NULL));
+  bad = 0;
+  for (size_t k = 0; k < c; k++) bad += out[k] != win_input(0, k);
+  CHECK(bad == 0, "%s: broadcast on a window: %d wrong", how, bad);
+}
+
+/* Windows: ncclMemAlloc (host memory here, and size 0), registration on
+ * every rank, collectives on window buffers, ncclWinGetUserPtr, bad
+ * arguments refused with nothing written, stale handles refused; then
+ * the same on ranks that are threads of this process. */
+static void scenario_windows(void) {
+  void *none = (void *)0x1;
+  NCCL_OK(ncclMemAlloc(&none, 0));
+  CHECK(none == NULL, "ncclMemAlloc of 0 bytes gave %p", none);
+  NCCL_OK(ncclMemFree(NULL));
+  ncclComm_t comm = world("id");
+  if (!comm) return;
+  const size_t bytes = 1 << 20;
+  void *mem = NULL;
+  NCCL_OK(ncclMemAlloc(&mem, bytes));
+  CHECK(mem != NULL && ((uintptr_t)mem % NCCL_WIN_REQUIRED_ALIGNMENT) == 0, "ncclMemAlloc gave %p", mem);
+  if (!mem) return;
+  ncclWindow_t win = NULL;
+  NCCL_OK(ncclCommWindowRegister(comm, mem, bytes, &win, NCCL_WIN_COLL_SYMMETRIC));
+  CHECK(win != NULL && win != (ncclWindow_t)mem, "window handle %p", (void *)win);
+  void *up = NULL;
+  NCCL_OK(ncclWinGetUserPtr(comm, win, &up));
+  CHECK(up == mem, "ncclWinGetUserPtr gave %p, registered %p", up, mem);
+  window_colls(comm, mem, g_rank, g_nranks, "processes");
+
+  /* Bad arguments: the right code, the output left alone. */
+  ncclWindow_t keep = (ncclWindow_t)0x40;
+  int fake_storage[64];
+  ncclComm_t foreign = (ncclComm_t)fake_storage;
+#define WBAD(call, code, word)                                                       \
+  do {                                                                               \
+    ncclResult_t r_ = (call);                                                        \
+    const char *m_ = ncclGetLastError(NULL);                                         \
+    CHECK(r_ == (code), "%s returned %d, want %d (%s)", #call, (int)r_, (int)(code), m_); \
+    CHECK(strstr(m_, (word)) != NULL, "%s: message '%s' lacks '%s'", #call, m_, (word)); \
+  } while (0)
+  WBAD(ncclCommWindowRegister(comm, (char *)mem + 64, 4096, &keep, NCCL_WIN_COLL_SYMMETRIC), ncclInvalidArgument, "NCCL_WIN_REQUIRED_ALIGNMENT");
+  WBAD(ncclCommWindowRegister(comm, NULL, 4096, &keep, 0), ncclInvalidArgument, "NULL");
+  WBAD(ncclCommWindowRegister(comm, mem, 0, &keep, 0), ncclInvalidArgument, "size is 0");
+  WBAD(ncclCommWindowRegister(comm, mem, SIZE_MAX, &keep, 0), ncclInvalidArgument, "overflow");
+  WBAD(ncclCommWindowRegister(comm, mem, bytes, NULL, 0), ncclInvalidArgument, "win is NULL");
+  WBAD(ncclCommWindowRegister(foreign, mem, bytes, &keep, 0), ncclInvalidArgument, "not a live");
+  WBAD(ncclCommWindowRegister(NULL, mem, bytes, &keep, 0), ncclInvalidArgument, "NULL");
+  CHECK(keep == (ncclWindow_t)0x40, "a refused registration wrote %p", (void *)keep);
+  up = (void *)0x80;
+  WBAD(ncclWinGetUserPtr(comm, (ncclWindow_t)mem, &up), ncclInvalidArgument, "not a live window");
+  WBAD(ncclWinGetUserPtr(comm, win, NULL), ncclInvalidArgument, "NULL");
+  WBAD(ncclWinGetUserPtr(foreign, win, &up), ncclInvalidArgument, "not a live");
+  WBAD(ncclCommWindowDeregister(comm, NULL), ncclInvalidArgument, "win is NULL");
+  WBAD(ncclCommWindowDeregister(comm, (ncclWindow_t)0x1234), ncclInvalidArgument, "not a live window");
+  /* A window belongs to the communicator that made it. */
+  ncclUniqueId zero;
+  memset(&zero, 0, sizeof zero);
+  ncclComm_t other = NULL;
+  NCCL_OK(ncclCommInitRank(&other, 1, zero, 0));
+  WBAD(ncclWinGetUserPtr(other, win, &up), ncclInvalidArgument, "not a live window");
+  WBAD(ncclCommWindowDeregister(other, win), ncclInvalidArgument, "not a live window");
+  CHECK(up == (void *)0x80, "a refused ncclWinGetUserPtr wrote %p", up);
+  /* Unaligned without the symmetric flag, and unknown flags: accepted. */
+  ncclWindow_t w2 = NULL;
+  NCCL_OK(ncclCommWindowRegister(other, (char *)mem + 64, 4096, &w2, NCCL_WIN_STRICT_ORDERING | 0x100));
+  NCCL_OK(ncclWinGetUserPtr(other, w2, &up));
+  CHECK(up == (char *)mem + 64, "second window's pointer %p", up);
+  CHECK(w2 != win, "%s", "two windows got one handle");
+  NCCL_OK(ncclCommWindowDeregister(other, w2));
+  NCCL_OK(ncclCommDestroy(other));
+
+  /* Deregistered: the handle is stale for good; calls on the memory still run. */
+  NCCL_OK(ncclCommWindowDeregister(comm, win));
+  up = (void *)0x80;
+  WBAD(ncclWinGetUserPtr(comm, win, &up), ncclInvalidArgument, "not a live window");
+  CHECK(up == (void *)0x80, "a stale ncclWinGetUserPtr wrote %p", up);
+  WBAD(ncclCommWindowDeregister(comm, win), ncclInvalidArgument, "not a live window");
+  window_colls(comm, mem, g_rank, g_nranks, "after deregistering");
+  NCCL_OK(ncclCommDestroy(comm));
+  NCCL_OK(ncclMemFree(mem));
+  WBAD(ncclMemFree(mem), ncclInvalidArgument, "not allocated by ncclMemAlloc");
+
+  /* Ranks as threads of this process: every rank's window is reached
+   * by every other rank (the direct plans). One thread drives them all,
+   * so each collective is a group. */
+  if (g_rank != 0) return;
+  enum { T = 3 };
+  ncclComm_t c[T];
+  void *m[T];
+  ncclWindow_t w[T];
+  NCCL_OK(ncclCommInitAll(c, T, NULL));
+  for (int i = 0; i < T; i++) {
+    NCCL_OK(ncclMemAlloc(&m[i], bytes));
+    NCCL_OK(ncclCommWindowRegister(c[i], m[i], bytes, &w[i], NCCL_WIN_COLL_SYMMETRIC));
+  }
+  const size_t cnt = 4096;
+  for (int i = 0; i < T; i++)
+    for (size_t k = 0; k < cnt; k++) ((float *)m[i])[k] = win_input(i, k);
+  NCCL_OK(ncclGroupStart());
+  for (int i = 0; i < T; i++) NCCL_OK(ncclAllReduce(m[i], (float *)m[i] + cnt, cnt, ncclFloat32, ncclSum, c[i], NULL));
+  NCCL_OK(ncclGroupEnd());
+  for (int i = 0; i < T; i++) {
+    int bad = 0;
+    for (size_t k = 0; k < cnt; k++) {
+      float want = 0;
+      for (int r = 0; r < T; r++) want += win_input(r, k);
+      bad += ((float *)m[i])[cnt + k] != want;
+    }
+    CHECK(bad == 0, "threads: rank %d allreduce on windows: %d wrong", i, bad);
+  }
+  NCCL_OK(ncclGroupStart());
+  for (int i = 0; i < T; i++) NCCL_OK(ncclAllGather(m[i], (float *)m[i] + cnt, cnt, ncclFloat32, c[i], NULL));
+  NCCL_OK(ncclGroupEnd());
+  for (int i = 0; i < T; i++) {
+    int bad = 0;
+    for (int r = 0; r < T; r++)
+      for (size_t k = 0; k < cnt; k++) bad += ((float *)m[i])[cnt + (size_t)r * cnt + k] != win_input(r, k);
+    CHECK(bad == 0, "threads: rank %d allgather on windows: %d wrong", i, bad);
+  }
+  /* Another rank's window is not this rank's. */
+  WBAD(ncclCommWindowDeregister(c[1], w[0]), ncclInvalidArgument, "not a live window");
+  for (int i = 0; i < T; i++) {
+    NCCL_OK(ncclWinGetUserPtr(c[i], w[i], &up));
+    CHECK(up == m[i], "threads: rank %d window pointer %p, registered %p", i, up, m[i]);
+    NCCL_OK(ncclCommWindowDeregister(c[i], w[i]));
+  }
+  for (int i = 0; i < T; i++) {
+    NCCL_OK(ncclCommDestroy(c[i]));
+    NCCL_OK(ncclMemFree(m[i]));
+  }
+#undef WBAD
 }
 
 /* NCCL_COMM_ID names the root: every rank makes the same id itself. */
@@ -958,9 +1117,9 @@ static void scenario_newer(void) {
   NCCL_OK(ncclAllReduce(v, v, 1, ncclInt64, ncclSum, comm, NULL));
   CHECK(v[0] == n, "allreduce after resume: %lld", (long long)v[0]);
 
-  CHECK(ncclSignal(0, 0, 0, 0, comm, NULL) == ncclInvalidUsage && last_error_says(comm, "symmetric"), "ncclSignal: %s", ncclGetLastError(comm));
+  CHECK(ncclSignal(0, 0, 0, 0, comm, NULL) == ncclInvalidUsage && last_error_says(comm, "one-sided"), "ncclSignal: %s", ncclGetLastError(comm));
   void *up = &st;
-  CHECK(ncclWinGetUserPtr(comm, NULL, &up) == ncclInvalidUsage && up == (void *)&st, "ncclWinGetUserPtr wrote %p", up);
+  CHECK(ncclWinGetUserPtr(comm, NULL, &up) == ncclInvalidArgument && up == (void *)&st, "ncclWinGetUserPtr wrote %p", up);
   ncclWaitSignalDesc_t d = {1, 0, 0, 0};
   CHECK(ncclWaitSignal(1, &d, comm, NULL) == ncclInvalidUsage, "%s", "ncclWaitSignal");
   CHECK(ncclPutSignal(v, 1, ncclInt64, 0, NULL, 0, 0, 0, 0, comm, NULL) == ncclInvalidUsage, "%s", "ncclPutSignal");
@@ -1045,6 +1204,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(s, "shrink_threads")) scenario_shrink_threads();
   else if (!strcmp(s, "newer")) scenario_newer();
   else if (!strcmp(s, "grow")) scenario_grow();
+  else if (!strcmp(s, "windows")) scenario_windows();
   else {
     fprintf(stderr, "unknown scenario %s\n", s);
     return 100;

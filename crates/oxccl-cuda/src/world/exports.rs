@@ -18,6 +18,13 @@
 //! import failed hold [`UNMAPPED`], which the kernel refuses with an
 //! error naming the peer instead of touching a wrong address.
 //!
+//! Windows (`ncclCommWindowRegister`) take tags from the same count but
+//! are mapped at registration instead ([`World::window_export`],
+//! [`World::window_import`], [`World::window_publish`]): `ncclMemAlloc`'s
+//! VMM memory, which legacy IPC cannot share, travels as a POSIX file
+//! descriptor; once published, [`World::share_range`] answers for it
+//! without a record.
+//!
 //! Tags are never reused: a clique shares at most [`LAST_TAG`]
 //! allocations per rank, after which calls on new allocations run FIFO
 //! plans, as do calls on an allocation made over addresses shared before
@@ -62,7 +69,14 @@ struct Mine {
     end: u64,
     id: u64,
     tag: u8,
+    /// A window's allocation, mapped by every peer at its registration
+    /// (`World::window_publish`), rather than shared per call.
+    window: bool,
 }
+
+/// Bytes of a window record: the tag, then the allocation's start and
+/// size in the owner's process (little-endian).
+pub const WINDOW_RECORD_BYTES: usize = 24;
 
 /// This process's side of sharing.
 #[derive(Debug, Default)]
@@ -73,6 +87,8 @@ pub(super) struct Exports {
     given: u8,
     /// Peers' allocations mapped here, kept open until the clique ends.
     opened: Vec<Imported>,
+    /// Peers' window allocations mapped here, kept until the clique ends.
+    windows: Vec<crate::vmm::Import>,
     /// Set once the tags ran out (warned once).
     exhausted: bool,
 }
@@ -157,6 +173,18 @@ impl World {
                 record: None,
             }));
         }
+        if let Some(m) = lock(&s.exports)
+            .mine
+            .iter()
+            .rev()
+            .find(|m| m.window && ptr >= m.base && end <= m.end)
+        {
+            // Every peer mapped this window at its registration.
+            return Ok(Some(Shared {
+                tag: m.tag,
+                record: None,
+            }));
+        }
         let dev = self.dev(rank)?;
         dev.ctx.bind()?;
         let f = match find(ptr) {
@@ -217,6 +245,7 @@ impl World {
             end: stop,
             id: f.id,
             tag,
+            window: false,
         });
         tracing::debug!(
             rank,
@@ -274,6 +303,11 @@ impl World {
                 record.len()
             )));
         }
+        if record[..HANDLE_BYTES].iter().all(|&b| b == 0) {
+            // A tag given to a window: mapped at its registration
+            // (`window_import`), so its slot on the board stays empty.
+            return Ok(());
+        }
         let dev = self.dev(rank)?;
         let word =
             |at: usize| u64::from_le_bytes(record[at..at + 8].try_into().unwrap_or_default());
@@ -313,6 +347,147 @@ impl World {
     }
 }
 
+impl World {
+    /// Ranks as processes: the allocation holding a window of `rank`
+    /// (`bytes` bytes at `ptr`), exported for the peer processes to map at
+    /// the window's registration: its file descriptor and a record of
+    /// [`WINDOW_RECORD_BYTES`] (a new tag, the allocation's start and
+    /// size). `None` where it cannot be: threads, memory other than
+    /// `ncclMemAlloc`'s exportable VMM memory (`vmm::export_fd`), memory
+    /// of another device, or the tags ran out. The tag is used only once
+    /// [`World::window_publish`] says every peer mapped it.
+    pub fn window_export(
+        &self,
+        rank: u32,
+        ptr: u64,
+        bytes: usize,
+    ) -> Result<Option<(std::os::fd::OwnedFd, [u8; WINDOW_RECORD_BYTES])>> {
+        let Some(s) = self.shared.as_ref() else {
+            return Ok(None);
+        };
+        let dev = self.dev(rank)?;
+        dev.ctx.bind()?;
+        let Some((fd, base, size)) = crate::vmm::export_fd(ptr, bytes)? else {
+            return Ok(None);
+        };
+        // The allocation must be on this rank's device.
+        let mut attrs = [P::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL];
+        let mut ordinal = -1i32;
+        let mut data: [*mut c_void; 1] = [(&mut ordinal as *mut i32).cast()];
+        // SAFETY: DEVICE_ORDINAL is an int; `base` is only looked up.
+        let known = unsafe {
+            check(
+                "cuPointerGetAttributes",
+                sys::cuPointerGetAttributes(1, attrs.as_mut_ptr(), data.as_mut_ptr(), base),
+            )
+        };
+        if known.is_ok() && ordinal != dev.ctx.ordinal {
+            return Ok(None);
+        }
+        let mut ex = lock(&s.exports);
+        if ex.given >= LAST_TAG {
+            return Ok(None);
+        }
+        ex.given += 1;
+        let mut rec = [0u8; WINDOW_RECORD_BYTES];
+        rec[0] = ex.given;
+        rec[8..16].copy_from_slice(&base.to_le_bytes());
+        rec[16..24].copy_from_slice(&(size as u64).to_le_bytes());
+        Ok(Some((fd, rec)))
+    }
+
+    /// Maps `peer`'s window allocation (its descriptor `fd` and record
+    /// from [`World::window_export`]) for `rank`'s kernels: the delta to
+    /// this mapping goes into the table on `rank`'s stream, ahead of its
+    /// next launch. The mapping stays until the clique ends.
+    pub fn window_import(
+        &self,
+        rank: u32,
+        peer: u32,
+        fd: &std::os::fd::OwnedFd,
+        record: &[u8],
+    ) -> Result<()> {
+        let s = self
+            .shared
+            .as_ref()
+            .ok_or_else(|| CudaError::Invalid("window_import: ranks are not processes".into()))?;
+        let (tag, theirs, size) = parse_window_record(record)?;
+        if peer >= self.nranks() {
+            return Err(CudaError::Invalid(format!("window_import: rank {peer}")));
+        }
+        let dev = self.dev(rank)?;
+        let size = usize::try_from(size)
+            .map_err(|_| CudaError::Invalid(format!("window_import: {size} bytes")))?;
+        let m = crate::vmm::Import::open(&dev.ctx, fd, size)?;
+        let delta = m.ptr.wrapping_sub(theirs);
+        let entry = s.delta.ptr + ((peer as usize * MAPS + tag as usize) * 8) as u64;
+        tracing::debug!(
+            rank,
+            peer,
+            tag,
+            theirs,
+            size,
+            here = m.ptr,
+            "oxccl: mapped a peer's window"
+        );
+        // SAFETY: an entry of the delta table, which lives as long as the
+        // clique.
+        unsafe { self.rank(rank)?.stream.store_u64_async(entry, delta)? };
+        lock(&s.exports).windows.push(m);
+        Ok(())
+    }
+
+    /// Marks this rank's window allocation of `record` (from
+    /// [`World::window_export`]) shared under its tag: every peer mapped
+    /// it, so calls on it take the direct plans ([`World::share_range`]).
+    pub fn window_publish(&self, record: &[u8]) -> Result<()> {
+        let s = self
+            .shared
+            .as_ref()
+            .ok_or_else(|| CudaError::Invalid("window_publish: ranks are not processes".into()))?;
+        let (tag, base, size) = parse_window_record(record)?;
+        lock(&s.exports).mine.push(Mine {
+            base,
+            end: base + size,
+            id: 0,
+            tag,
+            window: true,
+        });
+        Ok(())
+    }
+
+    /// Ends the sharing of `rank`'s window allocation holding `ptr`
+    /// (deregistration): later calls on it are not shared through the
+    /// window. Peers keep their mapping until the clique ends, so calls
+    /// already enqueued on it stay valid.
+    pub fn window_retire(&self, ptr: u64) {
+        if let Some(s) = self.shared.as_ref() {
+            let mut ex = lock(&s.exports);
+            if let Some(i) = ex
+                .mine
+                .iter()
+                .rposition(|m| m.window && ptr >= m.base && ptr < m.end)
+            {
+                ex.mine.remove(i);
+            }
+        }
+    }
+}
+
+/// (tag, start, size) of a window record.
+fn parse_window_record(record: &[u8]) -> Result<(u8, u64, u64)> {
+    let bad = || CudaError::Invalid(format!("a window record of {} bytes", record.len()));
+    if record.len() != WINDOW_RECORD_BYTES {
+        return Err(bad());
+    }
+    let word = |at: usize| u64::from_le_bytes(record[at..at + 8].try_into().unwrap_or_default());
+    let (tag, base, size) = (record[0], word(8), word(16));
+    if tag == 0 || tag > LAST_TAG || size == 0 || base.checked_add(size).is_none() {
+        return Err(bad());
+    }
+    Ok((tag, base, size))
+}
+
 /// The delta table's initial contents, `[nranks][MAPS]`: each peer's heap
 /// delta at tag 0, [`UNMAPPED`] elsewhere; this rank's own row all 0 (its
 /// own addresses are valid here).
@@ -334,6 +509,26 @@ pub(super) fn initial_table(me: usize, heap_deltas: &[i64]) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn window_records_are_checked() {
+        let rec = |tag: u8, base: u64, size: u64| {
+            let mut r = [0u8; WINDOW_RECORD_BYTES];
+            r[0] = tag;
+            r[8..16].copy_from_slice(&base.to_le_bytes());
+            r[16..24].copy_from_slice(&size.to_le_bytes());
+            r
+        };
+        assert_eq!(
+            parse_window_record(&rec(3, 0x7000_0000, 2 << 20)).unwrap(),
+            (3, 0x7000_0000, 2 << 20)
+        );
+        assert!(parse_window_record(&rec(0, 0x7000_0000, 2 << 20)).is_err());
+        assert!(parse_window_record(&rec(LAST_TAG + 1, 0x7000_0000, 2 << 20)).is_err());
+        assert!(parse_window_record(&rec(3, 0x7000_0000, 0)).is_err());
+        assert!(parse_window_record(&rec(3, u64::MAX - 8, 4096)).is_err());
+        assert!(parse_window_record(&rec(3, 0x7000_0000, 4096)[..23]).is_err());
+    }
 
     #[test]
     fn the_table_starts_with_heaps_mapped_and_every_other_tag_refused() {

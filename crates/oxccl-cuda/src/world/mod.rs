@@ -44,7 +44,7 @@ use crate::error::{CudaError, Result};
 use crate::kernels;
 use crate::layout::MAX_BUFS;
 
-pub use exports::{Shared, EXPORT_BYTES, LAST_TAG};
+pub use exports::{Shared, EXPORT_BYTES, LAST_TAG, WINDOW_RECORD_BYTES};
 pub use gate::{GateMode, Party};
 pub use heap::{default_heap_bytes, HEAP_VAR};
 pub use launch::scale_bits;

@@ -45,6 +45,28 @@ pub unsafe fn free_current(ptr: u64) -> Result<(), Error> {
     unsafe { oxccl_cuda::driver::free_device_memory(ptr) }.map_err(map_error)
 }
 
+/// Memory from the virtual memory management API in the calling thread's
+/// current CUDA context, for the C ABI's `ncclMemAlloc` (NCCL's
+/// allocation: exportable, peers granted access; `cuMemAlloc` memory on a
+/// device without VMM). Any collective takes it as external memory, and
+/// registration (windows included) accepts it.
+pub use oxccl_cuda::vmm::SymMem;
+
+/// See [`SymMem`].
+pub fn alloc_symmetric(bytes: usize) -> Result<SymMem, Error> {
+    oxccl_cuda::vmm::alloc_in_current_context(bytes).map_err(map_error)
+}
+
+/// Frees memory from [`alloc_symmetric`] once its context's work is done.
+///
+/// # Safety
+/// Nothing touches the range afterwards, and no work that may still touch
+/// it is pending on a stream of another context.
+pub unsafe fn free_symmetric(m: SymMem) -> Result<(), Error> {
+    // SAFETY: caller's contract.
+    unsafe { m.free() }.map_err(map_error)
+}
+
 /// Asks for few hardware queues when this process first uses CUDA: a
 /// process that drives no rank of a thread clique (a launcher, a test
 /// spawning rank processes) leaves MPS room for its ranks' clients (with
@@ -238,6 +260,45 @@ impl Backend for CudaBackend {
                 false
             }
         }
+    }
+
+    fn maps_windows(&self) -> bool {
+        self.procs.is_some()
+    }
+
+    fn window_export(
+        &self,
+        rank: u32,
+        buf: RawBuf,
+    ) -> Result<Option<(std::os::fd::OwnedFd, Vec<u8>)>, Error> {
+        if self.procs.is_none() {
+            return Ok(None);
+        }
+        let e = self
+            .world
+            .window_export(rank, buf.addr, buf.bytes)
+            .map_err(map_error)?;
+        Ok(e.map(|(fd, rec)| (fd, rec.to_vec())))
+    }
+
+    fn window_import(
+        &self,
+        rank: u32,
+        peer: u32,
+        fd: &std::os::fd::OwnedFd,
+        record: &[u8],
+    ) -> Result<(), Error> {
+        self.world
+            .window_import(rank, peer, fd, record)
+            .map_err(map_error)
+    }
+
+    fn window_publish(&self, _rank: u32, record: &[u8]) -> Result<(), Error> {
+        self.world.window_publish(record).map_err(map_error)
+    }
+
+    fn window_retire(&self, _rank: u32, buf: RawBuf) {
+        self.world.window_retire(buf.addr);
     }
 
     fn chunk_bytes(&self) -> usize {

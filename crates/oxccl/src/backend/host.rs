@@ -187,6 +187,11 @@ impl Backend for HostBackend {
         self.fabric.network().is_none()
     }
 
+    fn registered_external(&self) -> bool {
+        // Only rank threads register the caller's memory (`check_external`).
+        self.proc_rank.is_none()
+    }
+
     fn check_external(&self, _rank: u32, buf: RawBuf) -> Result<(), Error> {
         // Rank threads reach any memory of this process; rank processes
         // reach only each other's shared heaps (`alloc` memory).

@@ -315,6 +315,54 @@ pub trait Backend: Send + Sync + Debug {
         false
     }
 
+    /// Whether a window registered by rank processes is mapped into every
+    /// peer at registration (`window.rs`): CUDA ranks as processes. The
+    /// `window_*` methods below serve that exchange; the defaults refuse.
+    fn maps_windows(&self) -> bool {
+        false
+    }
+
+    /// The allocation holding `rank`'s window `buf`, exported for the
+    /// peers: a descriptor to pass them and a record to publish; `None`
+    /// where it cannot be (the window then runs as caller memory).
+    fn window_export(
+        &self,
+        rank: u32,
+        buf: RawBuf,
+    ) -> Result<Option<(std::os::fd::OwnedFd, Vec<u8>)>, Error> {
+        let _ = (rank, buf);
+        Ok(None)
+    }
+
+    /// Maps `peer`'s exported window (`fd`, `record`) for `rank`.
+    fn window_import(
+        &self,
+        rank: u32,
+        peer: u32,
+        fd: &std::os::fd::OwnedFd,
+        record: &[u8],
+    ) -> Result<(), Error> {
+        let _ = (rank, peer, fd, record);
+        Err(Error::InvalidUsage(format!(
+            "{} does not map windows",
+            self.describe()
+        )))
+    }
+
+    /// Every peer mapped `rank`'s window of `record`: calls on it may now
+    /// take the direct plans.
+    fn window_publish(&self, rank: u32, record: &[u8]) -> Result<(), Error> {
+        let _ = (rank, record);
+        Ok(())
+    }
+
+    /// `rank`'s window at `buf` was deregistered: later calls on it no
+    /// longer count as shared (peers keep their mappings, so calls
+    /// already enqueued stay valid).
+    fn window_retire(&self, rank: u32, buf: RawBuf) {
+        let _ = (rank, buf);
+    }
+
     /// Whether memory from [`Backend::alloc`] is host memory of this
     /// process that Rust code may read and write directly (zero-copy
     /// views of a `Buffer`). Only a backend that knows it says yes.

@@ -44,6 +44,18 @@ fn in_place_ptrs<T: Element>(c: &Collective, r: u32, buf: u64) -> (u64, u64) {
     }
 }
 
+/// How a test's buffers are made known to the communicator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reg {
+    /// Not at all: FIFO plans.
+    No,
+    /// `Communicator::register` on each buffer.
+    Register,
+    /// `Communicator::window_register` on each buffer (symmetric where
+    /// the buffer is aligned for it).
+    Window,
+}
+
 /// Runs `kind` on `count` elements through `collective_raw` on every rank
 /// (out of place, or in place in NCCL's layout), registered or not, and
 /// returns the number of wrong elements with the first described.
@@ -55,6 +67,20 @@ pub fn run_collective<T: Element, M: Mem>(
     op: RedOp,
     in_place: bool,
     register: bool,
+) -> Outcome {
+    let reg = if register { Reg::Register } else { Reg::No };
+    run_collective_reg::<T, M>(comms, mem, kind, count, op, in_place, reg)
+}
+
+/// [`run_collective`] with the buffers registered as `reg` says.
+pub fn run_collective_reg<T: Element, M: Mem>(
+    comms: &[Communicator],
+    mem: &M,
+    kind: CollKind,
+    count: usize,
+    op: RedOp,
+    in_place: bool,
+    reg: Reg,
 ) -> Outcome {
     let n = comms.len() as u32;
     let root = n - 1;
@@ -77,7 +103,7 @@ pub fn run_collective<T: Element, M: Mem>(
         let poison = vec![T::from_f64(-3.0); lout];
         mem.upload(r, recv, bytes_of(&poison));
         mem.upload(r, send, bytes_of(&inputs[r as usize]));
-        let regs = register.then(|| {
+        let regs = (reg == Reg::Register).then(|| {
             // SAFETY: both ranges are allocations of this test that
             // outlive every call on them.
             unsafe {
@@ -87,6 +113,25 @@ pub fn run_collective<T: Element, M: Mem>(
                     c.register(recv as *const _, lout * es)
                         .expect("register recv"),
                 ]
+            }
+        });
+        let wins = (reg == Reg::Window).then(|| {
+            let win = |p: u64, bytes: usize| {
+                let flags = if p.is_multiple_of(oxccl::WIN_REQUIRED_ALIGNMENT) {
+                    oxccl::WIN_COLL_SYMMETRIC
+                } else {
+                    oxccl::WIN_DEFAULT
+                };
+                // SAFETY: as for `register` above.
+                let w = unsafe { c.window_register(p as *const _, bytes, flags) }
+                    .expect("window_register");
+                assert_eq!((w.addr(), w.bytes(), w.rank()), (p, bytes, r));
+                w
+            };
+            if send == recv {
+                vec![win(send, lin.max(lout) * es)]
+            } else {
+                vec![win(send, lin * es), win(recv, lout * es)]
             }
         });
         // SAFETY: the buffers hold the lengths the collective needs, on
@@ -112,6 +157,9 @@ pub fn run_collective<T: Element, M: Mem>(
         let choice = c.last_choice();
         for g in regs.into_iter().flatten() {
             c.deregister(g).expect("deregister");
+        }
+        for w in wins.into_iter().flatten() {
+            c.window_deregister(&w).expect("window_deregister");
         }
         res.map(|()| (out, choice))
     });
