@@ -147,14 +147,15 @@
 //! | --- | --- | --- | --- |
 //! | `Ring` | `ring` | `Simple` | `simple` |
 //! | `Chain` | `chain` | `LL` | `ll` |
-//! | `BinaryTree` | `btree`, `binarytree` | `LL128` | `ll128` (accepted; no backend runs it) |
+//! | `BinaryTree` | `btree`, `binarytree` | `LL128` | `ll128` (in `NCCL_PROTO`: no backend runs it, ignored with a warning) |
 //! | `DoubleBinaryTree` | `tree` (NCCL's Tree), `dbtree`, `doublebinarytree` | | |
 //! | `OneShot` | `oneshot`, `one_shot` | | |
 //! | `TwoShot` | `twoshot`, `two_shot` | | |
 //! | `AllPairs` | `allpairs`, `all_pairs`, `direct` | | |
 //!
-//! Values written for NCCL work unchanged: NCCL algorithms oxccl lacks
-//! (`nvls`, `collnet`, `pat`) are ignored with a warning, and every value
+//! Values written for NCCL work unchanged: NCCL algorithms and protocols
+//! oxccl lacks (`nvls`, `collnet`, `pat`, `ll128`) are ignored with a
+//! warning printed to stderr (unless `NCCL_DEBUG=NONE`), and every value
 //! is checked before a communicator exists. Each collective's algorithm,
 //! protocol and channel count come from the selection policy (the cost
 //! model of the machine), among what the configuration and the backend
