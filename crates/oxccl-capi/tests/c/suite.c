@@ -16,6 +16,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -772,6 +773,27 @@ static void scenario_nonblocking_split(void) {
   NCCL_OK(ncclCommDestroy(comm));
 }
 
+/* One group whose operations name different streams (host backend: the
+ * streams are ignored, but the group must not be refused). */
+static void scenario_streams(void) {
+  ncclComm_t comm = world("id");
+  if (!comm) return;
+  cudaStream_t s1 = (cudaStream_t)(uintptr_t)0x1000, s2 = (cudaStream_t)(uintptr_t)0x2000,
+               s3 = (cudaStream_t)(uintptr_t)0x3000;
+  int next = (g_rank + 1) % g_nranks, prev = (g_rank + g_nranks - 1) % g_nranks;
+  float v[3] = {1, 2, (float)g_rank};
+  int32_t mine = 10 + g_rank, got = -1;
+  NCCL_OK(ncclGroupStart());
+  NCCL_OK(ncclAllReduce(v, v, 3, ncclFloat32, ncclSum, comm, s1));
+  NCCL_OK(ncclSend(&mine, 1, ncclInt32, next, comm, s2));
+  NCCL_OK(ncclRecv(&got, 1, ncclInt32, prev, comm, s3));
+  NCCL_OK(ncclGroupEnd());
+  CHECK(v[0] == g_nranks && v[1] == 2 * g_nranks, "allreduce %g %g", v[0], v[1]);
+  CHECK(v[2] == g_nranks * (g_nranks - 1) / 2, "allreduce of ranks %g", v[2]);
+  CHECK(got == 10 + prev, "received %d from %d", got, prev);
+  NCCL_OK(ncclCommDestroy(comm));
+}
+
 /* Every configuration layout from 2.17 to 2.30, on 1-rank communicators. */
 static void scenario_configs(void) {
   static const struct { size_t size; unsigned version; } L[] = {
@@ -1111,6 +1133,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(s, "abort")) scenario_abort();
   else if (!strcmp(s, "nonblocking")) scenario_nonblocking();
   else if (!strcmp(s, "nonblocking_split")) scenario_nonblocking_split();
+  else if (!strcmp(s, "streams")) scenario_streams();
   else if (!strcmp(s, "configs")) scenario_configs();
   else if (!strcmp(s, "badargs")) scenario_badargs();
   else if (!strcmp(s, "commid")) scenario_commid();
