@@ -19,16 +19,7 @@ use parking_lot::{Condvar, Mutex};
 
 use crate::abi::{self, NcclCommT, NcclResult};
 use crate::error::{CError, CResult};
-
-/// Where a communicator's buffers live: what the pointers the caller
-/// passes are.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Space {
-    /// Host memory of this process (the host backend, `OXCCL_BACKEND=host`).
-    Host,
-    /// CUDA device memory; work is ordered on the caller's stream.
-    Device,
-}
+pub use crate::scalar::Space;
 
 /// A PreMulSum op's scalar: a value read at creation, or an address read
 /// at each call (`ncclScalarDevice`).
@@ -280,7 +271,9 @@ impl CComm {
                 }
                 RedOp::PreMulSum(match p.scalar {
                     Scalar::Value(v) => v,
-                    Scalar::At(addr) => crate::exec::read_scalar(self, addr, dtype, stream)?,
+                    Scalar::At(addr) => {
+                        crate::scalar::read(self.get()?, self.space()?, addr, dtype, stream)?
+                    }
                 })
             }
             v => {

@@ -45,3 +45,4 @@ mod exec;
 mod group;
 pub mod handle;
 mod params;
+mod scalar;
