@@ -10,11 +10,11 @@
 use std::ffi::{c_int, c_void};
 use std::sync::Arc;
 
-use oxccl::{CollKind, DataType, Element, Group, RawColl, RawStream, RedOp};
+use oxccl::{CollKind, DataType, Group, RawColl, RawStream, RedOp};
 
 use crate::abi::CudaStream;
 use crate::error::{CError, CResult};
-use crate::handle::{CComm, Space};
+use crate::handle::CComm;
 
 /// What a call does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -230,41 +230,6 @@ pub fn run_group(ops: &[Pending]) -> CResult<()> {
         r?;
     }
     g.end().map_err(CError::from)
-}
-
-/// A PreMulSum scalar at `addr` (`ncclScalarDevice`), read at call time:
-/// on the host backend directly, on CUDA after the work issued on the
-/// call's `stream` (the scalar is often computed there), which this
-/// waits for. NCCL reads it in the kernel instead; the value is the same,
-/// but a call on a stream being captured into a graph is refused.
-pub fn read_scalar(c: &CComm, addr: usize, dt: DataType, stream: usize) -> CResult<f64> {
-    match c.space()? {
-        // SAFETY: checked non-null and aligned when the op was made; the
-        // caller keeps it valid while the op exists (NCCL's contract).
-        Space::Host => Ok(unsafe { typed!(dt, read_host(addr)) }),
-        Space::Device => {
-            let comm = c.get()?;
-            let mut word = 0u64;
-            // SAFETY: the scalar is one element of `dt` (at most 8 bytes)
-            // of device memory the caller keeps alive while the op exists;
-            // `stream` is the caller's stream of this call.
-            let bytes = unsafe {
-                std::slice::from_raw_parts_mut((&mut word as *mut u64).cast::<u8>(), dt.size())
-            };
-            // SAFETY: as above.
-            unsafe { comm.read_raw(RawStream(stream as u64), addr as u64, bytes) }
-                .map_err(CError::from)?;
-            // SAFETY: `word` is 8-aligned and holds the element's bytes.
-            Ok(unsafe { typed!(dt, read_host(&word as *const u64 as usize)) })
-        }
-    }
-}
-
-/// # Safety
-/// `addr` must hold a readable, aligned `T`.
-pub unsafe fn read_host<T: Element>(addr: usize) -> f64 {
-    // SAFETY: forwarded.
-    unsafe { std::ptr::read(addr as *const T) }.to_f64()
 }
 
 #[cfg(test)]

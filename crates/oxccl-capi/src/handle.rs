@@ -15,20 +15,11 @@ use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 
 use oxccl::{BackendKind, Communicator, RedOp};
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 
 use crate::abi::{self, NcclCommT, NcclResult};
 use crate::error::{CError, CResult};
-
-/// Where a communicator's buffers live: what the pointers the caller
-/// passes are.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Space {
-    /// Host memory of this process (the host backend, `OXCCL_BACKEND=host`).
-    Host,
-    /// CUDA device memory; work is ordered on the caller's stream.
-    Device,
-}
+pub use crate::scalar::Space;
 
 /// A PreMulSum op's scalar: a value read at creation, or an address read
 /// at each call (`ncclScalarDevice`).
@@ -49,6 +40,8 @@ pub struct PreMul {
 #[derive(Debug)]
 pub struct CComm {
     /// Set once initialisation has finished (at once for blocking inits).
+    /// A nonblocking split's child is a stand-in of 0 ranks until the
+    /// split is done, when its handle is given the real child.
     comm: OnceLock<Communicator>,
     /// Why initialisation failed, if it did.
     init_error: Mutex<Option<CError>>,
@@ -67,6 +60,17 @@ pub struct CComm {
     pub premul: Mutex<Vec<Option<PreMul>>>,
     /// `ncclCommRegister` records: handle address → the facade's.
     pub registered: Mutex<HashMap<usize, oxccl::Registration>>,
+    /// Nonblocking work on this communicator running in the background (a
+    /// split of it, a group end), and the first failure of one.
+    background: Mutex<Background>,
+    background_done: Condvar,
+}
+
+/// See [`CComm::begin_background`].
+#[derive(Debug, Default)]
+struct Background {
+    running: u32,
+    error: Option<CError>,
 }
 
 /// Live handles, and the serial the next one gets.
@@ -106,6 +110,34 @@ impl CComm {
             suspended: AtomicBool::new(false),
             premul: Mutex::new(Vec::new()),
             registered: Mutex::new(HashMap::new()),
+            background: Mutex::new(Background::default()),
+            background_done: Condvar::new(),
+        }
+    }
+
+    /// A nonblocking split or group end of this communicator starts in the
+    /// background: until it ends, `ncclCommGetAsyncError` says
+    /// `ncclInProgress` and calls are refused (NCCL's users poll first).
+    pub fn begin_background(&self) {
+        self.background.lock().running += 1;
+    }
+
+    /// One background operation ended; its failure, if any, becomes the
+    /// communicator's asynchronous error (the first one stays).
+    pub fn end_background(&self, r: Result<(), &CError>) {
+        let mut b = self.background.lock();
+        b.running = b.running.saturating_sub(1);
+        if let Err(e) = r {
+            b.error.get_or_insert_with(|| e.clone());
+        }
+        self.background_done.notify_all();
+    }
+
+    /// Waits for the background operations (finalize, destroy).
+    pub fn wait_background(&self) {
+        let mut b = self.background.lock();
+        while b.running > 0 {
+            self.background_done.wait(&mut b);
         }
     }
 
@@ -154,6 +186,15 @@ impl CComm {
 
     /// Whether calls may be issued: not revoked, not suspended.
     pub fn callable(&self) -> CResult<()> {
+        if self.background.lock().running > 0 {
+            return Err(CError::usage(
+                "a nonblocking split or group end of this communicator is still running: poll ncclCommGetAsyncError until it is not ncclInProgress",
+            ));
+        }
+        if self.nranks == 0 {
+            // A nonblocking split's stand-in: still splitting, or failed.
+            self.get()?;
+        }
         if self.revoked.load(Ordering::Acquire) {
             return Err(CError::usage(
                 "the communicator was revoked (ncclCommRevoke): only destroy, abort, split and shrink are allowed",
@@ -186,6 +227,15 @@ impl CComm {
         if self.revoked.load(Ordering::Acquire) {
             // Revoked and quiescent: the aborted work is not an error.
             return abi::SUCCESS;
+        }
+        {
+            let b = self.background.lock();
+            if b.running > 0 {
+                return abi::IN_PROGRESS;
+            }
+            if let Some(e) = &b.error {
+                return e.code;
+            }
         }
         if let Some(c) = self.comm.get() {
             return c.async_error().map_or(abi::SUCCESS, |e| e.nccl_result());
@@ -221,7 +271,9 @@ impl CComm {
                 }
                 RedOp::PreMulSum(match p.scalar {
                     Scalar::Value(v) => v,
-                    Scalar::At(addr) => crate::exec::read_scalar(self, addr, dtype, stream)?,
+                    Scalar::At(addr) => {
+                        crate::scalar::read(self.get()?, self.space()?, addr, dtype, stream)?
+                    }
                 })
             }
             v => {
@@ -279,6 +331,20 @@ pub fn retire(h: NcclCommT) -> CResult<Arc<CComm>> {
                 "comm {h:p} is not a live communicator of this library (destroyed already, or not made by it)"
             ))
         })
+}
+
+/// Gives the live handle `h`, now `old`'s, to `new` (a nonblocking
+/// split's child replacing its stand-in). False, and nothing changed,
+/// when `h` was destroyed or aborted meanwhile.
+pub fn replace(h: usize, old: &Arc<CComm>, new: Arc<CComm>) -> bool {
+    let mut live = LIVE.lock();
+    match live.as_mut().and_then(|l| l.map.get_mut(&h)) {
+        Some(slot) if Arc::ptr_eq(slot, old) => {
+            *slot = new;
+            true
+        }
+        _ => false,
+    }
 }
 
 /// Marks a communicator aborted: its clique's waits fail, and it is dropped.

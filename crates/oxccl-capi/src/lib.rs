@@ -45,4 +45,5 @@ mod exec;
 mod group;
 pub mod handle;
 mod params;
+mod scalar;
 mod window;

@@ -189,6 +189,16 @@ fn nonblocking_init_polled_from_two_threads() {
 }
 
 #[test]
+fn nonblocking_split_and_group_end_finish_in_the_background() {
+    run("nonblocking_split", 3, &[], LIMIT);
+}
+
+#[test]
+fn a_group_on_several_streams() {
+    run("streams", 3, &[], LIMIT);
+}
+
+#[test]
 fn every_config_layout_from_2_17_to_2_30() {
     run("configs", 1, &[], LIMIT);
 }

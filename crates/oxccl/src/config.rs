@@ -13,12 +13,16 @@
 //!
 //! Names are case-insensitive. Algorithms: `ring`, `tree` (double binary
 //! tree), `chain`, `btree`, `oneshot`, `twoshot`, `allpairs`. Protocols:
-//! `simple`, `ll`, `ll128`. NCCL algorithms oxccl does not implement
-//! (`nvls`, `nvlstree`, `collnet`, `collnetdirect`, `collnetchain`, `pat`)
-//! are ignored with a warning, so values written for NCCL work unchanged
-//! (`^nvls` allows everything oxccl has); misspellings are errors. Every
-//! value is checked when the configuration is read, before any
-//! communicator exists.
+//! `simple`, `ll`. NCCL algorithms and protocols oxccl does not implement
+//! (`nvls`, `nvlstree`, `collnet`, `collnetdirect`, `collnetchain`, `pat`;
+//! `ll128`) are ignored with a warning printed to stderr once the
+//! configuration is read (unless the debug level is `NONE`), so values
+//! written for NCCL work unchanged: `^nvls` allows everything oxccl has,
+//! and an entry naming only such names (`NCCL_PROTO=LL128`) restricts
+//! nothing. A filter that then leaves a collective nothing oxccl runs
+//! (`NCCL_PROTO=^simple` on the host backend) fails init naming the
+//! variable; misspellings are errors. Every value is checked when the
+//! configuration is read, before any communicator exists.
 //!
 //! Other variables: `OXCCL_CHANNELS` (else `NCCL_MAX_NCHANNELS`) caps the
 //! channel count; `OXCCL_DEADLINE_MS` sets the wait deadline (`0` or `off`:
@@ -37,6 +41,7 @@
 //! In code, [`Config::builder`] sets the same things with types:
 //! `Config::builder().backend(BackendKind::Host).algorithms(&[Algo::Ring]).build()`.
 
+use std::collections::BTreeSet;
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -70,6 +75,9 @@ pub struct Filter<T> {
     /// Applies to collectives without their own rule.
     pub default: Option<Rule<T>>,
     pub per_coll: Vec<(CollKind, Rule<T>)>,
+    /// NCCL names the value listed that oxccl lacks and so ignored, each
+    /// as the warning to print (see [`Config::warn_ignored`]).
+    pub ignored: Vec<String>,
 }
 
 impl<T> Default for Filter<T> {
@@ -77,6 +85,7 @@ impl<T> Default for Filter<T> {
         Filter {
             default: None,
             per_coll: Vec::new(),
+            ignored: Vec::new(),
         }
     }
 }
@@ -118,15 +127,16 @@ const NCCL_ONLY_ALGOS: [&str; 6] = [
     "pat",
 ];
 
+/// NCCL protocol names that no oxccl backend runs (the core knows LL128
+/// for its cost model, but nothing executes it).
+const NCCL_ONLY_PROTOS: [&str; 1] = ["ll128"];
+
 /// Parses one algorithm name, in NCCL's or oxccl's spelling. NCCL
-/// algorithms oxccl does not implement are ignored with a warning (so
-/// `NCCL_ALGO=^nvls`, common on clusters, means "every algorithm"):
-/// `None`. Misspellings are errors.
+/// algorithms oxccl does not implement are ignored (so `NCCL_ALGO=^nvls`,
+/// common on clusters, means "every algorithm"): `None`. Misspellings are
+/// errors.
 fn parse_algo(var: &str, value: &str, name: &str) -> Result<Option<Algo>> {
     if NCCL_ONLY_ALGOS.contains(&name.to_ascii_lowercase().as_str()) {
-        tracing::warn!(
-            "oxccl: {var}={value:?}: {name:?} is an NCCL algorithm oxccl does not implement; ignored"
-        );
         return Ok(None);
     }
     Algo::from_str(name).map(Some).map_err(|e| Error::Config {
@@ -136,7 +146,12 @@ fn parse_algo(var: &str, value: &str, name: &str) -> Result<Option<Algo>> {
     })
 }
 
+/// Parses one protocol name; `ll128`, which no backend runs, is ignored
+/// as NCCL-only algorithms are.
 fn parse_proto(var: &str, value: &str, name: &str) -> Result<Option<Proto>> {
+    if NCCL_ONLY_PROTOS.contains(&name.to_ascii_lowercase().as_str()) {
+        return Ok(None);
+    }
     Proto::from_str(name).map(Some).map_err(|e| Error::Config {
         var: var.into(),
         value: value.into(),
@@ -144,11 +159,13 @@ fn parse_proto(var: &str, value: &str, name: &str) -> Result<Option<Proto>> {
     })
 }
 
-/// Parses a filter value with `item` parsing each name. `var` names the
+/// Parses a filter value with `item` parsing each name (`None`: an NCCL
+/// `what` oxccl lacks, recorded in [`Filter::ignored`]). `var` names the
 /// variable in errors.
 fn parse_filter<T>(
     var: &str,
     value: &str,
+    what: &str,
     item: impl Fn(&str, &str, &str) -> Result<Option<T>>,
 ) -> Result<Filter<T>> {
     let bad = |reason: String| Error::Config {
@@ -177,10 +194,15 @@ fn parse_filter<T>(
         if listed.is_empty() {
             return Err(bad(format!("entry {entry:?} names nothing")));
         }
-        let names = listed
-            .into_iter()
-            .filter_map(|n| item(var, value, n).transpose())
-            .collect::<Result<Vec<T>>>()?;
+        let mut names = Vec::new();
+        for n in listed {
+            match item(var, value, n)? {
+                Some(x) => names.push(x),
+                None => f.ignored.push(format!(
+                    "{var}={value:?}: {n:?} is an NCCL {what} oxccl does not implement; ignored"
+                )),
+            }
+        }
         if names.is_empty() {
             // Only names that are ignored: the entry says nothing oxccl
             // can follow (`^nvls` excludes nothing, `nvls` allows nothing
@@ -201,12 +223,12 @@ fn parse_filter<T>(
 
 /// Parses an `NCCL_ALGO`-style value (see the module docs).
 pub fn parse_algo_filter(var: &str, value: &str) -> Result<Filter<Algo>> {
-    parse_filter(var, value, parse_algo)
+    parse_filter(var, value, "algorithm", parse_algo)
 }
 
 /// Parses an `NCCL_PROTO`-style value (see the module docs).
 pub fn parse_proto_filter(var: &str, value: &str) -> Result<Filter<Proto>> {
-    parse_filter(var, value, parse_proto)
+    parse_filter(var, value, "protocol", parse_proto)
 }
 
 /// Logging level from `NCCL_DEBUG`/`OXCCL_DEBUG`: NCCL's levels, in its
@@ -349,6 +371,32 @@ impl Config {
     /// read): `Config::builder().backend(BackendKind::Host).build()?`.
     pub fn builder() -> ConfigBuilder {
         ConfigBuilder(Config::default())
+    }
+
+    /// The warnings for NCCL algorithm and protocol names the filters
+    /// ignored, in the order the values listed them.
+    pub fn ignored_names(&self) -> Vec<&str> {
+        let algo = self.algo.ignored.iter();
+        algo.chain(self.proto.ignored.iter())
+            .map(String::as_str)
+            .collect()
+    }
+
+    /// Prints [`Config::ignored_names`] to stderr, each once per process,
+    /// unless the debug level is `NONE`: a value written for NCCL is
+    /// followed only in part, which the user should see without asking
+    /// for logs (so not through `tracing`, whose subscriber may be absent).
+    pub(crate) fn warn_ignored(&self) {
+        static PRINTED: std::sync::Mutex<BTreeSet<String>> = std::sync::Mutex::new(BTreeSet::new());
+        if self.debug == Some(DebugLevel::None) {
+            return;
+        }
+        let mut printed = PRINTED.lock().unwrap_or_else(|p| p.into_inner());
+        for w in self.ignored_names() {
+            if printed.insert(w.to_string()) {
+                eprintln!("oxccl WARN {w}");
+            }
+        }
     }
 }
 

@@ -92,9 +92,10 @@ pub(crate) struct Entry<'a> {
 #[derive(Debug, Default)]
 pub struct Group<'a> {
     entries: Vec<Entry<'a>>,
-    /// The caller's stream of each communicator that has raw operations
-    /// (`raw.rs`): its launches are ordered on it.
-    streams: Vec<(&'a Communicator, RawStream)>,
+    /// The caller's streams of each communicator that has raw operations
+    /// (`raw.rs`), each once, in first-use order: its launches are ordered
+    /// on every one (joined by events on CUDA).
+    streams: Vec<(&'a Communicator, Vec<RawStream>)>,
 }
 
 /// Runs `f` to fill a group, then ends it.
@@ -252,32 +253,25 @@ impl<'a> Group<'a> {
         });
     }
 
-    /// The caller's stream `comm`'s raw operations named, if any.
-    fn stream_of(&self, comm: &Communicator) -> Option<RawStream> {
+    /// The caller's streams `comm`'s raw operations named (none: it has
+    /// only typed operations, ordered on the rank's own stream).
+    fn streams_of(&self, comm: &Communicator) -> &[RawStream] {
         self.streams
             .iter()
             .find(|(c, _)| std::ptr::eq(*c, comm))
-            .map(|&(_, s)| s)
+            .map_or(&[], |(_, s)| s.as_slice())
     }
 
-    /// Refuses a second stream for one communicator in a group.
-    pub(crate) fn check_stream(&self, comm: &Communicator, stream: RawStream) -> Result<()> {
-        match self.stream_of(comm) {
-            Some(s) if s != stream => Err(Error::InvalidUsage(format!(
-                "rank {}: one group's operations on a communicator must share one stream \
-                 ({:#x} before, {:#x} now)",
-                comm.rank(),
-                s.0,
-                stream.0
-            ))),
-            _ => Ok(()),
-        }
-    }
-
-    /// Records the stream of `comm`'s raw operations (checked before).
+    /// Records a stream of `comm`'s raw operations.
     pub(crate) fn set_stream(&mut self, comm: &'a Communicator, stream: RawStream) {
-        if self.stream_of(comm).is_none() {
-            self.streams.push((comm, stream));
+        match self
+            .streams
+            .iter_mut()
+            .find(|(c, _)| std::ptr::eq(*c, comm))
+        {
+            Some((_, list)) if !list.contains(&stream) => list.push(stream),
+            Some(_) => {}
+            None => self.streams.push((comm, vec![stream])),
         }
     }
 
@@ -320,8 +314,8 @@ impl<'a> Group<'a> {
                 let handles: Vec<_> = jobs
                     .iter()
                     .map(|(comm, js)| {
-                        let stream = self.stream_of(comm);
-                        s.spawn(move || run_jobs(comm, js, stream))
+                        let streams = self.streams_of(comm);
+                        s.spawn(move || run_jobs(comm, js, streams))
                     })
                     .collect();
                 handles
@@ -337,22 +331,19 @@ impl<'a> Group<'a> {
             })
         } else {
             jobs.iter()
-                .try_for_each(|(comm, js)| run_jobs(comm, js, self.stream_of(comm)))
+                .try_for_each(|(comm, js)| run_jobs(comm, js, self.streams_of(comm)))
         }
     }
 }
 
-fn run_jobs(comm: &Communicator, jobs: &[Job], stream: Option<RawStream>) -> Result<()> {
+fn run_jobs(comm: &Communicator, jobs: &[Job], streams: &[RawStream]) -> Result<()> {
     let launch_all = || {
         jobs.iter()
             .try_for_each(|j| comm.launch(&j.prepared, j.dtype, j.op, j.proto, j.p2p_only))
     };
-    match stream {
-        // SAFETY: the raw operations' callers vouched for the stream until
-        // it has passed the group's end (`Group::collective_raw`).
-        Some(s) => unsafe { comm.on_stream(s, launch_all) },
-        None => launch_all(),
-    }
+    // SAFETY: the raw operations' callers vouched for their streams until
+    // they have passed the group's end (`Group::collective_raw`).
+    unsafe { comm.on_streams(streams, Box::new(launch_all)) }
 }
 
 /// Operations of one data type and one reduction op share a launch

@@ -117,6 +117,44 @@
 //! or on CUDA (every rank with a device). A 1-rank communicator contacts no
 //! root and never reads its id.
 //!
+//! The usual way is one process per rank, started by a launcher, each
+//! calling [`init_from_env`]: it reads the rank, the rank count and the
+//! local rank from the launcher's variables, and where rank 0's root
+//! listens from `NCCL_COMM_ID=host:port`, else `MASTER_ADDR` with the
+//! root at `MASTER_PORT + 1`. The same program under each launcher:
+//!
+//! ```no_run
+//! fn main() -> oxccl::Result<()> {
+//!     let comm = oxccl::init_from_env()?;
+//!     let n = 1 << 20;
+//!     let b = comm.alloc::<f32>(n)?;
+//!     b.copy_from_slice(&vec![comm.rank() as f32; n])?;
+//!     comm.all_reduce_in_place(&b, oxccl::RedOp::Sum)?;
+//!     let sum = b.to_vec()?; // ordered after the call
+//!     let want = (0..comm.nranks()).sum::<u32>() as f32;
+//!     assert!(sum.iter().all(|&x| x == want));
+//!     Ok(())
+//! }
+//! ```
+//!
+//! ```text
+//! # torchrun sets RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT
+//! torchrun --nproc-per-node=8 --no-python ./my_prog
+//! torchrun --nnodes=2 --nproc-per-node=8 --rdzv-endpoint=node0:29500 --no-python ./my_prog
+//! # Open MPI sets OMPI_COMM_WORLD_*; say where rank 0's root listens
+//! mpirun -np 8 -x NCCL_COMM_ID=node0:29600 -x OXCCL_COMM_SECRET ./my_prog
+//! # MPICH/Hydra (PMI_RANK, PMI_SIZE, MPI_LOCALRANKID)
+//! mpiexec -n 8 -genv NCCL_COMM_ID node0:29600 ./my_prog
+//! # Slurm sets SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID
+//! NCCL_COMM_ID=$(scontrol show hostnames | head -1):29600 srun -N 2 --ntasks-per-node=8 ./my_prog
+//! ```
+//!
+//! With `NCCL_COMM_ID` no id is exchanged, so set `OXCCL_COMM_SECRET` (the
+//! same string on every rank) on networks others can reach: the README's
+//! security section says why. A program that already has a channel between
+//! its ranks (MPI, a key-value store) can instead make a [`UniqueId`] on
+//! rank 0, send its bytes, and call [`Communicator::init_rank`].
+//!
 //! # Configuration
 //!
 //! [`Config`] overrides algorithm, protocol, channels and deadline; build
@@ -147,14 +185,15 @@
 //! | --- | --- | --- | --- |
 //! | `Ring` | `ring` | `Simple` | `simple` |
 //! | `Chain` | `chain` | `LL` | `ll` |
-//! | `BinaryTree` | `btree`, `binarytree` | `LL128` | `ll128` (accepted; no backend runs it) |
+//! | `BinaryTree` | `btree`, `binarytree` | `LL128` | `ll128` (in `NCCL_PROTO`: no backend runs it, ignored with a warning) |
 //! | `DoubleBinaryTree` | `tree` (NCCL's Tree), `dbtree`, `doublebinarytree` | | |
 //! | `OneShot` | `oneshot`, `one_shot` | | |
 //! | `TwoShot` | `twoshot`, `two_shot` | | |
 //! | `AllPairs` | `allpairs`, `all_pairs`, `direct` | | |
 //!
-//! Values written for NCCL work unchanged: NCCL algorithms oxccl lacks
-//! (`nvls`, `collnet`, `pat`) are ignored with a warning, and every value
+//! Values written for NCCL work unchanged: NCCL algorithms and protocols
+//! oxccl lacks (`nvls`, `collnet`, `pat`, `ll128`) are ignored with a
+//! warning printed to stderr (unless `NCCL_DEBUG=NONE`), and every value
 //! is checked before a communicator exists. Each collective's algorithm,
 //! protocol and channel count come from the selection policy (the cost
 //! model of the machine), among what the configuration and the backend

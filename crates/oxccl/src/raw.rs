@@ -194,6 +194,25 @@ impl Communicator {
         r.and(joined)
     }
 
+    /// Runs `f` ordered on every stream of `streams` (see
+    /// [`Communicator::on_stream`]): after the work each holds, before
+    /// the work each is given later. On the host backend streams are
+    /// ignored and `f` just runs.
+    ///
+    /// # Safety
+    /// As [`Communicator::on_stream`], for each stream.
+    pub(crate) unsafe fn on_streams(
+        &self,
+        streams: &[RawStream],
+        f: Box<dyn FnOnce() -> Result<()> + '_>,
+    ) -> Result<()> {
+        match streams.split_first() {
+            None => f(),
+            // SAFETY: caller's contract, for `first` as for the rest.
+            Some((first, rest)) => unsafe { self.on_stream(*first, || self.on_streams(rest, f)) },
+        }
+    }
+
     /// Any collective on memory the caller allocated, enqueued on the
     /// caller's stream: NCCL's `ncclAllReduce`, `ncclBroadcast`, ... with
     /// `call.kind` naming which (see [`RawColl`]). Returns once the call
@@ -318,8 +337,10 @@ impl Communicator {
 
 impl<'a> Group<'a> {
     /// Adds a raw collective (see [`Communicator::collective_raw`]); the
-    /// group's launch on `comm` is ordered on `stream`. All of one
-    /// communicator's raw operations in a group name the same stream.
+    /// group's launch on `comm` is ordered on `stream`. A communicator's
+    /// raw operations in a group may name different streams, as NCCL's:
+    /// its launches then wait for each stream's earlier work, and each
+    /// stream's later work waits for them.
     ///
     /// # Safety
     /// As [`Communicator::collective_raw`], until `stream` has passed the
@@ -331,7 +352,6 @@ impl<'a> Group<'a> {
         stream: RawStream,
     ) -> Result<()> {
         let (send, recv) = comm.raw_pair(&call)?;
-        self.check_stream(comm, stream)?;
         let (kind, op, root) = (call.kind, call.op, call.root);
         with_element!(call.dtype, T => self.collective::<T>(
             comm, kind, In::from_arg(send), Out::from_arg(recv), op, root
@@ -390,7 +410,6 @@ impl<'a> Group<'a> {
         if arg.len != count {
             return Err(null_buffer(role, count));
         }
-        self.check_stream(comm, stream)?;
         with_element!(dtype, T => match role {
             Role::Send => self.send::<T>(comm, In::from_arg(arg), peer),
             Role::Recv => self.recv::<T>(comm, Out::from_arg(arg), peer),

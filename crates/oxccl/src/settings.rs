@@ -90,12 +90,14 @@ impl Environment {
 impl Config {
     /// Defaults overridden by the process environment, read once
     /// ([`Environment::capture`]). Installs the logging `OXCCL_DEBUG` asks
-    /// for, then warns about unknown `OXCCL_*` variables.
+    /// for, then warns about unknown `OXCCL_*` variables and prints the
+    /// NCCL algorithm and protocol names the filters ignored.
     pub fn from_env() -> Result<Config> {
         let env = Environment::capture();
         let c = Config::from_vars(|k| env.get(k))?;
         crate::debug::init(c.debug);
         env.warn_unknown();
+        c.warn_ignored();
         Ok(c)
     }
 

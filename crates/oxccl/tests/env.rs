@@ -61,11 +61,67 @@ fn unknown_names_are_errors_naming_the_variable() {
 
 #[test]
 fn protocols_parse() {
-    let f = parse_proto_filter("NCCL_PROTO", "^LL128").unwrap();
+    let f = parse_proto_filter("NCCL_PROTO", "^LL,simple").unwrap();
     assert_eq!(
         f.allowed(CollKind::AllReduce, &Proto::ALL),
-        vec![Proto::Simple, Proto::LL]
+        vec![Proto::LL128]
     );
+    let f = parse_proto_filter("NCCL_PROTO", "allreduce:LL").unwrap();
+    assert_eq!(f.allowed(CollKind::AllReduce, &Proto::ALL), vec![Proto::LL]);
+    assert!(f.ignored.is_empty());
+}
+
+#[test]
+fn ll128_is_ignored_as_nccl_only() {
+    // No backend runs LL128: naming it, allowed or excluded, restricts
+    // nothing and leaves one warning per mention.
+    for (v, mentions) in [
+        ("LL128", 1),
+        ("^LL128", 1),
+        ("allreduce:ll128", 1),
+        ("LL128;broadcast:^ll128", 2),
+    ] {
+        let f = parse_proto_filter("NCCL_PROTO", v).unwrap();
+        assert!(f.is_empty(), "{v}: {f:?}");
+        assert_eq!(f.ignored.len(), mentions, "{v}");
+        assert!(f.ignored[0].contains("NCCL protocol"), "{:?}", f.ignored);
+    }
+    let f = parse_proto_filter("NCCL_PROTO", "LL128,Simple").unwrap();
+    assert_eq!(
+        f.allowed(CollKind::AllReduce, &Proto::ALL),
+        vec![Proto::Simple]
+    );
+    let c =
+        Config::from_vars(vars(&[("NCCL_PROTO", "LL128"), ("NCCL_ALGO", "^nvls,pat")])).unwrap();
+    let names = c.ignored_names();
+    assert_eq!(names.len(), 3, "{names:?}");
+    assert!(
+        names[0].starts_with("NCCL_ALGO=\"^nvls,pat\": \"nvls\""),
+        "{names:?}"
+    );
+    assert!(
+        names[2].starts_with("NCCL_PROTO=\"LL128\": \"LL128\""),
+        "{names:?}"
+    );
+    // And a clique made under it runs.
+    let c = Config::from_vars(vars(&[("NCCL_PROTO", "LL128"), ("OXCCL_BACKEND", "host")])).unwrap();
+    let comms = oxccl::init_all_with(1, c).unwrap();
+    let mut v = vec![1.0f32; 4];
+    comms[0].all_reduce_in_place(&mut v, RedOp::Sum).unwrap();
+}
+
+#[test]
+fn a_filter_that_leaves_nothing_names_its_variable() {
+    // Once LL128 is set aside, `^simple` leaves the host backend nothing.
+    let c = Config::from_vars(vars(&[
+        ("NCCL_PROTO", "^simple,ll128"),
+        ("OXCCL_BACKEND", "host"),
+    ]))
+    .unwrap();
+    match oxccl::init_all_with(1, c) {
+        Err(Error::Config { var, .. }) => assert_eq!(var, "NCCL_PROTO"),
+        other => panic!("{:?}", other.map(|_| ())),
+    }
 }
 
 #[test]

@@ -612,3 +612,101 @@ fn graph_loop(
     }
     result
 }
+
+/// One group per rank with two AllReduces, each on its own caller stream
+/// (NCCL lets a group's operations use different streams): each stream's
+/// input copy is held back by a 64 MiB memset on that stream, and each
+/// result is read back on its own stream only, so the launch must wait
+/// for both streams and both streams for the launch.
+#[test]
+fn cuda_group_on_two_callers_streams() {
+    for n in env_list("OXCCL_GPU_RANKS", &[2, 3, 8]) {
+        let Some(comms) = cuda("cuda_group_on_two_callers_streams", n) else {
+            return;
+        };
+        let mem = CudaMem::new(Kind::Alloc, n);
+        let errs = common::on_ranks(&comms, |c| {
+            let r = two_streams(c, &mem, 1 << 18);
+            if r.is_err() {
+                c.abort();
+            }
+            r
+        });
+        let bad: Vec<_> = errs.into_iter().filter_map(Result::err).collect();
+        assert!(bad.is_empty(), "{n} ranks: {bad:?}");
+        println!("group on two callers' streams, {n} ranks: right");
+    }
+}
+
+fn two_streams(c: &Communicator, mem: &CudaMem, count: usize) -> Result<(), String> {
+    let (r, n) = (c.rank(), c.nranks());
+    let bytes = count * 4;
+    let (x, y) = (mem.alloc(r, bytes), mem.alloc(r, bytes));
+    let _ = mem.rank(r); // binds the rank's context for the calls below
+    let (mut second, mut delay) = (std::ptr::null_mut(), 0);
+    let input = |k: u32| -> Vec<f32> { (0..count).map(|i| (i % 13) as f32 + k as f32).collect() };
+    let (ix, iy) = (input(r), input(100 + r));
+    // SAFETY: creation calls with valid out-pointers in the bound context;
+    // the copies' sources outlive them (pageable sources are staged before
+    // the calls return); `delay` holds DELAY_BYTES.
+    unsafe {
+        ck("cuStreamCreate", sys::cuStreamCreate(&mut second, 1));
+        ck("cuMemAlloc", sys::cuMemAlloc_v2(&mut delay, DELAY_BYTES));
+        ck(
+            "cuMemsetD8Async",
+            sys::cuMemsetD8Async(delay, 0x5a, DELAY_BYTES, second),
+        );
+        ck(
+            "cuMemcpyHtoDAsync",
+            sys::cuMemcpyHtoDAsync_v2(y, iy.as_ptr().cast(), bytes, second),
+        );
+    }
+    mem.upload(r, x, bytes_of(&ix));
+    let all_reduce = |buf: u64| RawColl {
+        kind: CollKind::AllReduce,
+        send: buf as *const _,
+        recv: buf as *mut _,
+        count,
+        dtype: DataType::F32,
+        op: RedOp::Sum,
+        root: 0,
+    };
+    let streams = [mem.stream(r), RawStream::from_ptr(second.cast())];
+    oxccl::group(|g| {
+        // SAFETY: both buffers hold `count` f32 on this rank's device and
+        // live to the end; both streams are live streams of its context.
+        unsafe {
+            g.collective_raw(c, all_reduce(x), streams[0])?;
+            g.collective_raw(c, all_reduce(y), streams[1])
+        }
+    })
+    .map_err(|e| e.to_string())?;
+    let (mut ox, mut oy) = (vec![0f32; count], vec![0f32; count]);
+    mem.download(r, x, bytes_of_mut(&mut ox));
+    let _ = mem.rank(r); // bound again: `download` may run on another context
+                         // SAFETY: `y` holds `bytes`; the destination is written by the
+                         // synchronize below; the stream and `delay` are released once.
+    unsafe {
+        ck(
+            "cuMemcpyDtoHAsync",
+            sys::cuMemcpyDtoHAsync_v2(oy.as_mut_ptr().cast(), y, bytes, second),
+        );
+        ck("cuStreamSynchronize", sys::cuStreamSynchronize(second));
+        let _ = sys::cuMemFree_v2(delay);
+        let _ = sys::cuStreamDestroy_v2(second);
+    }
+    let sum =
+        |base: u32, i: usize| -> f32 { (0..n).map(|q| (i % 13) as f32 + (base + q) as f32).sum() };
+    for i in 0..count {
+        if ox[i] != sum(0, i) || oy[i] != sum(100, i) {
+            return Err(format!(
+                "rank {r} element {i}: x {} (want {}), y {} (want {})",
+                ox[i],
+                sum(0, i),
+                oy[i],
+                sum(100, i)
+            ));
+        }
+    }
+    Ok(())
+}

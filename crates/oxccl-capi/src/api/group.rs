@@ -2,7 +2,7 @@
 
 use crate::abi::{NcclResult, NcclSimInfo, SUCCESS};
 use crate::error::{guard, CError, CResult};
-use crate::exec::{self, What};
+use crate::exec::What;
 use crate::group;
 
 use super::out;
@@ -19,25 +19,19 @@ pub extern "C" fn ncclGroupStart() -> NcclResult {
 /// Closes a group; the outermost end waits for inits started in the group
 /// and runs its operations together (Send/Recv pairs, several
 /// communicators from one thread). An error of any call in the group is
-/// returned here and nothing of the group runs.
+/// returned here and nothing of the group runs. When a communicator of
+/// the group is nonblocking, the end returns `ncclInProgress` and all of
+/// it happens in the background ([`super::group_end`]).
 #[no_mangle]
 pub extern "C" fn ncclGroupEnd() -> NcclResult {
     guard("ncclGroupEnd", || {
-        let Some(mut st) = close()? else {
+        let Some(st) = close()? else {
             return Ok(SUCCESS);
         };
-        for c in &st.inits {
-            c.join_init();
+        if st.error.is_none() && super::group_end::nonblocking(&st) {
+            return super::group_end::start(st);
         }
-        let split = super::init::finish_splits(std::mem::take(&mut st.splits));
-        if let Some(e) = st.error.take() {
-            return Err(e);
-        }
-        split?;
-        for c in &st.inits {
-            c.get()?;
-        }
-        exec::run_group(&st.ops)?;
+        super::group_end::finish(st)?;
         Ok(SUCCESS)
     })
 }

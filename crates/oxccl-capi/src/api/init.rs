@@ -257,6 +257,7 @@ pub extern "C" fn ncclCommFinalize(comm: NcclCommT) -> NcclResult {
             ));
         }
         c.join_init();
+        c.wait_background();
         c.get()?.synchronize()?;
         Ok(SUCCESS)
     })
@@ -269,6 +270,7 @@ pub extern "C" fn ncclCommDestroy(comm: NcclCommT) -> NcclResult {
     guard("ncclCommDestroy", || {
         let c = handle::retire(comm)?;
         c.join_init();
+        c.wait_background();
         if let Some(x) = c.ready() {
             // Work already failed is reported by GetAsyncError, not here.
             let _ = x.synchronize();
@@ -324,25 +326,29 @@ pub unsafe extern "C" fn ncclCommSplit(
             move || parent.get()?.split(color, key).map_err(CError::from),
             &cc,
             outp,
+            color.is_some(),
         )
     })
 }
 
-/// How a child communicator is made from its parent (a split or a
-/// shrink): `None` for a rank that gets no child.
-type MakeChild = dyn FnOnce() -> CResult<Option<Communicator>> + Send;
-
 /// Runs `make` and publishes the child (NULL for none). Inside a group it
 /// runs on its own thread and the group's end writes the child, so one
 /// thread can split or shrink several communicators of one clique (each
-/// rank's call waits for the others').
+/// rank's call waits for the others'). A nonblocking child (its config's
+/// `blocking = 0`, else the parent's) is made in the background
+/// ([`super::split_bg`]). `expects_child`: whether this rank gets one (a
+/// split's `NCCL_SPLIT_NOCOLOR` rank does not).
 fn child_into(
     c: &Arc<CComm>,
     make: impl FnOnce() -> CResult<Option<Communicator>> + Send + 'static,
     cc: &CommConfig,
     outp: *mut NcclCommT,
+    expects_child: bool,
 ) -> CResult<NcclResult> {
-    let make: Box<MakeChild> = Box::new(make);
+    let make: Box<super::split_bg::MakeChild> = Box::new(make);
+    if !group::active() && !cc.blocking.unwrap_or(c.blocking) {
+        return super::split_bg::start(c, make, cc, outp, expects_child);
+    }
     if group::active() {
         let (blocking, cc) = (c.blocking, cc.clone());
         let t = std::thread::Builder::new()
@@ -364,7 +370,11 @@ fn child_into(
 /// Makes the child and publishes it; its handle as an address (0: none).
 /// The child is blocking unless its config says otherwise (or the parent,
 /// `parent_blocking`, is nonblocking and no config is given).
-fn publish_child(make: Box<MakeChild>, parent_blocking: bool, cc: &CommConfig) -> CResult<usize> {
+fn publish_child(
+    make: Box<super::split_bg::MakeChild>,
+    parent_blocking: bool,
+    cc: &CommConfig,
+) -> CResult<usize> {
     Ok(match make()? {
         None => 0,
         Some(x) => {
@@ -471,6 +481,7 @@ pub unsafe extern "C" fn ncclCommShrink(
             move || parent.get()?.shrink(&excluded).map_err(CError::from),
             &cc,
             outp,
+            true,
         )
     })
 }

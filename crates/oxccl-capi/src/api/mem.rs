@@ -85,7 +85,7 @@ pub unsafe extern "C" fn ncclRedOpCreatePreMulSum(
 /// `addr` holds an aligned, readable `T`.
 unsafe fn read_at<T: oxccl::Element>(addr: usize) -> f64 {
     // SAFETY: forwarded.
-    unsafe { exec::read_host::<T>(addr) }
+    unsafe { crate::scalar::read_host::<T>(addr) }
 }
 
 /// Frees a PreMulSum op of `comm`; built-in ops and others' ops are

@@ -5,6 +5,7 @@
 mod alias;
 mod coll;
 mod group;
+mod group_end;
 mod grow;
 pub(crate) mod init;
 mod mem;
@@ -12,6 +13,7 @@ mod onesided;
 mod param;
 mod query;
 mod revoke;
+mod split_bg;
 mod stats;
 
 use crate::error::{CError, CResult};

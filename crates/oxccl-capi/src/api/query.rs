@@ -68,6 +68,10 @@ pub unsafe extern "C" fn ncclCommCount(comm: NcclCommT, count: *mut c_int) -> Nc
     guard("ncclCommCount", || {
         let c = handle::lookup(comm)?;
         let p = out(count, "count")?;
+        if c.nranks == 0 {
+            // A nonblocking split's child, not made yet (or failed).
+            c.get()?;
+        }
         // SAFETY: checked.
         unsafe { p.write(c.nranks as c_int) };
         Ok(SUCCESS)
@@ -81,6 +85,10 @@ pub unsafe extern "C" fn ncclCommUserRank(comm: NcclCommT, rank: *mut c_int) -> 
     guard("ncclCommUserRank", || {
         let c = handle::lookup(comm)?;
         let p = out(rank, "rank")?;
+        if c.nranks == 0 {
+            // A nonblocking split's child, not made yet (or failed).
+            c.get()?;
+        }
         // SAFETY: checked.
         unsafe { p.write(c.rank as c_int) };
         Ok(SUCCESS)

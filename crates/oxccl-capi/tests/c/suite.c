@@ -16,6 +16,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -699,6 +700,100 @@ static void scenario_nonblocking(void) {
   NCCL_OK(ncclCommDestroy(comm));
 }
 
+/* Polls a nonblocking communicator's state until it is not in progress. */
+static ncclResult_t settle(ncclComm_t comm) {
+  ncclResult_t st = ncclInProgress;
+  for (int i = 0; i < 60000 && st == ncclInProgress; i++) {
+    if (ncclCommGetAsyncError(comm, &st) != ncclSuccess) return ncclInternalError;
+    if (st == ncclInProgress) usleep(1000);
+  }
+  return st;
+}
+
+/* Nonblocking split (children inherit the parent's blocking = 0) and
+ * group end: each returns ncclInProgress at once, with the child's handle
+ * written, and finishes in the background. */
+static void scenario_nonblocking_split(void) {
+  ncclUniqueId id;
+  if (share_id("id", &id) != 0) { failures++; return; }
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.blocking = 0;
+  ncclComm_t comm = NULL;
+  ncclResult_t r = ncclCommInitRankConfig(&comm, g_nranks, id, g_rank, &cfg);
+  CHECK(r == ncclInProgress && comm != NULL, "init returned %d", (int)r);
+  if (!comm) return;
+  CHECK(settle(comm) == ncclSuccess, "init: %s", ncclGetLastError(comm));
+
+  /* Every rank in one child, ranked in reverse. */
+  ncclComm_t child = NULL;
+  r = ncclCommSplit(comm, 7, g_nranks - g_rank, &child, NULL);
+  CHECK(r == ncclInProgress, "split returned %d", (int)r);
+  CHECK(child != NULL, "%s", "the child's handle is written at once");
+  if (!child) return;
+  CHECK(settle(child) == ncclSuccess, "split: %s", ncclGetLastError(child));
+  CHECK(settle(comm) == ncclSuccess, "parent after split: %s", ncclGetLastError(comm));
+  int cnt = 0, rk = -1;
+  NCCL_OK(ncclCommCount(child, &cnt));
+  NCCL_OK(ncclCommUserRank(child, &rk));
+  CHECK(cnt == g_nranks && rk == g_nranks - 1 - g_rank, "child count %d rank %d", cnt, rk);
+
+  /* A group end on nonblocking communicators: AllReduce on the child and
+   * a ring of Send/Recv on the parent. */
+  int64_t v = g_rank + 1, got = -1, mine = 100 + g_rank;
+  int next = (g_rank + 1) % g_nranks, prev = (g_rank + g_nranks - 1) % g_nranks;
+  NCCL_OK(ncclGroupStart());
+  NCCL_OK(ncclAllReduce(&v, &v, 1, ncclInt64, ncclSum, child, NULL));
+  NCCL_OK(ncclSend(&mine, 1, ncclInt64, next, comm, NULL));
+  NCCL_OK(ncclRecv(&got, 1, ncclInt64, prev, comm, NULL));
+  r = ncclGroupEnd();
+  CHECK(r == ncclInProgress, "group end returned %d", (int)r);
+  CHECK(settle(child) == ncclSuccess, "group on the child: %s", ncclGetLastError(child));
+  CHECK(settle(comm) == ncclSuccess, "group on the parent: %s", ncclGetLastError(comm));
+  CHECK(v == (int64_t)g_nranks * (g_nranks + 1) / 2, "allreduce %lld", (long long)v);
+  CHECK(got == 100 + prev, "received %lld from %d", (long long)got, prev);
+
+  /* The last rank takes no part: its child is NULL at once, and its
+   * parent is in progress until the others have split. */
+  ncclComm_t part = (ncclComm_t)&part;
+  r = ncclCommSplit(comm, g_rank == g_nranks - 1 ? NCCL_SPLIT_NOCOLOR : 0, g_rank, &part, NULL);
+  CHECK(r == ncclInProgress, "second split returned %d", (int)r);
+  CHECK(settle(comm) == ncclSuccess, "parent after the second split: %s", ncclGetLastError(comm));
+  if (g_rank == g_nranks - 1) {
+    CHECK(part == NULL, "%s", "a NOCOLOR rank gets NULL");
+  } else if (part != NULL) {
+    CHECK(settle(part) == ncclSuccess, "second split: %s", ncclGetLastError(part));
+    NCCL_OK(ncclCommCount(part, &cnt));
+    CHECK(cnt == g_nranks - 1, "second child has %d ranks", cnt);
+    NCCL_OK(ncclCommDestroy(part));
+  } else {
+    CHECK(0, "%s", "a coloured rank got NULL");
+  }
+  NCCL_OK(ncclCommDestroy(child));
+  NCCL_OK(ncclCommFinalize(comm));
+  NCCL_OK(ncclCommDestroy(comm));
+}
+
+/* One group whose operations name different streams (host backend: the
+ * streams are ignored, but the group must not be refused). */
+static void scenario_streams(void) {
+  ncclComm_t comm = world("id");
+  if (!comm) return;
+  cudaStream_t s1 = (cudaStream_t)(uintptr_t)0x1000, s2 = (cudaStream_t)(uintptr_t)0x2000,
+               s3 = (cudaStream_t)(uintptr_t)0x3000;
+  int next = (g_rank + 1) % g_nranks, prev = (g_rank + g_nranks - 1) % g_nranks;
+  float v[3] = {1, 2, (float)g_rank};
+  int32_t mine = 10 + g_rank, got = -1;
+  NCCL_OK(ncclGroupStart());
+  NCCL_OK(ncclAllReduce(v, v, 3, ncclFloat32, ncclSum, comm, s1));
+  NCCL_OK(ncclSend(&mine, 1, ncclInt32, next, comm, s2));
+  NCCL_OK(ncclRecv(&got, 1, ncclInt32, prev, comm, s3));
+  NCCL_OK(ncclGroupEnd());
+  CHECK(v[0] == g_nranks && v[1] == 2 * g_nranks, "allreduce %g %g", v[0], v[1]);
+  CHECK(v[2] == g_nranks * (g_nranks - 1) / 2, "allreduce of ranks %g", v[2]);
+  CHECK(got == 10 + prev, "received %d from %d", got, prev);
+  NCCL_OK(ncclCommDestroy(comm));
+}
+
 /* Every configuration layout from 2.17 to 2.30, on 1-rank communicators. */
 static void scenario_configs(void) {
   static const struct { size_t size; unsigned version; } L[] = {
@@ -1196,6 +1291,8 @@ int main(int argc, char **argv) {
   else if (!strcmp(s, "split")) scenario_split();
   else if (!strcmp(s, "abort")) scenario_abort();
   else if (!strcmp(s, "nonblocking")) scenario_nonblocking();
+  else if (!strcmp(s, "nonblocking_split")) scenario_nonblocking_split();
+  else if (!strcmp(s, "streams")) scenario_streams();
   else if (!strcmp(s, "configs")) scenario_configs();
   else if (!strcmp(s, "badargs")) scenario_badargs();
   else if (!strcmp(s, "commid")) scenario_commid();

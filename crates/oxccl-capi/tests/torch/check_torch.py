@@ -11,7 +11,9 @@ collective against values it computes itself, then runs 20 DDP steps and
 compares the weights with the same training done in one process. A check
 can fail: the DDP comparison is also made against a reference that drops
 one rank's gradient, which must differ. Exit status 0 only if every rank
-passed. `--bench` adds all_reduce timings (256 MiB, and 8 B latency).
+passed. `--bench` adds all_reduce timings (256 MiB, and 8 B latency);
+`--graph-premul` adds PREMUL_SUM with a tensor factor captured in a CUDA
+graph and replayed with the factor changed between replays.
 """
 import argparse
 import json
@@ -37,6 +39,8 @@ def launch(args):
         cmd = [sys.executable, __file__, "--rank", str(r), "--procs", str(args.procs)]
         if args.bench:
             cmd.append("--bench")
+        if args.graph_premul:
+            cmd.append("--graph-premul")
         procs.append(subprocess.Popen(cmd, env=env))
     deadline = time.time() + args.timeout
     codes = []
@@ -150,6 +154,33 @@ def mem_pool(dist, torch, c, n, r, dev):
     del x
 
 
+def graph_premul(dist, torch, c, n, r, dev):
+    """PREMUL_SUM with a tensor factor (ncclScalarDevice) captured in a CUDA
+    graph: the factor is read when each replay runs, so changing it between
+    replays changes the result (a value read at capture would not)."""
+    k = 1000
+    f = torch.tensor([1.0], device=dev)
+    x = torch.zeros(k, device=dev)
+    op = dist._make_nccl_premul_sum(f)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        x.fill_(1.0); dist.all_reduce(x, op=op)  # warm-up outside the capture
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        dist.all_reduce(x, op=op)
+    for scale in (0.5, 3.0):
+        f.fill_(scale * (r + 1))
+        x.fill_(2.0)
+        g.replay()
+        torch.cuda.synchronize()
+        want = 2.0 * scale * n * (n + 1) / 2
+        c.eq(f"graph-captured premul_sum (tensor factor {scale} x rank)", x, torch.full((k,), want, device=dev))
+    del g
+
+
 def ddp(dist, torch, c, n, r, dev):
     from torch.nn.parallel import DistributedDataParallel as DDP
     steps, per = 20, 16
@@ -225,6 +256,8 @@ def rank_main(args):
     t0 = time.time()
     collectives(dist, torch, c, n, r, dev)
     mem_pool(dist, torch, c, n, r, dev)
+    if args.graph_premul:
+        graph_premul(dist, torch, c, n, r, dev)
     ddp_diff = ddp(dist, torch, c, n, r, dev)
     out = {"rank": r, "procs": n, "nccl_version": list(ver) if isinstance(ver, tuple) else ver,
            "passed": c.passed, "failed": c.failed, "ddp_max_abs_diff": ddp_diff,
@@ -242,6 +275,9 @@ if __name__ == "__main__":
     ap.add_argument("--procs", type=int, default=2)
     ap.add_argument("--rank", type=int)
     ap.add_argument("--bench", action="store_true")
+    # Off by default: a device scalar under capture is refused until the
+    # kernels read it themselves.
+    ap.add_argument("--graph-premul", action="store_true")
     ap.add_argument("--timeout", type=int, default=240)
     a = ap.parse_args()
     sys.exit(rank_main(a) if a.rank is not None else launch(a))

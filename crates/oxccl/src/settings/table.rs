@@ -72,8 +72,8 @@ use Kind::{Experiment, Foreign, Launcher, Test, User};
 pub static SETTINGS: &[Setting] = &[
     // The facade's configuration (`Config`).
     s("OXCCL_BACKEND", None, "auto", "host | cuda | auto", User, "Which backend runs a communicator; auto takes CUDA where every rank has a device."),
-    s("OXCCL_ALGO", Some("NCCL_ALGO"), "all", "NCCL_ALGO syntax", User, "Algorithms the selector may choose, per collective (`ring,tree`, `^ring`, `allreduce:tree`)."),
-    s("OXCCL_PROTO", Some("NCCL_PROTO"), "all", "NCCL_PROTO syntax", User, "Protocols the selector may choose (`simple`, `ll`, `ll128`), per collective."),
+    s("OXCCL_ALGO", Some("NCCL_ALGO"), "all", "NCCL_ALGO syntax", User, "Algorithms the selector may choose, per collective (`ring,tree`, `^ring`, `allreduce:tree`); NCCL's `nvls`, `collnet*`, `pat` are ignored with a warning."),
+    s("OXCCL_PROTO", Some("NCCL_PROTO"), "all", "NCCL_PROTO syntax", User, "Protocols the selector may choose (`simple`, `ll`; NCCL's `ll128` is ignored with a warning), per collective."),
     s("OXCCL_CHANNELS", Some("NCCL_MAX_NCHANNELS"), "the selector's", "count", User, "Caps the channel count of every call."),
     s("OXCCL_DEADLINE_MS", None, "300000", "ms, 0 or off", User, "Every wait gives up after this long with an error naming rank, peer and step; 0 or off waits for ever."),
     s("OXCCL_CHUNK_BYTES", None, "the backend's slot", "bytes (64K, 1M)", User, "Piece size plans pipeline in."),
@@ -110,6 +110,9 @@ pub static SETTINGS: &[Setting] = &[
     s("OMPI_COMM_WORLD_RANK", None, "", "integer", Launcher, "Open MPI: this process's rank."),
     s("OMPI_COMM_WORLD_SIZE", None, "", "integer", Launcher, "Open MPI: the rank count."),
     s("OMPI_COMM_WORLD_LOCAL_RANK", None, "0", "integer", Launcher, "Open MPI: the rank on this host."),
+    s("PMI_RANK", None, "", "integer", Launcher, "PMI launchers (MPICH's Hydra and others): this process's rank."),
+    s("PMI_SIZE", None, "", "integer", Launcher, "PMI launchers: the rank count."),
+    s("MPI_LOCALRANKID", None, "0", "integer", Launcher, "PMI launchers (Hydra): the rank on this host."),
     s("SLURM_PROCID", None, "", "integer", Launcher, "Slurm: this process's rank."),
     s("SLURM_NTASKS", None, "", "integer", Launcher, "Slurm: the rank count."),
     s("SLURM_LOCALID", None, "0", "integer", Launcher, "Slurm: the rank on this host."),
