@@ -490,7 +490,9 @@ impl Communicator {
         root: u32,
     ) -> Result<()> {
         let _span = tracing::debug_span!("oxccl.collective", rank = self.rank, %kind).entered();
-        let (mut checked, op) = self.check_collective(kind, send.into(), recv.into(), op, root)?;
+        let (mut checked, op) = self
+            .check_collective(kind, send.into(), recv.into(), op, root)
+            .map_err(|e| self.refuse_call(e))?;
         if checked.coll.count == 0 {
             return Ok(());
         }

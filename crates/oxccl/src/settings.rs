@@ -92,8 +92,23 @@ impl Config {
     /// ([`Environment::capture`]). Installs the logging `OXCCL_DEBUG` asks
     /// for, then warns about unknown `OXCCL_*` variables.
     pub fn from_env() -> Result<Config> {
+        Config::from_env_defaulting(false)
+    }
+
+    /// As [`Config::from_env`], with NCCL's defaults where they differ
+    /// from this crate's: waits have no deadline unless `OXCCL_DEADLINE_MS`
+    /// is set, since NCCL's users own the timeout (a framework's watchdog
+    /// polls the async error and aborts). What the C ABI reads.
+    pub fn from_env_as_nccl() -> Result<Config> {
+        Config::from_env_defaulting(true)
+    }
+
+    fn from_env_defaulting(as_nccl: bool) -> Result<Config> {
         let env = Environment::capture();
-        let c = Config::from_vars(|k| env.get(k))?;
+        let mut c = Config::from_vars(|k| env.get(k))?;
+        if as_nccl && env.get("OXCCL_DEADLINE_MS").is_none() {
+            c.deadline = crate::config::NO_DEADLINE;
+        }
         crate::debug::init(c.debug);
         env.warn_unknown();
         Ok(c)

@@ -1,5 +1,5 @@
-//! A wait that passes a tenth of its deadline says so (progress of a
-//! hang, not silence), naming what it waits for. In a test binary of its
+//! A wait that passes its first warning period says so (progress of a
+//! hang, not silence), naming what it waits for, before its deadline. In a test binary of its
 //! own: `tracing` caches per-callsite interest process-wide.
 
 use std::time::Duration;
@@ -15,6 +15,7 @@ fn a_long_wait_warns_before_its_deadline() {
     let config = Config::builder()
         .backend(BackendKind::Host)
         .deadline(Duration::from_millis(500))
+        .wait_warnings(Duration::from_millis(50), Duration::from_secs(60))
         .build()
         .unwrap();
     let comms = oxccl::init_all_with(2, config).unwrap();

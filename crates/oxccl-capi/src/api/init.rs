@@ -17,12 +17,13 @@ use crate::handle::{self, CComm};
 use super::out;
 
 /// The facade configuration for a C communicator: the environment's
-/// (`NCCL_ALGO`, `NCCL_PROTO`, `NCCL_DEBUG`, `OXCCL_*`), with the backend
+/// (`NCCL_ALGO`, `NCCL_PROTO`, `NCCL_DEBUG`, `OXCCL_*`) with NCCL's
+/// defaults (no wait deadline unless `OXCCL_DEADLINE_MS` is set), the backend
 /// made definite (pointers are device pointers whenever a GPU is usable,
 /// host pointers only under `OXCCL_BACKEND=host` or without a GPU) and
 /// the caller's `maxCTAs` capping the channels.
 pub(crate) fn facade_config(cc: &CommConfig) -> CResult<oxccl::Config> {
-    let mut cfg = oxccl::Config::from_env()?;
+    let mut cfg = oxccl::Config::from_env_as_nccl()?;
     if cfg.backend == BackendKind::Auto {
         cfg.backend = if oxccl::backend::cuda::available() {
             BackendKind::Cuda

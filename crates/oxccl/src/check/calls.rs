@@ -42,6 +42,7 @@ impl Communicator {
         WaitCtx {
             rank: self.rank(),
             deadline: self.config().deadline_opt(),
+            warn: self.config().wait_warn,
             failure,
         }
     }
@@ -99,6 +100,14 @@ impl Communicator {
                 ))
             })?;
             registered &= reg;
+            if let Call::Refused { reason } = call {
+                return Err(Error::PeerFailed {
+                    rank: self.rank(),
+                    peer: r as u32,
+                    call: format!("call #{} ({mine})", seq.seq),
+                    reason: super::refusal::phrase(reason).to_string(),
+                });
+            }
             match groups.iter_mut().find(|(c, _)| *c == call) {
                 Some((_, ranks)) => ranks.push(r as u32),
                 None => groups.push((call, vec![r as u32])),
@@ -121,6 +130,19 @@ impl Communicator {
             rank: self.rank(),
             detail: format!("call #{}: {detail}", seq.seq),
         })
+    }
+
+    /// Passes on `e`, this rank's refusal of its next collective call,
+    /// after posting it in the call's place so the peers' matching calls
+    /// fail at once naming this rank (when calls are checked and `e` is a
+    /// refusal of the arguments).
+    pub(crate) fn refuse_call(&self, e: Error) -> Error {
+        if self.checking() && super::refusal::is_refusal(&e) {
+            let mut seq = self.call_lock();
+            let reason = super::refusal::code(&e);
+            self.publish_call(&mut seq, Call::Refused { reason }, false, 0);
+        }
+        e
     }
 
     /// Publishes and compares a single collective (or barrier) call.
