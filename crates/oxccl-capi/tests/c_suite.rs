@@ -199,6 +199,13 @@ fn abort_from_another_thread_ends_a_wait_without_deadline() {
     );
 }
 
+/// A collective the C ABI refuses on one rank fails the peers' matching
+/// calls at once, naming that rank (no deadline is configured).
+#[test]
+fn a_refused_call_fails_the_peers_at_once() {
+    run("refused", 3, &[], LIMIT);
+}
+
 #[test]
 fn nonblocking_init_polled_from_two_threads() {
     run("nonblocking", 2, &[], LIMIT);

@@ -721,6 +721,30 @@ static void scenario_abort_thread(void) {
   CHECK(strstr(text, "call #1 (allreduce(sum) of 32 x float)") != NULL, "warning does not name the call: %s", text);
 }
 
+/* Rank 1's AllReduce is refused for a NULL buffer: the others' matching
+ * calls fail at once (no deadline is configured, so only the posted
+ * refusal can end them), naming rank 1; the next call lines up. */
+static void scenario_refused(void) {
+  ncclComm_t comm = world("id");
+  if (!comm) return;
+  float v[32];
+  for (int i = 0; i < 32; i++) v[i] = 1;
+  ncclResult_t r;
+  if (g_rank == 1) {
+    r = ncclAllReduce(NULL, v, 32, ncclFloat32, ncclSum, comm, NULL);
+    CHECK(r == ncclInvalidArgument, "NULL send buffer returned %d", (int)r);
+  } else {
+    r = ncclAllReduce(v, v, 32, ncclFloat32, ncclSum, comm, NULL);
+    CHECK(r == ncclRemoteError, "peer's refused call gave %d", (int)r);
+    const char *m = ncclGetLastError(comm);
+    CHECK(strstr(m, "peer rank 1 failed call #1") != NULL, "error does not name rank 1: %s", m);
+  }
+  for (int i = 0; i < 32; i++) v[i] = 1;
+  NCCL_OK(ncclAllReduce(v, v, 32, ncclFloat32, ncclSum, comm, NULL));
+  CHECK(v[0] == g_nranks, "allreduce after the refusal %g", v[0]);
+  NCCL_OK(ncclCommDestroy(comm));
+}
+
 static volatile int stop_watch = 0;
 static void *watch(void *arg) {
   ncclComm_t comm = (ncclComm_t)arg;
@@ -1105,6 +1129,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(s, "split")) scenario_split();
   else if (!strcmp(s, "abort")) scenario_abort();
   else if (!strcmp(s, "abort_thread")) scenario_abort_thread();
+  else if (!strcmp(s, "refused")) scenario_refused();
   else if (!strcmp(s, "nonblocking")) scenario_nonblocking();
   else if (!strcmp(s, "configs")) scenario_configs();
   else if (!strcmp(s, "badargs")) scenario_badargs();

@@ -137,12 +137,26 @@ impl Communicator {
     /// fail at once naming this rank (when calls are checked and `e` is a
     /// refusal of the arguments).
     pub(crate) fn refuse_call(&self, e: Error) -> Error {
-        if self.checking() && super::refusal::is_refusal(&e) {
-            let mut seq = self.call_lock();
-            let reason = super::refusal::code(&e);
-            self.publish_call(&mut seq, Call::Refused { reason }, false, 0);
+        if super::refusal::is_refusal(&e) {
+            self.post_refusal(super::refusal::code(&e));
         }
         e
+    }
+
+    /// Tells the peers that this rank's next collective call was refused
+    /// for its arguments by a layer above this crate (the C ABI's own
+    /// checks), so their matching calls fail at once naming this rank
+    /// ([`Error::PeerFailed`]) instead of waiting for it. Outside a group
+    /// only; does nothing when calls are not checked.
+    pub fn refused_call(&self) {
+        self.post_refusal(super::refusal::ARGUMENTS);
+    }
+
+    fn post_refusal(&self, reason: u8) {
+        if self.checking() {
+            let mut seq = self.call_lock();
+            self.publish_call(&mut seq, Call::Refused { reason }, false, 0);
+        }
     }
 
     /// Publishes and compares a single collective (or barrier) call.

@@ -6,8 +6,12 @@
 
 use crate::error::Error;
 
+/// The code of a call whose arguments a layer above the facade refused
+/// (the C ABI's own checks).
+pub(crate) const ARGUMENTS: u8 = 11;
+
 /// Phrases by code; code 0 is any other failure.
-const PHRASES: [&str; 11] = [
+const PHRASES: [&str; 12] = [
     "its call failed",
     "a buffer's length does not fit the count",
     "a buffer is longer than the call allows",
@@ -19,6 +23,7 @@ const PHRASES: [&str; 11] = [
     "the reduction op is not defined for the type",
     "a buffer pointer is invalid",
     "a buffer belongs to another communicator or backend",
+    "its arguments were refused",
 ];
 
 /// Whether `e` is a refusal of the call's arguments (what validation
