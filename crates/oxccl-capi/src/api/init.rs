@@ -20,6 +20,7 @@ use super::out;
 /// (`NCCL_ALGO`, `NCCL_PROTO`, `NCCL_DEBUG`, `OXCCL_*`) with NCCL's
 /// defaults (no wait deadline unless `OXCCL_DEADLINE_MS` is set), the backend
 /// made definite (pointers are device pointers whenever a GPU is usable,
+/// on the calling thread's current device,
 /// host pointers only under `OXCCL_BACKEND=host` or without a GPU) and
 /// the caller's `maxCTAs` capping the channels.
 pub(crate) fn facade_config(cc: &CommConfig) -> CResult<oxccl::Config> {
@@ -33,6 +34,11 @@ pub(crate) fn facade_config(cc: &CommConfig) -> CResult<oxccl::Config> {
     }
     if let Some(m) = cc.max_ctas {
         cfg.channels = Some(cfg.channels.map_or(m, |c| c.min(m)));
+    }
+    // As NCCL: a rank runs on the device current in the initialising
+    // thread (read here, in the caller's thread, before any init thread).
+    if cfg.backend == BackendKind::Cuda && cfg.cuda.device.is_none() {
+        cfg.cuda.device = Some(oxccl::backend::cuda::current_device()?);
     }
     Ok(cfg)
 }

@@ -26,6 +26,7 @@ pub(crate) mod cuda_procs;
 pub mod cuda_staged;
 pub mod host;
 pub mod null;
+pub mod placement;
 
 use std::fmt::Debug;
 use std::time::Duration;

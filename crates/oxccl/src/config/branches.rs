@@ -62,6 +62,12 @@ pub struct CudaSettings {
     pub heap_bytes: usize,
     /// `OXCCL_CUDA_PROCS`: force a path for ranks as processes.
     pub procs_path: Option<ProcsPath>,
+    /// The device this process's rank runs on (ranks as processes). The C
+    /// ABI sets the calling thread's current device, as NCCL does; `None`
+    /// (the Rust default) places ranks of one host round-robin over the
+    /// visible devices by their index among that host's ranks. Split and
+    /// shrink give each child rank its parent's device.
+    pub device: Option<i32>,
 }
 
 impl CudaSettings {

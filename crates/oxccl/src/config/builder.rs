@@ -83,6 +83,13 @@ impl ConfigBuilder {
         self
     }
 
+    /// The CUDA device this process's rank runs on (ranks as processes);
+    /// without it ranks of one host take the visible devices round-robin.
+    pub fn device(mut self, ordinal: i32) -> Self {
+        self.0.cuda.device = Some(ordinal);
+        self
+    }
+
     /// Piece size in bytes (`OXCCL_CHUNK_BYTES`).
     pub fn chunk_bytes(mut self, bytes: usize) -> Self {
         self.0.chunk_bytes = Some(bytes);

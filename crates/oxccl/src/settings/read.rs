@@ -207,6 +207,9 @@ fn cuda(get: Get<'_>) -> Result<CudaSettings> {
             .map(PathBuf::from),
         heap_bytes,
         procs_path,
+        // Not a variable: the caller's choice (the builder, the C ABI's
+        // current device).
+        device: None,
     })
 }
 
