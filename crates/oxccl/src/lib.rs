@@ -217,7 +217,7 @@ mod validate;
 
 pub use backend::{BackendKind, RawStream};
 pub use buffer::{Buffer, In, Out, Slice};
-pub use comm::{init_all, init_all_on, init_all_with, Communicator};
+pub use comm::{init_all, init_all_on, init_all_on_devices, init_all_with, Communicator};
 pub use completion::Completion;
 pub use config::{Config, ConfigBuilder, DebugLevel, WaitWarn};
 pub use error::{Error, Result};

@@ -225,7 +225,9 @@ pub unsafe extern "C" fn ncclCommInitAll(
     guard("ncclCommInitAll", || {
         let comms = out(comms, "comms")?;
         let (n, _) = rank_args(ndev, 0)?;
-        if !devlist.is_null() {
+        let devices: Option<Vec<i32>> = if devlist.is_null() {
+            None
+        } else {
             if !devlist.is_aligned() {
                 return Err(CError::arg("devlist is misaligned"));
             }
@@ -234,9 +236,15 @@ pub unsafe extern "C" fn ncclCommInitAll(
             if let Some(bad) = d.iter().find(|&&x| x < 0) {
                 return Err(CError::arg(format!("devlist holds device {bad}")));
             }
-        }
+            Some(d.to_vec())
+        };
         let cfg = facade_config(&CommConfig::default())?;
-        let all = oxccl::init_all_with(n, cfg)?;
+        // Rank r on devlist[r], as NCCL; without a list, on devices 0..n
+        // (round-robin where fewer are visible: ranks may share a GPU).
+        let all = match devices {
+            Some(d) => oxccl::init_all_on_devices(&d, cfg)?,
+            None => oxccl::init_all_with(n, cfg)?,
+        };
         let handles: Vec<NcclCommT> = all
             .into_iter()
             .enumerate()
