@@ -97,11 +97,27 @@ pub(super) fn init_rank(
     rank: c_int,
     cfg: *const u8,
 ) -> CResult<NcclResult> {
+    init_rank_on(outp, nranks, ids, rank, cfg, None)
+}
+
+/// As [`init_rank`], on `device` where given (a grown communicator's
+/// existing rank keeps its device) instead of the thread's current one.
+pub(super) fn init_rank_on(
+    outp: *mut NcclCommT,
+    nranks: c_int,
+    ids: &[NcclUniqueId],
+    rank: c_int,
+    cfg: *const u8,
+    device: Option<i32>,
+) -> CResult<NcclResult> {
     let outp = out(outp, "comm")?;
     let (n, r) = rank_args(nranks, rank)?;
     // SAFETY: NCCL's contract for the config pointer (checked inside).
     let cc = unsafe { config::read(cfg) }?;
-    let fcfg = facade_config(&cc)?;
+    let mut fcfg = facade_config(&cc)?;
+    if device.is_some() {
+        fcfg.cuda.device = device;
+    }
     let ids: Vec<UniqueId> = ids.iter().map(|i| UniqueId::from_raw(i.internal)).collect();
     let c = Arc::new(CComm::new(n, r, cc.is_blocking(), cc.name.clone()));
     let in_group = group::active();
