@@ -360,6 +360,7 @@ impl Config {
         crate::backend::BackendOptions {
             nranks,
             deadline: self.deadline,
+            wait_warn: self.wait_warn,
             host: self.host.clone(),
             cuda: self.cuda.clone(),
         }
