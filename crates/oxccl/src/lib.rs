@@ -139,6 +139,7 @@
 //! | `check_calls` | `true` | every call is compared with the peers' first |
 //! | `check_calls_across_hosts` | `false` | not between ranks that talk over the network |
 //! | `topology` | `None` | detected from the machine |
+//! | `cuda.device` | `None` | ranks as processes take their host's GPUs round-robin; `Some(d)` (or [`ConfigBuilder::device`]) runs this rank on device `d`, as the C ABI does with the thread's current device; [`init_all_on_devices`] places threads |
 //!
 //! Algorithms ([`Algo`]) and protocols ([`Proto`]), with the names
 //! `NCCL_ALGO`/`NCCL_PROTO` (and [`Algo::from_str`](std::str::FromStr)) take,
