@@ -183,6 +183,29 @@ fn abort_fails_the_peers_promptly() {
     run("abort", 3, &[("OXCCL_DEADLINE_MS", "3000")], LIMIT);
 }
 
+/// Through the C ABI a wait has no deadline by default; an abort from
+/// another thread ends it, and the wait's warning reaches stderr with no
+/// debug variable set.
+#[test]
+fn abort_from_another_thread_ends_a_wait_without_deadline() {
+    run(
+        "abort_thread",
+        2,
+        &[
+            ("OXCCL_WAIT_WARN_MS", "200"),
+            ("OXCCL_WAIT_WARN_EVERY_MS", "200"),
+        ],
+        LIMIT,
+    );
+}
+
+/// A collective the C ABI refuses on one rank fails the peers' matching
+/// calls at once, naming that rank (no deadline is configured).
+#[test]
+fn a_refused_call_fails_the_peers_at_once() {
+    run("refused", 3, &[], LIMIT);
+}
+
 #[test]
 fn nonblocking_init_polled_from_two_threads() {
     run("nonblocking", 2, &[], LIMIT);

@@ -184,6 +184,26 @@ pub fn alloc_in_current_context(bytes: usize) -> Result<u64> {
     })
 }
 
+/// The device of the calling thread's current context (`cuCtxGetDevice`):
+/// the device the runtime made current (`cudaSetDevice`), which NCCL runs
+/// a rank on. `None` when no context is current (the runtime would then
+/// use device 0).
+pub fn current_device() -> Result<Option<i32>> {
+    init()?;
+    guarded("cuCtxGetDevice", || {
+        let mut ctx = std::ptr::null_mut();
+        // SAFETY: valid out-pointer.
+        unsafe { check("cuCtxGetCurrent", sys::cuCtxGetCurrent(&mut ctx))? };
+        if ctx.is_null() {
+            return Ok(None);
+        }
+        let mut dev = 0;
+        // SAFETY: valid out-pointer; a context is current (checked).
+        unsafe { check("cuCtxGetDevice", sys::cuCtxGetDevice(&mut dev))? };
+        Ok(Some(dev))
+    })
+}
+
 /// Frees memory from [`alloc_in_current_context`] (`cuMemFree`, which waits
 /// for the device's work in flight, as NCCL's `ncclMemFree` does).
 ///

@@ -10,6 +10,12 @@ pub struct HostConfig {
     /// Default 300 s: generous, because a slow peer is not a hung one.
     /// [`crate::HostFabric::set_deadline`] changes it on a live fabric.
     pub deadline: Duration,
+    /// A wait inside a plan warns on stderr (with or without a `tracing`
+    /// subscriber) after this long, naming what it waits for and the ranks
+    /// not yet in the call; default 10 s.
+    pub warn_after: Duration,
+    /// Then again every this long while it goes on; default a minute.
+    pub warn_every: Duration,
     /// Message slots per connection. At least
     /// [`oxccl_core::interp::MIN_FIFO_DEPTH`] (the depth plans are checked
     /// at); default 8.
@@ -66,6 +72,8 @@ impl Default for HostConfig {
     fn default() -> Self {
         HostConfig {
             deadline: oxccl_bootstrap::DEFAULT_DEADLINE,
+            warn_after: Duration::from_secs(10),
+            warn_every: Duration::from_secs(60),
             slots: 8,
             slot_bytes: oxccl_core::interp::DEFAULT_SLOT_BYTES,
             spin: 64,

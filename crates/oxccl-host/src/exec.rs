@@ -109,7 +109,7 @@ pub(crate) fn run<T: Element>(
     let mut since: Vec<Option<(Instant, Blocked)>> = vec![None; nch];
     let backoff = Backoff::new();
     let mut idle = 0u32;
-    let mut warned = false;
+    let mut next_warn = fab.config().warn_after;
     loop {
         let seen = fab.arm();
         if fab.is_broken() {
@@ -142,6 +142,7 @@ pub(crate) fn run<T: Element>(
         }
         if progressed {
             idle = 0;
+            next_warn = fab.config().warn_after;
             backoff.reset();
             continue;
         }
@@ -181,19 +182,27 @@ pub(crate) fn run<T: Element>(
             fab.fail(err.to_string());
             return Err(err);
         }
-        if !warned && elapsed >= deadline / 10 {
-            // Progress of a hang, not silence: once per call, naming what
-            // the longest-blocked channel waits for.
-            warned = true;
-            tracing::warn!(
-                rank = me,
-                peer = b.peer,
-                channel = c,
-                step = pc[c],
-                "oxccl-host: waiting {elapsed:?} for {} from peer {} (a tenth of the {deadline:?} deadline); ranks not yet in this call: {:?}",
-                b.what,
-                b.peer,
-                fab.absent(calls.call)
+        if elapsed >= next_warn {
+            // Progress of a hang, not silence: at the first period, then
+            // every period, naming what the longest-blocked channel waits
+            // for, whether or not logging was set up.
+            next_warn = elapsed + fab.config().warn_every;
+            // No deadline is stored as the largest count of nanoseconds.
+            let limit = if deadline >= Duration::from_nanos(u64::MAX) {
+                "no deadline".to_string()
+            } else {
+                format!("deadline {deadline:?}")
+            };
+            warn_loud(
+                me,
+                &format!(
+                    "oxccl-host: waiting {:.1} s ({limit}) for {} from peer {} on channel {c}, step {}; ranks not yet in this call: {:?}",
+                    elapsed.as_secs_f64(),
+                    b.what,
+                    b.peer,
+                    pc[c],
+                    fab.absent(calls.call)
+                ),
             );
         }
         if idle < fab.spin() {
@@ -203,7 +212,11 @@ pub(crate) fn run<T: Element>(
             r.stats.parks += 1;
             // In slices: without a deadline (`Duration::MAX`) the rest
             // would not be a time the parker can add to now.
-            fab.park(parker, seen, (deadline - elapsed).min(MAX_PARK));
+            // Also woken for the next warning.
+            let until = (deadline - elapsed)
+                .min(next_warn.saturating_sub(elapsed))
+                .min(MAX_PARK);
+            fab.park(parker, seen, until);
         }
     }
 }
@@ -467,5 +480,15 @@ impl<T: Element, F: FabricView> Runner<'_, T, F> {
         };
         self.fab.fail(err.to_string());
         err
+    }
+}
+
+/// A warning the user must see whether or not logging was set up: through
+/// `tracing` where a subscriber takes warnings, else straight to stderr.
+fn warn_loud(rank: u32, msg: &str) {
+    if tracing::enabled!(tracing::Level::WARN) {
+        tracing::warn!(rank, "{msg}");
+    } else {
+        eprintln!("oxccl WARN rank {rank}: {msg}");
     }
 }

@@ -119,6 +119,39 @@ pub fn init_all_with(n: u32, config: Config) -> Result<Vec<Communicator>> {
     init_all_on(n, backend, config)
 }
 
+/// As [`init_all_with`], rank `r` on CUDA device `devices[r]` (NCCL's
+/// `ncclCommInitAll` device list; a device may repeat: several ranks on
+/// one GPU). A device the process does not see is refused, naming the
+/// rank. The host backend (and `Auto` without a GPU) ignores the devices.
+pub fn init_all_on_devices(devices: &[i32], config: Config) -> Result<Vec<Communicator>> {
+    let n = u32::try_from(devices.len())
+        .map_err(|_| Error::InvalidUsage(format!("{} devices", devices.len())))?;
+    let cuda = match config.backend {
+        BackendKind::Cuda => true,
+        BackendKind::Auto => backend::cuda::available(),
+        BackendKind::Host => false,
+    };
+    if !cuda || n == 0 {
+        return init_all_with(n, config);
+    }
+    crate::debug::init(config.debug);
+    let visible = oxccl_cuda::available()
+        .map_err(|e| Error::BackendUnavailable(e.to_string()))?
+        .devices
+        .len() as i32;
+    let asks: Vec<backend::placement::Ask<'_>> = devices
+        .iter()
+        .map(|&d| backend::placement::Ask {
+            host: "",
+            device: Some(d),
+        })
+        .collect();
+    let places = backend::placement::place(&asks, visible)?;
+    let opts = config.backend_options(n);
+    let backend = backend::cuda::create_on(&opts, places.iter().map(|p| p.device).collect())?;
+    init_all_on(n, backend, config)
+}
+
 /// Creates `n` communicators on a backend the caller made (an
 /// implementation of [`Backend`] for `n` ranks; `config.backend` is not
 /// consulted). For backends outside this crate and for measuring the
@@ -490,7 +523,9 @@ impl Communicator {
         root: u32,
     ) -> Result<()> {
         let _span = tracing::debug_span!("oxccl.collective", rank = self.rank, %kind).entered();
-        let (mut checked, op) = self.check_collective(kind, send.into(), recv.into(), op, root)?;
+        let (mut checked, op) = self
+            .check_collective(kind, send.into(), recv.into(), op, root)
+            .map_err(|e| self.refuse_call(e))?;
         if checked.coll.count == 0 {
             return Ok(());
         }

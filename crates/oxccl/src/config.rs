@@ -26,8 +26,9 @@
 //!
 //! Other variables: `OXCCL_CHANNELS` (else `NCCL_MAX_NCHANNELS`) caps the
 //! channel count; `OXCCL_DEADLINE_MS` sets the wait deadline (`0` or `off`:
-//! none; default 300 s; a warning is logged when a wait passes a tenth of
-//! it);
+//! none; default 300 s, none through the C ABI; a wait for absent peers
+//! warns on stderr after `OXCCL_WAIT_WARN_MS`, default 10 s, then every
+//! `OXCCL_WAIT_WARN_EVERY_MS`, default a minute);
 //! `OXCCL_BACKEND` = `host` | `cuda` | `auto`; `OXCCL_CHUNK_BYTES` (`64K`,
 //! `1M`, ...) sets the piece size plans pipeline in; `OXCCL_CHECK_CALLS=0`
 //! turns off the comparison of calls between ranks, `=all` extends it to
@@ -49,6 +50,7 @@ use oxccl_core::{Algo, CollKind, Proto};
 
 use crate::backend::BackendKind;
 use crate::error::{Error, Result};
+pub use branches::WaitWarn;
 
 pub(crate) mod branches;
 mod builder;
@@ -267,7 +269,7 @@ impl DebugLevel {
 }
 
 /// The deadline that is no deadline: waits never give up (a hang stays a
-/// hang; the warning at a tenth of a deadline is not printed either).
+/// hang, still warned about periodically; see [`Config::wait_warn`]).
 pub const NO_DEADLINE: Duration = Duration::MAX;
 
 /// How a clique is set up and how it chooses plans.
@@ -284,6 +286,12 @@ pub struct Config {
     /// Every wait gives up after this long; [`NO_DEADLINE`] (from
     /// `OXCCL_DEADLINE_MS=0` or `off`) waits for ever.
     pub deadline: Duration,
+    /// When a wait for peers that have not reached a call first warns
+    /// (`OXCCL_WAIT_WARN_MS`, default 10 s), then how often it warns again
+    /// (`OXCCL_WAIT_WARN_EVERY_MS`, default a minute). The warning goes to
+    /// stderr whether or not logging was asked for, naming the absent
+    /// ranks and the call; it is printed with or without a deadline.
+    pub wait_warn: WaitWarn,
     /// Piece size override in bytes (`OXCCL_CHUNK_BYTES`): FIFO messages
     /// (capped at the backend's slot) and registered direct plans' pieces.
     /// `None`: the backend's slot for FIFO plans, larger pieces for direct
@@ -335,6 +343,7 @@ impl Default for Config {
             proto: Filter::default(),
             channels: None,
             deadline: oxccl_bootstrap::DEFAULT_DEADLINE,
+            wait_warn: WaitWarn::default(),
             chunk_bytes: None,
             debug: None,
             check_calls: true,
@@ -357,6 +366,7 @@ impl Config {
         crate::backend::BackendOptions {
             nranks,
             deadline: self.deadline,
+            wait_warn: self.wait_warn,
             host: self.host.clone(),
             cuda: self.cuda.clone(),
         }

@@ -34,3 +34,14 @@ pub(crate) fn init(level: Option<DebugLevel>) {
         }
     });
 }
+
+/// A warning the user must see whether or not logging was asked for (a
+/// wait for absent peers): through `tracing` where a subscriber takes
+/// warnings, else straight to stderr, in NCCL's `WARN` manner.
+pub(crate) fn warn_loud(rank: u32, msg: &str) {
+    if tracing::enabled!(tracing::Level::WARN) {
+        tracing::warn!(rank, "{msg}");
+    } else {
+        eprintln!("oxccl WARN rank {rank}: {msg}");
+    }
+}

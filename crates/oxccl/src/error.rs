@@ -85,6 +85,16 @@ pub enum Error {
     /// came). Every rank involved gets it, before any data moved.
     #[error("rank {rank}: calls do not match across ranks: {detail}. Every rank must make the same collective calls (same count, type, op, root) in the same order, and each send needs a recv of the same count and type")]
     Mismatch { rank: u32, detail: String },
+    /// A peer's call failed before any data moved (its validation refused
+    /// it): this rank's matching call fails at once instead of waiting,
+    /// naming the peer and its reason. [`Error::blamed_rank`] says `peer`.
+    #[error("rank {rank}: peer rank {peer} failed {call}: {reason}; the peer returned the error, fix the call there")]
+    PeerFailed {
+        rank: u32,
+        peer: u32,
+        call: String,
+        reason: String,
+    },
     /// Waiting for the peers' matching calls (before any data moved) ran
     /// past the deadline; says which calls were missing.
     #[error("timeout: {0}")]
@@ -152,7 +162,7 @@ impl Error {
             | Error::InvalidUsage(_)
             | Error::BackendUnavailable(_)
             | Error::Mismatch { .. } => INVALID_USAGE,
-            Error::Failed { .. } | Error::Aborted(_) => REMOTE_ERROR,
+            Error::Failed { .. } | Error::Aborted(_) | Error::PeerFailed { .. } => REMOTE_ERROR,
             // NCCL reports a peer that stopped answering as a system error
             // (its sockets' timeouts) and a failure elsewhere as remote.
             Error::Wait(f) => match f.cause {
@@ -185,6 +195,23 @@ impl Error {
             rest = r;
         }
         rest.to_string()
+    }
+
+    /// The rank to blame when this error is a peer's fault: the peer whose
+    /// call failed ([`Error::PeerFailed`]). `None` for errors of this
+    /// rank's own making and for deadlines and aborts, where the rank
+    /// waited on may be innocent (a third rank's failure stops it too).
+    pub fn blamed_rank(&self) -> Option<u32> {
+        match self {
+            Error::PeerFailed { peer, .. } => Some(*peer),
+            _ => None,
+        }
+    }
+
+    /// Whether this error reports a peer's failure rather than this
+    /// rank's (see [`Error::blamed_rank`]).
+    pub fn peer_failed(&self) -> bool {
+        self.blamed_rank().is_some()
     }
 
     /// The wait that failed, when this error is one.

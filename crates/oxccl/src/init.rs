@@ -169,6 +169,17 @@ impl Communicator {
         boot.all_gather(mine).map_err(map_bootstrap)
     }
 
+    /// The configuration of a child of this rank (split, shrink, grow):
+    /// this communicator's, on this rank's device, so the child's rank
+    /// stays on its GPU whatever its index in the child.
+    pub fn child_config(&self) -> Config {
+        let mut c = self.clique().config.clone();
+        if let Some(d) = self.cuda_device() {
+            c.cuda.device = Some(d);
+        }
+        c
+    }
+
     /// A new communicator of the ranks that pass the same `color` (NCCL's
     /// `ncclCommSplit`): ranked by `key`, ties by rank here; ranks passing
     /// `None` get `Ok(None)`. Every rank of this communicator must call
@@ -233,7 +244,7 @@ impl Communicator {
             cl.config.deadline,
         )
         .map_err(map_bootstrap)?;
-        Communicator::on_bootstrap(Arc::new(child), cl.config.clone()).map(Some)
+        Communicator::on_bootstrap(Arc::new(child), self.child_config()).map(Some)
     }
 }
 

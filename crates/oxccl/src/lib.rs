@@ -171,11 +171,13 @@
 //! | `algo`, `proto` | every algorithm and protocol | the selector chooses among what they allow |
 //! | `channels` | `None` | the selector chooses, capped by the backend |
 //! | `deadline` | 300 s | every wait gives up with an error after it ([`config::NO_DEADLINE`]: never) |
+//! | `wait_warn` | 10 s, then every minute | a wait for absent peers warns on stderr, naming them and the call |
 //! | `chunk_bytes` | `None` | the backend's FIFO slot; larger pieces for direct plans |
 //! | `debug` | `None` | no log subscriber is installed (see Logging below) |
 //! | `check_calls` | `true` | every call is compared with the peers' first |
 //! | `check_calls_across_hosts` | `false` | not between ranks that talk over the network |
 //! | `topology` | `None` | detected from the machine |
+//! | `cuda.device` | `None` | ranks as processes take their host's GPUs round-robin; `Some(d)` (or [`ConfigBuilder::device`]) runs this rank on device `d`, as the C ABI does with the thread's current device; [`init_all_on_devices`] places threads |
 //!
 //! Algorithms ([`Algo`]) and protocols ([`Proto`]), with the names
 //! `NCCL_ALGO`/`NCCL_PROTO` (and [`Algo::from_str`](std::str::FromStr)) take,
@@ -207,10 +209,12 @@
 //! [`ConfigBuilder::debug`] with a [`DebugLevel`]) and oxccl installs one
 //! that writes to **stderr**, once per process, unless the application
 //! installed its own (which then gets the same events). Warnings are
-//! `WARN` events: so a wait that passes a tenth of its deadline, which logs
-//! a warning naming the ranks and the call it waits for, prints nothing
-//! without `OXCCL_DEBUG=WARN` (or a higher level, or your subscriber); the
-//! error at the deadline itself is always returned. At `INFO` each call
+//! `WARN` events, with one exception printed to stderr even without a
+//! subscriber: a wait for peers that have not reached a call warns after
+//! 10 s and then every minute (`Config::wait_warn`), naming the ranks and
+//! the call. The error at the deadline itself is always returned; a peer
+//! whose call was refused makes the others fail at once
+//! ([`Error::PeerFailed`], [`Error::blamed_rank`]). At `INFO` each call
 //! logs what it is and its choice: `oxccl: reduce(sum, root 2) of 1024 x
 //! float: algo ring proto simple channels 1 predicted 3.1 us`, marked
 //! `(override)` when the configuration restricted it and, on the host
@@ -254,9 +258,9 @@ mod window;
 
 pub use backend::{BackendKind, RawStream};
 pub use buffer::{Buffer, In, Out, Slice};
-pub use comm::{init_all, init_all_on, init_all_with, Communicator};
+pub use comm::{init_all, init_all_on, init_all_on_devices, init_all_with, Communicator};
 pub use completion::Completion;
-pub use config::{Config, ConfigBuilder, DebugLevel};
+pub use config::{Config, ConfigBuilder, DebugLevel, WaitWarn};
 pub use error::{Error, Result};
 pub use group::{group, Group};
 pub use init::{init_from_env, init_from_env_with, LaunchEnv, UniqueId};

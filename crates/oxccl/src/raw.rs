@@ -248,7 +248,7 @@ impl Communicator {
     /// - Registered memory (see [`Communicator::register`]) may be read
     ///   and written by every rank's kernel during the call.
     pub unsafe fn collective_raw(&self, call: RawColl, stream: RawStream) -> Result<()> {
-        let (send, recv) = self.raw_pair(&call)?;
+        let (send, recv) = self.raw_pair(&call).map_err(|e| self.refuse_call(e))?;
         // SAFETY: caller's contract.
         unsafe {
             self.on_stream(stream, || {

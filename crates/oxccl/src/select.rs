@@ -87,7 +87,7 @@ impl Chooser {
         let max_channels = backend.max_channels().clamp(1, MAX_CHANNELS);
         let policy = match (
             backend.net_placement(),
-            placement(config, backend.kind(), nranks),
+            placement(config, backend.kind(), nranks, backend.rank_devices()),
         ) {
             // Over the network the host backend runs every plan (staged
             // CUDA ranks too), between hosts at the network's speed.
@@ -212,15 +212,26 @@ pub(crate) fn fit_channels(algo: Algo, channels: u32, max: u32) -> u32 {
 }
 
 /// The topology a GPU backend's model sees and each rank's GPU index in
-/// it; `None` for the host backend (and Auto, which never reaches here).
-fn placement(config: &Config, kind: BackendKind, nranks: u32) -> Option<(Topology, Vec<usize>)> {
+/// it: the device each rank runs on, where the backend knows them all (a
+/// device ordinal is taken as the topology's GPU index), else rank
+/// round-robin; `None` for the host backend (and Auto, which never
+/// reaches here).
+fn placement(
+    config: &Config,
+    kind: BackendKind,
+    nranks: u32,
+    devices: Option<Vec<i32>>,
+) -> Option<(Topology, Vec<usize>)> {
     (kind == BackendKind::Cuda).then(|| {
         let topo = config
             .topology
             .clone()
             .unwrap_or_else(|| oxccl_cuda::detect_topology(config.topology_file.as_deref()));
         let ngpus = topo.gpus().len().max(1);
-        let gpus = (0..nranks as usize).map(|r| r % ngpus).collect();
+        let gpus = match devices.filter(|d| d.len() == nranks as usize) {
+            Some(d) => d.iter().map(|&g| g.max(0) as usize % ngpus).collect(),
+            None => (0..nranks as usize).map(|r| r % ngpus).collect(),
+        };
         (topo, gpus)
     })
 }
@@ -523,5 +534,20 @@ mod tests {
         let got = (c.algo, c.proto, c.is_direct());
         assert_eq!(got, (Algo::AllPairs, Proto::LL, false), "{c}");
         assert!(c.predicted_us.is_some(), "{c}");
+    }
+
+    /// The model sees each rank on the GPU it runs on: ranks on GPUs 1,
+    /// 3, 5, 7 of an 8-GPU host, not on GPUs 0 to 3 by rank.
+    #[test]
+    fn the_model_places_ranks_on_their_own_gpus() {
+        let config = Config {
+            topology: Some(Topology::preset("hgx-h100", 1).unwrap()),
+            ..Config::default()
+        };
+        let (_, gpus) = placement(&config, BackendKind::Cuda, 4, Some(vec![1, 3, 5, 7])).unwrap();
+        assert_eq!(gpus, [1, 3, 5, 7]);
+        let (_, gpus) = placement(&config, BackendKind::Cuda, 4, None).unwrap();
+        assert_eq!(gpus, [0, 1, 2, 3]);
+        assert!(placement(&config, BackendKind::Host, 4, None).is_none());
     }
 }

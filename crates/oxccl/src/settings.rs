@@ -93,8 +93,24 @@ impl Config {
     /// for, then warns about unknown `OXCCL_*` variables and prints the
     /// NCCL algorithm and protocol names the filters ignored.
     pub fn from_env() -> Result<Config> {
+        Config::from_env_defaulting(false)
+    }
+
+    /// As [`Config::from_env`], with NCCL's defaults where they differ
+    /// from this crate's: waits have no deadline unless `OXCCL_DEADLINE_MS`
+    /// is set, since NCCL's users own the timeout (a framework's watchdog
+    /// polls the async error and aborts). What the C ABI reads.
+    pub fn from_env_as_nccl() -> Result<Config> {
+        Config::from_env_defaulting(true)
+    }
+
+    fn from_env_defaulting(as_nccl: bool) -> Result<Config> {
         let env = Environment::capture();
-        let c = Config::from_vars(|k| env.get(k))?;
+        let c = if as_nccl {
+            Config::from_vars_as_nccl(|k| env.get(k))?
+        } else {
+            Config::from_vars(|k| env.get(k))?
+        };
         crate::debug::init(c.debug);
         env.warn_unknown();
         c.warn_ignored();
@@ -107,6 +123,16 @@ impl Config {
     /// over their `NCCL_*` twins.
     pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<Config> {
         read::config(&get)
+    }
+
+    /// As [`Config::from_vars`], with NCCL's defaults where they differ
+    /// (see [`Config::from_env_as_nccl`]).
+    pub fn from_vars_as_nccl(get: impl Fn(&str) -> Option<String>) -> Result<Config> {
+        let mut c = read::config(&get)?;
+        if get("OXCCL_DEADLINE_MS").is_none() {
+            c.deadline = crate::config::NO_DEADLINE;
+        }
+        Ok(c)
     }
 }
 
@@ -150,6 +176,29 @@ mod tests {
                 ("OXCCL_DEADLINE", "OXCCL_DEADLINE_MS")
             ]
         );
+    }
+
+    /// The Rust default keeps a deadline; NCCL's (the C ABI's) has none
+    /// unless the variable asks; the warning periods are settings.
+    #[test]
+    fn waits_default_to_a_deadline_in_rust_and_none_as_nccl() {
+        let none = |_: &str| None;
+        let rust = Config::from_vars(none).unwrap();
+        assert_eq!(rust.deadline, std::time::Duration::from_secs(300));
+        let nccl = Config::from_vars_as_nccl(none).unwrap();
+        assert_eq!(nccl.deadline, crate::config::NO_DEADLINE);
+        assert_eq!(nccl.wait_warn, crate::WaitWarn::default());
+        let env = Environment::from_pairs(&[
+            ("OXCCL_DEADLINE_MS", "5000"),
+            ("OXCCL_WAIT_WARN_MS", "200"),
+            ("OXCCL_WAIT_WARN_EVERY_MS", "700"),
+        ]);
+        let nccl = Config::from_vars_as_nccl(|k| env.get(k)).unwrap();
+        assert_eq!(nccl.deadline, std::time::Duration::from_secs(5));
+        assert_eq!(nccl.wait_warn.first, std::time::Duration::from_millis(200));
+        assert_eq!(nccl.wait_warn.every, std::time::Duration::from_millis(700));
+        let env = Environment::from_pairs(&[("OXCCL_WAIT_WARN_EVERY_MS", "0")]);
+        assert!(Config::from_vars(|k| env.get(k)).is_err());
     }
 
     #[test]

@@ -62,7 +62,7 @@ impl Communicator {
             cl.config.deadline,
         )
         .map_err(map_bootstrap)?;
-        Communicator::on_bootstrap(Arc::new(child), cl.config.clone()).map(Some)
+        Communicator::on_bootstrap(Arc::new(child), self.child_config()).map(Some)
     }
 }
 

@@ -14,7 +14,8 @@ use crate::abi::{NcclCommT, NcclResult, NcclUniqueId, SUCCESS};
 use crate::error::{guard, CError, CResult};
 use crate::handle;
 
-use super::{init::init_rank, out};
+use super::init::{init_rank, init_rank_on};
+use super::out;
 
 /// A new id for growing `comm` (its rendezvous root runs in this
 /// process, as `ncclGetUniqueId`'s does). Call it on one existing rank and
@@ -89,7 +90,16 @@ pub unsafe extern "C" fn ncclCommGrow(
         let mine = given.map(|i| i.internal.to_vec()).unwrap_or_default();
         let all = c.get()?.exchange(&mine).map_err(CError::from)?;
         let id = the_id(&all)?;
-        init_rank(newcomm, nranks, &[id], c.rank as c_int, config as *const u8)
+        // An existing rank stays on its device, wherever its thread is.
+        let device = c.get()?.cuda_device();
+        init_rank_on(
+            newcomm,
+            nranks,
+            &[id],
+            c.rank as c_int,
+            config as *const u8,
+            device,
+        )
     })
 }
 

@@ -17,12 +17,14 @@ use crate::handle::{self, CComm};
 use super::out;
 
 /// The facade configuration for a C communicator: the environment's
-/// (`NCCL_ALGO`, `NCCL_PROTO`, `NCCL_DEBUG`, `OXCCL_*`), with the backend
+/// (`NCCL_ALGO`, `NCCL_PROTO`, `NCCL_DEBUG`, `OXCCL_*`) with NCCL's
+/// defaults (no wait deadline unless `OXCCL_DEADLINE_MS` is set), the backend
 /// made definite (pointers are device pointers whenever a GPU is usable,
+/// on the calling thread's current device,
 /// host pointers only under `OXCCL_BACKEND=host` or without a GPU) and
 /// the caller's `maxCTAs` capping the channels.
 pub(crate) fn facade_config(cc: &CommConfig) -> CResult<oxccl::Config> {
-    let mut cfg = oxccl::Config::from_env()?;
+    let mut cfg = oxccl::Config::from_env_as_nccl()?;
     if cfg.backend == BackendKind::Auto {
         cfg.backend = if oxccl::backend::cuda::available() {
             BackendKind::Cuda
@@ -32,6 +34,11 @@ pub(crate) fn facade_config(cc: &CommConfig) -> CResult<oxccl::Config> {
     }
     if let Some(m) = cc.max_ctas {
         cfg.channels = Some(cfg.channels.map_or(m, |c| c.min(m)));
+    }
+    // As NCCL: a rank runs on the device current in the initialising
+    // thread (read here, in the caller's thread, before any init thread).
+    if cfg.backend == BackendKind::Cuda && cfg.cuda.device.is_none() {
+        cfg.cuda.device = Some(oxccl::backend::cuda::current_device()?);
     }
     Ok(cfg)
 }
@@ -90,11 +97,27 @@ pub(super) fn init_rank(
     rank: c_int,
     cfg: *const u8,
 ) -> CResult<NcclResult> {
+    init_rank_on(outp, nranks, ids, rank, cfg, None)
+}
+
+/// As [`init_rank`], on `device` where given (a grown communicator's
+/// existing rank keeps its device) instead of the thread's current one.
+pub(super) fn init_rank_on(
+    outp: *mut NcclCommT,
+    nranks: c_int,
+    ids: &[NcclUniqueId],
+    rank: c_int,
+    cfg: *const u8,
+    device: Option<i32>,
+) -> CResult<NcclResult> {
     let outp = out(outp, "comm")?;
     let (n, r) = rank_args(nranks, rank)?;
     // SAFETY: NCCL's contract for the config pointer (checked inside).
     let cc = unsafe { config::read(cfg) }?;
-    let fcfg = facade_config(&cc)?;
+    let mut fcfg = facade_config(&cc)?;
+    if device.is_some() {
+        fcfg.cuda.device = device;
+    }
     let ids: Vec<UniqueId> = ids.iter().map(|i| UniqueId::from_raw(i.internal)).collect();
     let c = Arc::new(CComm::new(n, r, cc.is_blocking(), cc.name.clone()));
     let in_group = group::active();
@@ -218,7 +241,9 @@ pub unsafe extern "C" fn ncclCommInitAll(
     guard("ncclCommInitAll", || {
         let comms = out(comms, "comms")?;
         let (n, _) = rank_args(ndev, 0)?;
-        if !devlist.is_null() {
+        let devices: Option<Vec<i32>> = if devlist.is_null() {
+            None
+        } else {
             if !devlist.is_aligned() {
                 return Err(CError::arg("devlist is misaligned"));
             }
@@ -227,9 +252,15 @@ pub unsafe extern "C" fn ncclCommInitAll(
             if let Some(bad) = d.iter().find(|&&x| x < 0) {
                 return Err(CError::arg(format!("devlist holds device {bad}")));
             }
-        }
+            Some(d.to_vec())
+        };
         let cfg = facade_config(&CommConfig::default())?;
-        let all = oxccl::init_all_with(n, cfg)?;
+        // Rank r on devlist[r], as NCCL; without a list, on devices 0..n
+        // (round-robin where fewer are visible: ranks may share a GPU).
+        let all = match devices {
+            Some(d) => oxccl::init_all_on_devices(&d, cfg)?,
+            None => oxccl::init_all_with(n, cfg)?,
+        };
         let handles: Vec<NcclCommT> = all
             .into_iter()
             .enumerate()

@@ -12,6 +12,7 @@
 #include <nccl.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <pthread.h>
@@ -654,6 +655,97 @@ static void scenario_abort(void) {
   NCCL_OK(ncclCommAbort(comm));
 }
 
+static double mono_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static volatile double aborted_at = 0;
+static void *abort_later(void *arg) {
+  usleep(1000 * 1000);
+  aborted_at = mono_s();
+  ncclResult_t r = ncclCommAbort((ncclComm_t)arg);
+  if (r != ncclSuccess) fprintf(stderr, "abort from a thread: %d\n", (int)r);
+  return NULL;
+}
+
+/* No deadline by default through the C ABI: rank 0 waits in an AllReduce
+ * rank 1 never calls (rank 1 stays alive, so only the abort can end the
+ * wait); another thread of rank 0 aborts after 1 s, as a framework's
+ * watchdog does, and the call returns an error promptly. The wait warns on
+ * stderr without any debug variable (the warning period is shortened by
+ * the harness), naming rank 1 and the call. */
+static void scenario_abort_thread(void) {
+  ncclComm_t comm = world("id");
+  if (!comm) return;
+  char path[4200];
+  snprintf(path, sizeof path, "%s/done", g_dir);
+  if (g_rank == 1) {
+    for (int i = 0; i < 12000 && access(path, F_OK) != 0; i++) usleep(10000);
+    NCCL_OK(ncclCommAbort(comm));
+    return;
+  }
+  char log[4200];
+  snprintf(log, sizeof log, "%s/stderr-0", g_dir);
+  fflush(stderr);
+  int saved = dup(2);
+  int fd = open(log, O_CREAT | O_TRUNC | O_WRONLY, 0600);
+  CHECK(saved >= 0 && fd >= 0, "%s", "cannot redirect stderr");
+  dup2(fd, 2);
+  close(fd);
+  pthread_t t;
+  pthread_create(&t, NULL, abort_later, comm);
+  float v[32];
+  for (int i = 0; i < 32; i++) v[i] = 1;
+  ncclResult_t r = ncclAllReduce(v, v, 32, ncclFloat32, ncclSum, comm, NULL);
+  double ended = mono_s();
+  pthread_join(t, NULL);
+  fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  FILE *f = fopen(path, "w");
+  if (f) fclose(f);
+  CHECK(r != ncclSuccess && r != ncclInProgress, "allreduce ended by abort returned %d", (int)r);
+  CHECK(aborted_at > 0, "%s", "the call returned before the abort: a deadline ended it");
+  /* The waits poll the abort every few ms; 3 s leaves room for a loaded
+   * machine while still telling a missed abort (a hang) apart. */
+  CHECK(ended - aborted_at < 3.0, "the call took %.2f s after the abort", ended - aborted_at);
+  fprintf(stderr, "rank 0: the call returned %.3f s after the abort\n", ended - aborted_at);
+  char text[16384] = {0};
+  f = fopen(log, "r");
+  size_t n = f ? fread(text, 1, sizeof text - 1, f) : 0;
+  if (f) fclose(f);
+  text[n] = 0;
+  CHECK(strstr(text, "WARN") && strstr(text, "still waiting"), "no wait warning on stderr: %s", text);
+  CHECK(strstr(text, "rank 1 has not reached it") != NULL, "warning does not name rank 1: %s", text);
+  CHECK(strstr(text, "call #1 (allreduce(sum) of 32 x float)") != NULL, "warning does not name the call: %s", text);
+}
+
+/* Rank 1's AllReduce is refused for a NULL buffer: the others' matching
+ * calls fail at once (no deadline is configured, so only the posted
+ * refusal can end them), naming rank 1; the next call lines up. */
+static void scenario_refused(void) {
+  ncclComm_t comm = world("id");
+  if (!comm) return;
+  float v[32];
+  for (int i = 0; i < 32; i++) v[i] = 1;
+  ncclResult_t r;
+  if (g_rank == 1) {
+    r = ncclAllReduce(NULL, v, 32, ncclFloat32, ncclSum, comm, NULL);
+    CHECK(r == ncclInvalidArgument, "NULL send buffer returned %d", (int)r);
+  } else {
+    r = ncclAllReduce(v, v, 32, ncclFloat32, ncclSum, comm, NULL);
+    CHECK(r == ncclRemoteError, "peer's refused call gave %d", (int)r);
+    const char *m = ncclGetLastError(comm);
+    CHECK(strstr(m, "peer rank 1 failed call #1") != NULL, "error does not name rank 1: %s", m);
+  }
+  for (int i = 0; i < 32; i++) v[i] = 1;
+  NCCL_OK(ncclAllReduce(v, v, 32, ncclFloat32, ncclSum, comm, NULL));
+  CHECK(v[0] == g_nranks, "allreduce after the refusal %g", v[0]);
+  NCCL_OK(ncclCommDestroy(comm));
+}
+
 static volatile int stop_watch = 0;
 static void *watch(void *arg) {
   ncclComm_t comm = (ncclComm_t)arg;
@@ -1290,6 +1382,8 @@ int main(int argc, char **argv) {
   else if (!strcmp(s, "groups")) scenario_groups();
   else if (!strcmp(s, "split")) scenario_split();
   else if (!strcmp(s, "abort")) scenario_abort();
+  else if (!strcmp(s, "abort_thread")) scenario_abort_thread();
+  else if (!strcmp(s, "refused")) scenario_refused();
   else if (!strcmp(s, "nonblocking")) scenario_nonblocking();
   else if (!strcmp(s, "nonblocking_split")) scenario_nonblocking_split();
   else if (!strcmp(s, "streams")) scenario_streams();

@@ -23,6 +23,15 @@ pub fn available() -> bool {
     oxccl_cuda::available().is_ok()
 }
 
+/// The device NCCL would run a rank initialised in the calling thread on:
+/// the current context's device (`cudaSetDevice`'s), or 0 when no context
+/// is current (the runtime's default).
+pub fn current_device() -> Result<i32, Error> {
+    oxccl_cuda::driver::current_device()
+        .map(|d| d.unwrap_or(0))
+        .map_err(|e| Error::Cuda(e.to_string()))
+}
+
 /// The guard of every GPU test and device example: skips (printing
 /// `skipped: no CUDA device (<why>)`) only without a driver or device, and
 /// fails instead under `OXCCL_REQUIRE_GPU=1` or on any other error (see

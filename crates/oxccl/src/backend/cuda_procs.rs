@@ -1,7 +1,9 @@
 //! CUDA ranks as processes of one host: which GPU each rank
 //! drives and which path its collectives take.
 //!
-//! Placement: a rank drives GPU `local % visible`, where `local` is its
+//! Placement ([`super::placement`]): a rank drives the device it named
+//! (`CudaSettings::device`: the C ABI names the calling thread's current
+//! device, as NCCL), else GPU `local % visible`, where `local` is its
 //! index among the clique's ranks on its host (by rank), so launchers that
 //! start one process per GPU get one GPU each and more processes than GPUs
 //! share them round-robin (the testbed runs every rank on one H200).
@@ -32,19 +34,35 @@ use crate::config::branches::ProcsPath;
 use crate::error::map_bootstrap;
 use crate::error::Error;
 
-/// Where rank `me` runs: `(device ordinal, ranks of the clique on it)`.
-pub(crate) fn placement_of(boot: &Bootstrap, me: u32, visible: i32) -> (i32, u32) {
-    let me = me as usize;
+/// Where every rank runs: `(device ordinal, ranks of its host on it)`,
+/// from each rank's named device (one all-gather) and its host.
+fn placements(boot: &Bootstrap, mine: Option<i32>, visible: i32) -> Result<Vec<(i32, u32)>, Error> {
+    let all = boot
+        .all_gather(&mine.unwrap_or(-1).to_le_bytes())
+        .map_err(map_bootstrap)?;
     let descs = boot.descs();
-    let host = &descs[me].host;
-    let local: Vec<usize> = (0..descs.len())
-        .filter(|&r| &descs[r].host == host)
-        .collect();
-    let visible = visible.max(1) as usize;
-    let idx = local.iter().position(|&r| r == me).unwrap_or(0);
-    let dev = idx % visible;
-    let here = (0..local.len()).filter(|i| i % visible == dev).count();
-    (dev as i32, here as u32)
+    let asks = all
+        .iter()
+        .zip(descs.iter())
+        .enumerate()
+        .map(|(r, (b, d))| {
+            let dev = <[u8; 4]>::try_from(b.as_slice()).map_err(|_| {
+                Error::Bootstrap(format!(
+                    "rank {r} sent a device record of {} bytes",
+                    b.len()
+                ))
+            })?;
+            let dev = i32::from_le_bytes(dev);
+            Ok(super::placement::Ask {
+                host: d.host.as_str(),
+                device: (dev >= 0).then_some(dev),
+            })
+        })
+        .collect::<Result<Vec<_>, Error>>()?;
+    Ok(super::placement::place(&asks, visible)?
+        .into_iter()
+        .map(|p| (p.device, p.sharing))
+        .collect())
 }
 
 /// Whether every rank can use CUDA: each says so in one all-gather, so all
@@ -128,9 +146,7 @@ fn wish(
 pub(crate) fn create(boot: &Bootstrap, opts: &BackendOptions) -> Result<Arc<dyn Backend>, Error> {
     let info = oxccl_cuda::available().map_err(|e| Error::BackendUnavailable(e.to_string()))?;
     let visible = info.devices.len() as i32;
-    let places: Vec<(i32, u32)> = (0..boot.nranks())
-        .map(|r| placement_of(boot, r, visible))
-        .collect();
+    let places = placements(boot, opts.cuda.device, visible)?;
     let (device, here) = places[boot.rank() as usize];
     let any_shared = places.iter().any(|p| p.1 > 1);
     let network = oxccl_host::HostFabric::network_wanted(boot, opts.host.force_network);

@@ -59,6 +59,8 @@ fn hosts_of(boot: &oxccl_bootstrap::Bootstrap, network: bool) -> Vec<u32> {
 pub fn create(opts: &BackendOptions) -> Result<Arc<dyn Backend>, Error> {
     let cfg = opts.host.apply(HostConfig {
         deadline: opts.deadline,
+        warn_after: opts.wait_warn.first,
+        warn_every: opts.wait_warn.every,
         ..HostConfig::default()
     });
     Ok(Arc::new(HostBackend {
@@ -78,6 +80,8 @@ pub fn create_procs(
 ) -> Result<Arc<dyn Backend>, Error> {
     let cfg = opts.host.apply(HostConfig {
         deadline: opts.deadline,
+        warn_after: opts.wait_warn.first,
+        warn_every: opts.wait_warn.every,
         ..HostConfig::default()
     });
     let fabric = HostFabric::across_processes(boot, cfg).map_err(map_error)?;

@@ -26,6 +26,7 @@ pub(crate) mod cuda_procs;
 pub mod cuda_staged;
 pub mod host;
 pub mod null;
+pub mod placement;
 
 use std::fmt::Debug;
 use std::time::Duration;
@@ -169,6 +170,8 @@ pub struct BackendOptions {
     /// Every wait gives up after this long with an error naming rank,
     /// peer, channel and step.
     pub deadline: Duration,
+    /// When a wait for absent peers warns (first, then every period).
+    pub wait_warn: crate::config::branches::WaitWarn,
     /// The host backend's branch of the settings.
     pub host: crate::config::branches::HostSettings,
     /// The CUDA backend's branch of the settings.

@@ -45,6 +45,8 @@ pub(crate) struct WaitCtx<'a> {
     pub rank: u32,
     /// `None`: no deadline.
     pub deadline: Option<Duration>,
+    /// When the wait warns that peers are absent.
+    pub warn: crate::config::branches::WaitWarn,
     /// The clique's failure, if any (abort, a peer's deadline).
     pub failure: &'a dyn Fn() -> Option<Error>,
 }
@@ -375,7 +377,8 @@ impl Board {
     /// Polls `ready` until it answers, spinning briefly, then sleeping
     /// until a publish wakes the board. Bounded by the deadline; ends
     /// early on the clique's failure or, across processes, when a rank
-    /// `waits_on` names has exited; warns once at a tenth of the deadline.
+    /// `waits_on` names has exited; warns on stderr (with or without
+    /// logging) at `ctx.warn.first`, then every `ctx.warn.every`.
     fn wait<T>(
         &self,
         ctx: &WaitCtx<'_>,
@@ -405,7 +408,7 @@ impl Board {
             }
             backoff.snooze();
         }
-        let mut warned = false;
+        let mut next_warn = ctx.warn.first;
         loop {
             let found = match self.mem.store() {
                 Store::Local(l) => l.bell.sleep_unless(NAP, &mut ready),
@@ -424,24 +427,28 @@ impl Board {
                 return Err(e);
             }
             let waited = start.elapsed();
-            if let Some(deadline) = ctx.deadline {
-                if waited >= deadline {
-                    return Err(Error::Timeout(format!(
-                        "rank {} waited {deadline:?} (the deadline) before any data moved: {}{}",
-                        ctx.rank,
+            if let Some(deadline) = ctx.deadline.filter(|&d| waited >= d) {
+                return Err(Error::Timeout(format!(
+                    "rank {} waited {deadline:?} (the deadline) before any data moved: {}{}",
+                    ctx.rank,
+                    pending(),
+                    self.late_hint()
+                )));
+            }
+            if waited >= next_warn {
+                next_warn = waited + ctx.warn.every;
+                let limit = ctx
+                    .deadline
+                    .map_or_else(|| "no deadline".to_string(), |d| format!("deadline {d:?}"));
+                crate::debug::warn_loud(
+                    ctx.rank,
+                    &format!(
+                        "oxccl: still waiting after {:.1} s ({limit}): {}{}",
+                        waited.as_secs_f64(),
                         pending(),
                         self.late_hint()
-                    )));
-                }
-                if !warned && waited >= deadline / 10 {
-                    warned = true;
-                    tracing::warn!(
-                        rank = ctx.rank,
-                        "oxccl: still waiting after {waited:?} (deadline {deadline:?}): {}{}",
-                        pending(),
-                        self.late_hint()
-                    );
-                }
+                    ),
+                );
             }
         }
     }
@@ -548,6 +555,7 @@ mod tests {
             let ctx = WaitCtx {
                 rank: 0,
                 deadline: Some(Duration::from_secs(10)),
+                warn: Default::default(),
                 failure: &none,
             };
             for (seq, delay) in [
@@ -573,6 +581,80 @@ mod tests {
             let msg = e.to_string();
             assert!(matches!(e, Error::Timeout(_)), "{msg}");
             assert!(msg.contains("rank 1 has not reached it"), "{msg}");
+        }
+    }
+
+    /// A log that a test subscriber writes into.
+    #[derive(Clone, Default)]
+    struct Log(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Log {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Log {
+        fn text(&self) -> String {
+            String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+        }
+    }
+
+    /// A wait without a deadline warns at the first period and again at
+    /// every later one, naming the absent rank and the call; the absent
+    /// rank publishes only once two warnings were seen, so the count does
+    /// not depend on timing.
+    #[test]
+    fn a_long_wait_warns_first_then_periodically_naming_the_absent_rank() {
+        let board = Board::new(3);
+        let log = Log::default();
+        let sink = log.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || sink.clone())
+            .with_ansi(false)
+            .finish();
+        let none = || None;
+        let ctx = WaitCtx {
+            rank: 0,
+            deadline: None,
+            warn: crate::config::branches::WaitWarn {
+                first: Duration::from_millis(30),
+                every: Duration::from_millis(30),
+            },
+            failure: &none,
+        };
+        board.publish(0, 1, [1, 0, 0, 0]);
+        board.publish(1, 1, [1, 0, 0, 0]);
+        let got = std::thread::scope(|s| {
+            s.spawn(|| {
+                while log.text().matches("still waiting").count() < 2 {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                board.publish(2, 1, [1, 2, 0, 0]);
+            });
+            tracing::subscriber::with_default(subscriber, || {
+                board.gather(&ctx, 1, &|| "call #1 (AllReduce)".into())
+            })
+        })
+        .unwrap();
+        assert_eq!(got[2], [1, 2, 0, 0]);
+        let text = log.text();
+        let warnings: Vec<&str> = text
+            .lines()
+            .filter(|l| l.contains("still waiting"))
+            .collect();
+        assert!(warnings.len() >= 2, "{text}");
+        for w in warnings {
+            assert!(w.contains("WARN"), "{w}");
+            assert!(w.contains("no deadline"), "{w}");
+            assert!(
+                w.contains("call #1 (AllReduce): rank 2 has not reached it"),
+                "{w}"
+            );
         }
     }
 }

@@ -42,6 +42,7 @@ impl Communicator {
         WaitCtx {
             rank: self.rank(),
             deadline: self.config().deadline_opt(),
+            warn: self.config().wait_warn,
             failure,
         }
     }
@@ -99,6 +100,14 @@ impl Communicator {
                 ))
             })?;
             registered &= reg;
+            if let Call::Refused { reason } = call {
+                return Err(Error::PeerFailed {
+                    rank: self.rank(),
+                    peer: r as u32,
+                    call: format!("call #{} ({mine})", seq.seq),
+                    reason: super::refusal::phrase(reason).to_string(),
+                });
+            }
             match groups.iter_mut().find(|(c, _)| *c == call) {
                 Some((_, ranks)) => ranks.push(r as u32),
                 None => groups.push((call, vec![r as u32])),
@@ -121,6 +130,33 @@ impl Communicator {
             rank: self.rank(),
             detail: format!("call #{}: {detail}", seq.seq),
         })
+    }
+
+    /// Passes on `e`, this rank's refusal of its next collective call,
+    /// after posting it in the call's place so the peers' matching calls
+    /// fail at once naming this rank (when calls are checked and `e` is a
+    /// refusal of the arguments).
+    pub(crate) fn refuse_call(&self, e: Error) -> Error {
+        if super::refusal::is_refusal(&e) {
+            self.post_refusal(super::refusal::code(&e));
+        }
+        e
+    }
+
+    /// Tells the peers that this rank's next collective call was refused
+    /// for its arguments by a layer above this crate (the C ABI's own
+    /// checks), so their matching calls fail at once naming this rank
+    /// ([`Error::PeerFailed`]) instead of waiting for it. Outside a group
+    /// only; does nothing when calls are not checked.
+    pub fn refused_call(&self) {
+        self.post_refusal(super::refusal::ARGUMENTS);
+    }
+
+    fn post_refusal(&self, reason: u8) {
+        if self.checking() {
+            let mut seq = self.call_lock();
+            self.publish_call(&mut seq, Call::Refused { reason }, false, 0);
+        }
     }
 
     /// Publishes and compares a single collective (or barrier) call.

@@ -25,6 +25,9 @@ pub(crate) enum Call {
         count: u64,
         dtype: DataType,
     },
+    /// Not a call: this rank's call failed validation (reason a
+    /// [`super::refusal`] code); peers fail at once naming it.
+    Refused { reason: u8 },
 }
 
 /// One collective as its fingerprint holds it.
@@ -57,6 +60,7 @@ const TAG_COLL: u64 = 1;
 const TAG_GROUP: u64 = 2;
 const TAG_BARRIER: u64 = 3;
 const TAG_BLOCKED: u64 = 4;
+const TAG_REFUSED: u64 = 5;
 /// Bit of word 0 saying the rank's buffers are all backend memory (not
 /// compared: ranks agree on registration by AND-ing it).
 const REGISTERED: u64 = 1 << 40;
@@ -118,6 +122,7 @@ impl Call {
                 count,
                 u64::from(peer),
             ],
+            Call::Refused { reason } => [TAG_REFUSED | reg, u64::from(reason), 0],
         }
     }
 
@@ -144,6 +149,9 @@ impl Call {
                 send: w[0] >> 32 & 1 == 1,
                 count: w[1],
                 dtype: dtype()?,
+            },
+            TAG_REFUSED => Call::Refused {
+                reason: u8::try_from(w[1]).ok()?,
             },
             _ => return None,
         };
@@ -182,6 +190,13 @@ impl fmt::Display for Call {
                 write!(
                     f,
                     "no collective: it waits in a {verb} of {count} x {dtype} {dir} rank {peer} that rank {peer} never matched (it entered this collective instead)"
+                )
+            }
+            Call::Refused { reason } => {
+                write!(
+                    f,
+                    "no call: its call was refused ({})",
+                    super::refusal::phrase(reason)
                 )
             }
         }

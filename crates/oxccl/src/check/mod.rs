@@ -27,8 +27,11 @@
 //!   too, naming the unmatched operation, and no message ever reaches the
 //!   next collective.
 //! - Waits are bounded by the configured deadline (then the clique fails,
-//!   as a data wait's deadline fails it) and log a warning, naming the
-//!   ranks not yet arrived, once a tenth of the deadline has passed. Among
+//!   as a data wait's deadline fails it) and warn on stderr, with or
+//!   without logging, naming the ranks not yet arrived and the call, after
+//!   `Config::wait_warn`'s first period and then every period. A rank
+//!   whose call fails validation publishes a refusal in its place
+//!   (`refusal.rs`): the peers fail at once, naming it. Among
 //!   threads, both say how ranks of one process must call (the usual cause
 //!   is one thread calling every rank in turn). A wait for a rank whose
 //!   communicator was destroyed or dropped fails at once, naming it, among
@@ -65,6 +68,7 @@ mod fingerprint;
 pub(crate) mod fuzz;
 mod mirror;
 mod records;
+pub(crate) mod refusal;
 mod shared;
 
 pub(crate) use board::Board;

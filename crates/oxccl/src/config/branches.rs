@@ -2,6 +2,7 @@
 //! crates at init, each applied to that crate's own configuration.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use oxccl_cuda::{GateMode, WorldConfig};
 use oxccl_host::HostConfig;
@@ -62,6 +63,12 @@ pub struct CudaSettings {
     pub heap_bytes: usize,
     /// `OXCCL_CUDA_PROCS`: force a path for ranks as processes.
     pub procs_path: Option<ProcsPath>,
+    /// The device this process's rank runs on (ranks as processes). The C
+    /// ABI sets the calling thread's current device, as NCCL does; `None`
+    /// (the Rust default) places ranks of one host round-robin over the
+    /// visible devices by their index among that host's ranks. Split and
+    /// shrink give each child rank its parent's device.
+    pub device: Option<i32>,
 }
 
 impl CudaSettings {
@@ -71,5 +78,22 @@ impl CudaSettings {
         cfg.launch_gate = self.launch_gate;
         cfg.block_smem = self.block_smem;
         cfg.cache_dir.clone_from(&self.cache_dir);
+    }
+}
+
+/// When a long wait for peers warns: first after `first`, then every
+/// `every`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WaitWarn {
+    pub first: Duration,
+    pub every: Duration,
+}
+
+impl Default for WaitWarn {
+    fn default() -> Self {
+        WaitWarn {
+            first: Duration::from_secs(10),
+            every: Duration::from_secs(60),
+        }
     }
 }

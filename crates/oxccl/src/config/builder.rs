@@ -76,6 +76,20 @@ impl ConfigBuilder {
         self
     }
 
+    /// A wait for peers that have not reached a call warns after `first`,
+    /// then every `every` (defaults 10 s and a minute).
+    pub fn wait_warnings(mut self, first: Duration, every: Duration) -> Self {
+        self.0.wait_warn = super::WaitWarn { first, every };
+        self
+    }
+
+    /// The CUDA device this process's rank runs on (ranks as processes);
+    /// without it ranks of one host take the visible devices round-robin.
+    pub fn device(mut self, ordinal: i32) -> Self {
+        self.0.cuda.device = Some(ordinal);
+        self
+    }
+
     /// Piece size in bytes (`OXCCL_CHUNK_BYTES`).
     pub fn chunk_bytes(mut self, bytes: usize) -> Self {
         self.0.chunk_bytes = Some(bytes);
@@ -154,6 +168,13 @@ impl ConfigBuilder {
                 "deadline",
                 "0".into(),
                 "a zero deadline fails every wait; use no_deadline() to turn it off",
+            ));
+        }
+        if c.wait_warn.every.is_zero() {
+            return Err(bad(
+                "wait_warnings",
+                "0".into(),
+                "a zero period would warn on every poll",
             ));
         }
         check_lists("algorithms", &c.algo)?;

@@ -80,6 +80,12 @@ fn facade(get: Get<'_>) -> Result<Config> {
             _ => Duration::from_millis(parse_positive(var, &v)?.into()),
         };
     }
+    if let Some((var, v)) = pick(get, "OXCCL_WAIT_WARN_MS", None) {
+        c.wait_warn.first = Duration::from_millis(parse_positive(var, &v)?.into());
+    }
+    if let Some((var, v)) = pick(get, "OXCCL_WAIT_WARN_EVERY_MS", None) {
+        c.wait_warn.every = Duration::from_millis(parse_positive(var, &v)?.into());
+    }
     if let Some((var, v)) = pick(get, "OXCCL_CHUNK_BYTES", None) {
         c.chunk_bytes = Some(parse_bytes(var, &v)?);
     }
@@ -201,6 +207,9 @@ fn cuda(get: Get<'_>) -> Result<CudaSettings> {
             .map(PathBuf::from),
         heap_bytes,
         procs_path,
+        // Not a variable: the caller's choice (the builder, the C ABI's
+        // current device).
+        device: None,
     })
 }
 
