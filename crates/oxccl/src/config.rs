@@ -78,7 +78,7 @@ pub struct Filter<T> {
     pub default: Option<Rule<T>>,
     pub per_coll: Vec<(CollKind, Rule<T>)>,
     /// NCCL names the value listed that oxccl lacks and so ignored, each
-    /// as the warning to print (see [`Config::warn_ignored`]).
+    /// as the warning to print (`Config::from_env` prints them once).
     pub ignored: Vec<String>,
 }
 
