@@ -137,6 +137,13 @@ impl Window {
     }
 }
 
+/// Whether windows of CUDA rank processes are mapped into every peer at
+/// registration (the direct plans on windows across processes). Off: on
+/// the H100 (2026-12-06) ReduceScatter of 1 Mi floats on windows mapped
+/// that way gave wrong results at 2 processes, so until that is found,
+/// windows there run as caller memory (FIFO plans, right results).
+const MAP_ACROSS_PROCESSES: bool = false;
+
 impl Communicator {
     /// Registers `bytes` bytes at `ptr` (device memory of this rank's
     /// device on CUDA, `ncclMemAlloc` memory being the usual kind; host
@@ -188,7 +195,10 @@ impl Communicator {
         } else {
             None
         };
-        let mapped = reg.is_none() && backend.maps_windows() && self.map_window(addr, bytes)?;
+        let mapped = MAP_ACROSS_PROCESSES
+            && reg.is_none()
+            && backend.maps_windows()
+            && self.map_window(addr, bytes)?;
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
         self.regs.write().windows.push(id);
         tracing::debug!(

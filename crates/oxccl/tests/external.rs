@@ -626,7 +626,11 @@ fn cuda_group_on_two_callers_streams() {
         };
         let mem = CudaMem::new(Kind::Alloc, n);
         let errs = common::on_ranks(&comms, |c| {
-            let r = two_streams(c, &mem, 1 << 18);
+            // 16 KiB a call: a group of two 1 MiB AllReduces asks for 64
+            // channels where 32 fit with every rank resident (refused with
+            // an error on the H100, 2026-12-06), a limit of grouped
+            // collectives that is not what this test is about.
+            let r = two_streams(c, &mem, 1 << 12);
             if r.is_err() {
                 c.abort();
             }

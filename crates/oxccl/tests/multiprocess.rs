@@ -187,20 +187,15 @@ fn windows_across_processes(backend: &str) {
         for l in ok {
             assert!(l.ends_with(" 0 wrong"), "{l}\n{lines:#?}");
         }
-        // CUDA ranks sharing heaps (the device path) map every window into
-        // every peer, so the large calls on windows take direct plans.
+        // Windows are not mapped across processes yet (`window.rs`,
+        // `MAP_ACROSS_PROCESSES`): calls on them run as caller memory.
         for l in &lines {
             let direct: usize = tagged(l, "DIRECT ")
                 .first()
                 .and_then(|d| d.split_whitespace().nth(1))
                 .and_then(|k| k.parse().ok())
                 .unwrap_or_else(|| panic!("no DIRECT line: {l:#?}"));
-            let device = tagged(l, "BACKEND ")
-                .iter()
-                .any(|b| b.contains("heaps shared"));
-            if device {
-                assert!(direct > 0, "no direct plan ran on a window: {l:#?}");
-            } else if backend == "host" {
+            if backend == "host" {
                 assert_eq!(direct, 0, "host processes reach no window: {l:#?}");
             }
         }
