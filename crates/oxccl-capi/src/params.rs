@@ -1,9 +1,14 @@
 //! The keys and values behind the parameter API (`api::param`): oxccl's
-//! settings, by variable name.
+//! settings table (`oxccl::settings::SETTINGS`), by variable name.
 
-/// Every key, in table order.
+use oxccl::settings::{setting, Environment, SETTINGS};
+
+/// Every key, in table order: each setting's name, then its NCCL twin.
 pub fn keys() -> Vec<&'static str> {
-    Vec::new()
+    SETTINGS
+        .iter()
+        .flat_map(|s| std::iter::once(s.name).chain(s.nccl))
+        .collect()
 }
 
 /// The table's spelling of `key` (an `OXCCL_*` name or its `NCCL_*`
@@ -12,9 +17,15 @@ pub fn canonical(key: &str) -> Option<&'static str> {
     keys().into_iter().find(|k| *k == key)
 }
 
-/// The value of setting `key` as the library sees it.
-pub fn value(_key: &str) -> Option<String> {
-    None
+/// The value of setting `key` as the library sees it now: the
+/// environment's (the setting's own name first, then its NCCL twin), else
+/// the table's default.
+pub fn value(key: &str) -> Option<String> {
+    let s = setting(key)?;
+    let env = Environment::capture();
+    env.get(s.name)
+        .or_else(|| s.nccl.and_then(|n| env.get(n)))
+        .or_else(|| Some(s.default.to_string()))
 }
 
 /// `s` as an integer of type `T`: decimal, `0x` hexadecimal, or a
@@ -34,7 +45,7 @@ pub fn integer<T: TryFrom<i128>>(s: &str) -> Option<T> {
 
 #[cfg(test)]
 mod tests {
-    use super::integer;
+    use super::*;
 
     #[test]
     fn integers_fit_or_are_refused() {
@@ -44,5 +55,14 @@ mod tests {
         assert_eq!(integer::<u64>("-1"), None);
         assert_eq!(integer::<i8>("true"), Some(1));
         assert_eq!(integer::<i64>("ring"), None);
+    }
+
+    #[test]
+    fn keys_are_the_table_and_its_twins() {
+        let k = keys();
+        assert!(k.contains(&"OXCCL_DEADLINE_MS") && k.contains(&"NCCL_ALGO"));
+        assert_eq!(canonical("NCCL_PROTO"), Some("NCCL_PROTO"));
+        assert_eq!(canonical("NCCL_NO_SUCH_THING"), None);
+        assert!(value("NCCL_NO_SUCH_THING").is_none());
     }
 }

@@ -1311,6 +1311,26 @@ static void scenario_newer(void) {
   CHECK(ncclWaitSignal(1, &d, comm, NULL) == ncclInvalidUsage, "%s", "ncclWaitSignal");
   CHECK(ncclPutSignal(v, 1, ncclInt64, 0, NULL, 0, 0, 0, 0, comm, NULL) == ncclInvalidUsage, "%s", "ncclPutSignal");
 
+  /* Parameters: the settings table by variable name. */
+  ncclParamHandle_t ph = NULL, ph2 = NULL;
+  int32_t i32 = 0;
+  const char *str = NULL, **keys = NULL;
+  int klen = 0, vlen = -1;
+  CHECK(ncclParamBind(&ph, "NCCL_NO_SUCH_PARAMETER") == ncclInvalidArgument && ph == NULL, "%s", "an unknown key bound");
+  setenv("OXCCL_WAIT_WARN_EVERY_MS", "12345", 1);
+  NCCL_OK(ncclParamBind(&ph, "OXCCL_WAIT_WARN_EVERY_MS"));
+  NCCL_OK(ncclParamBind(&ph2, "OXCCL_WAIT_WARN_EVERY_MS"));
+  CHECK(ph == ph2, "%s", "one key, two handles");
+  NCCL_OK(ncclParamGetI32(ph, &i32));
+  CHECK(i32 == 12345, "param value %d", (int)i32);
+  NCCL_OK(ncclParamGetStr(ph, &str));
+  CHECK(str && !strcmp(str, "12345"), "param string %s", str ? str : "(null)");
+  NCCL_OK(ncclParamGetParameter("NCCL_ALGO", &str, &vlen));
+  CHECK(str && vlen == (int)strlen(str), "NCCL_ALGO value %s length %d", str ? str : "(null)", vlen);
+  NCCL_OK(ncclParamGetAllParameterKeys(&keys, &klen));
+  CHECK(klen > 40 && keys != NULL, "only %d keys", klen);
+  unsetenv("OXCCL_WAIT_WARN_EVERY_MS");
+
   CHECK(ncclCommRevoke(comm, 1) == ncclInvalidArgument, "%s", "revoke flag 1 accepted");
   CHECK(arrive("revoke") == 0, "%s", "the others never reached the revoke");
   NCCL_OK(ncclCommRevoke(comm, NCCL_REVOKE_DEFAULT));
