@@ -371,7 +371,11 @@ __device__ void ox_exec(const OxDesc& d) {
   __shared__ OxStep s_steps[OX_STAGE_STEPS];
   __shared__ OxOperand s_ops[OX_STAGE_OPS];
   const u32 tid = threadIdx.x;
-  const T scale = ox_from_bits<T>(d.scale_bits);
+  // A scalar in device memory (ncclScalarDevice) is read when the kernel
+  // runs: the value the caller's stream left there, in every replay of a
+  // captured graph too, with no host wait before the launch.
+  const T scale = (d.flags & OXD_PRE_AT) ? *reinterpret_cast<const T*>(d.scale_bits)
+                                         : ox_from_bits<T>(d.scale_bits);
   const bool sys = d.flags & OXD_SYS;
   const bool ll = d.flags & OXD_LL;
 

@@ -480,6 +480,12 @@ impl NcclRank {
             RedOp::Max => 2,
             RedOp::Min => 3,
             RedOp::Avg => 4,
+            RedOp::PreMulSumDevice(_) => {
+                return Err(err(
+                    NcclWhy::Unsupported,
+                    "a device scalar: this harness makes host-immediate PreMulSum ops only",
+                ))
+            }
             RedOp::PreMulSum(s) => {
                 let mut bits = oxccl_cuda::world::scale_bits(call.dtype, s).to_le_bytes();
                 let mut op: c_int = 0;

@@ -269,12 +269,21 @@ impl CComm {
                         p.dtype
                     )));
                 }
-                RedOp::PreMulSum(match p.scalar {
-                    Scalar::Value(v) => v,
-                    Scalar::At(addr) => {
-                        crate::scalar::read(self.get()?, self.space()?, addr, dtype, stream)?
+                match p.scalar {
+                    Scalar::Value(v) => RedOp::PreMulSum(v),
+                    // As NCCL: the kernel reads it when the call runs (no
+                    // host wait, legal while a graph is captured).
+                    Scalar::At(addr) if self.get()?.reads_device_scalars() => {
+                        RedOp::PreMulSumDevice(addr as u64)
                     }
-                })
+                    Scalar::At(addr) => RedOp::PreMulSum(crate::scalar::read(
+                        self.get()?,
+                        self.space()?,
+                        addr,
+                        dtype,
+                        stream,
+                    )?),
+                }
             }
             v => {
                 return Err(CError::arg(format!(

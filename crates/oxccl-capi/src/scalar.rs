@@ -16,11 +16,13 @@ pub enum Space {
     Device,
 }
 
-/// A PreMulSum scalar at `addr` (`ncclScalarDevice`), read at call time:
-/// on the host backend directly, on CUDA after the work issued on the
-/// call's `stream` (the scalar is often computed there), which this
-/// waits for. NCCL reads it in the kernel instead; the value is the same,
-/// but a call on a stream being captured into a graph is refused.
+/// A PreMulSum scalar at `addr` (`ncclScalarDevice`) read on the host at
+/// call time, for communicators whose kernels do not read it themselves
+/// (see `Communicator::reads_device_scalars`; CUDA kernels do, as NCCL's):
+/// on the host backend directly; for CUDA ranks staged through the host,
+/// after the work issued on the call's `stream` (the scalar is often
+/// computed there), which this waits for (a call on a stream being
+/// captured into a graph is refused there).
 pub fn read(
     comm: &Communicator,
     space: Space,

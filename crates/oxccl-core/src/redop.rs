@@ -23,6 +23,13 @@ pub enum RedOp {
     /// scalar is held as f64 and converted to the element type once (for
     /// 64-bit integers beyond 2^53 that conversion is inexact).
     PreMulSum(f64),
+    /// PreMulSum with the scalar in device memory (NCCL's
+    /// `ncclScalarDevice`): the address of one element of the call's type
+    /// on the rank's device, read by the kernel when the call runs, so no
+    /// host wait comes first and a call captured into a graph reads the
+    /// value of each replay. Only a backend whose executor runs on the
+    /// device takes it; the others refuse it.
+    PreMulSumDevice(u64),
 }
 
 /// The element-wise operator a backend applies.
@@ -41,6 +48,9 @@ pub enum BaseOp {
 pub struct LoweredOp {
     pub base: BaseOp,
     pub pre_scale: Option<f64>,
+    /// The device address of a pre-scale the executor reads itself
+    /// ([`RedOp::PreMulSumDevice`]); `pre_scale` is then `None`.
+    pub pre_scale_at: Option<u64>,
     pub post_div: Option<u32>,
 }
 
@@ -50,6 +60,7 @@ impl RedOp {
         let plain = |base| LoweredOp {
             base,
             pre_scale: None,
+            pre_scale_at: None,
             post_div: None,
         };
         match self {
@@ -60,16 +71,25 @@ impl RedOp {
             RedOp::Avg if dtype.is_float() => LoweredOp {
                 base: BaseOp::Sum,
                 pre_scale: Some(1.0 / f64::from(nranks.max(1))),
+                pre_scale_at: None,
                 post_div: None,
             },
             RedOp::Avg => LoweredOp {
                 base: BaseOp::Sum,
                 pre_scale: None,
+                pre_scale_at: None,
                 post_div: Some(nranks.max(1)),
             },
             RedOp::PreMulSum(s) => LoweredOp {
                 base: BaseOp::Sum,
                 pre_scale: Some(s),
+                pre_scale_at: None,
+                post_div: None,
+            },
+            RedOp::PreMulSumDevice(addr) => LoweredOp {
+                base: BaseOp::Sum,
+                pre_scale: None,
+                pre_scale_at: Some(addr),
                 post_div: None,
             },
         }
@@ -112,7 +132,7 @@ impl RedOp {
             RedOp::Max => Some(2),
             RedOp::Min => Some(3),
             RedOp::Avg => Some(4),
-            RedOp::PreMulSum(_) => None,
+            RedOp::PreMulSum(_) | RedOp::PreMulSumDevice(_) => None,
         }
     }
 
@@ -124,7 +144,7 @@ impl RedOp {
             RedOp::Max => "max",
             RedOp::Min => "min",
             RedOp::Avg => "avg",
-            RedOp::PreMulSum(_) => "premulsum",
+            RedOp::PreMulSum(_) | RedOp::PreMulSumDevice(_) => "premulsum",
         }
     }
 }

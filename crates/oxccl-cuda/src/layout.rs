@@ -58,6 +58,10 @@ pub const D_PRE: u32 = 2;
 /// Descriptor flag: some peer is on another GPU, so fences and counters
 /// need system scope (device scope is enough and cheaper on one GPU).
 pub const D_SYS: u32 = 4;
+/// Descriptor flag (with [`D_PRE`]): `scale_bits` is the device address
+/// of the pre-scale (`ncclScalarDevice`), which the kernel reads when it
+/// runs, not the scale's bits.
+pub const D_PRE_AT: u32 = 16;
 /// Descriptor flag: FIFO connections run LL (`conns` point at LL
 /// connections and `slot_bytes` is the LL slot stride).
 pub const D_LL: u32 = 8;
@@ -126,6 +130,11 @@ pub const CONSTANTS: &[(&str, u64, &str)] = &[
         "OXD_SYS",
         D_SYS as u64,
         "some peer is on another GPU: system-scope fences and counters",
+    ),
+    (
+        "OXD_PRE_AT",
+        D_PRE_AT as u64,
+        "scale_bits is the pre-scale's device address, read at run time",
     ),
     (
         "OXD_LL",

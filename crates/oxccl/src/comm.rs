@@ -616,9 +616,34 @@ impl Communicator {
         }
         self.check_usable()?;
         let op = if kind.is_reduction() { op } else { RedOp::Sum };
+        if matches!(op, RedOp::PreMulSumDevice(_))
+            && !matches!(send.arg.space, crate::buffer::Space::External { .. })
+        {
+            // The kernel reads the address when the call runs: only the
+            // raw entry points' `unsafe` contract keeps it valid that long.
+            return Err(Error::InvalidUsage(
+                "a PreMulSum scalar in device memory is taken only by the raw entry points \
+                 (collective_raw), whose contract keeps it valid until the call completes"
+                    .into(),
+            ));
+        }
+        if matches!(op, RedOp::PreMulSumDevice(_)) && !self.clique().backend.reads_device_scalars()
+        {
+            return Err(Error::InvalidUsage(format!(
+                "a PreMulSum scalar in device memory needs a backend whose kernels read it \
+                 ({} does not): pass its value (RedOp::PreMulSum)",
+                self.clique().backend.describe()
+            )));
+        }
         let owner = self.owner();
         let mut checked =
             validate::collective(kind, &send.arg, &recv.arg, root, op, T::DTYPE, &owner)?;
+        if matches!(op, RedOp::PreMulSumDevice(_)) {
+            // No rank knows its peers' scalars before the kernels read
+            // them, so none may scale a peer's input with its own (direct
+            // plans): FIFO plans scale each input by its owner's.
+            checked.backend_memory = false;
+        }
         if let Some((role, len)) = checked.sink {
             let raw = self.sinks.lock().get(len * T::DTYPE.size())?;
             match role {

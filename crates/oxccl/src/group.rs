@@ -355,6 +355,7 @@ type Launches<'e, 'a> = BTreeMap<(u8, String), (Vec<(&'e Entry<'a>, Option<u16>)
 fn op_key(op: RedOp) -> String {
     match op {
         RedOp::PreMulSum(s) => format!("premulsum:{:x}", s.to_bits()),
+        RedOp::PreMulSumDevice(a) => format!("premulsum@{a:x}"),
         o => o.name().into(),
     }
 }
@@ -394,21 +395,22 @@ fn build_jobs(
     by_key
         .into_values()
         .map(|(list, op)| build_job(comm, &list, op.unwrap_or(RedOp::Sum), registered))
-        .filter_map(Result::transpose)
-        .collect()
+        .collect::<Result<Vec<_>>>()
+        .map(|v| v.into_iter().flatten().collect())
 }
 
-/// Merges one launch's operations into a single rank plan.
+/// Merges one launch key's operations into as few rank plans as fit: a
+/// launch holds collectives of one protocol and at most the channels the
+/// backend keeps resident (see [`batches`]).
 fn build_job(
     comm: &Communicator,
     list: &[(&Entry<'_>, Option<u16>)],
     op: RedOp,
     registered: bool,
-) -> Result<Option<Job>> {
+) -> Result<Vec<Job>> {
     let dtype = list[0].0.dtype;
     let es = dtype.size();
-    let mut parts: Vec<Prepared> = Vec::new();
-    let mut proto = None::<Proto>;
+    let mut parts: Vec<(Prepared, Option<Proto>)> = Vec::new();
     let mut p2p_ops = Vec::new();
     let mut p2p_bufs = Vec::new();
     let mut p2p_paths = Vec::new();
@@ -419,8 +421,7 @@ fn build_job(
                 let mut checked = *checked;
                 checked.backend_memory &= registered;
                 let (prep, choice): (Prepared, Choice) = comm.prepare(&checked, es)?;
-                proto.get_or_insert(choice.proto);
-                parts.push(prep);
+                parts.push((prep, Some(choice.proto)));
             }
             Pending::P2p { op, raw, .. } => {
                 let count = match op {
@@ -435,25 +436,67 @@ fn build_job(
         }
     }
     if !p2p_ops.is_empty() {
-        parts.push(p2p_part(comm, &p2p_ops, &p2p_paths, p2p_bufs, es)?);
+        parts.push((p2p_part(comm, &p2p_ops, &p2p_paths, p2p_bufs, es)?, None));
     }
-    if parts.is_empty() {
-        return Ok(None);
-    }
+    let max = comm.clique().backend.max_channels() as usize;
+    let channels: Vec<(usize, Option<Proto>)> = parts
+        .iter()
+        .map(|(p, proto)| (p.plan.rank_plan().channels.len(), *proto))
+        .collect();
+    let mut parts = parts.into_iter();
+    let jobs: Vec<Job> = batches(&channels, max)
+        .into_iter()
+        .map(|(len, proto)| {
+            let batch: Vec<Prepared> = parts.by_ref().take(len).map(|(p, _)| p).collect();
+            Job {
+                prepared: merge(comm, batch),
+                dtype,
+                op,
+                // Only collectives set the protocol.
+                p2p_only: proto.is_none(),
+                proto: proto.unwrap_or(Proto::Simple),
+            }
+        })
+        .collect();
     tracing::info!(
         rank = comm.rank(),
         operations = list.len(),
+        launches = jobs.len(),
         dtype = %dtype,
         "oxccl: group launch"
     );
-    Ok(Some(Job {
-        prepared: merge(comm, parts),
-        dtype,
-        op,
-        // Only collectives set the protocol.
-        p2p_only: proto.is_none(),
-        proto: proto.unwrap_or(Proto::Simple),
-    }))
+    Ok(jobs)
+}
+
+/// Splits a launch's parts, given as (channels, protocol: `None` for the
+/// Send/Recv part), into consecutive batches: (parts, protocol). A batch
+/// never mixes two collectives' protocols (a plan's FIFO pieces are sized
+/// for its own) nor holds more channels than `max` (the blocks that fit
+/// resident with every rank's), unless one part alone has more (it then
+/// goes alone and the backend says why it cannot run). Every rank's
+/// collectives are the same calls with the same plans, so every rank cuts
+/// its batches at the same places; the Send/Recv part comes last, where
+/// the collectives before it are the same everywhere too.
+fn batches(parts: &[(usize, Option<Proto>)], max: usize) -> Vec<(usize, Option<Proto>)> {
+    let mut out: Vec<(usize, Option<Proto>)> = Vec::new();
+    let mut used = 0;
+    for &(ch, proto) in parts {
+        let fits = out.last().is_some_and(|&(_, p)| {
+            used + ch <= max && (p.is_none() || proto.is_none() || p == proto)
+        });
+        match out.last_mut() {
+            Some(last) if fits => {
+                last.0 += 1;
+                last.1 = last.1.or(proto);
+                used += ch;
+            }
+            _ => {
+                out.push((1, proto));
+                used = ch;
+            }
+        }
+    }
+    out
 }
 
 /// Channels of a Send/Recv plan unless configured (at most what the
@@ -601,6 +644,38 @@ impl Communicator {
 mod tests {
     use super::*;
     use crate::{BackendKind, Config};
+
+    /// Launch batches: channels summed up to the resident cap, protocols
+    /// never mixed, Send/Recv riding with what precedes it, an oversized
+    /// part alone.
+    #[test]
+    fn batches_keep_launches_resident_and_of_one_protocol() {
+        use Proto::{Simple as S, LL};
+        // Two 32-channel collectives where 32 fit: two launches.
+        assert_eq!(
+            batches(&[(32, Some(S)), (32, Some(S))], 32),
+            vec![(1, Some(S)), (1, Some(S))]
+        );
+        // Small ones share; a different protocol starts a launch; the
+        // Send/Recv part joins the last if it fits.
+        assert_eq!(
+            batches(
+                &[(8, Some(S)), (8, Some(S)), (4, Some(LL)), (16, None)],
+                32
+            ),
+            vec![(2, Some(S)), (2, Some(LL))]
+        );
+        assert_eq!(
+            batches(&[(20, Some(LL)), (16, None)], 32),
+            vec![(1, Some(LL)), (1, None)]
+        );
+        assert_eq!(batches(&[(16, None)], 32), vec![(1, None)]);
+        assert_eq!(
+            batches(&[(64, Some(S)), (1, Some(S))], 32),
+            vec![(1, Some(S)), (1, Some(S))]
+        );
+        assert!(batches(&[], 32).is_empty());
+    }
 
     /// Which sends go direct, and their ids in the Send/Recv part:
     /// large sends of backend memory to another rank; not small ones,

@@ -46,6 +46,15 @@ impl Communicator {
         Ok(op)
     }
 
+    /// Whether a [`RedOp::PreMulSumDevice`] op can be given to this
+    /// communicator's raw calls: its kernels read the scalar themselves
+    /// when the call runs (CUDA with kernels on the device). Where not (the
+    /// host backend, CUDA processes staged through the host), read the
+    /// value ([`Communicator::read_raw`]) and pass [`RedOp::PreMulSum`].
+    pub fn reads_device_scalars(&self) -> bool {
+        self.clique().backend.reads_device_scalars()
+    }
+
     /// Reads `dst.len()` bytes at `addr` (device memory of this rank's
     /// device on CUDA, host memory on the host backend) after the work
     /// issued so far on `stream` has completed, which this waits for: the

@@ -247,6 +247,11 @@ impl Communicator {
     ///   the legacy default stream. On the host backend it is ignored.
     /// - Registered memory (see [`Communicator::register`]) may be read
     ///   and written by every rank's kernel during the call.
+    /// - With [`RedOp::PreMulSumDevice`] (CUDA, where
+    ///   [`Communicator::reads_device_scalars`]), the address holds one
+    ///   element of `dtype` in memory this rank's kernel may read, written
+    ///   in `stream` order before the call and kept allocated until the
+    ///   call has completed.
     pub unsafe fn collective_raw(&self, call: RawColl, stream: RawStream) -> Result<()> {
         let (send, recv) = self.raw_pair(&call).map_err(|e| self.refuse_call(e))?;
         // SAFETY: caller's contract.

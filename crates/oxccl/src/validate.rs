@@ -83,6 +83,7 @@ pub(crate) fn check_op(op: RedOp, dtype: DataType) -> Result<()> {
         Some(reason) => Err(Error::OpNotDefined {
             op: match op {
                 RedOp::PreMulSum(s) => format!("premulsum({s})"),
+                RedOp::PreMulSumDevice(a) => format!("premulsum(scalar at {a:#x})"),
                 other => other.to_string(),
             },
             dtype,

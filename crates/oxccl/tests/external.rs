@@ -472,7 +472,7 @@ fn cuda_graph_capture_on_callers_streams() {
             let mem = CudaMem::new(Kind::Pool, n);
             let t = std::time::Instant::now();
             let errs = common::on_ranks(&comms, |c| {
-                let r = graph_loop(c, &mem, count, register, replays);
+                let r = graph_loop(c, &mem, count, register, replays, false);
                 if r.is_err() {
                     // No peer waits out the deadline for this rank.
                     c.abort();
@@ -490,17 +490,55 @@ fn cuda_graph_capture_on_callers_streams() {
     }
 }
 
+/// A PreMulSum whose scalar is in device memory (`ncclScalarDevice`),
+/// captured into a graph: each replay must scale by the value the caller's
+/// stream wrote before it, different on every rank and every replay, so
+/// a scalar read once (at capture, or on the host) gives wrong sums.
+#[test]
+fn cuda_device_scalar_read_by_each_replay() {
+    for n in env_list("OXCCL_GPU_RANKS", &[2, 3, 8]) {
+        let Some(comms) = cuda("cuda_device_scalar_read_by_each_replay", n) else {
+            return;
+        };
+        if !comms[0].reads_device_scalars() {
+            panic!("CUDA threads' kernels must read device scalars");
+        }
+        let mem = CudaMem::new(Kind::Alloc, n);
+        let errs = common::on_ranks(&comms, |c| {
+            let r = graph_loop(c, &mem, 4096, false, 20, true);
+            if r.is_err() {
+                c.abort();
+            }
+            r
+        });
+        let bad: Vec<_> = errs.into_iter().filter_map(Result::err).collect();
+        assert!(bad.is_empty(), "{n} ranks: {bad:?}");
+        println!("device scalar PreMulSum in a graph, {n} ranks: 20 replays right");
+    }
+}
+
+/// `scaled`: the op is a PreMulSum whose scalar lies in device memory and
+/// changes before every replay (rank q's scalar in replay k is
+/// `k % 3 + 1 + q`).
 fn graph_loop(
     c: &Communicator,
     mem: &CudaMem,
     count: usize,
     register: bool,
     replays: usize,
+    scaled: bool,
 ) -> Result<(), String> {
     let (r, n) = (c.rank(), c.nranks());
     let bytes = count * 4;
     let (send, recv) = (mem.alloc(r, bytes), mem.alloc(r, bytes));
     let s = mem.stream(r);
+    let scalar_at = mem.alloc(r, 4);
+    let scale = |k: usize, q: u32| if scaled { (k % 3 + 1) as f32 + q as f32 } else { 1.0 };
+    let op = if scaled {
+        RedOp::PreMulSumDevice(scalar_at)
+    } else {
+        RedOp::Sum
+    };
     let regs = if register {
         // SAFETY: both allocations outlive every call on them.
         unsafe {
@@ -530,7 +568,7 @@ fn graph_loop(
                     recv: recv as *mut _,
                     count,
                     dtype: DataType::F32,
-                    op: RedOp::Sum,
+                    op,
                     root: 0,
                 },
                 s,
@@ -538,6 +576,7 @@ fn graph_loop(
         }
     };
     // Warm-up: the plan is made and uploaded outside the capture.
+    mem.upload(r, scalar_at, bytes_of(&[scale(0, r)]));
     mem.upload(r, send, bytes_of(&input(0, r)));
     call().map_err(|e| format!("warm-up: {e}"))?;
     mem.sync(r);
@@ -574,6 +613,7 @@ fn graph_loop(
     let mut out = vec![0f32; count];
     let mut result = Ok(());
     for k in 1..=replays {
+        mem.upload(r, scalar_at, bytes_of(&[scale(k, r)]));
         mem.upload(r, send, bytes_of(&input(k, r)));
         // SAFETY: an instantiated graph on this rank's live stream.
         unsafe { ck("cuGraphLaunch", sys::cuGraphLaunch(exec, raw)) };
@@ -590,7 +630,7 @@ fn graph_loop(
         // a hang on the GPU; n inputs per replay still took 8 ranks past
         // a minute.
         let sums: Vec<f32> = (0..17)
-            .map(|j| (0..n).map(|q| j as f32 + q as f32 * 3.0).sum())
+            .map(|j| (0..n).map(|q| scale(k, q) * (j as f32 + q as f32 * 3.0)).sum())
             .collect();
         let want = |i: usize| sums[(i + k) % 17];
         if let Some(i) = (0..count).find(|&i| out[i].to_bits() != want(i).to_bits()) {
@@ -625,12 +665,10 @@ fn cuda_group_on_two_callers_streams() {
             return;
         };
         let mem = CudaMem::new(Kind::Alloc, n);
+        // 16 KiB and 1 MiB a call: two 1 MiB AllReduces want more channels
+        // together than fit resident, so the group runs as two launches.
         let errs = common::on_ranks(&comms, |c| {
-            // 16 KiB a call: a group of two 1 MiB AllReduces asks for 64
-            // channels where 32 fit with every rank resident (refused with
-            // an error on the H100, 2026-12-06), a limit of grouped
-            // collectives that is not what this test is about.
-            let r = two_streams(c, &mem, 1 << 12);
+            let r = two_streams(c, &mem, 1 << 12).and_then(|()| two_streams(c, &mem, 1 << 18));
             if r.is_err() {
                 c.abort();
             }

@@ -150,6 +150,43 @@ fn op_not_defined_for_dtype() {
     assert!(matches!(e, Error::OpNotDefined { .. }), "{e}");
 }
 
+/// A scalar in device memory is read by kernels when the call runs, so
+/// only the raw entry points (whose contract keeps it alive) of a backend
+/// with such kernels take it; the host backend refuses it either way.
+#[test]
+fn device_scalar_needs_a_raw_call_and_kernels_that_read_it() {
+    let comms = host(2);
+    let c = &comms[0];
+    assert!(!c.reads_device_scalars());
+    let recv = sentinel(c, 4);
+    let send = c.alloc::<f32>(4).unwrap();
+    // Refused before anything reads it, so any address serves.
+    let op = RedOp::PreMulSumDevice(0x1000);
+    let e = c.all_reduce(&send, &recv, op).unwrap_err();
+    assert!(matches!(e, Error::InvalidUsage(ref m) if m.contains("raw entry points")), "{e}");
+    untouched(&recv);
+    let (x, mut y) = (vec![1f32; 4], vec![SENTINEL; 4]);
+    // SAFETY: host memory of this process, `count` elements each, alive to
+    // the end of the call (host calls complete before returning).
+    let e = unsafe {
+        c.collective_raw(
+            oxccl::RawColl {
+                kind: oxccl::CollKind::AllReduce,
+                send: x.as_ptr().cast(),
+                recv: y.as_mut_ptr().cast(),
+                count: 4,
+                dtype: oxccl::DataType::F32,
+                op,
+                root: 0,
+            },
+            oxccl::RawStream::default(),
+        )
+    }
+    .unwrap_err();
+    assert!(matches!(e, Error::InvalidUsage(ref m) if m.contains("kernels read")), "{e}");
+    assert!(y.iter().all(|&v| v == SENTINEL), "written: {y:?}");
+}
+
 #[test]
 fn buffer_of_another_rank_or_communicator() {
     let comms = host(2);

@@ -31,6 +31,8 @@ pub fn tolerance(dtype: DataType, op: RedOp, nranks: u32) -> Tolerance {
         RedOp::Sum | RedOp::Prod | RedOp::Max | RedOp::Min => true,
         RedOp::Avg => nranks.max(1).is_power_of_two(),
         RedOp::PreMulSum(s) => exact_scale(dtype, s),
+        // The value is in device memory, unknown here: assume the worst.
+        RedOp::PreMulSumDevice(_) => false,
     };
     if exact {
         Tolerance::Exact

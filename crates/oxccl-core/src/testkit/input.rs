@@ -142,7 +142,7 @@ impl Scheme {
                     seed,
                 }
             }
-            RedOp::Sum | RedOp::Avg | RedOp::PreMulSum(_) => {
+            RedOp::Sum | RedOp::Avg | RedOp::PreMulSum(_) | RedOp::PreMulSumDevice(_) => {
                 let budget = sum_budget(dt, op).max(1);
                 let bound = (budget / n).min(1 << 50);
                 // A rounded sum of k terms may err by about (k − 1)/2 ulp,

@@ -67,7 +67,9 @@ pub fn wrap(dtype: DataType, v: i128) -> i128 {
 /// `dtype`, each step rounded (or wrapped) to the type: Avg on floats
 /// multiplies each input by 1/n rounded to the type, on integers divides
 /// the wrapped sum by n truncating toward zero; PreMulSum multiplies each
-/// input by the scalar converted to the type.
+/// input by the scalar converted to the type. The model cannot read device
+/// memory: model a [`RedOp::PreMulSumDevice`] call as `PreMulSum(value)`
+/// (passed as is, it is summed unscaled).
 pub fn reduce(dtype: DataType, op: RedOp, xs: &[f64]) -> f64 {
     if xs.is_empty() {
         return 0.0;
@@ -91,7 +93,9 @@ fn reduce_float(dt: DataType, op: RedOp, xs: &[f64]) -> f64 {
         // fmax/fmin: a NaN operand loses.
         RedOp::Max => a.max(b),
         RedOp::Min => a.min(b),
-        RedOp::Sum | RedOp::Avg | RedOp::PreMulSum(_) => round(dt, a + b),
+        RedOp::Sum | RedOp::Avg | RedOp::PreMulSum(_) | RedOp::PreMulSumDevice(_) => {
+            round(dt, a + b)
+        }
     };
     xs[1..]
         .iter()
@@ -102,7 +106,7 @@ fn reduce_int(dt: DataType, op: RedOp, xs: &[f64]) -> i128 {
     let v: Vec<i128> = xs.iter().map(|&x| x as i128).collect();
     let n = v.len() as i128;
     match op {
-        RedOp::Sum => wrap(dt, v.iter().sum()),
+        RedOp::Sum | RedOp::PreMulSumDevice(_) => wrap(dt, v.iter().sum()),
         // wrapping_mul: mod 2^128 keeps every residue mod 2^64.
         RedOp::Prod => v.iter().fold(1, |a, &b| wrap(dt, a.wrapping_mul(b))),
         RedOp::Max => *v.iter().max().expect("non-empty"),

@@ -6,7 +6,7 @@ use oxccl_core::{Awaited, BaseOp, DataType, FaultCause, LoweredOp, Proto, WaitFa
 use crate::driver::{Function, Module};
 use crate::error::{CudaError, Result};
 use crate::kernels::{self, Origin, THREADS};
-use crate::layout::{OxDesc, D_LL, D_PRE, D_SYS, MAX_BUFS};
+use crate::layout::{OxDesc, D_LL, D_PRE, D_PRE_AT, D_SYS, MAX_BUFS};
 
 use super::failure::{W_ABORT, W_FAIL};
 use super::gate::Party;
@@ -145,7 +145,11 @@ impl World {
                 abort_flag: self.host_words.dev_ptr + (W_ABORT * 4) as u64,
                 world_fail: self.host_words.dev_ptr + (W_FAIL * 4) as u64,
                 err: st.err.ptr,
-                scale_bits: op.pre_scale.map_or(0, |s| scale_bits(dtype, s)),
+                scale_bits: match (op.pre_scale, op.pre_scale_at) {
+                    (Some(s), _) => scale_bits(dtype, s),
+                    (None, Some(addr)) => addr,
+                    (None, None) => 0,
+                },
                 timeout_ns: u64::try_from(self.cfg.timeout.as_nanos()).unwrap_or(u64::MAX),
                 slot_bytes: self.fifo_slot_bytes(p.proto) as u64,
                 heap_delta: self.shared.as_ref().map_or(0, |s| s.delta.ptr),
@@ -153,6 +157,7 @@ impl World {
                 nranks: self.nranks(),
                 nbufs: bufs.len() as u32,
                 flags: if op.pre_scale.is_some() { D_PRE } else { 0 }
+                    | if op.pre_scale_at.is_some() { D_PRE | D_PRE_AT } else { 0 }
                     | if self.devices.len() > 1 { D_SYS } else { 0 }
                     | if p.proto == Proto::LL { D_LL } else { 0 },
                 post_div: op.post_div.unwrap_or(0),

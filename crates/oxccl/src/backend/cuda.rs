@@ -238,6 +238,10 @@ impl Backend for CudaBackend {
         self.world.launches_in_step()
     }
 
+    fn reads_device_scalars(&self) -> bool {
+        true
+    }
+
     fn registered_alloc(&self) -> bool {
         // `alloc` is cuMemAlloc in a context with peer access to every
         // other rank's device (or the same device): peers can load/store it.

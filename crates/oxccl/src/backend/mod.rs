@@ -373,6 +373,16 @@ pub trait Backend: Send + Sync + Debug {
         false
     }
 
+    /// Whether the executor reads a PreMulSum scalar from device memory
+    /// itself when the call runs ([`RedOp::PreMulSumDevice`]): only a
+    /// backend whose plans run in device kernels says yes; the others are
+    /// handed the value instead.
+    ///
+    /// [`RedOp::PreMulSumDevice`]: oxccl_core::RedOp::PreMulSumDevice
+    fn reads_device_scalars(&self) -> bool {
+        false
+    }
+
     /// Largest FIFO message in bytes: generators pipeline in pieces of at
     /// most `chunk_bytes / elem_size` elements.
     fn chunk_bytes(&self) -> usize;

@@ -52,7 +52,7 @@ pub(crate) fn op_code(op: RedOp) -> u8 {
         RedOp::Max => 2,
         RedOp::Min => 3,
         RedOp::Avg => 4,
-        RedOp::PreMulSum(_) => 5,
+        RedOp::PreMulSum(_) | RedOp::PreMulSumDevice(_) => 5,
     }
 }
 

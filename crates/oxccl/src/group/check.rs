@@ -77,7 +77,7 @@ fn publish(comm: &Communicator, entries: &[&Entry<'_>], seq: &mut CallSeq) -> Pu
         matches!(
             p,
             Pending::Coll {
-                op: RedOp::PreMulSum(_),
+                op: RedOp::PreMulSum(_) | RedOp::PreMulSumDevice(_),
                 ..
             }
         )
