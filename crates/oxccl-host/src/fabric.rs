@@ -237,9 +237,10 @@ impl HostFabric {
     }
 
     /// Over the network: every connection's layout as the ranks agreed it,
-    /// `(threads, sockets per thread)`; `None` otherwise.
+    /// `(threads, sockets per thread)`; `None` otherwise (or over a
+    /// network plugin, which lays out its own connections).
     pub fn network_sockets(&self) -> Option<(usize, usize)> {
-        self.net.as_ref().map(|n| n.sockets)
+        self.net.as_ref().and_then(|n| n.sockets)
     }
 
     /// Over the network: the bandwidth per host every rank agreed on at

@@ -136,8 +136,9 @@ pub trait Net: Send + Sync + Debug {
     fn listen(&self, dev: usize) -> Result<(NetHandle, ListenComm), NetError>;
 
     /// Connects to a listener's handle from device `dev`; `None`: not yet
-    /// (call again; the peer may have to `accept` first).
-    fn connect(&self, dev: usize, handle: &NetHandle) -> Result<Option<SendComm>, NetError>;
+    /// (call again with the same handle: a plugin may keep its progress
+    /// in it, as NCCL's own do; the peer may have to `accept` first).
+    fn connect(&self, dev: usize, handle: &mut NetHandle) -> Result<Option<SendComm>, NetError>;
 
     /// The next connection to `listen`; `None`: not arrived yet.
     fn accept(&self, listen: ListenComm) -> Result<Option<RecvComm>, NetError>;

@@ -346,12 +346,11 @@ impl Net for PluginNet {
         Ok((handle, ListenComm(id)))
     }
 
-    fn connect(&self, dev: usize, handle: &NetHandle) -> Result<Option<SendComm>, NetError> {
+    fn connect(&self, dev: usize, handle: &mut NetHandle) -> Result<Option<SendComm>, NetError> {
         self.props(dev)?;
-        // The plugin may keep state in the handle between calls (NCCL
-        // passes the same buffer each time): one copy per handle content.
-        let mut h = *handle;
-        let hp = h.0.as_mut_ptr().cast::<c_void>();
+        // The plugin may keep its progress in the handle between calls:
+        // the caller's buffer, the same on every retry.
+        let hp = handle.0.as_mut_ptr().cast::<c_void>();
         let mut s: *mut c_void = null_mut();
         // No device offload: a pointer to a null device handle.
         let mut dev_comm: *mut c_void = null_mut();

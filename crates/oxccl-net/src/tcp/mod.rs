@@ -220,7 +220,7 @@ impl Net for TcpNet {
         Ok((NetHandle(bytes), l))
     }
 
-    fn connect(&self, dev: usize, handle: &NetHandle) -> Result<Option<SendComm>, NetError> {
+    fn connect(&self, dev: usize, handle: &mut NetHandle) -> Result<Option<SendComm>, NetError> {
         let h = Handle::decode(&handle.0[..Handle::BYTES], self.magic).map_err(|err| {
             NetError::Wire {
                 conn: "a listener's handle".into(),

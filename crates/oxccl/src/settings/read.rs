@@ -173,7 +173,16 @@ fn host(get: Get<'_>) -> Result<HostSettings> {
         net_receive_in_place: flag(get, "OXCCL_NET_RECV_IN_PLACE", None)?,
         sockets: SocketSettings::from_vars(get).map_err(net_err)?,
         force_network: p2p_off && shm_off,
+        net_plugin: text(get, "NCCL_NET_PLUGIN"),
+        net_name: text(get, "NCCL_NET"),
     })
+}
+
+/// A variable's value, trimmed; `None` where unset or blank.
+fn text(get: Get<'_>, var: &str) -> Option<String> {
+    get(var)
+        .map(|v| v.trim().to_string())
+        .filter(|v| !v.is_empty())
 }
 
 fn cuda(get: Get<'_>) -> Result<CudaSettings> {
