@@ -72,6 +72,9 @@ pub(crate) struct NetPart {
     /// One hop's latency in µs as every rank agreed it, measured once the
     /// fabric can run plans ([`hop::measure`]).
     pub hop_us: std::sync::OnceLock<f64>,
+    /// The latency the network's device states, µs (0 where it states
+    /// none, as the built-in TCP).
+    pub device_latency_us: f64,
     /// Every connection's layout as the ranks agreed it: threads, and
     /// sockets per thread (the built-in TCP transport; `None` over a
     /// plugin, which lays out its own connections).
@@ -332,7 +335,11 @@ impl NetPart {
                 Some(waker),
             )),
         };
-        if let Ok(p) = net.properties(0) {
+        let props = net.properties(0).ok();
+        let device_latency_us = props
+            .as_ref()
+            .map_or(0.0, |p| p.latency.as_secs_f64() * 1e6);
+        if let Some(p) = props {
             tracing::info!(
                 "oxccl-host: rank {me} uses NET/{}/0: {} (pci {}), {} Mb/s, latency {:?}{}",
                 net.name(),
@@ -442,6 +449,7 @@ impl NetPart {
             ip,
             bw_gbps,
             hop_us: std::sync::OnceLock::new(),
+            device_latency_us,
             sockets: plugin
                 .is_none()
                 .then_some((tcfg.nthreads, tcfg.nsocks_per_thread)),

@@ -7,7 +7,8 @@
  *   -DFAIL_INIT             init logs a warning and fails (ncclSystemError);
  *   -DONLY_V99              export only ncclNetPlugin_v99 (no known version);
  *   -DDROP_AFTER=<bytes>    a send connection shuts its socket once it has
- *                           sent that many bytes (a connection lost mid-run).
+ *                           sent that many bytes (a connection lost mid-run);
+ *   -DLATENCY_US=<us>       the latency the device states (default 3.5).
  *
  * The structures below are written for these tests from the published
  * layout of the plugin ABI (field order and C types), nothing more.
@@ -29,6 +30,9 @@
 
 #ifndef NET_VERSION
 #define NET_VERSION 10
+#endif
+#ifndef LATENCY_US
+#define LATENCY_US 3.5f
 #endif
 
 typedef int res_t;
@@ -409,7 +413,7 @@ static res_t ours_props(int dev, props_t *p) {
     p->guid = 0x6f757273;
     p->ptrSupport = PTR_HOST;
     p->speed = 25000;
-    p->latency = 3.5f;
+    p->latency = LATENCY_US;
     p->maxComms = 65536;
     p->maxRecvs = 1;
 #if NET_VERSION >= 9
