@@ -269,9 +269,16 @@ mod tests {
             ("OXCCL_TOPO_FILE", "/o.xml"),
             ("OXCCL_PUSH_GROUP", "16"),
             ("OXCCL_P2P_DIRECT", "0"),
+            ("NCCL_NET_PLUGIN", " ofi,/opt/p/libx.so "),
+            ("NCCL_NET", "AWS Libfabric"),
         ])
         .unwrap();
         assert_eq!(c.host.net_channels, Some(7));
+        assert_eq!(c.host.net_plugin.as_deref(), Some("ofi,/opt/p/libx.so"));
+        assert_eq!(c.host.net_name.as_deref(), Some("AWS Libfabric"));
+        let hc = c.host.apply(oxccl_host::HostConfig::default());
+        assert_eq!(hc.net_plugin.as_deref(), Some("ofi,/opt/p/libx.so"));
+        assert_eq!(hc.net_name.as_deref(), Some("AWS Libfabric"));
         assert_eq!(c.host.net_send_by_reference, Some(false));
         assert_eq!(c.host.net_receive_in_place, None);
         assert_eq!(c.host.sockets.nthreads, Some(3));
@@ -292,6 +299,12 @@ mod tests {
         assert_eq!(c.topology_file, Some(PathBuf::from("/o.xml")));
         assert_eq!(c.push_group, Some(16));
         assert!(!c.p2p_direct);
+    }
+
+    #[test]
+    fn blank_plugin_settings_are_unset() {
+        let c = read(&[("NCCL_NET_PLUGIN", "  "), ("NCCL_NET", "")]).unwrap();
+        assert_eq!((c.host.net_plugin, c.host.net_name), (None, None));
     }
 
     #[test]
