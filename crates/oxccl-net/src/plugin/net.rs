@@ -35,7 +35,8 @@ macro_rules! common {
 
 #[derive(Debug, Default)]
 struct Tables {
-    listens: HashMap<u64, usize>,
+    /// Listen comm pointer and the device it listens on.
+    listens: HashMap<u64, (usize, usize)>,
     /// Comm pointer and the device it is on.
     sends: HashMap<u64, (usize, usize)>,
     recvs: HashMap<u64, (usize, usize)>,
@@ -342,7 +343,7 @@ impl Net for PluginNet {
             return Err(failed(&self.lib, "listen", r));
         }
         let id = self.id();
-        t.listens.insert(id, l as usize);
+        t.listens.insert(id, (l as usize, dev));
         Ok((handle, ListenComm(id)))
     }
 
@@ -383,7 +384,7 @@ impl Net for PluginNet {
 
     fn accept(&self, listen: ListenComm) -> Result<Option<RecvComm>, NetError> {
         let mut t = self.t.lock();
-        let l = *t.listens.get(&listen.0).ok_or(NetError::BadHandle {
+        let (l, dev) = *t.listens.get(&listen.0).ok_or(NetError::BadHandle {
             kind: "listen",
             id: listen.0,
         })?;
@@ -400,8 +401,7 @@ impl Net for PluginNet {
             return Ok(None);
         }
         let id = self.id();
-        // The device of a listen comm is not kept: receives need none.
-        t.recvs.insert(id, (r as usize, 0));
+        t.recvs.insert(id, (r as usize, dev));
         Ok(Some(RecvComm(id)))
     }
 
@@ -644,7 +644,7 @@ impl Net for PluginNet {
 
     fn close_listen(&self, listen: ListenComm) -> Result<(), NetError> {
         let mut t = self.t.lock();
-        let l = t.listens.remove(&listen.0).ok_or(NetError::BadHandle {
+        let (l, _) = t.listens.remove(&listen.0).ok_or(NetError::BadHandle {
             kind: "listen",
             id: listen.0,
         })?;

@@ -82,12 +82,11 @@ pub fn select(
                 warn(format!("NET/Plugin: {what} has no devices; it is skipped"));
             }
             Ok(net) => {
-                let host = (0..net.devices())
-                    .filter_map(|d| net.properties(d).ok())
-                    .any(|p| p.ptr_host);
-                if !host {
+                // Connections use device 0, and oxccl's data is in host
+                // memory.
+                if !net.properties(0).is_ok_and(|p| p.ptr_host) {
                     warn(format!(
-                        "NET/Plugin: {what} takes no host memory on any device (oxccl stages \
+                        "NET/Plugin: {what} takes no host memory on device 0 (oxccl stages \
                          through host memory); it is skipped"
                     ));
                     continue;
