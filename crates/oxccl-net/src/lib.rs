@@ -16,8 +16,8 @@
 //!   one host onto the network (`NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1`).
 //!
 //! The host backend (`oxccl-host`) carries its plans' FIFO messages over
-//! it between processes; see `NET.md` for the design, the plugin loader it
-//! leaves room for, and how GPU data would be staged.
+//! it between processes; see `NET.md` for the design, the plugin host, and
+//! how GPU data is staged.
 #![doc = include_str!("NET.md")]
 
 mod api;

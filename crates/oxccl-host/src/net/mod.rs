@@ -206,26 +206,25 @@ fn slowest_bandwidth(all: &[Vec<u8>]) -> f64 {
     }
 }
 
+/// Every `(channel, peer)` connection of a rank: sending and receiving ends.
+type Conns = (
+    HashMap<(usize, Rank), SendComm>,
+    HashMap<(usize, Rank), RecvComm>,
+);
+
 /// Connects to every peer's listener (`dials`, each with the handle it
 /// sent) and accepts every peer's connection to this rank's listeners
 /// (`listens`, each closed once it has served), all at once and before
 /// `deadline`: a plugin's `connect` may complete only once the peer has
 /// called `accept` (and TCP's the other way round), so neither side may
 /// wait for one before starting the other.
-#[allow(clippy::type_complexity)]
 fn connect_all(
     net: &dyn Net,
     mut dials: Vec<((usize, Rank), NetHandle)>,
     mut listens: Vec<((usize, Rank), ListenComm)>,
     deadline: Instant,
     me: Rank,
-) -> Result<
-    (
-        HashMap<(usize, Rank), SendComm>,
-        HashMap<(usize, Rank), RecvComm>,
-    ),
-    HostError,
-> {
+) -> Result<Conns, HostError> {
     let (mut sends, mut recvs) = (HashMap::new(), HashMap::new());
     while !(dials.is_empty() && listens.is_empty()) {
         let before = dials.len() + listens.len();
