@@ -839,6 +839,28 @@ fn every_collective_over_our_plugin_in_each_version() {
 }
 
 #[test]
+fn libnccl_net_so_on_the_loader_path_is_used_when_no_plugin_is_named() {
+    // NCCL_NET_PLUGIN unset: NCCL's default library name, found through
+    // LD_LIBRARY_PATH.
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("mp-default-plugin");
+    plugins::build_as(&dir, "libnccl-net.so", &["NET_VERSION=9"]);
+    let dir = dir.to_str().expect("a UTF-8 path").to_string();
+    let (codes, lines) = spawn_ranks("tiny", 2, |_| {
+        let mut v = owned(OVER_NET);
+        v.push(("LD_LIBRARY_PATH", dir.clone()));
+        v.push(("NCCL_DEBUG", "INFO".into()));
+        v
+    });
+    assert!(codes.iter().all(|c| *c == Some(0)), "{codes:?} {lines:#?}");
+    for (r, l) in lines.iter().enumerate() {
+        assert!(
+            l.iter().any(|x| x.contains("[send] via NET/ours/0")),
+            "rank {r} did not take libnccl-net.so: {l:#?}"
+        );
+    }
+}
+
+#[test]
 fn nccl_net_socket_keeps_the_built_in_transport_beside_a_plugin() {
     let p = our_plugin("v10", &["NET_VERSION=10"]);
     let lines = all_over_plugin(2, &p, &[("NCCL_NET", "Socket")]);

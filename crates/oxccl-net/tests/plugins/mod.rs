@@ -21,11 +21,18 @@ pub fn source() -> PathBuf {
 /// `NAME=VALUE`) under `dir`, named `libnccl-net-<name>.so`; built once
 /// per process.
 pub fn build(dir: &Path, name: &str, defines: &[&str]) -> PathBuf {
+    build_as(dir, &format!("libnccl-net-{name}.so"), defines)
+}
+
+/// [`build`] into the file `file` of `dir` (`libnccl-net.so`, say).
+#[allow(dead_code)]
+pub fn build_as(dir: &Path, file: &str, defines: &[&str]) -> PathBuf {
     static LOCK: Mutex<()> = Mutex::new(());
     let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
     std::fs::create_dir_all(dir).expect("plugin directory");
-    let out = dir.join(format!("libnccl-net-{name}.so"));
-    let tmp = dir.join(format!(".libnccl-net-{name}.{}.so", std::process::id()));
+    let out = dir.join(file);
+    let name = file;
+    let tmp = dir.join(format!(".{file}.{}.tmp", std::process::id()));
     let mut cc = Command::new(std::env::var_os("CC").unwrap_or_else(|| "cc".into()));
     cc.args(["-shared", "-fPIC", "-O1", "-Wall", "-Wextra", "-o"])
         .arg(&tmp)
