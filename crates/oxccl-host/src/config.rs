@@ -63,6 +63,15 @@ pub struct HostConfig {
     /// (`NCCL_SOCKET_NTHREADS`, `NCCL_NSOCKS_PERTHREAD`), proposed to the
     /// peers in place of this rank's default.
     pub net_sockets: oxccl_net::config::SocketSettings,
+    /// Ranks over the network: the network plugins to load
+    /// (`NCCL_NET_PLUGIN`: a comma-separated list of names or paths, or
+    /// `none`). `None`: unset, so `libnccl-net.so` is used if the loader
+    /// finds one (as NCCL does), else the built-in TCP transport.
+    pub net_plugin: Option<String>,
+    /// Ranks over the network: the network to use by name (`NCCL_NET`: a
+    /// loaded plugin's, or `Socket` for the built-in one). `None`: the
+    /// first plugin that loads, else the built-in one.
+    pub net_name: Option<String>,
 }
 
 /// Most channels per peer over the network ([`HostConfig::net_channels`]).
@@ -84,6 +93,8 @@ impl Default for HostConfig {
             net_receive_in_place: true,
             net_cores: 0,
             net_sockets: oxccl_net::config::SocketSettings::default(),
+            net_plugin: None,
+            net_name: None,
         }
     }
 }

@@ -237,9 +237,10 @@ impl HostFabric {
     }
 
     /// Over the network: every connection's layout as the ranks agreed it,
-    /// `(threads, sockets per thread)`; `None` otherwise.
+    /// `(threads, sockets per thread)`; `None` otherwise (or over a
+    /// network plugin, which lays out its own connections).
     pub fn network_sockets(&self) -> Option<(usize, usize)> {
-        self.net.as_ref().map(|n| n.sockets)
+        self.net.as_ref().and_then(|n| n.sockets)
     }
 
     /// Over the network: the bandwidth per host every rank agreed on at
@@ -250,10 +251,14 @@ impl HostFabric {
 
     /// Over the network: one hop's latency in µs (a message from one
     /// rank's executor to the next one's, through both proxies and the
-    /// transport), measured at setup and agreed by every rank; `None`
-    /// otherwise.
+    /// transport), measured at setup and agreed by every rank, and at
+    /// least the latency the network's device states (a plugin's
+    /// `latency`: what a fabric promises is priced even where loopback
+    /// measures less); `None` otherwise.
     pub fn network_hop_us(&self) -> Option<f64> {
-        self.net.as_ref().and_then(|n| n.hop_us.get().copied())
+        self.net
+            .as_ref()
+            .and_then(|n| n.hop_us.get().map(|h| h.max(n.device_latency_us)))
     }
 
     /// Over the network: the throughput in GB/s of one plain TCP stream

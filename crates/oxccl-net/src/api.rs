@@ -11,7 +11,35 @@ use std::fmt::Debug;
 use std::time::Duration;
 
 use crate::error::NetError;
-use crate::wire::Handle;
+
+/// Most bytes a listen handle may take (NCCL's `NCCL_NET_HANDLE_MAXSIZE`):
+/// what the layer above exchanges over the bootstrap for every listener.
+pub const HANDLE_BYTES: usize = 128;
+
+/// A listener's handle as the layer above carries it: opaque bytes, of
+/// which each transport reads its own layout (TCP its [`crate::wire::Handle`],
+/// a plugin whatever it wrote).
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct NetHandle(pub [u8; HANDLE_BYTES]);
+
+impl NetHandle {
+    /// The handle in `bytes`, which must be exactly [`HANDLE_BYTES`] long.
+    pub fn from_bytes(bytes: &[u8]) -> Result<NetHandle, NetError> {
+        bytes.try_into().map(NetHandle).map_err(|_| {
+            NetError::InvalidArgument(format!(
+                "a network handle is {HANDLE_BYTES} bytes, not {}",
+                bytes.len()
+            ))
+        })
+    }
+}
+
+impl Debug for NetHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let used = self.0.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
+        write!(f, "NetHandle({used} bytes)")
+    }
+}
 
 macro_rules! id {
     ($($(#[$m:meta])* $name:ident),*) => {$(
@@ -41,7 +69,9 @@ pub enum Comm {
     Recv(RecvComm),
 }
 
-/// Where registered memory lives (NCCL's `NCCL_PTR_HOST`/`NCCL_PTR_CUDA`).
+/// Where registered memory lives (NCCL's `NCCL_PTR_HOST`/`NCCL_PTR_CUDA`;
+/// DMA-BUF registrations need a file descriptor from the CUDA driver and
+/// are not made: CUDA memory is registered by pointer, or staged).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum MemKind {
     Host,
@@ -61,6 +91,10 @@ pub struct Properties {
     /// Which memory isend/irecv accept without staging.
     pub ptr_host: bool,
     pub ptr_cuda: bool,
+    /// Whether CUDA memory may be registered through a DMA-BUF descriptor.
+    pub ptr_dmabuf: bool,
+    /// Whether every receive into CUDA memory must be flushed.
+    pub force_flush: bool,
     /// Whether one registration serves every connection.
     pub reg_is_global: bool,
     /// Link speed in Mb/s (NCCL's `speed`), 0 where unknown.
@@ -82,8 +116,15 @@ pub struct Properties {
 /// `test` reports completion. Errors are typed and name the connection;
 /// the layer above adds the rank, peer, channel and step.
 pub trait Net: Send + Sync + Debug {
-    /// The transport's name as NCCL logs it (`Socket`, `IB`).
-    fn name(&self) -> &'static str;
+    /// The transport's name as NCCL logs it (`Socket`, `IB`, a plugin's).
+    fn name(&self) -> &str;
+
+    /// Whether the transport calls a waker when a request completes
+    /// (`TcpNet` does): if not, whoever waits on it must keep calling
+    /// `test`, as NCCL's proxy polls a plugin.
+    fn wakes(&self) -> bool {
+        false
+    }
 
     /// How many devices (NICs) there are.
     fn devices(&self) -> usize;
@@ -92,10 +133,12 @@ pub trait Net: Send + Sync + Debug {
 
     /// Starts listening on device `dev`: the handle goes to the peer out of
     /// band, the listen comm stays here for `accept`.
-    fn listen(&self, dev: usize) -> Result<(Handle, ListenComm), NetError>;
+    fn listen(&self, dev: usize) -> Result<(NetHandle, ListenComm), NetError>;
 
-    /// Connects to a listener's handle from device `dev`; `None`: not yet.
-    fn connect(&self, dev: usize, handle: &Handle) -> Result<Option<SendComm>, NetError>;
+    /// Connects to a listener's handle from device `dev`; `None`: not yet
+    /// (call again with the same handle: a plugin may keep its progress
+    /// in it, as NCCL's own do; the peer may have to `accept` first).
+    fn connect(&self, dev: usize, handle: &mut NetHandle) -> Result<Option<SendComm>, NetError>;
 
     /// The next connection to `listen`; `None`: not arrived yet.
     fn accept(&self, listen: ListenComm) -> Result<Option<RecvComm>, NetError>;
@@ -140,6 +183,23 @@ pub trait Net: Send + Sync + Debug {
         tag: u32,
         mr: MemHandle,
     ) -> Result<Option<Request>, NetError>;
+
+    /// Makes the `len` bytes a completed receive wrote at `ptr` (inside
+    /// `mr`) visible to the GPU: needed only for CUDA memory. `None`:
+    /// nothing to flush (NCCL's `NULL` request); else test the request.
+    ///
+    /// # Safety
+    /// As for `irecv`: the bytes stay valid until the request is done.
+    unsafe fn iflush(
+        &self,
+        comm: RecvComm,
+        ptr: *mut u8,
+        len: usize,
+        mr: MemHandle,
+    ) -> Result<Option<Request>, NetError> {
+        let _ = (comm, ptr, len, mr);
+        Ok(None)
+    }
 
     /// `Some(bytes)` once `req` is done (the request is then gone), `None`
     /// while it runs; an error fails the connection.

@@ -46,6 +46,10 @@ pub enum NetError {
     /// its communicator failed or was aborted).
     #[error("{conn}: closed by the peer ({detail})")]
     Closed { conn: String, detail: String },
+    /// A network plugin could not be used, or one of its calls failed
+    /// (`what` names the call and NCCL's result code).
+    #[error("net plugin {plugin}: {what}")]
+    Plugin { plugin: String, what: String },
     /// A wait ran past the deadline.
     #[error("{conn}: deadline of {limit:?} expired waiting for {what}")]
     Timeout {

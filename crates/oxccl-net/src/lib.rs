@@ -10,24 +10,31 @@
 //!   communicator's key ([`wire::Hello`]; listeners drop strangers,
 //!   garbage and silence without failing), and a stalled socket fails its
 //!   connection after the deadline.
+//! - [`plugin`]: NCCL's network plugins (`ncclNet` v8 to v12) loaded
+//!   behind the same interface, chosen by `NCCL_NET_PLUGIN`/`NCCL_NET`.
 //! - [`config`]: the knobs, and whether the environment forces ranks of
 //!   one host onto the network (`NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1`).
 //!
 //! The host backend (`oxccl-host`) carries its plans' FIFO messages over
-//! it between processes; see `NET.md` for the design, the plugin loader it
-//! leaves room for, and how GPU data would be staged.
+//! it between processes; see `NET.md` for the design, the plugin host, and
+//! how GPU data is staged.
 #![doc = include_str!("NET.md")]
 
 mod api;
 pub mod config;
 mod error;
+pub mod plugin;
 mod stream;
 mod tcp;
 pub mod wire;
 
-pub use api::{Comm, ListenComm, MemHandle, MemKind, Net, Properties, RecvComm, Request, SendComm};
+pub use api::{
+    Comm, ListenComm, MemHandle, MemKind, Net, NetHandle, Properties, RecvComm, Request, SendComm,
+    HANDLE_BYTES,
+};
 pub use config::TcpConfig;
 pub use error::{NetError, WireError};
+pub use plugin::PluginNet;
 pub use stream::{stream_throughput, streams_throughput};
 pub use tcp::{TcpNet, Waker};
 pub use wire::Handle;

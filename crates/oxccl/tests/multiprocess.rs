@@ -8,6 +8,8 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 mod common;
+#[path = "../../oxccl-net/tests/plugins/mod.rs"]
+mod plugins;
 use common::procs::{
     env_u32, finish, id_vars, kill_once_all_say, spawn_via, tagged, unhex, GUARD, ROLE,
 };
@@ -756,6 +758,193 @@ fn ranks_in_two_network_namespaces_over_a_veth_pair() {
             "rank {r} did not see its peer at {peer}: {l:#?}"
         );
     }
+}
+
+// ---- network plugins of our own (oxccl-net's tests/plugins/ours.c) ----
+
+/// Our test plugin built with `defines` (once per test process), its path.
+fn our_plugin(name: &str, defines: &[&str]) -> String {
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("mp-net-plugins");
+    let p = plugins::build(&dir, name, defines);
+    p.to_str().expect("a UTF-8 path").to_string()
+}
+
+/// [`OVER_NET`] with `NCCL_NET_PLUGIN=plugin` and `NCCL_DEBUG=INFO`.
+fn over_plugin(plugin: &str) -> Vec<(&'static str, String)> {
+    let mut v = owned(OVER_NET);
+    v.push(("NCCL_NET_PLUGIN", plugin.to_string()));
+    v.push(("NCCL_DEBUG", "INFO".to_string()));
+    v
+}
+
+/// Runs role `all` (every collective, then Send/Recv) on `n` processes
+/// over `plugin`; every rank's lines, once each said OK.
+fn all_over_plugin(n: u32, plugin: &str, more: &[(&'static str, &str)]) -> Vec<Vec<String>> {
+    let (codes, lines) = spawn_ranks("all", n, |_| {
+        let mut v = over_plugin(plugin);
+        v.extend(owned(more));
+        v
+    });
+    assert!(
+        codes.iter().all(|c| *c == Some(0)),
+        "exit codes {codes:?}\n{lines:#?}"
+    );
+    assert_eq!(ok_lines(&lines).len(), n as usize, "{lines:#?}");
+    lines
+}
+
+#[test]
+fn every_collective_over_our_plugin_in_each_version() {
+    // Each table version's entry points carry a whole run; three ranks
+    // once (every rank both connects and accepts several peers).
+    // v9's device states a latency of 5 ms, far above a loopback hop: the
+    // cost model prices what the device states.
+    for (v, n) in [(8u32, 2u32), (9, 2), (10, 3), (11, 2), (12, 2)] {
+        let ver = format!("NET_VERSION={v}");
+        let p = if v == 9 {
+            our_plugin("v9-slow", &[&ver, "LATENCY_US=5000"])
+        } else {
+            our_plugin(&format!("v{v}"), &[&ver])
+        };
+        let lines = all_over_plugin(n, &p, &[]);
+        for (r, l) in lines.iter().enumerate() {
+            let b = tagged(l, "BACKEND ");
+            assert!(
+                b.iter().any(|b| b.contains("over NET/ours/0 (4 channels)")),
+                "v{v} rank {r}: {b:?}"
+            );
+            assert_eq!(
+                v == 9,
+                b.iter().any(|b| b.contains("one hop 5000 us")),
+                "v{v} rank {r}: {b:?}"
+            );
+            // NCCL_DEBUG=INFO names the plugin, its version, and each
+            // connection's network.
+            let has = |want: &str| l.iter().any(|x| x.contains(want));
+            assert!(
+                has(&format!("ncclNetPlugin_v{v} of v8 to v12")),
+                "v{v} rank {r}: {l:#?}"
+            );
+            assert!(
+                has("NET/Plugin: ours: plugin init"),
+                "v{v} rank {r}: {l:#?}"
+            );
+            for p in (0..n as usize).filter(|&p| p != r) {
+                let want =
+                    format!("Channel 00 : {r} -> {p} [send] via NET/ours/0 (plugin ours from ");
+                assert!(has(&want), "v{v} rank {r} never logged {want:?}");
+            }
+        }
+    }
+}
+
+#[test]
+fn libnccl_net_so_on_the_loader_path_is_used_when_no_plugin_is_named() {
+    // NCCL_NET_PLUGIN unset: NCCL's default library name, found through
+    // LD_LIBRARY_PATH.
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("mp-default-plugin");
+    plugins::build_as(&dir, "libnccl-net.so", &["NET_VERSION=9"]);
+    let dir = dir.to_str().expect("a UTF-8 path").to_string();
+    let (codes, lines) = spawn_ranks("tiny", 2, |_| {
+        let mut v = owned(OVER_NET);
+        v.push(("LD_LIBRARY_PATH", dir.clone()));
+        v.push(("NCCL_DEBUG", "INFO".into()));
+        v
+    });
+    assert!(codes.iter().all(|c| *c == Some(0)), "{codes:?} {lines:#?}");
+    for (r, l) in lines.iter().enumerate() {
+        assert!(
+            l.iter().any(|x| x.contains("[send] via NET/ours/0")),
+            "rank {r} did not take libnccl-net.so: {l:#?}"
+        );
+    }
+}
+
+#[test]
+fn nccl_net_socket_keeps_the_built_in_transport_beside_a_plugin() {
+    let p = our_plugin("v10", &["NET_VERSION=10"]);
+    let lines = all_over_plugin(2, &p, &[("NCCL_NET", "Socket")]);
+    for l in &lines {
+        let b = tagged(l, "BACKEND ");
+        assert!(b.iter().any(|b| b.contains("over NET/Socket/0")), "{b:?}");
+    }
+}
+
+#[test]
+fn a_plugin_that_fails_init_or_has_no_known_version_is_named_and_tcp_carries_the_run() {
+    for (name, defines, why) in [
+        (
+            "failinit",
+            &["NET_VERSION=9", "FAIL_INIT"][..],
+            "init failed: ncclSystemError",
+        ),
+        (
+            "v99",
+            &["ONLY_V99"][..],
+            "exports none of ncclNetPlugin_v12 to ncclNetPlugin_v8",
+        ),
+    ] {
+        let p = our_plugin(name, defines);
+        let lines = all_over_plugin(2, &p, &[]);
+        for (r, l) in lines.iter().enumerate() {
+            let b = tagged(l, "BACKEND ");
+            assert!(
+                b.iter().any(|b| b.contains("over NET/Socket/0")),
+                "{name} rank {r}: {b:?}"
+            );
+            assert!(
+                l.iter()
+                    .any(|x| x.contains("WARN") && x.contains(&p) && x.contains(why)),
+                "{name} rank {r}: no WARN naming the plugin and {why:?}: {l:#?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn ranks_on_different_networks_fail_init_naming_both() {
+    let p = our_plugin("v11", &["NET_VERSION=11"]);
+    let (_, lines) = spawn_ranks("init", 2, |r| over_plugin(if r == 0 { &p } else { "none" }));
+    for (r, l) in lines.iter().enumerate() {
+        let err = tagged(l, "ERR ");
+        assert!(
+            err.iter()
+                .any(|e| e.contains("network ours") && e.contains("network Socket")),
+            "rank {r}'s init error does not name both networks: {l:#?}"
+        );
+    }
+}
+
+#[test]
+fn a_connection_the_plugin_drops_fails_the_ranks_naming_the_plugin() {
+    // Rank 0's plugin shuts each send connection after 200 kB; rank 1's
+    // is the same protocol without the drop. Their deadline is far away:
+    // only the dropped connection can end the loop.
+    let drop = our_plugin("drop", &["NET_VERSION=10", "DROP_AFTER=200000"]);
+    let good = our_plugin("v10", &["NET_VERSION=10"]);
+    let (codes, lines) = spawn_ranks("abort", 2, |r| {
+        let mut v = over_plugin(if r == 0 { &drop } else { &good });
+        v.push(("NCCL_NET", "ours".into()));
+        v
+    });
+    assert_eq!(codes[0], Some(3), "{lines:#?}");
+    let err = tagged(&lines[0], "ERR ");
+    let err = err.first().unwrap_or_else(|| panic!("{lines:#?}"));
+    assert!(
+        err.contains("peer rank 1 is lost") || err.contains("rank 1 failed"),
+        "rank 0's error does not name its peer: {err}"
+    );
+    assert!(
+        err.contains("net plugin ours") && err.contains("v10"),
+        "rank 0's error does not name the plugin: {err}"
+    );
+    assert!(
+        lines[0]
+            .iter()
+            .any(|x| x.contains("ours: dropping the connection")),
+        "the plugin's own WARN is missing: {:#?}",
+        lines[0]
+    );
 }
 
 // ---- the children ----

@@ -28,7 +28,10 @@ use crossbeam::sync::{Parker, Unparker};
 use oxccl_bootstrap::Bootstrap;
 use oxccl_core::plan::Rank;
 use oxccl_net::config::{auto_sockets, Proposal};
-use oxccl_net::{Handle, MemKind, Net, NetError, RecvComm, SendComm, TcpConfig, TcpNet};
+use oxccl_net::{
+    ListenComm, MemKind, Net, NetError, NetHandle, RecvComm, SendComm, TcpConfig, TcpNet,
+    HANDLE_BYTES,
+};
 use parking_lot::Mutex;
 
 use crate::error::HostError;
@@ -69,9 +72,13 @@ pub(crate) struct NetPart {
     /// One hop's latency in µs as every rank agreed it, measured once the
     /// fabric can run plans ([`hop::measure`]).
     pub hop_us: std::sync::OnceLock<f64>,
+    /// The latency the network's device states, µs (0 where it states
+    /// none, as the built-in TCP).
+    pub device_latency_us: f64,
     /// Every connection's layout as the ranks agreed it: threads, and
-    /// sockets per thread.
-    pub sockets: (usize, usize),
+    /// sockets per thread (the built-in TCP transport; `None` over a
+    /// plugin, which lays out its own connections).
+    pub sockets: Option<(usize, usize)>,
 }
 
 /// Bytes of the stream measured where the interface's speed is unknown:
@@ -120,10 +127,11 @@ fn agree_layout(
     cfg: &HostConfig,
     nch: usize,
     conns: usize,
+    network: &str,
 ) -> Result<TcpConfig, HostError> {
     let me = boot.rank();
     let key = format!(
-        "{nch} channels, {} slots of {} bytes",
+        "{nch} channels, {} slots of {} bytes, network {network}",
         cfg.slots, cfg.slot_bytes
     );
     let (cores, local) = share(boot, cfg);
@@ -146,6 +154,12 @@ fn agree_layout(
             })?);
     }
     let (nthreads, per_thread) = oxccl_net::config::agree(&props).map_err(net_err)?;
+    if network != oxccl_net::plugin::BUILT_IN {
+        return Ok(TcpConfig {
+            deadline: cfg.deadline,
+            ..TcpConfig::default()
+        });
+    }
     tracing::info!(
         "oxccl-host: NET/Socket : Using {nthreads} threads and {per_thread} sockets per thread \
          per connection (agreed by every rank; rank {me} proposed {} x {}, its default {} x {} \
@@ -192,30 +206,72 @@ fn slowest_bandwidth(all: &[Vec<u8>]) -> f64 {
     }
 }
 
-/// Accepts the connection of every `(channel, peer)` listener, closing
-/// each listener once it has served, before `deadline`.
-fn accept_all(
+/// Every `(channel, peer)` connection of a rank: sending and receiving ends.
+type Conns = (
+    HashMap<(usize, Rank), SendComm>,
+    HashMap<(usize, Rank), RecvComm>,
+);
+
+/// Connects to every peer's listener (`dials`, each with the handle it
+/// sent) and accepts every peer's connection to this rank's listeners
+/// (`listens`, each closed once it has served), all at once and before
+/// `deadline`: a plugin's `connect` may complete only once the peer has
+/// called `accept` (and TCP's the other way round), so neither side may
+/// wait for one before starting the other.
+fn connect_all(
     net: &dyn Net,
-    listens: Vec<((usize, Rank), oxccl_net::ListenComm)>,
+    mut dials: Vec<((usize, Rank), NetHandle)>,
+    mut listens: Vec<((usize, Rank), ListenComm)>,
     deadline: Instant,
     me: Rank,
-) -> Result<HashMap<(usize, Rank), RecvComm>, HostError> {
-    let mut recvs = HashMap::new();
-    for ((c, p), l) in listens {
-        let r = loop {
-            if let Some(r) = net.accept(l).map_err(|e| {
+) -> Result<Conns, HostError> {
+    let (mut sends, mut recvs) = (HashMap::new(), HashMap::new());
+    while !(dials.is_empty() && listens.is_empty()) {
+        let before = dials.len() + listens.len();
+        let mut i = 0;
+        while i < dials.len() {
+            let ((c, q), h) = &mut dials[i];
+            let (c, q) = (*c, *q);
+            match net.connect(0, h).map_err(|e| {
                 HostError::Net(format!(
-                    "rank {me}: accepting rank {p}'s connection on channel {c}: {e}"
+                    "rank {me}: connecting to rank {q} on channel {c} over NET/{}: {e}",
+                    net.name()
                 ))
             })? {
-                break r;
+                Some(s) => {
+                    sends.insert((c, q), s);
+                    dials.swap_remove(i);
+                }
+                None => i += 1,
             }
-            wait_or_timeout(deadline, me, p, c, "accept")?;
-        };
-        let _ = net.close_listen(l);
-        recvs.insert((c, p), r);
+        }
+        let mut i = 0;
+        while i < listens.len() {
+            let ((c, p), l) = listens[i];
+            match net.accept(l).map_err(|e| {
+                HostError::Net(format!(
+                    "rank {me}: accepting rank {p}'s connection on channel {c} over NET/{}: {e}",
+                    net.name()
+                ))
+            })? {
+                Some(r) => {
+                    let _ = net.close_listen(l);
+                    recvs.insert((c, p), r);
+                    listens.swap_remove(i);
+                }
+                None => i += 1,
+            }
+        }
+        if dials.len() + listens.len() == before {
+            let (what, (c, p)) = match (dials.first(), listens.first()) {
+                (Some((k, _)), _) => ("connect to", *k),
+                (None, Some((k, _))) => ("accept", *k),
+                (None, None) => break,
+            };
+            wait_or_timeout(deadline, me, p, c, what)?;
+        }
     }
-    Ok(recvs)
+    Ok((sends, recvs))
 }
 
 impl NetPart {
@@ -231,7 +287,21 @@ impl NetPart {
         let send_by_reference = cfg.net_send_by_reference;
         let land_in_place = cfg.net_receive_in_place;
         let peers: Vec<Rank> = (0..n).filter(|&p| p != me).collect();
-        let tcfg = agree_layout(boot, cfg, nch, peers.len() * conns * 2)?;
+        // A plugin the user named (or `libnccl-net.so`), else the built-in
+        // TCP transport; every rank must end up on the same network.
+        let chosen = oxccl_net::plugin::select(
+            cfg.net_plugin.as_deref(),
+            cfg.net_name.as_deref(),
+            boot.magic(),
+        )
+        .map_err(|e| HostError::Net(format!("rank {me}: choosing the network: {e}")))?;
+        let network = chosen
+            .net
+            .as_ref()
+            .map_or(oxccl_net::plugin::BUILT_IN.to_string(), |p| {
+                p.name().to_string()
+            });
+        let tcfg = agree_layout(boot, cfg, nch, peers.len() * conns * 2, &network)?;
         let parker = Parker::new();
         let pu = parker.unparker().clone();
         let rank_waits = Arc::new(AtomicBool::new(false));
@@ -246,52 +316,70 @@ impl NetPart {
                 pu.unpark();
             }
         });
-        let net: Arc<dyn Net> = Arc::new(TcpNet::new(
-            tcfg.clone(),
-            boot.magic(),
-            boot.layer_key("net"),
-            &iface_name(ip),
-            ip,
-            Some(waker),
-        ));
+        let plugin = chosen.net.as_ref().map(|p| {
+            let lib = p.lib();
+            format!(
+                "{} from {}, ncclNetPlugin_v{}",
+                lib.name, lib.path, lib.version
+            )
+        });
+        let net: Arc<dyn Net> = match chosen.net {
+            Some(p) => p,
+            None => Arc::new(TcpNet::new(
+                tcfg.clone(),
+                boot.magic(),
+                boot.layer_key("net"),
+                &iface_name(ip),
+                ip,
+                Some(waker),
+            )),
+        };
+        let props = net.properties(0).ok();
+        let device_latency_us = props
+            .as_ref()
+            .map_or(0.0, |p| p.latency.as_secs_f64() * 1e6);
+        if let Some(p) = props {
+            tracing::info!(
+                "oxccl-host: rank {me} uses NET/{}/0: {} (pci {}), {} Mb/s, latency {:?}{}",
+                net.name(),
+                p.name,
+                p.pci_path.as_deref().unwrap_or("none"),
+                p.speed_mbps,
+                p.latency,
+                plugin
+                    .as_deref()
+                    .map(|p| format!(", plugin {p}"))
+                    .unwrap_or_default()
+            );
+        }
         let mut listens = Vec::new();
-        let mut record = Vec::with_capacity(8 + peers.len() * conns * Handle::BYTES);
+        let mut record = Vec::with_capacity(8 + peers.len() * conns * HANDLE_BYTES);
         record.extend_from_slice(&link_bandwidth(&*net, ip, cfg.deadline).to_le_bytes());
         for &p in &peers {
             for c in 0..conns {
                 let (h, l) = net.listen(0).map_err(net_err)?;
-                record.extend_from_slice(&h.encode());
+                record.extend_from_slice(&h.0);
                 listens.push(((c, p), l));
             }
         }
         let all = boot.all_gather(&record)?;
         let deadline = Instant::now() + cfg.deadline.min(oxccl_bootstrap::MAX_LIMIT);
         let bw_gbps = slowest_bandwidth(&all);
-        let mut sends = HashMap::new();
+        let mut dials = Vec::new();
         for &q in &peers {
             let rec = &all[q as usize];
             // Our place among q's peers (q lists every rank but itself).
             let slot = if me < q { me } else { me - 1 } as usize;
             for c in 0..conns {
-                let at = 8 + (slot * conns + c) * Handle::BYTES;
-                let bytes = rec.get(at..at + Handle::BYTES).unwrap_or_default();
-                let h = Handle::decode(bytes, boot.magic()).map_err(|e| {
+                let at = 8 + (slot * conns + c) * HANDLE_BYTES;
+                let bytes = rec.get(at..at + HANDLE_BYTES).unwrap_or_default();
+                let h = NetHandle::from_bytes(bytes).map_err(|e| {
                     HostError::Net(format!("rank {q} sent a bad handle for channel {c}: {e}"))
                 })?;
-                let s = loop {
-                    if let Some(s) = net.connect(0, &h).map_err(|e| {
-                        HostError::Net(format!(
-                            "rank {me}: connecting to rank {q} on channel {c}: {e}"
-                        ))
-                    })? {
-                        break s;
-                    }
-                    wait_or_timeout(deadline, me, q, c, "connect")?;
-                };
-                sends.insert((c, q), s);
+                dials.push(((c, q), h));
             }
         }
-        let mut recvs = accept_all(&*net, listens, deadline, me)?;
+        let (mut sends, mut recvs) = connect_all(&*net, dials, listens, deadline, me)?;
         let ctl_sends: HashMap<Rank, SendComm> = peers
             .iter()
             .filter_map(|&p| sends.remove(&(nch, p)).map(|s| (p, s)))
@@ -302,18 +390,25 @@ impl NetPart {
             .collect();
         let ctl_recvs = controls.iter().map(|c| c.comm).collect();
         let via = format!("NET/{}/0", net.name());
+        let layout = match &plugin {
+            Some(p) => format!("plugin {p}"),
+            None => format!(
+                "{} sockets: {} threads x {}",
+                tcfg.nsocks(),
+                tcfg.nthreads,
+                tcfg.nsocks_per_thread
+            ),
+        };
         for c in 0..nch {
             for &p in &peers {
                 tracing::info!(
-                    "oxccl-host: Channel {c:02} : {me} -> {p} [send] via {via} ({} sockets: {} threads x {})",
-                    tcfg.nsocks(),
-                    tcfg.nthreads,
-                    tcfg.nsocks_per_thread
+                    "oxccl-host: Channel {c:02} : {me} -> {p} [send] via {via} ({layout})"
                 );
                 tracing::info!("oxccl-host: Channel {c:02} : {p} -> {me} [receive] via {via}");
             }
         }
         let sh = Arc::new(Shared {
+            polled: !net.wakes(),
             net,
             me,
             lost: (0..n).map(|_| Mutex::new(None)).collect(),
@@ -353,7 +448,10 @@ impl NetPart {
             ip,
             bw_gbps,
             hop_us: std::sync::OnceLock::new(),
-            sockets: (tcfg.nthreads, tcfg.nsocks_per_thread),
+            device_latency_us,
+            sockets: plugin
+                .is_none()
+                .then_some((tcfg.nthreads, tcfg.nsocks_per_thread)),
         })
     }
 

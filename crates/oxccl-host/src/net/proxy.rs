@@ -45,6 +45,10 @@ pub(crate) enum End {
 #[derive(Debug)]
 pub(crate) struct Shared {
     pub net: Arc<dyn Net>,
+    /// The transport wakes nobody when a request completes (a plugin):
+    /// the proxy thread keeps testing while anything is in flight, as
+    /// NCCL's proxy polls.
+    pub polled: bool,
     pub me: Rank,
     /// Why each peer is lost, once it is.
     pub lost: Box<[Mutex<Option<Lost>>]>,
@@ -448,10 +452,28 @@ impl Pump {
     }
 }
 
+/// Idle passes a polling proxy yields between before it parks.
+const POLL_YIELDS: u32 = 2000;
+/// A polling proxy's park once idle: short, since nothing wakes it.
+const POLL_PARK: Duration = Duration::from_micros(200);
+
 /// The proxy's loop: serve every link, park when nothing moves.
 pub(crate) fn run(sh: Arc<Shared>, pump: Arc<Mutex<Pump>>, parker: Parker) {
+    let mut idle = 0u32;
     while !sh.stop.load(Ordering::Acquire) {
         let moved = pump.lock().pass(&sh);
+        // A transport that wakes nobody is polled: yield between passes
+        // for a while after the last movement (a message in flight
+        // completes within it), then poll at a slower pace.
+        if sh.polled {
+            idle = if moved { 0 } else { idle.saturating_add(1) };
+            if idle < POLL_YIELDS {
+                std::thread::yield_now();
+            } else {
+                parker.park_timeout(POLL_PARK);
+            }
+            continue;
+        }
         // Idle: park at once. Every event unparks whoever runs the next
         // pass: a completion this thread, or the executor when it is
         // parked on the network (which then runs the pass); a slot the

@@ -19,7 +19,8 @@ use parking_lot::Mutex;
 pub use req::Waker;
 
 use crate::api::{
-    Comm, ListenComm, MemHandle, MemKind, Net, Properties, RecvComm, Request, SendComm,
+    Comm, ListenComm, MemHandle, MemKind, Net, NetHandle, Properties, RecvComm, Request, SendComm,
+    HANDLE_BYTES,
 };
 use crate::config::TcpConfig;
 use crate::error::NetError;
@@ -144,38 +145,9 @@ impl TcpNet {
         Ok(())
     }
 
-    fn start(&self, label: String, socks: Vec<std::net::TcpStream>) -> Result<Arc<Conn>, NetError> {
-        Conn::start(label, socks, &self.cfg, self.waker.clone()).map(Arc::new)
-    }
-}
-
-impl Net for TcpNet {
-    fn name(&self) -> &'static str {
-        "Socket"
-    }
-
-    fn devices(&self) -> usize {
-        self.devs.len()
-    }
-
-    fn properties(&self, dev: usize) -> Result<Properties, NetError> {
-        let (name, _) = self.dev(dev)?;
-        Ok(Properties {
-            name: name.clone(),
-            pci_path: pci_path(name),
-            guid: dev as u64,
-            ptr_host: true,
-            ptr_cuda: false,
-            reg_is_global: false,
-            speed_mbps: speed_mbps(name),
-            port: 0,
-            latency: Duration::ZERO,
-            max_comms: 65536,
-            max_recvs: 1,
-        })
-    }
-
-    fn listen(&self, dev: usize) -> Result<(Handle, ListenComm), NetError> {
+    /// Starts listening on device `dev`: [`Net::listen`] with this
+    /// transport's own handle.
+    pub fn listen(&self, dev: usize) -> Result<(Handle, ListenComm), NetError> {
         let (_, ip) = *self.dev(dev)?;
         let id = self.id();
         let l = Listener::bind(ip, self.magic, self.key, id, self.cfg.nsocks() as u16)?;
@@ -184,7 +156,9 @@ impl Net for TcpNet {
         Ok((h, ListenComm(id)))
     }
 
-    fn connect(&self, dev: usize, handle: &Handle) -> Result<Option<SendComm>, NetError> {
+    /// [`Net::connect`] to this transport's own handle (TCP connects at
+    /// once: never `None`).
+    pub fn connect(&self, dev: usize, handle: &Handle) -> Result<Option<SendComm>, NetError> {
         self.dev(dev)?;
         if handle.magic != self.magic {
             return Err(NetError::Wire {
@@ -200,6 +174,60 @@ impl Net for TcpNet {
         let c = self.start(format!("send connection to {}", handle.addr), socks)?;
         self.t.lock().sends.insert(id, c);
         Ok(Some(SendComm(id)))
+    }
+
+    fn start(&self, label: String, socks: Vec<std::net::TcpStream>) -> Result<Arc<Conn>, NetError> {
+        Conn::start(label, socks, &self.cfg, self.waker.clone()).map(Arc::new)
+    }
+}
+
+impl Net for TcpNet {
+    fn name(&self) -> &str {
+        "Socket"
+    }
+
+    fn wakes(&self) -> bool {
+        self.waker.is_some()
+    }
+
+    fn devices(&self) -> usize {
+        self.devs.len()
+    }
+
+    fn properties(&self, dev: usize) -> Result<Properties, NetError> {
+        let (name, _) = self.dev(dev)?;
+        Ok(Properties {
+            name: name.clone(),
+            pci_path: pci_path(name),
+            guid: dev as u64,
+            ptr_host: true,
+            ptr_cuda: false,
+            ptr_dmabuf: false,
+            force_flush: false,
+            reg_is_global: false,
+            speed_mbps: speed_mbps(name),
+            port: 0,
+            latency: Duration::ZERO,
+            max_comms: 65536,
+            max_recvs: 1,
+        })
+    }
+
+    fn listen(&self, dev: usize) -> Result<(NetHandle, ListenComm), NetError> {
+        let (h, l) = TcpNet::listen(self, dev)?;
+        let mut bytes = [0u8; HANDLE_BYTES];
+        bytes[..Handle::BYTES].copy_from_slice(&h.encode());
+        Ok((NetHandle(bytes), l))
+    }
+
+    fn connect(&self, dev: usize, handle: &mut NetHandle) -> Result<Option<SendComm>, NetError> {
+        let h = Handle::decode(&handle.0[..Handle::BYTES], self.magic).map_err(|err| {
+            NetError::Wire {
+                conn: "a listener's handle".into(),
+                err,
+            }
+        })?;
+        TcpNet::connect(self, dev, &h)
     }
 
     fn accept(&self, listen: ListenComm) -> Result<Option<RecvComm>, NetError> {

@@ -22,6 +22,10 @@ pub struct HostSettings {
     /// Ranks of one host talk over the network (`NCCL_P2P_DISABLE=1` and
     /// `NCCL_SHM_DISABLE=1`, or their `OXCCL_` twins).
     pub force_network: bool,
+    /// `NCCL_NET_PLUGIN`: the network plugins to load (`none`: none).
+    pub net_plugin: Option<String>,
+    /// `NCCL_NET`: the network to use, by name.
+    pub net_name: Option<String>,
 }
 
 impl HostSettings {
@@ -36,6 +40,8 @@ impl HostSettings {
             .unwrap_or(cfg.net_receive_in_place);
         cfg.net_sockets = self.sockets;
         cfg.force_network |= self.force_network;
+        cfg.net_plugin = self.net_plugin.clone().or(cfg.net_plugin);
+        cfg.net_name = self.net_name.clone().or(cfg.net_name);
         cfg
     }
 }

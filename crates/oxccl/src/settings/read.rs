@@ -173,7 +173,16 @@ fn host(get: Get<'_>) -> Result<HostSettings> {
         net_receive_in_place: flag(get, "OXCCL_NET_RECV_IN_PLACE", None)?,
         sockets: SocketSettings::from_vars(get).map_err(net_err)?,
         force_network: p2p_off && shm_off,
+        net_plugin: text(get, "NCCL_NET_PLUGIN"),
+        net_name: text(get, "NCCL_NET"),
     })
+}
+
+/// A variable's value, trimmed; `None` where unset or blank.
+fn text(get: Get<'_>, var: &str) -> Option<String> {
+    get(var)
+        .map(|v| v.trim().to_string())
+        .filter(|v| !v.is_empty())
 }
 
 fn cuda(get: Get<'_>) -> Result<CudaSettings> {
@@ -260,9 +269,16 @@ mod tests {
             ("OXCCL_TOPO_FILE", "/o.xml"),
             ("OXCCL_PUSH_GROUP", "16"),
             ("OXCCL_P2P_DIRECT", "0"),
+            ("NCCL_NET_PLUGIN", " ofi,/opt/p/libx.so "),
+            ("NCCL_NET", "AWS Libfabric"),
         ])
         .unwrap();
         assert_eq!(c.host.net_channels, Some(7));
+        assert_eq!(c.host.net_plugin.as_deref(), Some("ofi,/opt/p/libx.so"));
+        assert_eq!(c.host.net_name.as_deref(), Some("AWS Libfabric"));
+        let hc = c.host.apply(oxccl_host::HostConfig::default());
+        assert_eq!(hc.net_plugin.as_deref(), Some("ofi,/opt/p/libx.so"));
+        assert_eq!(hc.net_name.as_deref(), Some("AWS Libfabric"));
         assert_eq!(c.host.net_send_by_reference, Some(false));
         assert_eq!(c.host.net_receive_in_place, None);
         assert_eq!(c.host.sockets.nthreads, Some(3));
@@ -283,6 +299,12 @@ mod tests {
         assert_eq!(c.topology_file, Some(PathBuf::from("/o.xml")));
         assert_eq!(c.push_group, Some(16));
         assert!(!c.p2p_direct);
+    }
+
+    #[test]
+    fn blank_plugin_settings_are_unset() {
+        let c = read(&[("NCCL_NET_PLUGIN", "  "), ("NCCL_NET", "")]).unwrap();
+        assert_eq!((c.host.net_plugin, c.host.net_name), (None, None));
     }
 
     #[test]

@@ -94,6 +94,8 @@ pub static SETTINGS: &[Setting] = &[
     s("OXCCL_NSOCKS_PERTHREAD", Some("NCCL_NSOCKS_PERTHREAD"), "2", "1 to 64", User, "Sockets per helper thread; threads times sockets at most 64."),
     s("OXCCL_P2P_DISABLE", Some("NCCL_P2P_DISABLE"), "0", "0 | 1", User, "With the SHM twin also 1: ranks of one host talk over the network."),
     s("OXCCL_SHM_DISABLE", Some("NCCL_SHM_DISABLE"), "0", "0 | 1", User, "With the P2P twin also 1: ranks of one host talk over the network."),
+    s("NCCL_NET_PLUGIN", None, "libnccl-net.so if the loader finds it", "names, paths or none", User, "Network plugins to load (`X` is `libnccl-net-X.so`); `none`: the built-in TCP."),
+    s("NCCL_NET", None, "the first plugin that loads, else Socket", "a network's name", User, "Which network to use by name: a loaded plugin's, or `Socket` (built-in TCP)."),
     s("OXCCL_NET_SEND_BY_REF", None, "1", "0 | 1", Experiment, "Network sends leave straight from the rank's buffers where they can."),
     s("OXCCL_NET_RECV_IN_PLACE", None, "1", "0 | 1", Experiment, "Network receives land straight in the rank's buffers where they can."),
     // Plans.
