@@ -38,22 +38,6 @@ pub fn current_device() -> Result<i32, Error> {
 /// `oxccl_cuda::gpu_gate`).
 pub use oxccl_cuda::device_or_skip;
 
-/// Device memory in the calling thread's current CUDA context, for the C
-/// ABI's `ncclMemAlloc` (any collective takes it as external memory).
-pub fn alloc_current(bytes: usize) -> Result<u64, Error> {
-    oxccl_cuda::driver::alloc_in_current_context(bytes).map_err(map_error)
-}
-
-/// Frees memory from [`alloc_current`].
-///
-/// # Safety
-/// `ptr` came from [`alloc_current`], is freed once, and nothing enqueued
-/// that may still touch it runs on a stream this call does not wait for.
-pub unsafe fn free_current(ptr: u64) -> Result<(), Error> {
-    // SAFETY: caller's contract.
-    unsafe { oxccl_cuda::driver::free_device_memory(ptr) }.map_err(map_error)
-}
-
 /// Memory from the virtual memory management API in the calling thread's
 /// current CUDA context, for the C ABI's `ncclMemAlloc` (NCCL's
 /// allocation: exportable, peers granted access; `cuMemAlloc` memory on a
