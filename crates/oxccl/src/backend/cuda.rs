@@ -13,8 +13,8 @@ use oxccl_cuda::layout::MAX_BUFS;
 use oxccl_cuda::{CudaError, Party, Prepared, World, WorldConfig};
 
 use super::{
-    Backend, BackendKind, BackendOptions, Completion, Launch, PreparedPlan, RawBuf, RawStream,
-    Timer,
+    Backend, BackendKind, BackendOptions, Completion, Launch, PeerWindow, PreparedPlan, RawBuf,
+    RawStream, Timer,
 };
 use crate::error::Error;
 
@@ -274,15 +274,9 @@ impl Backend for CudaBackend {
         Ok(e.map(|(fd, rec)| (fd, rec.to_vec())))
     }
 
-    fn window_import(
-        &self,
-        rank: u32,
-        peer: u32,
-        fd: &std::os::fd::OwnedFd,
-        record: &[u8],
-    ) -> Result<(), Error> {
+    fn window_import(&self, rank: u32, w: PeerWindow<'_>) -> Result<(), Error> {
         self.world
-            .window_import(rank, peer, fd, record)
+            .window_import(rank, w.peer, w.fd, w.record)
             .map_err(map_error)
     }
 
