@@ -316,7 +316,8 @@ impl<'a> Group<'a> {
         call: RawColl,
         stream: RawStream,
     ) -> Result<()> {
-        let (send, recv) = comm.raw_pair(&call)?;
+        let pair = comm.raw_pair(&call);
+        let (send, recv) = self.note(comm, pair)?;
         let (kind, op, root) = (call.kind, call.op, call.root);
         with_element!(call.dtype, T => self.collective::<T>(
             comm, kind, In::from_arg(send), Out::from_arg(recv), op, root
@@ -337,10 +338,14 @@ impl<'a> Group<'a> {
         peer: u32,
         stream: RawStream,
     ) -> Result<()> {
-        let arg = comm.raw_arg(role, buf, count, dtype)?;
-        if arg.len != count {
-            return Err(null_buffer(role, count));
-        }
+        let arg = comm.raw_arg(role, buf, count, dtype).and_then(|arg| {
+            if arg.len == count {
+                Ok(arg)
+            } else {
+                Err(null_buffer(role, count))
+            }
+        });
+        let arg = self.note(comm, arg)?;
         with_element!(dtype, T => match role {
             Role::Send => self.send::<T>(comm, In::from_arg(arg), peer),
             Role::Recv => self.recv::<T>(comm, Out::from_arg(arg), peer),

@@ -21,11 +21,14 @@ fn issue(comm: NcclCommT, raw: Raw) -> CResult<NcclResult> {
         let call = exec::check(&c, raw).inspect_err(|e| {
             // A collective refused for its arguments outside a group is
             // posted to the peers, whose matching calls then fail at once
-            // naming this rank instead of waiting for it.
-            if !in_group
-                && matches!(raw.what, What::Coll(_))
-                && e.code == crate::abi::INVALID_ARGUMENT
-            {
+            // naming this rank instead of waiting for it; inside a group,
+            // any refused call is posted at the group's end.
+            if e.code != crate::abi::INVALID_ARGUMENT {
+                return;
+            }
+            if in_group {
+                group::with(|g| g.refused.push(c.clone()));
+            } else if matches!(raw.what, What::Coll(_)) {
                 if let Some(x) = c.ready() {
                     x.refused_call();
                 }
