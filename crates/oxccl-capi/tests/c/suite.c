@@ -766,6 +766,46 @@ static void scenario_refused(void) {
   NCCL_OK(ncclCommDestroy(comm));
 }
 
+/* Inside a group, rank 1's AllReduce (NULL buffer), then its Send (peer
+ * out of range) are refused: its ncclGroupEnd returns the refusal, and
+ * its peer's group end fails at once (no deadline is configured), naming
+ * rank 1 and the reason; the next call lines up. Two ranks. */
+static void scenario_group_refused(void) {
+  ncclComm_t comm = world("id");
+  if (!comm) return;
+  int peer = 1 - g_rank;
+  float v[32], w[32];
+  for (int i = 0; i < 32; i++) v[i] = 1;
+  NCCL_OK(ncclGroupStart());
+  ncclResult_t r = ncclAllReduce(g_rank == 1 ? NULL : v, v, 32, ncclFloat32, ncclSum, comm, NULL);
+  CHECK(r == (g_rank == 1 ? ncclInvalidArgument : ncclSuccess), "AllReduce in the group returned %d", (int)r);
+  r = ncclGroupEnd();
+  const char *m = ncclGetLastError(comm);
+  if (g_rank == 1) {
+    CHECK(r == ncclInvalidArgument, "the refusing rank's group end returned %d", (int)r);
+  } else {
+    CHECK(r == ncclRemoteError, "the peer's group end returned %d (%s)", (int)r, m);
+    CHECK(strstr(m, "peer rank 1 failed call #1") != NULL, "error does not name rank 1: %s", m);
+    CHECK(strstr(m, "its arguments were refused") != NULL, "error gives no reason: %s", m);
+  }
+  NCCL_OK(ncclGroupStart());
+  r = ncclSend(v, 32, ncclFloat32, g_rank == 1 ? 7 : peer, comm, NULL);
+  CHECK(r == (g_rank == 1 ? ncclInvalidArgument : ncclSuccess), "Send in the group returned %d", (int)r);
+  NCCL_OK(ncclRecv(w, 32, ncclFloat32, peer, comm, NULL));
+  r = ncclGroupEnd();
+  m = ncclGetLastError(comm);
+  if (g_rank == 1) {
+    CHECK(r == ncclInvalidArgument, "the refusing rank's group end returned %d", (int)r);
+  } else {
+    CHECK(r == ncclRemoteError, "the peer's Send/Recv group end returned %d (%s)", (int)r, m);
+    CHECK(strstr(m, "peer rank 1 failed its group") != NULL, "error does not name rank 1: %s", m);
+  }
+  for (int i = 0; i < 32; i++) v[i] = 1;
+  NCCL_OK(ncclAllReduce(v, v, 32, ncclFloat32, ncclSum, comm, NULL));
+  CHECK(v[0] == g_nranks, "allreduce after the refusals %g", v[0]);
+  NCCL_OK(ncclCommDestroy(comm));
+}
+
 static volatile int stop_watch = 0;
 static void *watch(void *arg) {
   ncclComm_t comm = (ncclComm_t)arg;
@@ -1382,6 +1422,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(s, "abort")) scenario_abort();
   else if (!strcmp(s, "abort_thread")) scenario_abort_thread();
   else if (!strcmp(s, "refused")) scenario_refused();
+  else if (!strcmp(s, "group_refused")) scenario_group_refused();
   else if (!strcmp(s, "nonblocking")) scenario_nonblocking();
   else if (!strcmp(s, "nonblocking_split")) scenario_nonblocking_split();
   else if (!strcmp(s, "streams")) scenario_streams();

@@ -262,9 +262,10 @@ impl Communicator {
                         count: r.count as u64,
                         dtype: r.dtype,
                     };
-                    // A peer whose group was refused posted that in its
-                    // next call's place: name it and the reason.
-                    let err = match self.refusal_of(r.peer, at) {
+                    // A peer whose group was refused posted that in place
+                    // of the call after this rank's last: name it and the
+                    // reason (it may have gone on to later calls since).
+                    let err = match self.refusal_of(r.peer, seq.seq + 1) {
                         Some(reason) => Error::PeerFailed {
                             rank: me,
                             peer: r.peer,
