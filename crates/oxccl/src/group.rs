@@ -275,7 +275,12 @@ impl<'a> Group<'a> {
     /// found before anything is published, so it is posted like a refusal.
     fn check_self_pairs(&mut self) {
         let mut found = None;
+        let mut seen: Vec<&Communicator> = Vec::new();
         for e in &self.entries {
+            if seen.iter().any(|c| std::ptr::eq(*c, e.comm)) {
+                continue;
+            }
+            seen.push(e.comm);
             let me = e.comm.rank();
             let mine = |send: bool| -> Vec<usize> {
                 self.entries

@@ -8,7 +8,7 @@ use std::time::Duration;
 mod common;
 use common::on_ranks;
 
-use oxccl::{BackendKind, Communicator, Config, Error, Group, RedOp};
+use oxccl::{BackendKind, Buffer, Communicator, Config, Error, Group, RedOp};
 
 /// `n` host ranks whose waits end by an answer: a `PeerFailed` can only
 /// come from a posted refusal (a wait to the deadline, a minute, would be
@@ -20,13 +20,6 @@ fn patient(n: u32) -> Vec<Communicator> {
         .build()
         .unwrap();
     oxccl::init_all_with(n, config).unwrap()
-}
-
-/// Asserts that `e` is a peer's failure blaming `peer`, naming `parts`.
-fn blames(e: &Error, peer: u32, parts: &[&str]) {
-    assert!(matches!(e, Error::PeerFailed { .. }), "{e}");
-    assert_eq!(e.blamed_rank(), Some(peer), "{e}");
-    common::assert_names(&e.to_string(), parts);
 }
 
 /// An AllReduce on every rank: the ranks' calls line up again after a
@@ -47,14 +40,7 @@ fn lines_up(comms: &[Communicator]) {
 
 #[test]
 fn a_refused_call_fails_the_peers_naming_the_rank_and_reason() {
-    // The deadline is far beyond the test: only the posted refusal can end
-    // the peers' waits with `PeerFailed` (a deadline would be a Timeout).
-    let config = Config::builder()
-        .backend(BackendKind::Host)
-        .deadline(Duration::from_secs(600))
-        .build()
-        .unwrap();
-    let comms = oxccl::init_all_with(3, config).unwrap();
+    let comms = patient(3);
     let got = on_ranks(&comms, |c| {
         let send = c.alloc::<f32>(8).unwrap();
         // Rank 1's receive buffer is too short: validation refuses it.
@@ -76,123 +62,97 @@ fn a_refused_call_fails_the_peers_naming_the_rank_and_reason() {
         );
     }
     // Every rank consumed call #1: the next call lines up and succeeds.
-    let sums = on_ranks(&comms, |c| {
-        let b = c.alloc::<f32>(16).unwrap();
-        b.copy_from_slice(&[1.0; 16]).unwrap();
-        c.all_reduce_in_place(&b, RedOp::Sum).unwrap();
-        c.synchronize().unwrap();
-        b.to_vec().unwrap()
-    });
-    for v in sums {
-        assert_eq!(v, vec![3.0; 16]);
-    }
+    lines_up(&comms);
 }
 
-/// A collective refused inside a group fails the group on its rank (the
-/// group may go on being filled, but its end returns the refusal), and
-/// the peers' group ends fail at once naming the rank and the reason.
-#[test]
-fn a_call_refused_in_a_group_fails_the_peers_group_ends() {
-    let comms = patient(3);
-    let got = on_ranks(&comms, |c| {
-        let send = c.alloc::<f32>(8).unwrap();
-        let recv = c.alloc::<f32>(if c.rank() == 1 { 4 } else { 8 }).unwrap();
-        let other = c.alloc::<f32>(8).unwrap();
-        let mut g = Group::new();
-        let added = g.all_reduce(c, &send, &recv, RedOp::Sum);
-        assert_eq!(
-            added.is_err(),
-            c.rank() == 1,
-            "rank {}: {added:?}",
-            c.rank()
-        );
-        // The group is still filled after the refusal.
-        g.all_reduce(c, &other, &other, RedOp::Max).unwrap();
-        g.end().unwrap_err()
-    });
-    assert!(matches!(got[1], Error::LengthMismatch { .. }), "{}", got[1]);
-    assert_eq!(got[1].blamed_rank(), None, "its own error");
-    for r in [0, 2] {
-        blames(
-            &got[r],
-            1,
-            &[
-                "peer rank 1 failed call #1",
-                "a buffer's length does not fit the count",
-            ],
-        );
+/// Three buffers of 8 f32 on `c`, the second only 4 long on rank `short`.
+fn bufs(c: &Communicator, short: u32) -> [Buffer<f32>; 3] {
+    let len = |k: usize| if k == 1 && c.rank() == short { 4 } else { 8 };
+    [0, 1, 2].map(|k| c.alloc::<f32>(len(k)).unwrap())
+}
+
+/// What the peers' errors name in `short_recv_in_a_group`.
+const SHORT_RECV_IN_A_GROUP: &[&str] = &["call #1", "length does not fit the count"];
+
+/// What the peers' errors name where rank 1 sends to a peer out of range.
+const SEND_OUT_OF_RANGE: &[&str] = &["its group", "x float", "peer is out of range"];
+
+/// What the peers' errors name in `unmatched_self_pairs`.
+const UNMATCHED_SELF_PAIRS: &[&str] = &["call #1", "receives from itself do not"];
+
+/// Runs `group` on every rank of `n`: rank `refuser`'s group fails with
+/// an error of its own (printed), every other rank's at once with a
+/// [`Error::PeerFailed`] blaming it ("peer rank R failed ...") and naming
+/// `parts`; then the ranks' calls line up again.
+fn refused_group(
+    n: u32,
+    refuser: usize,
+    group: impl Fn(&Communicator) -> oxccl::Result<()> + Sync,
+    parts: &[&str],
+) {
+    let comms = patient(n);
+    let got: Vec<Error> = on_ranks(&comms, |c| group(c).unwrap_err());
+    println!("rank {refuser}: {}", got[refuser]);
+    assert!(!got[refuser].peer_failed(), "{}", got[refuser]);
+    assert_eq!(got[refuser].blamed_rank(), None, "its own error");
+    let named = format!("peer rank {refuser} failed");
+    for (r, e) in got.iter().enumerate().filter(|(r, _)| *r != refuser) {
+        assert!(matches!(e, Error::PeerFailed { .. }), "rank {r}: {e}");
+        assert_eq!(e.blamed_rank(), Some(refuser as u32), "{e}");
+        common::assert_names(&e.to_string(), &[&named]);
+        common::assert_names(&e.to_string(), parts);
     }
     lines_up(&comms);
+}
+
+/// A call refused inside a group fails the group on its rank, and the
+/// peers' group ends fail at once naming the rank and the reason: a
+/// collective refused as it is added (the group may go on being filled,
+/// but its end returns the refusal), and sends to the rank itself that
+/// its receives from itself do not match, found at the end before
+/// anything is published.
+#[test]
+fn calls_refused_in_groups_fail_the_peers_group_ends() {
+    refused_group(3, 1, short_recv_in_a_group, SHORT_RECV_IN_A_GROUP);
+    refused_group(3, 2, unmatched_self_pairs, UNMATCHED_SELF_PAIRS);
+}
+
+/// Rank 1's AllReduce has a short receive buffer; a valid one follows.
+fn short_recv_in_a_group(c: &Communicator) -> oxccl::Result<()> {
+    let [send, recv, other] = bufs(c, 1);
+    let mut g = Group::new();
+    let added = g.all_reduce(c, &send, &recv, RedOp::Sum);
+    assert_eq!(added.is_err(), c.rank() == 1, "{added:?}");
+    // The group is still filled after the refusal.
+    g.all_reduce(c, &other, &other, RedOp::Max).unwrap();
+    g.end()
+}
+
+/// Rank 2 sends 8 elements to itself and receives 4 from itself.
+fn unmatched_self_pairs(c: &Communicator) -> oxccl::Result<()> {
+    let [a, b, all] = bufs(c, 2);
+    let mut g = Group::new();
+    g.send(c, &a, c.rank()).unwrap();
+    g.recv(c, &b, c.rank()).unwrap();
+    g.all_reduce(c, &all, &all, RedOp::Sum).unwrap();
+    g.end()
 }
 
 /// The usual form: `?` on the refused operation leaves [`oxccl::group`]'s
 /// closure, dropping the group unended; the refusal is posted all the
-/// same. Here in a Send/Recv-only group, where the peers wait on their
+/// same. Here in a Send/Recv-only group, where the peer waits on its
 /// pairs rather than on a collective.
 #[test]
 fn a_send_refused_in_a_dropped_group_fails_its_pairs() {
-    let comms = patient(2);
-    let got = on_ranks(&comms, |c| {
-        let (me, n) = (c.rank(), c.nranks());
-        let send = c.alloc::<f32>(8).unwrap();
-        let recv = c.alloc::<f32>(8).unwrap();
-        // Rank 1 names a peer out of range: validation refuses it.
-        let to = if me == 1 { 7 } else { (me + 1) % n };
+    let group = |c: &Communicator| {
+        let [send, _, recv] = bufs(c, 1);
+        let (me, to) = (c.rank(), if c.rank() == 1 { 7 } else { 1 });
         oxccl::group(|g| {
             g.send(c, &send, to)?;
-            g.recv(c, &recv, (me + n - 1) % n)
+            g.recv(c, &recv, 1 - me)
         })
-        .unwrap_err()
-    });
-    assert!(matches!(got[1], Error::PeerOutOfRange { .. }), "{}", got[1]);
-    blames(
-        &got[0],
-        1,
-        &[
-            "peer rank 1 failed its group",
-            "x float",
-            "its peer is out of range",
-        ],
-    );
-    lines_up(&comms);
-}
-
-/// Sends to a rank itself that its receives from itself do not match are
-/// found at the group's end, before anything is published: refused there
-/// and posted like any refusal.
-#[test]
-fn unmatched_sends_to_oneself_are_refused_at_the_group_end() {
-    let comms = patient(3);
-    let got = on_ranks(&comms, |c| {
-        let me = c.rank();
-        let a = c.alloc::<f32>(8).unwrap();
-        let b = c.alloc::<f32>(if me == 2 { 4 } else { 8 }).unwrap();
-        let all = c.alloc::<f32>(8).unwrap();
-        let mut g = Group::new();
-        g.send(c, &a, me).unwrap();
-        g.recv(c, &b, me).unwrap();
-        g.all_reduce(c, &all, &all, RedOp::Sum).unwrap();
-        g.end()
-    });
-    let mine = got[2].as_ref().unwrap_err();
-    assert!(matches!(mine, Error::InvalidUsage(_)), "{mine}");
-    assert!(
-        mine.to_string()
-            .contains("sends [8] to itself but receives [4]"),
-        "{mine}"
-    );
-    for r in [0, 1] {
-        let e = got[r].as_ref().unwrap_err();
-        blames(
-            e,
-            2,
-            &[
-                "peer rank 2 failed call #1",
-                "its sends to itself and receives from itself do not match",
-            ],
-        );
-    }
-    lines_up(&comms);
+    };
+    refused_group(2, 1, group, SEND_OUT_OF_RANGE);
 }
 
 /// A rank thread that owns its communicator and ends mid-job drops it:
