@@ -131,10 +131,16 @@ pub(crate) fn detect(get: impl Fn(&str) -> Option<String>) -> Detected {
     }
 }
 
+/// A lookup answering from `pairs` as [`detect`] reads the process
+/// environment: for tests.
+#[cfg(test)]
+pub(super) fn fake_env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+    let env = oxccl::settings::Environment::from_pairs(pairs);
+    move |k| env.get(k)
+}
+
 #[cfg(test)]
 mod tests {
-    use oxccl_bootstrap::env::from_pairs;
-
     use super::*;
 
     fn launched(d: &Detected) -> Option<(&'static str, u32, u32)> {
@@ -158,12 +164,12 @@ mod tests {
 
     #[test]
     fn no_launcher_variables_is_alone() {
-        assert_eq!(detect(from_pairs(&[])), Detected::Alone);
+        assert_eq!(detect(fake_env(&[])), Detected::Alone);
         // A Slurm allocation's batch script launched nothing yet.
         let batch = [("SLURM_PROCID", "0"), ("SLURM_NTASKS", "16")];
-        assert_eq!(detect(from_pairs(&batch)), Detected::Alone);
+        assert_eq!(detect(fake_env(&batch)), Detected::Alone);
         // Root addresses alone start nothing either.
-        assert_eq!(detect(from_pairs(&[("MASTER_ADDR", "h")])), Detected::Alone);
+        assert_eq!(detect(fake_env(&[("MASTER_ADDR", "h")])), Detected::Alone);
     }
 
     #[test]
@@ -175,22 +181,22 @@ mod tests {
             ("MASTER_ADDR", "10.0.0.1"),
             ("MASTER_PORT", "29500"),
         ];
-        let d = detect(from_pairs(&torch));
+        let d = detect(fake_env(&torch));
         assert_eq!(launched(&d), Some(("torchrun", 3, 8)));
         let Detected::Launched { seen, .. } = d else {
             unreachable!()
         };
         assert!(seen.contains("RANK=3") && seen.contains("MASTER_ADDR=10.0.0.1"));
         let mpi = [("OMPI_COMM_WORLD_RANK", "1"), ("OMPI_COMM_WORLD_SIZE", "2")];
-        assert_eq!(launched(&detect(from_pairs(&mpi))), Some(("openmpi", 1, 2)));
+        assert_eq!(launched(&detect(fake_env(&mpi))), Some(("openmpi", 1, 2)));
         let pmi = [("PMI_RANK", "0"), ("PMI_SIZE", "4")];
-        assert_eq!(launched(&detect(from_pairs(&pmi))), Some(("pmi", 0, 4)));
+        assert_eq!(launched(&detect(fake_env(&pmi))), Some(("pmi", 0, 4)));
         let step = [
             ("SLURM_PROCID", "5"),
             ("SLURM_NTASKS", "16"),
             ("SLURM_STEP_ID", "0"),
         ];
-        assert_eq!(launched(&detect(from_pairs(&step))), Some(("slurm", 5, 16)));
+        assert_eq!(launched(&detect(fake_env(&step))), Some(("slurm", 5, 16)));
     }
 
     #[test]
@@ -204,7 +210,7 @@ mod tests {
             ("SLURM_STEP_ID", "0"),
         ];
         assert_eq!(
-            launched(&detect(from_pairs(&nested))),
+            launched(&detect(fake_env(&nested))),
             Some(("torchrun", 6, 8))
         );
         // srun started the 8 ranks itself and mpirun's view agrees.
@@ -215,26 +221,23 @@ mod tests {
             ("SLURM_NTASKS", "8"),
             ("SLURM_STEP_ID", "0"),
         ];
-        assert_eq!(
-            launched(&detect(from_pairs(&same))),
-            Some(("openmpi", 6, 8))
-        );
+        assert_eq!(launched(&detect(fake_env(&same))), Some(("openmpi", 6, 8)));
     }
 
     #[test]
     fn partial_or_conflicting_variables_stop_with_what_was_seen() {
-        let line = unclear(detect(from_pairs(&[("RANK", "2")])));
+        let line = unclear(detect(fake_env(&[("RANK", "2")])));
         assert!(line.contains("RANK=2"), "{line}");
         assert!(line.contains("RANK without WORLD_SIZE"), "{line}");
         assert!(
             line.contains("--from-env") && line.contains("--no-launcher"),
             "{line}"
         );
-        let line = unclear(detect(from_pairs(&[("PMI_SIZE", "4")])));
+        let line = unclear(detect(fake_env(&[("PMI_SIZE", "4")])));
         assert!(line.contains("PMI_SIZE without PMI_RANK"), "{line}");
-        let line = unclear(detect(from_pairs(&[("RANK", "8"), ("WORLD_SIZE", "8")])));
+        let line = unclear(detect(fake_env(&[("RANK", "8"), ("WORLD_SIZE", "8")])));
         assert!(line.contains("not a rank below"), "{line}");
-        let line = unclear(detect(from_pairs(&[("RANK", "x"), ("WORLD_SIZE", "8")])));
+        let line = unclear(detect(fake_env(&[("RANK", "x"), ("WORLD_SIZE", "8")])));
         assert!(line.contains("RANK=x"), "{line}");
         // Two launchers that cannot both describe this process.
         let both = [
@@ -243,13 +246,13 @@ mod tests {
             ("OMPI_COMM_WORLD_RANK", "2"),
             ("OMPI_COMM_WORLD_SIZE", "3"),
         ];
-        let line = unclear(detect(from_pairs(&both)));
+        let line = unclear(detect(fake_env(&both)));
         assert!(
             line.contains("torchrun says rank 1 of 4, openmpi rank 2 of 3"),
             "{line}"
         );
         // A complete launcher beside a partial one is unclear too.
         let mixed = [("RANK", "1"), ("WORLD_SIZE", "4"), ("PMI_RANK", "1")];
-        assert!(matches!(detect(from_pairs(&mixed)), Detected::Unclear(_)));
+        assert!(matches!(detect(fake_env(&mixed)), Detected::Unclear(_)));
     }
 }
