@@ -800,6 +800,16 @@ static void scenario_group_refused(void) {
     CHECK(r == ncclRemoteError, "the peer's Send/Recv group end returned %d (%s)", (int)r, m);
     CHECK(strstr(m, "peer rank 1 failed its group") != NULL, "error does not name rank 1: %s", m);
   }
+  /* A lone Send, refused outside a group: the peer's Recv fails at once. */
+  if (g_rank == 1) {
+    r = ncclSend(v, 32, ncclFloat32, 7, comm, NULL);
+    CHECK(r == ncclInvalidArgument, "a lone Send to rank 7 returned %d", (int)r);
+  } else {
+    r = ncclRecv(w, 32, ncclFloat32, 1, comm, NULL);
+    m = ncclGetLastError(comm);
+    CHECK(r == ncclRemoteError, "the peer's lone Recv returned %d (%s)", (int)r, m);
+    CHECK(strstr(m, "peer rank 1 failed its group") != NULL, "error does not name rank 1: %s", m);
+  }
   for (int i = 0; i < 32; i++) v[i] = 1;
   NCCL_OK(ncclAllReduce(v, v, 32, ncclFloat32, ncclSum, comm, NULL));
   CHECK(v[0] == g_nranks, "allreduce after the refusals %g", v[0]);
