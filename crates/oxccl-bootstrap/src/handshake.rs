@@ -25,12 +25,13 @@
 //! sees at its deadline says so.
 
 use std::collections::VecDeque;
-use std::io::{ErrorKind, Read, Write};
+use std::io::Write;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
 
+use crate::accept::{self, Accepted, Fill};
 use crate::auth::{self, Key, MAC_BYTES, NONCE_BYTES};
 use crate::error::{BootstrapError, WireError};
 use crate::sock::{self, Conn};
@@ -224,14 +225,10 @@ impl Pending {
                 }
                 self.buf.resize(HEADER + len, 0);
             }
-            match self.s.read(&mut self.buf[self.got..]) {
-                Ok(0) => {
-                    return Step::Drop(format!("closed after {} bytes of its hello", self.got))
-                }
-                Ok(n) => self.got += n,
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return Step::More,
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) => return Step::Drop(format!("reading its hello: {e}")),
+            match accept::fill(&self.s, &mut self.buf, &mut self.got) {
+                Fill::Full => {}
+                Fill::More => return Step::More,
+                Fill::Drop(why) => return Step::Drop(why),
             }
         }
     }
@@ -385,8 +382,8 @@ impl Gate {
 
     fn accept_all(&mut self, l: &TcpListener, now: Instant) {
         loop {
-            match l.accept() {
-                Ok((s, from)) => {
+            match accept::accept(l) {
+                Accepted::Conn(s, from) => {
                     self.starved = None;
                     if let Err(e) = self.admit(s, from, now) {
                         tracing::warn!(
@@ -395,14 +392,9 @@ impl Gate {
                         );
                     }
                 }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        ErrorKind::Interrupted | ErrorKind::ConnectionAborted
-                    ) => {}
-                Err(e) => {
-                    let out_of_fds = matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE));
+                Accepted::Drained => return,
+                Accepted::Failed(e) => {
+                    let out_of_fds = accept::out_of_fds(&e);
                     if self.starved.is_none() {
                         tracing::warn!(
                             "oxccl bootstrap {} listener: accept failed ({e}); backing off",

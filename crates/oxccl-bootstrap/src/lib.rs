@@ -58,6 +58,7 @@
 //! comes from `NCCL_SOCKET_IFNAME` (prefixes, `^` to exclude, `=` for exact
 //! names) and `NCCL_SOCKET_FAMILY` (`AF_INET`/`AF_INET6`); see [`iface`].
 
+pub mod accept;
 pub mod auth;
 mod desc;
 pub mod env;

@@ -198,183 +198,120 @@ typedef struct ncclWindow_vidmem *ncclWindow_t;
 typedef struct ncclDevCommRequirements ncclDevCommRequirements;
 typedef struct ncclDevComm ncclDevComm;
 
+/* Every function is declared with NCCL's profiling twin: OXCCL_TWIN(ret,
+ * ncclX, (args)) declares ncclX and pncclX, the same function under a
+ * second name (a profiler may interpose the nccl names and call these). */
+#define OXCCL_TWIN(ret, name, args) ret name args; ret p##name args
+
 /* Memory for zero-copy plans (device memory; host memory when the
  * library runs on its host backend, OXCCL_BACKEND=host). */
-ncclResult_t ncclMemAlloc(void **ptr, size_t size);
-ncclResult_t ncclMemFree(void *ptr);
+OXCCL_TWIN(ncclResult_t, ncclMemAlloc, (void **ptr, size_t size));
+OXCCL_TWIN(ncclResult_t, ncclMemFree, (void *ptr));
 
 /* Version and identity. */
-ncclResult_t ncclGetVersion(int *version);
-ncclResult_t ncclGetUniqueId(ncclUniqueId *uniqueId);
+OXCCL_TWIN(ncclResult_t, ncclGetVersion, (int *version));
+OXCCL_TWIN(ncclResult_t, ncclGetUniqueId, (ncclUniqueId *uniqueId));
 
 /* Communicator life cycle. */
-ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank, ncclConfig_t *config);
-ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank);
-ncclResult_t ncclCommInitAll(ncclComm_t *comms, int ndev, const int *devlist);
-ncclResult_t ncclCommInitRankScalable(ncclComm_t *newcomm, int nranks, int myrank, int nId, ncclUniqueId *commIds, ncclConfig_t *config);
-ncclResult_t ncclCommFinalize(ncclComm_t comm);
-ncclResult_t ncclCommDestroy(ncclComm_t comm);
-ncclResult_t ncclCommAbort(ncclComm_t comm);
-ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm, ncclConfig_t *config);
-ncclResult_t ncclCommShrink(ncclComm_t comm, int *excludeRanksList, int excludeRanksCount, ncclComm_t *newcomm, ncclConfig_t *config, int shrinkFlags);
-ncclResult_t ncclCommSuspend(ncclComm_t comm, int flags);
-ncclResult_t ncclCommResume(ncclComm_t comm);
+OXCCL_TWIN(ncclResult_t, ncclCommInitRankConfig, (ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank, ncclConfig_t *config));
+OXCCL_TWIN(ncclResult_t, ncclCommInitRank, (ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank));
+OXCCL_TWIN(ncclResult_t, ncclCommInitAll, (ncclComm_t *comms, int ndev, const int *devlist));
+OXCCL_TWIN(ncclResult_t, ncclCommInitRankScalable, (ncclComm_t *newcomm, int nranks, int myrank, int nId, ncclUniqueId *commIds, ncclConfig_t *config));
+OXCCL_TWIN(ncclResult_t, ncclCommFinalize, (ncclComm_t comm));
+OXCCL_TWIN(ncclResult_t, ncclCommDestroy, (ncclComm_t comm));
+OXCCL_TWIN(ncclResult_t, ncclCommAbort, (ncclComm_t comm));
+OXCCL_TWIN(ncclResult_t, ncclCommSplit, (ncclComm_t comm, int color, int key, ncclComm_t *newcomm, ncclConfig_t *config));
+OXCCL_TWIN(ncclResult_t, ncclCommShrink, (ncclComm_t comm, int *excludeRanksList, int excludeRanksCount, ncclComm_t *newcomm, ncclConfig_t *config, int shrinkFlags));
+OXCCL_TWIN(ncclResult_t, ncclCommSuspend, (ncclComm_t comm, int flags));
+OXCCL_TWIN(ncclResult_t, ncclCommResume, (ncclComm_t comm));
 
 /* Errors. */
-const char *ncclGetErrorString(ncclResult_t result);
-const char *ncclGetLastError(ncclComm_t comm);
-void ncclResetDebugInit(void);
-ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError);
+OXCCL_TWIN(const char *, ncclGetErrorString, (ncclResult_t result));
+OXCCL_TWIN(const char *, ncclGetLastError, (ncclComm_t comm));
+OXCCL_TWIN(void, ncclResetDebugInit, (void));
+OXCCL_TWIN(ncclResult_t, ncclCommGetAsyncError, (ncclComm_t comm, ncclResult_t *asyncError));
 
 /* Queries. */
-ncclResult_t ncclCommCount(const ncclComm_t comm, int *count);
-ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int *device);
-ncclResult_t ncclCommUserRank(const ncclComm_t comm, int *rank);
+OXCCL_TWIN(ncclResult_t, ncclCommCount, (const ncclComm_t comm, int *count));
+OXCCL_TWIN(ncclResult_t, ncclCommCuDevice, (const ncclComm_t comm, int *device));
+OXCCL_TWIN(ncclResult_t, ncclCommUserRank, (const ncclComm_t comm, int *rank));
 
 /* Registration. */
-ncclResult_t ncclCommRegister(const ncclComm_t comm, void *buff, size_t size, void **handle);
-ncclResult_t ncclCommDeregister(const ncclComm_t comm, void *handle);
-ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void *buff, size_t size, ncclWindow_t *win, int winFlags);
-ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win);
-ncclResult_t ncclDevCommCreate(ncclComm_t comm, const ncclDevCommRequirements *reqs, ncclDevComm *outDevComm);
-ncclResult_t ncclDevCommDestroy(ncclComm_t comm, const ncclDevComm *devComm);
+OXCCL_TWIN(ncclResult_t, ncclCommRegister, (const ncclComm_t comm, void *buff, size_t size, void **handle));
+OXCCL_TWIN(ncclResult_t, ncclCommDeregister, (const ncclComm_t comm, void *handle));
+OXCCL_TWIN(ncclResult_t, ncclCommWindowRegister, (ncclComm_t comm, void *buff, size_t size, ncclWindow_t *win, int winFlags));
+OXCCL_TWIN(ncclResult_t, ncclCommWindowDeregister, (ncclComm_t comm, ncclWindow_t win));
+OXCCL_TWIN(ncclResult_t, ncclDevCommCreate, (ncclComm_t comm, const ncclDevCommRequirements *reqs, ncclDevComm *outDevComm));
+OXCCL_TWIN(ncclResult_t, ncclDevCommDestroy, (ncclComm_t comm, const ncclDevComm *devComm));
 
 /* PreMulSum: an op multiplying each rank's input by a scalar, then summing. */
-ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t *op, void *scalar, ncclDataType_t datatype, ncclScalarResidence_t residence, ncclComm_t comm);
-ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm);
+OXCCL_TWIN(ncclResult_t, ncclRedOpCreatePreMulSum, (ncclRedOp_t *op, void *scalar, ncclDataType_t datatype, ncclScalarResidence_t residence, ncclComm_t comm));
+OXCCL_TWIN(ncclResult_t, ncclRedOpDestroy, (ncclRedOp_t op, ncclComm_t comm));
 
 /* Collectives: each is enqueued on `stream` and returns at once. Counts are
  * elements per rank as NCCL defines them. */
-ncclResult_t ncclReduce(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream);
-ncclResult_t ncclBcast(void *buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream);
-ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream);
-ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream);
-ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount, ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream);
-ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcount, ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream);
-ncclResult_t ncclAlltoAll(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream);
-ncclResult_t ncclGather(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream);
-ncclResult_t ncclScatter(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream);
+OXCCL_TWIN(ncclResult_t, ncclReduce, (const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream));
+OXCCL_TWIN(ncclResult_t, ncclBcast, (void *buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream));
+OXCCL_TWIN(ncclResult_t, ncclBroadcast, (const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream));
+OXCCL_TWIN(ncclResult_t, ncclAllReduce, (const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream));
+OXCCL_TWIN(ncclResult_t, ncclReduceScatter, (const void *sendbuff, void *recvbuff, size_t recvcount, ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream));
+OXCCL_TWIN(ncclResult_t, ncclAllGather, (const void *sendbuff, void *recvbuff, size_t sendcount, ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream));
+OXCCL_TWIN(ncclResult_t, ncclAlltoAll, (const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream));
+OXCCL_TWIN(ncclResult_t, ncclGather, (const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream));
+OXCCL_TWIN(ncclResult_t, ncclScatter, (const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream));
 
 /* Point to point (pair them inside ncclGroupStart/ncclGroupEnd). */
-ncclResult_t ncclSend(const void *sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm, cudaStream_t stream);
-ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm, cudaStream_t stream);
+OXCCL_TWIN(ncclResult_t, ncclSend, (const void *sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm, cudaStream_t stream));
+OXCCL_TWIN(ncclResult_t, ncclRecv, (void *recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm, cudaStream_t stream));
 
 /* Groups (nest freely; operations run at the outermost ncclGroupEnd). */
-ncclResult_t ncclGroupStart(void);
-ncclResult_t ncclGroupEnd(void);
-ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t *simInfo);
+OXCCL_TWIN(ncclResult_t, ncclGroupStart, (void));
+OXCCL_TWIN(ncclResult_t, ncclGroupEnd, (void));
+OXCCL_TWIN(ncclResult_t, ncclGroupSimulateEnd, (ncclSimInfo_t *simInfo));
 
 
 /* Revoke, grow, memory statistics (2.28.7 to 2.30). */
-ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags);
-ncclResult_t ncclCommGetUniqueId(ncclComm_t comm, ncclUniqueId *uniqueId);
-ncclResult_t ncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId *uniqueId, int rank, ncclComm_t *newcomm, ncclConfig_t *config);
+OXCCL_TWIN(ncclResult_t, ncclCommRevoke, (ncclComm_t comm, int revokeFlags));
+OXCCL_TWIN(ncclResult_t, ncclCommGetUniqueId, (ncclComm_t comm, ncclUniqueId *uniqueId));
+OXCCL_TWIN(ncclResult_t, ncclCommGrow, (ncclComm_t comm, int nRanks, const ncclUniqueId *uniqueId, int rank, ncclComm_t *newcomm, ncclConfig_t *config));
 typedef enum {
   ncclStatGpuMemSuspend = 0,
   ncclStatGpuMemSuspended = 1,
   ncclStatGpuMemPersist = 2,
   ncclStatGpuMemTotal = 3
 } ncclCommMemStat_t;
-ncclResult_t ncclCommMemStats(ncclComm_t comm, ncclCommMemStat_t stat, uint64_t *value);
-ncclResult_t ncclWinGetUserPtr(ncclComm_t comm, ncclWindow_t win, void **outUserPtr);
+OXCCL_TWIN(ncclResult_t, ncclCommMemStats, (ncclComm_t comm, ncclCommMemStat_t stat, uint64_t *value));
+OXCCL_TWIN(ncclResult_t, ncclWinGetUserPtr, (ncclComm_t comm, ncclWindow_t win, void **outUserPtr));
 
 /* One-sided calls on registered windows: declared, not supported yet. */
-ncclResult_t ncclPutSignal(const void *localbuff, size_t count, ncclDataType_t datatype, int peer, ncclWindow_t peerWin, size_t peerWinOffset, int sigIdx, int ctx, unsigned int flags, ncclComm_t comm, cudaStream_t stream);
-ncclResult_t ncclSignal(int peer, int sigIdx, int ctx, unsigned int flags, ncclComm_t comm, cudaStream_t stream);
+OXCCL_TWIN(ncclResult_t, ncclPutSignal, (const void *localbuff, size_t count, ncclDataType_t datatype, int peer, ncclWindow_t peerWin, size_t peerWinOffset, int sigIdx, int ctx, unsigned int flags, ncclComm_t comm, cudaStream_t stream));
+OXCCL_TWIN(ncclResult_t, ncclSignal, (int peer, int sigIdx, int ctx, unsigned int flags, ncclComm_t comm, cudaStream_t stream));
 typedef struct {
   int opCnt;
   int peer;
   int sigIdx;
   int ctx;
 } ncclWaitSignalDesc_t;
-ncclResult_t ncclWaitSignal(int nDesc, ncclWaitSignalDesc_t *signalDescs, ncclComm_t comm, cudaStream_t stream);
+OXCCL_TWIN(ncclResult_t, ncclWaitSignal, (int nDesc, ncclWaitSignalDesc_t *signalDescs, ncclComm_t comm, cudaStream_t stream));
 
 /* Parameters: the library's settings by NCCL's key (the variable's name
  * without its NCCL_ prefix, or an OXCCL_ name in full). */
 typedef struct ncclParamHandle *ncclParamHandle_t;
-ncclResult_t ncclParamBind(ncclParamHandle_t *out, const char *key);
-ncclResult_t ncclParamGetI8(ncclParamHandle_t h, int8_t *out);
-ncclResult_t ncclParamGetI16(ncclParamHandle_t h, int16_t *out);
-ncclResult_t ncclParamGetI32(ncclParamHandle_t h, int32_t *out);
-ncclResult_t ncclParamGetI64(ncclParamHandle_t h, int64_t *out);
-ncclResult_t ncclParamGetU8(ncclParamHandle_t h, uint8_t *out);
-ncclResult_t ncclParamGetU16(ncclParamHandle_t h, uint16_t *out);
-ncclResult_t ncclParamGetU32(ncclParamHandle_t h, uint32_t *out);
-ncclResult_t ncclParamGetU64(ncclParamHandle_t h, uint64_t *out);
-ncclResult_t ncclParamGetStr(ncclParamHandle_t h, const char **out);
-ncclResult_t ncclParamGet(ncclParamHandle_t h, void *out, int maxLen, int *len);
-ncclResult_t ncclParamGetParameter(const char *key, const char **value, int *valueLen);
-ncclResult_t ncclParamGetAllParameterKeys(const char ***table, int *tableLen);
-void ncclParamDumpAll(void);
-
-/* NCCL's profiling twins: each pnccl function is the nccl function of the
- * same name (a profiler may interpose the nccl names and call these). */
-ncclResult_t pncclMemAlloc(void **ptr, size_t size);
-ncclResult_t pncclMemFree(void *ptr);
-ncclResult_t pncclGetVersion(int *version);
-ncclResult_t pncclGetUniqueId(ncclUniqueId *uniqueId);
-ncclResult_t pncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank, ncclConfig_t *config);
-ncclResult_t pncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank);
-ncclResult_t pncclCommInitAll(ncclComm_t *comms, int ndev, const int *devlist);
-ncclResult_t pncclCommInitRankScalable(ncclComm_t *newcomm, int nranks, int myrank, int nId, ncclUniqueId *commIds, ncclConfig_t *config);
-ncclResult_t pncclCommFinalize(ncclComm_t comm);
-ncclResult_t pncclCommDestroy(ncclComm_t comm);
-ncclResult_t pncclCommAbort(ncclComm_t comm);
-ncclResult_t pncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm, ncclConfig_t *config);
-ncclResult_t pncclCommShrink(ncclComm_t comm, int *excludeRanksList, int excludeRanksCount, ncclComm_t *newcomm, ncclConfig_t *config, int shrinkFlags);
-ncclResult_t pncclCommSuspend(ncclComm_t comm, int flags);
-ncclResult_t pncclCommResume(ncclComm_t comm);
-const char *pncclGetErrorString(ncclResult_t result);
-const char *pncclGetLastError(ncclComm_t comm);
-void pncclResetDebugInit(void);
-ncclResult_t pncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError);
-ncclResult_t pncclCommCount(const ncclComm_t comm, int *count);
-ncclResult_t pncclCommCuDevice(const ncclComm_t comm, int *device);
-ncclResult_t pncclCommUserRank(const ncclComm_t comm, int *rank);
-ncclResult_t pncclCommRegister(const ncclComm_t comm, void *buff, size_t size, void **handle);
-ncclResult_t pncclCommDeregister(const ncclComm_t comm, void *handle);
-ncclResult_t pncclCommWindowRegister(ncclComm_t comm, void *buff, size_t size, ncclWindow_t *win, int winFlags);
-ncclResult_t pncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win);
-ncclResult_t pncclDevCommCreate(ncclComm_t comm, const ncclDevCommRequirements *reqs, ncclDevComm *outDevComm);
-ncclResult_t pncclDevCommDestroy(ncclComm_t comm, const ncclDevComm *devComm);
-ncclResult_t pncclRedOpCreatePreMulSum(ncclRedOp_t *op, void *scalar, ncclDataType_t datatype, ncclScalarResidence_t residence, ncclComm_t comm);
-ncclResult_t pncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm);
-ncclResult_t pncclReduce(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream);
-ncclResult_t pncclBcast(void *buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream);
-ncclResult_t pncclBroadcast(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream);
-ncclResult_t pncclAllReduce(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream);
-ncclResult_t pncclReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount, ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream);
-ncclResult_t pncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcount, ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream);
-ncclResult_t pncclAlltoAll(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream);
-ncclResult_t pncclGather(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream);
-ncclResult_t pncclScatter(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream);
-ncclResult_t pncclSend(const void *sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm, cudaStream_t stream);
-ncclResult_t pncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm, cudaStream_t stream);
-ncclResult_t pncclGroupStart(void);
-ncclResult_t pncclGroupEnd(void);
-ncclResult_t pncclGroupSimulateEnd(ncclSimInfo_t *simInfo);
-ncclResult_t pncclCommRevoke(ncclComm_t comm, int revokeFlags);
-ncclResult_t pncclCommGetUniqueId(ncclComm_t comm, ncclUniqueId *uniqueId);
-ncclResult_t pncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId *uniqueId, int rank, ncclComm_t *newcomm, ncclConfig_t *config);
-ncclResult_t pncclCommMemStats(ncclComm_t comm, ncclCommMemStat_t stat, uint64_t *value);
-ncclResult_t pncclWinGetUserPtr(ncclComm_t comm, ncclWindow_t win, void **outUserPtr);
-ncclResult_t pncclPutSignal(const void *localbuff, size_t count, ncclDataType_t datatype, int peer, ncclWindow_t peerWin, size_t peerWinOffset, int sigIdx, int ctx, unsigned int flags, ncclComm_t comm, cudaStream_t stream);
-ncclResult_t pncclSignal(int peer, int sigIdx, int ctx, unsigned int flags, ncclComm_t comm, cudaStream_t stream);
-ncclResult_t pncclWaitSignal(int nDesc, ncclWaitSignalDesc_t *signalDescs, ncclComm_t comm, cudaStream_t stream);
-ncclResult_t pncclParamBind(ncclParamHandle_t *out, const char *key);
-ncclResult_t pncclParamGetI8(ncclParamHandle_t h, int8_t *out);
-ncclResult_t pncclParamGetI16(ncclParamHandle_t h, int16_t *out);
-ncclResult_t pncclParamGetI32(ncclParamHandle_t h, int32_t *out);
-ncclResult_t pncclParamGetI64(ncclParamHandle_t h, int64_t *out);
-ncclResult_t pncclParamGetU8(ncclParamHandle_t h, uint8_t *out);
-ncclResult_t pncclParamGetU16(ncclParamHandle_t h, uint16_t *out);
-ncclResult_t pncclParamGetU32(ncclParamHandle_t h, uint32_t *out);
-ncclResult_t pncclParamGetU64(ncclParamHandle_t h, uint64_t *out);
-ncclResult_t pncclParamGetStr(ncclParamHandle_t h, const char **out);
-ncclResult_t pncclParamGet(ncclParamHandle_t h, void *out, int maxLen, int *len);
-ncclResult_t pncclParamGetParameter(const char *key, const char **value, int *valueLen);
-ncclResult_t pncclParamGetAllParameterKeys(const char ***table, int *tableLen);
-void pncclParamDumpAll(void);
+OXCCL_TWIN(ncclResult_t, ncclParamBind, (ncclParamHandle_t *out, const char *key));
+OXCCL_TWIN(ncclResult_t, ncclParamGetI8, (ncclParamHandle_t h, int8_t *out));
+OXCCL_TWIN(ncclResult_t, ncclParamGetI16, (ncclParamHandle_t h, int16_t *out));
+OXCCL_TWIN(ncclResult_t, ncclParamGetI32, (ncclParamHandle_t h, int32_t *out));
+OXCCL_TWIN(ncclResult_t, ncclParamGetI64, (ncclParamHandle_t h, int64_t *out));
+OXCCL_TWIN(ncclResult_t, ncclParamGetU8, (ncclParamHandle_t h, uint8_t *out));
+OXCCL_TWIN(ncclResult_t, ncclParamGetU16, (ncclParamHandle_t h, uint16_t *out));
+OXCCL_TWIN(ncclResult_t, ncclParamGetU32, (ncclParamHandle_t h, uint32_t *out));
+OXCCL_TWIN(ncclResult_t, ncclParamGetU64, (ncclParamHandle_t h, uint64_t *out));
+OXCCL_TWIN(ncclResult_t, ncclParamGetStr, (ncclParamHandle_t h, const char **out));
+OXCCL_TWIN(ncclResult_t, ncclParamGet, (ncclParamHandle_t h, void *out, int maxLen, int *len));
+OXCCL_TWIN(ncclResult_t, ncclParamGetParameter, (const char *key, const char **value, int *valueLen));
+OXCCL_TWIN(ncclResult_t, ncclParamGetAllParameterKeys, (const char ***table, int *tableLen));
+OXCCL_TWIN(void, ncclParamDumpAll, (void));
+#undef OXCCL_TWIN
 
 #ifdef __cplusplus
 }

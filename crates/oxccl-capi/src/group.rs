@@ -22,6 +22,29 @@ pub struct State {
     /// Splits started in the group, with where each child goes.
     pub splits: Vec<(SplitThread, usize)>,
     pub error: Option<CError>,
+    /// Communicators of calls refused for their arguments in the group:
+    /// with the operations' own, they are told at the end (see
+    /// [`State::post_refusal`]).
+    pub refused: Vec<Arc<CComm>>,
+}
+
+impl State {
+    /// A group that failed before running (a call in it was refused):
+    /// posts the refusal on every communicator of the group, so the
+    /// peers' matching group ends fail at once naming this rank rather
+    /// than wait for it.
+    pub fn post_refusal(&self) {
+        let mut told: Vec<&Arc<CComm>> = Vec::new();
+        for c in self.ops.iter().map(|p| &p.comm).chain(&self.refused) {
+            if told.iter().any(|t| Arc::ptr_eq(t, c)) {
+                continue;
+            }
+            told.push(c);
+            if let Some(x) = c.ready() {
+                x.refused_call();
+            }
+        }
+    }
 }
 
 thread_local! {

@@ -206,6 +206,14 @@ fn a_refused_call_fails_the_peers_at_once() {
     run("refused", 3, &[], LIMIT);
 }
 
+/// Calls the C ABI refuses inside a group (a collective, then a Send)
+/// fail the peer's group end at once, naming the rank and the reason; so
+/// does a lone Send refused outside a group, for the peer's Recv.
+#[test]
+fn a_call_refused_in_a_group_fails_the_peers_group_end() {
+    run("group_refused", 2, &[], LIMIT);
+}
+
 #[test]
 fn nonblocking_init_polled_from_two_threads() {
     run("nonblocking", 2, &[], LIMIT);

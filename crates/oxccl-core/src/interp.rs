@@ -290,7 +290,8 @@ fn run_inner<T: Element>(
                     break;
                 }
                 let me = r as Rank;
-                let ran = match &steps[pc] {
+                let step = &steps[pc];
+                let ran = match step {
                     Step::Signal { peer } => {
                         check_peer(*peer, n, r, c, pc)?;
                         if let Some(race) = race.as_deref_mut() {
@@ -317,21 +318,10 @@ fn run_inner<T: Element>(
                             false
                         }
                     }
-                    Step::Swap {
-                        at,
-                        peer,
-                        peer_at,
-                        len,
-                    } => {
+                    Step::Swap { peer, .. } => {
                         check_peer(*peer, n, r, c, pc)?;
                         let site = Site { r, c, pc };
-                        exec_swap(
-                            plan,
-                            mem,
-                            site,
-                            (*at, *peer, *peer_at, *len),
-                            race.as_deref_mut(),
-                        )?;
+                        exec_swap(plan, mem, site, step, race.as_deref_mut())?;
                         true
                     }
                     Step::Xfer(x) => {
@@ -545,11 +535,20 @@ fn exec_swap<T: Element>(
     plan: &Plan,
     mem: &mut [RankMem<T>],
     at: Site,
-    (here, peer, there, len): (Loc, Rank, Loc, usize),
+    swap: &Step,
     mut race: Option<&mut Race>,
 ) -> Result<(), CoreError> {
     let Site { r, c, pc } = at;
     let what = format!("rank {r} channel {c} step {pc}");
+    let &Step::Swap {
+        at: here,
+        peer,
+        peer_at: there,
+        len,
+    } = swap
+    else {
+        return Err(err(format!("{what}: not a swap")));
+    };
     let q = peer as usize;
     if q == r {
         return Err(err(format!("{what}: swaps with itself")));

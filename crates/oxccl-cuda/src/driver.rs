@@ -161,29 +161,6 @@ pub fn device_count() -> Result<i32> {
     result::device::get_count().map_err(|e| CudaError::driver("cuDeviceGetCount", e))
 }
 
-/// `bytes` of device memory (`cuMemAlloc`) in the calling thread's current
-/// context: what `ncclMemAlloc` gives a framework that has made its device
-/// current (`cudaSetDevice`). An error when no context is current.
-pub fn alloc_in_current_context(bytes: usize) -> Result<u64> {
-    init()?;
-    guarded("cuMemAlloc", || {
-        let mut ctx = std::ptr::null_mut();
-        // SAFETY: valid out-pointer.
-        unsafe { check("cuCtxGetCurrent", sys::cuCtxGetCurrent(&mut ctx))? };
-        if ctx.is_null() {
-            return Err(CudaError::Invalid(
-                "no CUDA context is current on this thread: make the device current first \
-                 (cudaSetDevice, or any runtime call on it)"
-                    .into(),
-            ));
-        }
-        let mut p = 0;
-        // SAFETY: valid out-pointer; a current context (checked).
-        unsafe { check("cuMemAlloc", sys::cuMemAlloc_v2(&mut p, bytes))? };
-        Ok(p)
-    })
-}
-
 /// The device of the calling thread's current context (`cuCtxGetDevice`):
 /// the device the runtime made current (`cudaSetDevice`), which NCCL runs
 /// a rank on. `None` when no context is current (the runtime would then
@@ -201,19 +178,6 @@ pub fn current_device() -> Result<Option<i32>> {
         // SAFETY: valid out-pointer; a context is current (checked).
         unsafe { check("cuCtxGetDevice", sys::cuCtxGetDevice(&mut dev))? };
         Ok(Some(dev))
-    })
-}
-
-/// Frees memory from [`alloc_in_current_context`] (`cuMemFree`, which waits
-/// for the device's work in flight, as NCCL's `ncclMemFree` does).
-///
-/// # Safety
-/// `ptr` came from [`alloc_in_current_context`], is freed once, and no work
-/// that may still touch it is pending on another context.
-pub unsafe fn free_device_memory(ptr: u64) -> Result<()> {
-    guarded("cuMemFree", || {
-        // SAFETY: caller's contract; cuMemFree finds the owning context.
-        unsafe { check("cuMemFree", sys::cuMemFree_v2(ptr)) }
     })
 }
 

@@ -19,7 +19,7 @@ use crate::compile::{ODst, OSrc, Op, Program, XOp};
 use crate::error::HostError;
 use crate::kernel::{transfer, In, TypedOp};
 use crate::remote::{RemoteAccess, RemoteFault};
-use crate::view::{Calls, FabricView};
+use crate::view::{BlockedAt, Calls, FabricView};
 
 /// What a call did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -163,7 +163,13 @@ pub(crate) fn run<T: Element>(
             .enumerate()
             .filter_map(|(ch, s)| s.map(|s| (ch, s)))
         {
-            if let Some(err) = fab.dead_peer_error(me, blk.peer, ch, pc[ch]) {
+            let at = BlockedAt {
+                me,
+                peer: blk.peer,
+                channel: ch,
+                step: pc[ch],
+            };
+            if let Some(err) = fab.dead_peer_error(at) {
                 return Err(err);
             }
         }

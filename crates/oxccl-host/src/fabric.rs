@@ -21,7 +21,7 @@ use crate::net::NetPart;
 use crate::procs::Procs;
 use crate::remote::{RemoteAccess, RemoteFault};
 use crate::shm::RankCtl;
-use crate::view::Calls;
+use crate::view::{BlockedAt, Calls};
 use crate::HostBuf;
 
 /// The shared state of one communicator's ranks on the host backend:
@@ -333,13 +333,13 @@ impl HostFabric {
 
     /// The error for rank `me`, blocked on `peer`, if `peer`'s process is
     /// gone: the fabric fails, naming it.
-    pub(crate) fn dead_peer_error(
-        &self,
-        me: Rank,
-        peer: Rank,
-        channel: usize,
-        step: usize,
-    ) -> Option<HostError> {
+    pub(crate) fn dead_peer_error(&self, at: BlockedAt) -> Option<HostError> {
+        let BlockedAt {
+            me,
+            peer,
+            channel,
+            step,
+        } = at;
         if let Some(n) = &self.net {
             // Only the peer waited on: a peer that finished and exited
             // closes its connections too, which is no failure until
@@ -530,7 +530,13 @@ impl HostFabric {
             if let Some(e) = self.stop_error(me) {
                 return Err(e);
             }
-            if let Some(e) = self.dead_peer_error(me, peer, channel, head as usize) {
+            let at = BlockedAt {
+                me,
+                peer,
+                channel,
+                step: head as usize,
+            };
+            if let Some(e) = self.dead_peer_error(at) {
                 return Err(e);
             }
             let waited = start.elapsed();

@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use crossbeam::sync::Parker;
 use oxccl_core::plan::{Rank, RankPlan};
-use oxccl_core::{DataType, LoweredOp};
 
 use crate::config::HostConfig;
 use crate::error::HostError;
@@ -46,31 +45,29 @@ pub(crate) trait FabricView {
     fn is_broken(&self) -> bool;
     fn fail(&self, reason: String);
     fn stop_error(&self, me: Rank) -> Option<HostError>;
-    fn dead_peer_error(
-        &self,
-        me: Rank,
-        peer: Rank,
-        channel: usize,
-        step: usize,
-    ) -> Option<HostError>;
+    fn dead_peer_error(&self, at: BlockedAt) -> Option<HostError>;
     fn absent(&self, call: u64) -> Vec<Rank>;
     fn remote(&self, peer: Rank, a: &RemoteAccess) -> Result<usize, RemoteFault>;
+}
+
+/// Where a rank is blocked: on `peer`, at `step` of `channel`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct BlockedAt {
+    pub me: Rank,
+    pub peer: Rank,
+    pub channel: usize,
+    pub step: usize,
 }
 
 /// Runs one rank's plan (the fabric's `execute`, for code below the
 /// fabric that needs a whole call: the network hop's measurement).
 pub(crate) trait Executes {
-    /// Runs `plan` on `bufs`, dropping the statistics.
+    /// Runs `plan` on `bufs` of f32 (a sum where it reduces), dropping
+    /// the statistics.
     ///
     /// # Safety
     /// As `HostFabric::execute`: each `HostBuf` points to `bytes` valid
-    /// bytes for the whole call, aligned for `dtype`, touched by no one
-    /// else during the call.
-    unsafe fn execute_plan(
-        &self,
-        plan: &RankPlan,
-        bufs: &[HostBuf],
-        dtype: DataType,
-        op: &LoweredOp,
-    ) -> Result<(), HostError>;
+    /// bytes for the whole call, aligned for f32, touched by no one else
+    /// during the call.
+    unsafe fn execute_f32(&self, plan: &RankPlan, bufs: &[HostBuf]) -> Result<(), HostError>;
 }

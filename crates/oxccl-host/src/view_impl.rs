@@ -8,14 +8,14 @@ use std::time::Duration;
 
 use crossbeam::sync::Parker;
 use oxccl_core::plan::{Rank, RankPlan};
-use oxccl_core::{DataType, LoweredOp};
+use oxccl_core::{DataType, RedOp};
 
 use crate::config::HostConfig;
 use crate::error::HostError;
 use crate::fabric::HostFabric;
 use crate::fifo::Link;
 use crate::remote::{RemoteAccess, RemoteFault};
-use crate::view::{Executes, FabricView};
+use crate::view::{BlockedAt, Executes, FabricView};
 use crate::HostBuf;
 
 /// Each method is `HostFabric`'s own of the same name.
@@ -65,14 +65,8 @@ impl FabricView for HostFabric {
     fn stop_error(&self, me: Rank) -> Option<HostError> {
         HostFabric::stop_error(self, me)
     }
-    fn dead_peer_error(
-        &self,
-        me: Rank,
-        peer: Rank,
-        channel: usize,
-        step: usize,
-    ) -> Option<HostError> {
-        HostFabric::dead_peer_error(self, me, peer, channel, step)
+    fn dead_peer_error(&self, at: BlockedAt) -> Option<HostError> {
+        HostFabric::dead_peer_error(self, at)
     }
     fn absent(&self, call: u64) -> Vec<Rank> {
         HostFabric::absent(self, call)
@@ -83,14 +77,9 @@ impl FabricView for HostFabric {
 }
 
 impl Executes for HostFabric {
-    unsafe fn execute_plan(
-        &self,
-        plan: &RankPlan,
-        bufs: &[HostBuf],
-        dtype: DataType,
-        op: &LoweredOp,
-    ) -> Result<(), HostError> {
+    unsafe fn execute_f32(&self, plan: &RankPlan, bufs: &[HostBuf]) -> Result<(), HostError> {
+        let op = RedOp::Sum.lower(DataType::F32, plan.nranks);
         // SAFETY: the caller keeps `execute`'s contract (this one's).
-        unsafe { HostFabric::execute(self, plan, bufs, dtype, op) }.map(|_| ())
+        unsafe { HostFabric::execute(self, plan, bufs, DataType::F32, &op) }.map(|_| ())
     }
 }

@@ -298,6 +298,17 @@ pub fn split(size: usize, nparts: usize, i: usize, min_chunk: usize) -> (usize, 
 mod tests {
     use super::*;
 
+    /// A handle of magic 7, listener 9, two sockets.
+    fn handle() -> Handle {
+        Handle {
+            magic: 7,
+            listen_id: 9,
+            addr: "127.0.0.1:4000".parse().unwrap(),
+            nsocks: 2,
+            nonce: [5; NONCE_BYTES],
+        }
+    }
+
     #[test]
     fn small_messages_use_the_first_socket_only() {
         assert_eq!(split(100, 4, 0, 65536), (0, 100));
@@ -308,13 +319,7 @@ mod tests {
 
     #[test]
     fn a_handle_of_another_communicator_is_refused() {
-        let h = Handle {
-            magic: 7,
-            listen_id: 9,
-            addr: "127.0.0.1:4000".parse().unwrap(),
-            nsocks: 2,
-            nonce: [5; NONCE_BYTES],
-        };
+        let h = handle();
         assert_eq!(Handle::decode(&h.encode(), 7), Ok(h));
         assert!(matches!(
             Handle::decode(&h.encode(), 8),
@@ -325,13 +330,7 @@ mod tests {
     #[test]
     fn a_hello_proves_the_key_for_one_handle() {
         let key = Key::from_secret(b"k");
-        let h = Handle {
-            magic: 7,
-            listen_id: 9,
-            addr: "127.0.0.1:4000".parse().unwrap(),
-            nsocks: 2,
-            nonce: [5; NONCE_BYTES],
-        };
+        let h = handle();
         let hello = Hello::sign(&h, 1, &key);
         let back = Hello::decode(&hello.encode(), 7).unwrap();
         assert_eq!(back, hello);

@@ -1,8 +1,13 @@
 //! Groups: several operations issued together and run as one plan per
 //! communicator (NCCL's `ncclGroupStart`/`ncclGroupEnd`).
 //!
-//! Operations are validated as they are added (an invalid one is refused
-//! and the group stays usable); nothing runs until [`Group::end`]. At the
+//! Operations are validated as they are added; nothing runs until
+//! [`Group::end`]. An operation refused for its arguments returns its
+//! error at once and fails the whole group, as in NCCL: the group's end
+//! returns that error (dropping the group unended does the same), and the
+//! refusal is posted as this rank's call on every communicator of the
+//! group, so the peers' matching group ends fail at once naming this rank
+//! and the reason ([`Error::PeerFailed`]) instead of waiting. At the
 //! end, each communicator's operations become one merged plan per
 //! (data type, op): its collectives in issue order, then one Send/Recv
 //! block built by `oxccl_core::gen::p2p::rank_plan` (the k-th send from a to b
@@ -24,6 +29,7 @@ use oxccl_core::{CollKind, DataType, Element, Plan, Proto, RedOp};
 
 use crate::backend::{RawBuf, RawStream};
 use crate::buffer::{Arg, In, Out, Space};
+use crate::check::refusal;
 use crate::comm::{Communicator, PlanRef, Prepared};
 use crate::error::{Error, Result};
 use crate::select::Choice;
@@ -96,6 +102,17 @@ pub struct Group<'a> {
     /// (`raw.rs`), each once, in first-use order: its launches are ordered
     /// on every one (joined by events on CUDA).
     streams: Vec<(&'a Communicator, Vec<RawStream>)>,
+    /// The first operation refused for its arguments, not yet posted.
+    refused: Option<Refused<'a>>,
+}
+
+/// A group's first refused operation: its error, the code posted to the
+/// peers, and the communicators of refused operations.
+#[derive(Debug)]
+struct Refused<'a> {
+    error: Error,
+    code: u8,
+    comms: Vec<&'a Communicator>,
 }
 
 /// Runs `f` to fill a group, then ends it.
@@ -179,8 +196,10 @@ impl<'a> Group<'a> {
         peer: u32,
         op: P2pOp,
     ) -> Result<()> {
-        comm.check_usable()?;
-        validate::p2p(what, arg, peer, &comm.owner())?;
+        let checked = comm
+            .check_usable()
+            .and_then(|()| validate::p2p(what, arg, peer, &comm.owner()));
+        self.note(comm, checked)?;
         let registered = matches!(
             arg.space,
             Space::Backend { .. } | Space::External { registered: true }
@@ -207,9 +226,92 @@ impl<'a> Group<'a> {
         op: RedOp,
         root: u32,
     ) -> Result<()> {
-        let (checked, op) = comm.check_collective(kind, send.into(), recv.into(), op, root)?;
+        let r = comm.check_collective(kind, send.into(), recv.into(), op, root);
+        let (checked, op) = self.note(comm, r)?;
         self.push(comm, T::DTYPE, Pending::Coll { checked, op });
         Ok(())
+    }
+
+    /// Passes on `r`, the check of an operation on `comm`; a refusal of its
+    /// arguments is kept, to fail the group (see the module docs).
+    pub(crate) fn note<R>(&mut self, comm: &'a Communicator, r: Result<R>) -> Result<R> {
+        if let Err(e) = &r {
+            if refusal::is_refusal(e) {
+                self.refuse(comm, e.clone(), refusal::code(e));
+            }
+        }
+        r
+    }
+
+    fn refuse(&mut self, comm: &'a Communicator, error: Error, code: u8) {
+        let r = self.refused.get_or_insert_with(|| Refused {
+            error,
+            code,
+            comms: Vec::new(),
+        });
+        if !r.comms.iter().any(|c| std::ptr::eq(*c, comm)) {
+            r.comms.push(comm);
+        }
+    }
+
+    /// Posts a refusal kept by [`Group::note`] as this rank's call on every
+    /// communicator of the group, once; its error, if there was one.
+    fn post_refusal(&mut self) -> Option<Error> {
+        let r = self.refused.take()?;
+        let mut comms = r.comms;
+        for e in &self.entries {
+            if !comms.iter().any(|c| std::ptr::eq(*c, e.comm)) {
+                comms.push(e.comm);
+            }
+        }
+        for c in comms {
+            c.post_refusal(r.code);
+        }
+        Some(r.error)
+    }
+
+    /// Refuses the group where a communicator's sends to its own rank and
+    /// receives from it differ (its Send/Recv plan could not be built):
+    /// found before anything is published, so it is posted like a refusal.
+    fn check_self_pairs(&mut self) {
+        let mut found = None;
+        let mut seen: Vec<&Communicator> = Vec::new();
+        for e in &self.entries {
+            if seen.iter().any(|c| std::ptr::eq(*c, e.comm)) {
+                continue;
+            }
+            seen.push(e.comm);
+            let me = e.comm.rank();
+            let mine = |send: bool| -> Vec<usize> {
+                self.entries
+                    .iter()
+                    .filter(|x| std::ptr::eq(x.comm, e.comm))
+                    .filter_map(|x| match x.pending {
+                        Pending::P2p {
+                            op: P2pOp::Send { peer, count },
+                            ..
+                        } if send && peer == me && count > 0 => Some(count),
+                        Pending::P2p {
+                            op: P2pOp::Recv { peer, count },
+                            ..
+                        } if !send && peer == me && count > 0 => Some(count),
+                        _ => None,
+                    })
+                    .collect()
+            };
+            let (sends, recvs) = (mine(true), mine(false));
+            if sends != recvs {
+                let error = Error::InvalidUsage(format!(
+                    "this rank's sends to itself and receives from itself do not match: rank \
+                     {me} sends {sends:?} to itself but receives {recvs:?} from itself"
+                ));
+                found = Some((e.comm, error));
+                break;
+            }
+        }
+        if let Some((comm, error)) = found {
+            self.refuse(comm, error, refusal::SELF_PAIRS);
+        }
     }
 
     typed_helper!(
@@ -276,8 +378,16 @@ impl<'a> Group<'a> {
     }
 
     /// Runs every operation of the group; returns when all are done (host)
-    /// or enqueued (CUDA).
-    pub fn end(self) -> Result<()> {
+    /// or enqueued (CUDA). A group holding a refused operation (or whose
+    /// sends to a rank itself differ from its receives from itself) runs
+    /// nothing: the refusal is posted to the peers of every communicator in
+    /// it, whose group ends then fail naming this rank, and its error is
+    /// returned.
+    pub fn end(mut self) -> Result<()> {
+        self.check_self_pairs();
+        if let Some(e) = self.post_refusal() {
+            return Err(e);
+        }
         // Communicators in first-use order, each with its operations.
         let mut comms: Vec<(&Communicator, Vec<&Entry<'_>>)> = Vec::new();
         for e in &self.entries {
@@ -333,6 +443,15 @@ impl<'a> Group<'a> {
             jobs.iter()
                 .try_for_each(|(comm, js)| run_jobs(comm, js, self.streams_of(comm)))
         }
+    }
+}
+
+/// A group dropped without its end after one of its operations was
+/// refused still tells the peers, whose group ends would otherwise wait
+/// for it (the usual case: `?` on the refused operation inside [`group`]).
+impl Drop for Group<'_> {
+    fn drop(&mut self) {
+        self.post_refusal();
     }
 }
 

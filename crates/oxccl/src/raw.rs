@@ -303,41 +303,6 @@ impl Communicator {
             self.raw_arg(Role::Recv, recv, coll.output_len(n), dtype)?,
         ))
     }
-
-    /// NCCL's `ncclSend`: `count` elements of `dtype` at `buf` to `peer`,
-    /// enqueued on the caller's stream (outside a group, a group of one).
-    ///
-    /// # Safety
-    /// As [`Communicator::collective_raw`], for `buf` holding `count`
-    /// elements that only this call reads until `stream` has passed it.
-    pub unsafe fn send_raw(
-        &self,
-        buf: *const c_void,
-        count: usize,
-        dtype: DataType,
-        peer: u32,
-        stream: RawStream,
-    ) -> Result<()> {
-        // SAFETY: caller's contract.
-        unsafe { crate::group::group(|g| g.send_raw(self, buf, count, dtype, peer, stream)) }
-    }
-
-    /// NCCL's `ncclRecv`: `count` elements of `dtype` into `buf` from
-    /// `peer`, enqueued on the caller's stream.
-    ///
-    /// # Safety
-    /// As [`Communicator::send_raw`], for a `buf` only this call writes.
-    pub unsafe fn recv_raw(
-        &self,
-        buf: *mut c_void,
-        count: usize,
-        dtype: DataType,
-        peer: u32,
-        stream: RawStream,
-    ) -> Result<()> {
-        // SAFETY: caller's contract.
-        unsafe { crate::group::group(|g| g.recv_raw(self, buf, count, dtype, peer, stream)) }
-    }
 }
 
 impl<'a> Group<'a> {
@@ -356,47 +321,14 @@ impl<'a> Group<'a> {
         call: RawColl,
         stream: RawStream,
     ) -> Result<()> {
-        let (send, recv) = comm.raw_pair(&call)?;
+        let pair = comm.raw_pair(&call);
+        let (send, recv) = self.note(comm, pair)?;
         let (kind, op, root) = (call.kind, call.op, call.root);
         with_element!(call.dtype, T => self.collective::<T>(
             comm, kind, In::from_arg(send), Out::from_arg(recv), op, root
         ))?;
         self.set_stream(comm, stream);
         Ok(())
-    }
-
-    /// Adds a raw send (see [`Communicator::send_raw`]).
-    ///
-    /// # Safety
-    /// As [`Communicator::send_raw`], until `stream` has passed the
-    /// group's end.
-    pub unsafe fn send_raw(
-        &mut self,
-        comm: &'a Communicator,
-        buf: *const c_void,
-        count: usize,
-        dtype: DataType,
-        peer: u32,
-        stream: RawStream,
-    ) -> Result<()> {
-        self.p2p_raw(comm, Role::Send, buf as u64, count, dtype, peer, stream)
-    }
-
-    /// Adds a raw receive (see [`Communicator::recv_raw`]).
-    ///
-    /// # Safety
-    /// As [`Communicator::recv_raw`], until `stream` has passed the
-    /// group's end.
-    pub unsafe fn recv_raw(
-        &mut self,
-        comm: &'a Communicator,
-        buf: *mut c_void,
-        count: usize,
-        dtype: DataType,
-        peer: u32,
-        stream: RawStream,
-    ) -> Result<()> {
-        self.p2p_raw(comm, Role::Recv, buf as u64, count, dtype, peer, stream)
     }
 
     /// A raw send (`Role::Send`) or receive of `count` elements at `buf`.
@@ -411,10 +343,14 @@ impl<'a> Group<'a> {
         peer: u32,
         stream: RawStream,
     ) -> Result<()> {
-        let arg = comm.raw_arg(role, buf, count, dtype)?;
-        if arg.len != count {
-            return Err(null_buffer(role, count));
-        }
+        let arg = comm.raw_arg(role, buf, count, dtype).and_then(|arg| {
+            if arg.len == count {
+                Ok(arg)
+            } else {
+                Err(null_buffer(role, count))
+            }
+        });
+        let arg = self.note(comm, arg)?;
         with_element!(dtype, T => match role {
             Role::Send => self.send::<T>(comm, In::from_arg(arg), peer),
             Role::Recv => self.recv::<T>(comm, Out::from_arg(arg), peer),
@@ -429,4 +365,63 @@ fn null_buffer(role: Role, count: usize) -> Error {
         "{} is null but {count} elements were to go through it",
         role.name()
     ))
+}
+
+/// Send and Recv on raw pointers, written once for both receivers: the
+/// communicator's own call (a group of one) and the group's.
+macro_rules! raw_p2p {
+    ($(
+        $name:ident($ptr:ty, $role:expr)
+        communicator { $(#[$cdoc:meta])* }
+        group { $(#[$gdoc:meta])* }
+    )*) => {
+        impl Communicator {$(
+            $(#[$cdoc])*
+            pub unsafe fn $name(&self, buf: $ptr, count: usize, dtype: DataType, peer: u32, stream: RawStream) -> Result<()> {
+                // SAFETY: caller's contract.
+                unsafe { crate::group::group(|g| g.$name(self, buf, count, dtype, peer, stream)) }
+            }
+        )*}
+
+        impl<'a> Group<'a> {$(
+            $(#[$gdoc])*
+            pub unsafe fn $name(&mut self, comm: &'a Communicator, buf: $ptr, count: usize, dtype: DataType, peer: u32, stream: RawStream) -> Result<()> {
+                self.p2p_raw(comm, $role, buf as u64, count, dtype, peer, stream)
+            }
+        )*}
+    };
+}
+
+raw_p2p! {
+    send_raw(*const c_void, Role::Send)
+    communicator {
+        /// NCCL's `ncclSend`: `count` elements of `dtype` at `buf` to `peer`,
+        /// enqueued on the caller's stream (outside a group, a group of one).
+        ///
+        /// # Safety
+        /// As [`Communicator::collective_raw`], for `buf` holding `count`
+        /// elements that only this call reads until `stream` has passed it.
+    }
+    group {
+        /// Adds a raw send (see [`Communicator::send_raw`]).
+        ///
+        /// # Safety
+        /// As [`Communicator::send_raw`], until `stream` has passed the
+        /// group's end.
+    }
+    recv_raw(*mut c_void, Role::Recv)
+    communicator {
+        /// NCCL's `ncclRecv`: `count` elements of `dtype` into `buf` from
+        /// `peer`, enqueued on the caller's stream.
+        ///
+        /// # Safety
+        /// As [`Communicator::send_raw`], for a `buf` only this call writes.
+    }
+    group {
+        /// Adds a raw receive (see [`Communicator::recv_raw`]).
+        ///
+        /// # Safety
+        /// As [`Communicator::recv_raw`], until `stream` has passed the
+        /// group's end.
+    }
 }

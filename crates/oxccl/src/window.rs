@@ -52,7 +52,7 @@ use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use crate::backend::RawBuf;
+use crate::backend::{PeerWindow, RawBuf};
 use crate::comm::Communicator;
 use crate::error::{Error, Result};
 use crate::register::Registration;
@@ -265,7 +265,14 @@ impl Communicator {
             let ok = match fds.first() {
                 Some(fd) => cl
                     .backend
-                    .window_import(me, p, fd, &recs[p as usize])
+                    .window_import(
+                        me,
+                        PeerWindow {
+                            peer: p,
+                            fd,
+                            record: &recs[p as usize],
+                        },
+                    )
                     .map_err(|e| {
                         tracing::warn!(rank = me, peer = p, error = %e,
                             "oxccl: a peer's window could not be mapped here; calls on it run FIFO plans");

@@ -17,9 +17,9 @@ mod common;
 
 use std::sync::{Arc, Mutex};
 
-use common::raw::{bytes_of, bytes_of_mut, run_collective, run_ring, Mem};
+use common::raw::{bytes_of, bytes_of_mut, f32_call, run_collective, run_ring, Mem};
 use cudarc::driver::sys;
-use oxccl::{BackendKind, CollKind, Communicator, Config, DataType, RawColl, RawStream, RedOp};
+use oxccl::{BackendKind, CollKind, Communicator, Config, RawStream, RedOp};
 use oxccl_cuda::driver::Ctx;
 
 fn ck(what: &str, r: sys::CUresult) {
@@ -365,7 +365,7 @@ fn cuda_windows_on_vmm_memory() {
             }
             for coll in oxccl::core::testkit::COLLECTIVES {
                 for (count, in_place) in [(1000, false), (1 << 20, false), (1 << 18, true)] {
-                    let o = common::raw::run_collective_reg::<f32, _>(
+                    let o = common::raw::run_collective::<f32, _>(
                         &comms,
                         &mem,
                         coll,
@@ -425,15 +425,7 @@ fn cuda_window_deregistered_while_a_call_is_pending() {
             // SAFETY: as above; the rank's caller stream.
             unsafe {
                 c.collective_raw(
-                    RawColl {
-                        kind: CollKind::AllReduce,
-                        send: send as *const _,
-                        recv: recv as *mut _,
-                        count,
-                        dtype: DataType::F32,
-                        op: RedOp::Sum,
-                        root: 0,
-                    },
+                    f32_call(CollKind::AllReduce, send, recv, count, RedOp::Sum, 0),
                     mem.stream(r),
                 )
             }
@@ -562,15 +554,7 @@ fn graph_loop(
         // live to the end; `s` is this rank's caller stream.
         unsafe {
             c.collective_raw(
-                RawColl {
-                    kind: CollKind::AllReduce,
-                    send: send as *const _,
-                    recv: recv as *mut _,
-                    count,
-                    dtype: DataType::F32,
-                    op,
-                    root: 0,
-                },
+                f32_call(CollKind::AllReduce, send, recv, count, op, 0),
                 s,
             )
         }
@@ -704,15 +688,7 @@ fn two_streams(c: &Communicator, mem: &CudaMem, count: usize) -> Result<(), Stri
         );
     }
     mem.upload(r, x, bytes_of(&ix));
-    let all_reduce = |buf: u64| RawColl {
-        kind: CollKind::AllReduce,
-        send: buf as *const _,
-        recv: buf as *mut _,
-        count,
-        dtype: DataType::F32,
-        op: RedOp::Sum,
-        root: 0,
-    };
+    let all_reduce = |buf: u64| f32_call(CollKind::AllReduce, buf, buf, count, RedOp::Sum, 0);
     let streams = [mem.stream(r), RawStream::from_ptr(second.cast())];
     oxccl::group(|g| {
         // SAFETY: both buffers hold `count` f32 on this rank's device and

@@ -246,6 +246,44 @@ fn destroyed_is_named(extra: &[(&'static str, &str)]) {
     }
 }
 
+/// A collective refused inside rank 1's group: the other processes'
+/// group ends fail at once naming rank 1 and the reason (not at the
+/// deadline, a minute away), and the communicator stays usable.
+#[test]
+fn a_call_refused_in_a_group_is_named_by_the_other_processes() {
+    refused_in_a_group(&[]);
+}
+
+#[test]
+fn a_call_refused_in_a_group_over_the_network_is_named() {
+    refused_in_a_group(OVER_NET);
+}
+
+fn refused_in_a_group(extra: &[(&'static str, &str)]) {
+    let lines = run("refuses", 3, |_| vars(extra));
+    let own = tagged(&lines[1], "ERR ");
+    assert!(
+        own.first()
+            .is_some_and(|e| e.contains("receive buffer has 4 elements")),
+        "{:#?}",
+        lines[1]
+    );
+    for r in [0usize, 2] {
+        let errs = tagged(&lines[r], "ERR ");
+        let e = errs.first().unwrap_or_else(|| panic!("{lines:#?}"));
+        assert_names(
+            e,
+            &[
+                "peer rank 1 failed call #1",
+                "a buffer's length does not fit the count",
+            ],
+        );
+    }
+    for (r, l) in lines.iter().enumerate() {
+        assert_eq!(tagged(l, "USABLE ").len(), 1, "rank {r}: {l:#?}");
+    }
+}
+
 // ---- the ranks ----
 
 /// `case`'s outcome on this rank as one line.
@@ -405,6 +443,19 @@ fn child() {
                 Ok(()) => println!("OK no error"),
                 Err(e) => println!("ERR {e}"),
             }
+        }
+        "refuses" => {
+            let send = c.alloc::<f32>(8).unwrap();
+            let recv = c.alloc::<f32>(if c.rank() == 1 { 4 } else { 8 }).unwrap();
+            let r = oxccl::group(|g| {
+                g.all_reduce(&c, &send, &recv, RedOp::Sum)?;
+                g.all_reduce(&c, &send, &send, RedOp::Max)
+            });
+            match r {
+                Ok(()) => println!("OK no error"),
+                Err(e) => println!("ERR {e}"),
+            }
+            usable(&c);
         }
         "leaves" => {
             let b = c.alloc::<f32>(8).unwrap();

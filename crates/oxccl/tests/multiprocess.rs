@@ -11,7 +11,8 @@ mod common;
 #[path = "../../oxccl-net/tests/plugins/mod.rs"]
 mod plugins;
 use common::procs::{
-    env_u32, finish, id_vars, kill_once_all_say, spawn_via, tagged, unhex, GUARD, ROLE,
+    env_u32, every_rank_any, every_rank_first, finish, kill_once_all_say, spawn_ranks_live,
+    spawn_via, tagged, unhex, GUARD, ROLE,
 };
 
 use oxccl::core::testkit;
@@ -58,15 +59,7 @@ fn spawn_ranks(
     n: u32,
     more: impl Fn(u32) -> Vec<(&'static str, String)>,
 ) -> (Vec<Option<i32>>, Vec<Vec<String>>) {
-    let id = UniqueId::new().unwrap();
-    let (tx, rx) = mpsc::channel();
-    let kids: Vec<Child> = (0..n)
-        .map(|r| {
-            let mut vars = id_vars(&id, n, r);
-            vars.extend(more(r));
-            spawn(role, &vars, &tx, r as usize)
-        })
-        .collect();
+    let (kids, rx) = spawn_ranks_live(role, n, more);
     finish(kids, &rx)
 }
 
@@ -330,16 +323,11 @@ fn kill_one_of(
     backend: &str,
     extra: &[(&'static str, &str)],
 ) -> (Vec<Option<i32>>, Vec<Vec<String>>) {
-    let id = UniqueId::new().unwrap();
-    let (tx, rx) = mpsc::channel();
-    let kids: Vec<Child> = (0..n)
-        .map(|r| {
-            let mut vars = id_vars(&id, n, r);
-            vars.push((BACKEND, backend.into()));
-            vars.extend(owned(extra));
-            spawn("loop", &vars, &tx, r as usize)
-        })
-        .collect();
+    let (kids, rx) = spawn_ranks_live("loop", n, |_| {
+        let mut vars = vec![(BACKEND, backend.to_string())];
+        vars.extend(owned(extra));
+        vars
+    });
     kill_once_all_say(kids, &rx, "LOOPING", victim)
 }
 
@@ -455,14 +443,9 @@ fn every_collective_over_the_network_on_cuda() {
     }
     let lines = run_ranks_with("all", 2, "cuda", OVER_NET);
     assert_eq!(ok_lines(&lines).len(), 2, "{lines:#?}");
-    for (r, l) in lines.iter().enumerate() {
-        let b = tagged(l, "BACKEND ");
-        assert!(
-            b.iter()
-                .any(|b| b.contains("staged") && b.contains("over NET/Socket/0")),
-            "rank {r}: {b:?}"
-        );
-    }
+    every_rank_any(&lines, "BACKEND ", |b| {
+        b.contains("staged") && b.contains("over NET/Socket/0")
+    });
     // Asking for the device path as well is a configuration error.
     let (codes, lines) = spawn_ranks("all", 2, |_| {
         let mut v = owned(OVER_NET);
@@ -500,19 +483,9 @@ fn ranks_on_two_hosts_plan_by_host() {
             "NCCL_ALGO={algo:?}: exit codes {codes:?}\n{lines:#?}"
         );
         assert_eq!(ok_lines(&lines).len(), 4, "{lines:#?}");
-        for (r, l) in lines.iter().enumerate() {
-            let b = tagged(l, "BACKEND ");
-            assert!(
-                b.iter().any(|b| b.contains("over NET/Socket/0")),
-                "rank {r}: {b:?}"
-            );
-            // The rings: each host's ranks together.
-            let rings = tagged(l, "Ring 00 :");
-            assert!(
-                rings.iter().any(|x| x.contains("0 2 1 3")),
-                "rank {r}: {rings:?}"
-            );
-        }
+        every_rank_any(&lines, "BACKEND ", |b| b.contains("over NET/Socket/0"));
+        // The rings: each host's ranks together.
+        every_rank_any(&lines, "Ring 00 :", |x| x.contains("0 2 1 3"));
     }
 }
 
@@ -580,13 +553,7 @@ fn ranks_must_agree_on_the_network() {
             }
         },
     );
-    for (r, l) in lines.iter().enumerate() {
-        let err = tagged(l, "ERR ");
-        assert!(
-            err.first().is_some_and(|e| e.contains("NCCL_SHM_DISABLE")),
-            "rank {r}: {l:#?}"
-        );
-    }
+    every_rank_first(&lines, "ERR ", |e| e.contains("NCCL_SHM_DISABLE"));
 }
 
 /// Each connection's sockets: a count set on one rank (here
@@ -603,13 +570,7 @@ fn ranks_agree_on_the_sockets_and_a_set_count_wins() {
         v
     });
     assert_eq!(codes, vec![Some(0); 2], "{lines:#?}");
-    for (r, l) in lines.iter().enumerate() {
-        let ok = tagged(l, "OK init ");
-        assert!(
-            ok.first().is_some_and(|b| b.contains("3x2 sockets")),
-            "rank {r}: {l:#?}"
-        );
-    }
+    every_rank_first(&lines, "OK init ", |b| b.contains("3x2 sockets"));
     let (_, lines) = spawn_ranks("init", 2, |r| {
         let mut v = owned(OVER_NET);
         v.push(if r == 0 {
@@ -619,15 +580,9 @@ fn ranks_agree_on_the_sockets_and_a_set_count_wins() {
         });
         v
     });
-    for (r, l) in lines.iter().enumerate() {
-        let err = tagged(l, "ERR ");
-        assert!(
-            err.first()
-                .is_some_and(|e| e.contains("NCCL_SOCKET_NTHREADS")
-                    && e.contains("rank 1 sets 2 but rank 0 sets 3")),
-            "rank {r}: {l:#?}"
-        );
-    }
+    every_rank_first(&lines, "ERR ", |e| {
+        e.contains("NCCL_SOCKET_NTHREADS") && e.contains("rank 1 sets 2 but rank 0 sets 3")
+    });
 }
 
 /// Two network namespaces joined by a veth pair, removed on drop.
@@ -1086,6 +1041,29 @@ fn cu(what: &str, r: cudarc::driver::sys::CUresult) {
     assert_eq!(r, cudarc::driver::sys::CUresult::CUDA_SUCCESS, "{what}");
 }
 
+/// Copies `data` to the device memory at `p` (a synchronous copy).
+///
+/// # Safety
+/// `p` holds at least `data.len()` f32s of the current context's memory.
+unsafe fn to_device(p: u64, data: &[f32]) {
+    // SAFETY: caller's contract.
+    let r =
+        unsafe { cudarc::driver::sys::cuMemcpyHtoD_v2(p, data.as_ptr().cast(), data.len() * 4) };
+    cu("cuMemcpyHtoD", r);
+}
+
+/// `len` f32s read from the device memory at `p` (a synchronous copy).
+///
+/// # Safety
+/// `p` holds at least `len` f32s and no call in flight writes them.
+unsafe fn from_device(p: u64, len: usize) -> Vec<f32> {
+    let mut out = vec![0f32; len];
+    // SAFETY: caller's contract; `out` holds `len` f32s.
+    let r = unsafe { cudarc::driver::sys::cuMemcpyDtoH_v2(out.as_mut_ptr().cast(), p, len * 4) };
+    cu("cuMemcpyDtoH", r);
+    out
+}
+
 /// Memory of one window of [`child_windows`]: `ncclMemAlloc`'s on CUDA
 /// (the current context is the rank's: `barrier` bound it), host memory
 /// otherwise.
@@ -1114,13 +1092,8 @@ impl WinMem {
     fn put(&mut self, data: &[f32]) {
         let p = self.ptr();
         match self {
-            // SAFETY: the allocation holds `data`; a synchronous copy.
-            WinMem::Device(_) => unsafe {
-                cu(
-                    "cuMemcpyHtoD",
-                    cudarc::driver::sys::cuMemcpyHtoD_v2(p, data.as_ptr().cast(), data.len() * 4),
-                )
-            },
+            // SAFETY: the allocation holds `data`.
+            WinMem::Device(_) => unsafe { to_device(p, data) },
             // SAFETY: the vector holds 4096 spare bytes past `data`'s room.
             WinMem::Host(_) => unsafe {
                 std::ptr::copy_nonoverlapping(data.as_ptr(), p as *mut f32, data.len())
@@ -1130,22 +1103,17 @@ impl WinMem {
 
     fn get(&mut self, len: usize) -> Vec<f32> {
         let p = self.ptr();
-        let mut out = vec![0f32; len];
         match self {
             // SAFETY: as in `put`; the calls on it completed (a barrier
             // after a synchronising copy on the legacy stream).
-            WinMem::Device(_) => unsafe {
-                cu(
-                    "cuMemcpyDtoH",
-                    cudarc::driver::sys::cuMemcpyDtoH_v2(out.as_mut_ptr().cast(), p, len * 4),
-                )
-            },
-            // SAFETY: as in `put`.
-            WinMem::Host(_) => unsafe {
-                std::ptr::copy_nonoverlapping(p as *const f32, out.as_mut_ptr(), len)
-            },
+            WinMem::Device(_) => unsafe { from_device(p, len) },
+            WinMem::Host(_) => {
+                let mut out = vec![0f32; len];
+                // SAFETY: as in `put`.
+                unsafe { std::ptr::copy_nonoverlapping(p as *const f32, out.as_mut_ptr(), len) };
+                out
+            }
         }
-        out
     }
 
     fn free(self) {
@@ -1159,7 +1127,7 @@ impl WinMem {
 /// Collectives on windows registered by every rank (see
 /// `windows_across_processes`).
 fn child_windows() {
-    use oxccl::{RawColl, RawStream};
+    use oxccl::RawStream;
     let c = child_comm(Duration::from_secs(60));
     println!("BACKEND {}", c.describe_backend());
     let cuda = c.backend() == BackendKind::Cuda;
@@ -1197,15 +1165,7 @@ fn child_windows() {
             };
             assert_eq!(wins[0].addr(), send);
             assert_eq!(wins[1].user_ptr() as u64, recv);
-            let call = RawColl {
-                kind,
-                send: send as *const std::ffi::c_void,
-                recv: recv as *mut std::ffi::c_void,
-                count,
-                dtype: DataType::F32,
-                op,
-                root,
-            };
+            let call = common::raw::f32_call(kind, send, recv, count, op, root);
             // SAFETY: both buffers live until after the barrier below;
             // stream 0 is the legacy default stream.
             unsafe { c.collective_raw(call, RawStream::DEFAULT) }.unwrap();
@@ -1243,7 +1203,7 @@ fn child_windows() {
 /// barrier: nothing of any rank's is in flight then).
 fn child_external() {
     use cudarc::driver::sys;
-    use oxccl::{RawColl, RawStream};
+    use oxccl::RawStream;
     let c = child_comm(Duration::from_secs(60));
     println!("BACKEND {}", c.describe_backend());
     let (n, me) = (c.nranks(), c.rank());
@@ -1289,35 +1249,19 @@ fn child_external() {
                     (true, _) => (a, a),
                 };
                 let src = &inputs[me as usize];
-                // SAFETY: `send` holds `lin` f32s; a synchronous copy.
-                unsafe {
-                    cu(
-                        "cuMemcpyHtoD",
-                        sys::cuMemcpyHtoD_v2(send, src.as_ptr().cast(), src.len() * 4),
-                    )
-                };
-                let call = RawColl {
-                    kind,
-                    send: send as *const std::ffi::c_void,
-                    recv: recv as *mut std::ffi::c_void,
-                    count,
-                    dtype: DataType::F32,
-                    op,
-                    root,
-                };
+                // SAFETY: `send` holds `lin` f32s.
+                unsafe { to_device(send, src) };
+                let call = common::raw::f32_call(kind, send, recv, count, op, root);
                 println!("CASE round {round} {kind} count {count} in_place={in_place} send {send:#x} recv {recv:#x}");
                 // SAFETY: both buffers live until after the barrier below;
                 // stream 0 is the legacy default stream.
                 unsafe { c.collective_raw(call, RawStream::DEFAULT) }.unwrap();
                 direct += usize::from(c.last_choice().is_some_and(|ch| ch.is_direct()));
                 c.barrier().unwrap();
-                let mut out = vec![0f32; lout];
                 // SAFETY: `recv` holds `lout` f32s; the call completed.
+                let out = unsafe { from_device(recv, lout) };
+                // SAFETY: read; no call on them is in flight.
                 unsafe {
-                    cu(
-                        "cuMemcpyDtoH",
-                        sys::cuMemcpyDtoH_v2(out.as_mut_ptr().cast(), recv, lout * 4),
-                    );
                     cu("cuMemFree", sys::cuMemFree_v2(a));
                     if b != 0 {
                         cu("cuMemFree", sys::cuMemFree_v2(b));
@@ -1365,10 +1309,7 @@ fn external_ring(c: &oxccl::Communicator) -> (u64, Option<String>) {
     unsafe {
         cu("cuMemAlloc", sys::cuMemAlloc_v2(&mut sbuf, count * 4));
         cu("cuMemAlloc", sys::cuMemAlloc_v2(&mut rbuf, count * 4));
-        cu(
-            "cuMemcpyHtoD",
-            sys::cuMemcpyHtoD_v2(sbuf, data.as_ptr().cast(), count * 4),
-        );
+        to_device(sbuf, &data);
     }
     oxccl::group(|g| {
         // SAFETY: both buffers live until after the barrier below.
@@ -1393,14 +1334,8 @@ fn external_ring(c: &oxccl::Communicator) -> (u64, Option<String>) {
     })
     .unwrap();
     c.barrier().unwrap();
-    let mut got = vec![0f32; count];
     // SAFETY: `rbuf` holds `count` f32s; the exchange completed.
-    unsafe {
-        cu(
-            "cuMemcpyDtoH",
-            sys::cuMemcpyDtoH_v2(got.as_mut_ptr().cast(), rbuf, count * 4),
-        );
-    }
+    let got = unsafe { from_device(rbuf, count) };
     let want: Vec<f32> = (0..count)
         .map(|i| (prev as usize * 7 + i % 1000) as f32)
         .collect();

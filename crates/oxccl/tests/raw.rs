@@ -8,7 +8,7 @@ mod common;
 
 use std::sync::Mutex;
 
-use common::raw::{run_collective, run_collective_reg, run_ring, Mem, Reg};
+use common::raw::{run_collective, run_ring, Mem, Reg};
 use oxccl::{CollKind, DataType, Error, RawColl, RawStream, RedOp};
 
 /// Host memory the test owns (8-byte aligned), copies by hand.
@@ -103,7 +103,7 @@ fn windows_run_direct_plans_on_every_collective() {
     let comms = common::host(3);
     for kind in KINDS {
         for in_place in [false, true] {
-            let o = run_collective_reg::<f32, _>(
+            let o = run_collective::<f32, _>(
                 &comms,
                 &mem,
                 kind,
@@ -127,7 +127,7 @@ fn windows_run_direct_plans_on_every_collective() {
         }
     }
     // Deregistered (by the run above): the same calls run FIFO plans.
-    let o = run_collective_reg::<f32, _>(
+    let o = run_collective::<f32, _>(
         &comms,
         &mem,
         CollKind::AllReduce,

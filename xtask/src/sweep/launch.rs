@@ -70,8 +70,7 @@ pub(crate) fn join(a: &SweepArgs, config: Config) -> anyhow::Result<Vec<Communic
 
 #[cfg(test)]
 mod tests {
-    use std::collections::HashMap;
-
+    use super::launcher::fake_env;
     use super::*;
 
     fn args(flags: &[&str]) -> SweepArgs {
@@ -84,24 +83,16 @@ mod tests {
         <Cli as clap::Parser>::parse_from(argv).a
     }
 
-    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-        let m: HashMap<String, String> = pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        move |k| m.get(k).cloned()
-    }
-
     const MPI: [(&str, &str); 2] = [("OMPI_COMM_WORLD_RANK", "1"), ("OMPI_COMM_WORLD_SIZE", "4")];
 
     #[test]
     fn a_launched_sweep_joins_as_from_env() {
         let mut a = args(&["-b", "8"]);
-        resolve(&mut a, env(&MPI)).unwrap();
+        resolve(&mut a, fake_env(&MPI)).unwrap();
         assert!(a.from_env);
         // No launcher: threads, as before.
         let mut a = args(&[]);
-        resolve(&mut a, env(&[])).unwrap();
+        resolve(&mut a, fake_env(&[])).unwrap();
         assert!(!a.from_env);
         assert_eq!(a.ranks(), 4);
     }
@@ -110,12 +101,12 @@ mod tests {
     fn own_ranks_under_a_launcher_are_an_error_unless_opted_out() {
         for flags in [&["--ranks", "8"][..], &["--procs", "2"], &["--pick"]] {
             let mut a = args(flags);
-            let e = resolve(&mut a, env(&MPI)).unwrap_err().to_string();
+            let e = resolve(&mut a, fake_env(&MPI)).unwrap_err().to_string();
             assert!(e.contains(flags[0]) && e.contains("--no-launcher"), "{e}");
             assert!(e.contains("OMPI_COMM_WORLD_RANK=1"), "{e}");
         }
         let mut a = args(&["--ranks", "8", "--no-launcher"]);
-        resolve(&mut a, env(&MPI)).unwrap();
+        resolve(&mut a, fake_env(&MPI)).unwrap();
         assert!(!a.from_env);
         assert_eq!(a.ranks(), 8);
     }
@@ -123,7 +114,7 @@ mod tests {
     #[test]
     fn unclear_variables_stop_and_from_env_decides_alone() {
         let mut a = args(&[]);
-        let e = resolve(&mut a, env(&[("WORLD_SIZE", "4")]))
+        let e = resolve(&mut a, fake_env(&[("WORLD_SIZE", "4")]))
             .unwrap_err()
             .to_string();
         assert!(
@@ -132,7 +123,7 @@ mod tests {
         );
         // --from-env reads the variables itself, whatever they are.
         let mut a = args(&["--from-env"]);
-        resolve(&mut a, env(&[("WORLD_SIZE", "4")])).unwrap();
+        resolve(&mut a, fake_env(&[("WORLD_SIZE", "4")])).unwrap();
         assert!(a.from_env);
     }
 }

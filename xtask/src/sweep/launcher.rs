@@ -131,19 +131,17 @@ pub(crate) fn detect(get: impl Fn(&str) -> Option<String>) -> Detected {
     }
 }
 
+/// A lookup answering from `pairs` as [`detect`] reads the process
+/// environment: for tests.
+#[cfg(test)]
+pub(super) fn fake_env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+    let env = oxccl::settings::Environment::from_pairs(pairs);
+    move |k| env.get(k)
+}
+
 #[cfg(test)]
 mod tests {
-    use std::collections::HashMap;
-
     use super::*;
-
-    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-        let m: HashMap<String, String> = pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        move |k| m.get(k).cloned()
-    }
 
     fn launched(d: &Detected) -> Option<(&'static str, u32, u32)> {
         match d {
@@ -166,12 +164,12 @@ mod tests {
 
     #[test]
     fn no_launcher_variables_is_alone() {
-        assert_eq!(detect(env(&[])), Detected::Alone);
+        assert_eq!(detect(fake_env(&[])), Detected::Alone);
         // A Slurm allocation's batch script launched nothing yet.
         let batch = [("SLURM_PROCID", "0"), ("SLURM_NTASKS", "16")];
-        assert_eq!(detect(env(&batch)), Detected::Alone);
+        assert_eq!(detect(fake_env(&batch)), Detected::Alone);
         // Root addresses alone start nothing either.
-        assert_eq!(detect(env(&[("MASTER_ADDR", "h")])), Detected::Alone);
+        assert_eq!(detect(fake_env(&[("MASTER_ADDR", "h")])), Detected::Alone);
     }
 
     #[test]
@@ -183,22 +181,22 @@ mod tests {
             ("MASTER_ADDR", "10.0.0.1"),
             ("MASTER_PORT", "29500"),
         ];
-        let d = detect(env(&torch));
+        let d = detect(fake_env(&torch));
         assert_eq!(launched(&d), Some(("torchrun", 3, 8)));
         let Detected::Launched { seen, .. } = d else {
             unreachable!()
         };
         assert!(seen.contains("RANK=3") && seen.contains("MASTER_ADDR=10.0.0.1"));
         let mpi = [("OMPI_COMM_WORLD_RANK", "1"), ("OMPI_COMM_WORLD_SIZE", "2")];
-        assert_eq!(launched(&detect(env(&mpi))), Some(("openmpi", 1, 2)));
+        assert_eq!(launched(&detect(fake_env(&mpi))), Some(("openmpi", 1, 2)));
         let pmi = [("PMI_RANK", "0"), ("PMI_SIZE", "4")];
-        assert_eq!(launched(&detect(env(&pmi))), Some(("pmi", 0, 4)));
+        assert_eq!(launched(&detect(fake_env(&pmi))), Some(("pmi", 0, 4)));
         let step = [
             ("SLURM_PROCID", "5"),
             ("SLURM_NTASKS", "16"),
             ("SLURM_STEP_ID", "0"),
         ];
-        assert_eq!(launched(&detect(env(&step))), Some(("slurm", 5, 16)));
+        assert_eq!(launched(&detect(fake_env(&step))), Some(("slurm", 5, 16)));
     }
 
     #[test]
@@ -211,7 +209,10 @@ mod tests {
             ("SLURM_NTASKS", "2"),
             ("SLURM_STEP_ID", "0"),
         ];
-        assert_eq!(launched(&detect(env(&nested))), Some(("torchrun", 6, 8)));
+        assert_eq!(
+            launched(&detect(fake_env(&nested))),
+            Some(("torchrun", 6, 8))
+        );
         // srun started the 8 ranks itself and mpirun's view agrees.
         let same = [
             ("OMPI_COMM_WORLD_RANK", "6"),
@@ -220,23 +221,23 @@ mod tests {
             ("SLURM_NTASKS", "8"),
             ("SLURM_STEP_ID", "0"),
         ];
-        assert_eq!(launched(&detect(env(&same))), Some(("openmpi", 6, 8)));
+        assert_eq!(launched(&detect(fake_env(&same))), Some(("openmpi", 6, 8)));
     }
 
     #[test]
     fn partial_or_conflicting_variables_stop_with_what_was_seen() {
-        let line = unclear(detect(env(&[("RANK", "2")])));
+        let line = unclear(detect(fake_env(&[("RANK", "2")])));
         assert!(line.contains("RANK=2"), "{line}");
         assert!(line.contains("RANK without WORLD_SIZE"), "{line}");
         assert!(
             line.contains("--from-env") && line.contains("--no-launcher"),
             "{line}"
         );
-        let line = unclear(detect(env(&[("PMI_SIZE", "4")])));
+        let line = unclear(detect(fake_env(&[("PMI_SIZE", "4")])));
         assert!(line.contains("PMI_SIZE without PMI_RANK"), "{line}");
-        let line = unclear(detect(env(&[("RANK", "8"), ("WORLD_SIZE", "8")])));
+        let line = unclear(detect(fake_env(&[("RANK", "8"), ("WORLD_SIZE", "8")])));
         assert!(line.contains("not a rank below"), "{line}");
-        let line = unclear(detect(env(&[("RANK", "x"), ("WORLD_SIZE", "8")])));
+        let line = unclear(detect(fake_env(&[("RANK", "x"), ("WORLD_SIZE", "8")])));
         assert!(line.contains("RANK=x"), "{line}");
         // Two launchers that cannot both describe this process.
         let both = [
@@ -245,13 +246,13 @@ mod tests {
             ("OMPI_COMM_WORLD_RANK", "2"),
             ("OMPI_COMM_WORLD_SIZE", "3"),
         ];
-        let line = unclear(detect(env(&both)));
+        let line = unclear(detect(fake_env(&both)));
         assert!(
             line.contains("torchrun says rank 1 of 4, openmpi rank 2 of 3"),
             "{line}"
         );
         // A complete launcher beside a partial one is unclear too.
         let mixed = [("RANK", "1"), ("WORLD_SIZE", "4"), ("PMI_RANK", "1")];
-        assert!(matches!(detect(env(&mixed)), Detected::Unclear(_)));
+        assert!(matches!(detect(fake_env(&mixed)), Detected::Unclear(_)));
     }
 }

@@ -19,16 +19,17 @@ fn issue(comm: NcclCommT, raw: Raw) -> CResult<NcclResult> {
     let r = (|| {
         let c = handle::lookup(comm)?;
         let call = exec::check(&c, raw).inspect_err(|e| {
-            // A collective refused for its arguments outside a group is
-            // posted to the peers, whose matching calls then fail at once
-            // naming this rank instead of waiting for it.
-            if !in_group
-                && matches!(raw.what, What::Coll(_))
-                && e.code == crate::abi::INVALID_ARGUMENT
-            {
-                if let Some(x) = c.ready() {
-                    x.refused_call();
-                }
+            // A call refused for its arguments is posted to the peers,
+            // whose matching calls then fail at once naming this rank
+            // instead of waiting for it: now outside a group, at the
+            // group's end inside one.
+            if e.code != crate::abi::INVALID_ARGUMENT {
+                return;
+            }
+            if in_group {
+                group::with(|g| g.refused.push(c.clone()));
+            } else if let Some(x) = c.ready() {
+                x.refused_call();
             }
         })?;
         if in_group {

@@ -24,6 +24,7 @@ pub(super) fn finish(mut st: group::State) -> CResult<()> {
     }
     let split = super::init::finish_splits(std::mem::take(&mut st.splits));
     if let Some(e) = st.error.take() {
+        st.post_refusal();
         return Err(e);
     }
     split?;

@@ -8,13 +8,11 @@
 
 use std::ffi::{c_int, c_void};
 
-use oxccl::UniqueId;
-
-use crate::abi::{NcclCommT, NcclResult, NcclUniqueId, SUCCESS};
+use crate::abi::{NcclCommT, NcclResult, NcclUniqueId};
 use crate::error::{guard, CError, CResult};
 use crate::handle;
 
-use super::init::{init_rank, init_rank_on};
+use super::init::{init_rank, init_rank_on, write_new_id};
 use super::out;
 
 /// A new id for growing `comm` (its rendezvous root runs in this
@@ -31,15 +29,8 @@ pub unsafe extern "C" fn ncclCommGetUniqueId(
     guard("ncclCommGetUniqueId", || {
         let c = handle::lookup(comm)?;
         c.callable()?;
-        let p = out(unique_id, "uniqueId")?;
-        let id = UniqueId::new()?;
-        // SAFETY: checked; the caller's 128-byte id.
-        unsafe {
-            p.write(NcclUniqueId {
-                internal: id.to_bytes(),
-            })
-        };
-        Ok(SUCCESS)
+        // SAFETY: caller's contract.
+        unsafe { write_new_id(unique_id) }
     })
 }
 

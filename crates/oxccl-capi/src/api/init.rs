@@ -51,16 +51,27 @@ pub(crate) fn facade_config(cc: &CommConfig) -> CResult<oxccl::Config> {
 #[no_mangle]
 pub unsafe extern "C" fn ncclGetUniqueId(unique_id: *mut NcclUniqueId) -> NcclResult {
     guard("ncclGetUniqueId", || {
-        let p = out(unique_id, "uniqueId")?;
-        let id = UniqueId::new()?;
-        // SAFETY: checked; the caller's 128-byte id.
-        unsafe {
-            p.write(NcclUniqueId {
-                internal: id.to_bytes(),
-            })
-        };
-        Ok(SUCCESS)
+        // SAFETY: caller's contract.
+        unsafe { write_new_id(unique_id) }
     })
+}
+
+/// Makes a new id (its rendezvous root runs in this process) and writes
+/// it through `unique_id`: `ncclGetUniqueId`'s work, and
+/// `ncclCommGetUniqueId`'s once its communicator is checked.
+///
+/// # Safety
+/// `unique_id` must be null or point to 128 writable bytes.
+pub(super) unsafe fn write_new_id(unique_id: *mut NcclUniqueId) -> CResult<NcclResult> {
+    let p = out(unique_id, "uniqueId")?;
+    let id = UniqueId::new()?;
+    // SAFETY: checked; the caller's 128-byte id.
+    unsafe {
+        p.write(NcclUniqueId {
+            internal: id.to_bytes(),
+        })
+    };
+    Ok(SUCCESS)
 }
 
 /// `nranks` and `rank` checked: 1..=`MAX_RANKS` ranks (the bootstrap's

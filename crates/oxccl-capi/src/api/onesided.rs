@@ -40,54 +40,39 @@ pub unsafe extern "C" fn ncclWinGetUserPtr(
     })
 }
 
-/// Not supported yet: `ncclInvalidUsage`.
-#[no_mangle]
-#[allow(clippy::too_many_arguments)]
-pub extern "C" fn ncclPutSignal(
-    _localbuff: *const c_void,
-    _count: usize,
-    _datatype: NcclDataType,
-    _peer: c_int,
-    _peer_win: *mut c_void,
-    _offset: usize,
-    _sig_idx: c_int,
-    _ctx: c_int,
-    _flags: c_uint,
-    comm: NcclCommT,
-    _stream: CudaStream,
-) -> NcclResult {
-    guard("ncclPutSignal", || {
-        handle::lookup(comm)?;
-        unsupported("ncclPutSignal")
-    })
+/// Each named call, with NCCL's arguments, checks its communicator (the
+/// argument named before the `;`) and returns `ncclInvalidUsage` saying
+/// the call is not supported yet; nothing is read or written.
+macro_rules! not_supported_yet {
+    ($($name:ident($comm:ident; $($arg:ident: $ty:ty),* $(,)?);)*) => {$(
+        /// Not supported yet: `ncclInvalidUsage`.
+        #[no_mangle]
+        #[allow(clippy::too_many_arguments)]
+        pub extern "C" fn $name($($arg: $ty),*) -> NcclResult {
+            guard(stringify!($name), || {
+                handle::lookup($comm)?;
+                unsupported(stringify!($name))
+            })
+        }
+    )*};
 }
 
-/// Not supported yet: `ncclInvalidUsage`.
-#[no_mangle]
-pub extern "C" fn ncclSignal(
-    _peer: c_int,
-    _sig_idx: c_int,
-    _ctx: c_int,
-    _flags: c_uint,
-    comm: NcclCommT,
-    _stream: CudaStream,
-) -> NcclResult {
-    guard("ncclSignal", || {
-        handle::lookup(comm)?;
-        unsupported("ncclSignal")
-    })
-}
-
-/// Not supported yet: `ncclInvalidUsage`.
-#[no_mangle]
-pub extern "C" fn ncclWaitSignal(
-    _n_desc: c_int,
-    _descs: *mut c_void,
-    comm: NcclCommT,
-    _stream: CudaStream,
-) -> NcclResult {
-    guard("ncclWaitSignal", || {
-        handle::lookup(comm)?;
-        unsupported("ncclWaitSignal")
-    })
+not_supported_yet! {
+    ncclPutSignal(comm;
+        _localbuff: *const c_void,
+        _count: usize,
+        _datatype: NcclDataType,
+        _peer: c_int,
+        _peer_win: *mut c_void,
+        _offset: usize,
+        _sig_idx: c_int,
+        _ctx: c_int,
+        _flags: c_uint,
+        comm: NcclCommT,
+        _stream: CudaStream,
+    );
+    ncclSignal(comm;
+        _peer: c_int, _sig_idx: c_int, _ctx: c_int, _flags: c_uint, comm: NcclCommT, _stream: CudaStream,
+    );
+    ncclWaitSignal(comm; _n_desc: c_int, _descs: *mut c_void, comm: NcclCommT, _stream: CudaStream);
 }

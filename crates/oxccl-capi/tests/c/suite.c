@@ -50,6 +50,16 @@ static int g_rank = 0, g_nranks = 1;
     }                                                                        \
   } while (0)
 
+/* `call` is refused with `code`, and ncclGetLastError's message names
+ * `word`. */
+#define BAD(call, code, word)                                                        \
+  do {                                                                               \
+    ncclResult_t r_ = (call);                                                        \
+    const char *m_ = ncclGetLastError(NULL);                                         \
+    CHECK(r_ == (code), "%s returned %d, want %d (%s)", #call, (int)r_, (int)(code), m_); \
+    CHECK(strstr(m_, (word)) != NULL, "%s: message '%s' lacks '%s'", #call, m_, (word)); \
+  } while (0)
+
 /* ---------- element encoding: exact small values in all 12 types ---------- */
 
 static size_t type_size(int t) {
@@ -179,19 +189,21 @@ static char g_dir[4096];
 
 static void id_path(char *out, size_t n, const char *name) { snprintf(out, n, "%s/%s", g_dir, name); }
 
-/* Rank `maker` makes an id and publishes it as DIR/name; the others wait
- * for it (at most 60 s). */
-static int share_id_by(const char *name, ncclUniqueId *id, int maker) {
+/* Writes `id` as DIR/name for the other processes. */
+static int publish_id(const char *name, const ncclUniqueId *id) {
   char path[4200], tmp[4300];
   id_path(path, sizeof path, name);
-  if (g_rank == maker) {
-    if (ncclGetUniqueId(id) != ncclSuccess) return -1;
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "wb");
-    if (!f || fwrite(id, sizeof *id, 1, f) != 1) return -1;
-    fclose(f);
-    return rename(tmp, path);
-  }
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  FILE *f = fopen(tmp, "wb");
+  if (!f || fwrite(id, sizeof *id, 1, f) != 1) return -1;
+  fclose(f);
+  return rename(tmp, path);
+}
+
+/* Waits (at most 60 s) for DIR/name and reads it. */
+static int wait_id(const char *name, ncclUniqueId *id) {
+  char path[4200];
+  id_path(path, sizeof path, name);
   for (int i = 0; i < 6000; i++) {
     FILE *f = fopen(path, "rb");
     if (f) {
@@ -202,6 +214,14 @@ static int share_id_by(const char *name, ncclUniqueId *id, int maker) {
     usleep(10000);
   }
   return -1;
+}
+
+/* Rank `maker` makes an id and publishes it as DIR/name; the others wait
+ * for it (at most 60 s). */
+static int share_id_by(const char *name, ncclUniqueId *id, int maker) {
+  if (g_rank != maker) return wait_id(name, id);
+  if (ncclGetUniqueId(id) != ncclSuccess) return -1;
+  return publish_id(name, id);
 }
 
 static int share_id(const char *name, ncclUniqueId *id) { return share_id_by(name, id, 0); }
@@ -746,6 +766,56 @@ static void scenario_refused(void) {
   NCCL_OK(ncclCommDestroy(comm));
 }
 
+/* Inside a group, rank 1's AllReduce (NULL buffer), then its Send (peer
+ * out of range) are refused: its ncclGroupEnd returns the refusal, and
+ * its peer's group end fails at once (no deadline is configured), naming
+ * rank 1 and the reason; the next call lines up. Two ranks. */
+static void scenario_group_refused(void) {
+  ncclComm_t comm = world("id");
+  if (!comm) return;
+  int peer = 1 - g_rank;
+  float v[32], w[32];
+  for (int i = 0; i < 32; i++) v[i] = 1;
+  NCCL_OK(ncclGroupStart());
+  ncclResult_t r = ncclAllReduce(g_rank == 1 ? NULL : v, v, 32, ncclFloat32, ncclSum, comm, NULL);
+  CHECK(r == (g_rank == 1 ? ncclInvalidArgument : ncclSuccess), "AllReduce in the group returned %d", (int)r);
+  r = ncclGroupEnd();
+  const char *m = ncclGetLastError(comm);
+  if (g_rank == 1) {
+    CHECK(r == ncclInvalidArgument, "the refusing rank's group end returned %d", (int)r);
+  } else {
+    CHECK(r == ncclRemoteError, "the peer's group end returned %d (%s)", (int)r, m);
+    CHECK(strstr(m, "peer rank 1 failed call #1") != NULL, "error does not name rank 1: %s", m);
+    CHECK(strstr(m, "its arguments were refused") != NULL, "error gives no reason: %s", m);
+  }
+  NCCL_OK(ncclGroupStart());
+  r = ncclSend(v, 32, ncclFloat32, g_rank == 1 ? 7 : peer, comm, NULL);
+  CHECK(r == (g_rank == 1 ? ncclInvalidArgument : ncclSuccess), "Send in the group returned %d", (int)r);
+  NCCL_OK(ncclRecv(w, 32, ncclFloat32, peer, comm, NULL));
+  r = ncclGroupEnd();
+  m = ncclGetLastError(comm);
+  if (g_rank == 1) {
+    CHECK(r == ncclInvalidArgument, "the refusing rank's group end returned %d", (int)r);
+  } else {
+    CHECK(r == ncclRemoteError, "the peer's Send/Recv group end returned %d (%s)", (int)r, m);
+    CHECK(strstr(m, "peer rank 1 failed its group") != NULL, "error does not name rank 1: %s", m);
+  }
+  /* A lone Send, refused outside a group: the peer's Recv fails at once. */
+  if (g_rank == 1) {
+    r = ncclSend(v, 32, ncclFloat32, 7, comm, NULL);
+    CHECK(r == ncclInvalidArgument, "a lone Send to rank 7 returned %d", (int)r);
+  } else {
+    r = ncclRecv(w, 32, ncclFloat32, 1, comm, NULL);
+    m = ncclGetLastError(comm);
+    CHECK(r == ncclRemoteError, "the peer's lone Recv returned %d (%s)", (int)r, m);
+    CHECK(strstr(m, "peer rank 1 failed its group") != NULL, "error does not name rank 1: %s", m);
+  }
+  for (int i = 0; i < 32; i++) v[i] = 1;
+  NCCL_OK(ncclAllReduce(v, v, 32, ncclFloat32, ncclSum, comm, NULL));
+  CHECK(v[0] == g_nranks, "allreduce after the refusals %g", v[0]);
+  NCCL_OK(ncclCommDestroy(comm));
+}
+
 static volatile int stop_watch = 0;
 static void *watch(void *arg) {
   ncclComm_t comm = (ncclComm_t)arg;
@@ -922,13 +992,6 @@ static void scenario_badargs(void) {
   for (int i = 0; i < 9; i++) out[i] = -1;
   int fake_storage[64];
   ncclComm_t foreign = (ncclComm_t)fake_storage;
-#define BAD(call, code, word)                                                        \
-  do {                                                                               \
-    ncclResult_t r_ = (call);                                                        \
-    const char *m_ = ncclGetLastError(NULL);                                         \
-    CHECK(r_ == (code), "%s returned %d, want %d (%s)", #call, (int)r_, (int)(code), m_); \
-    CHECK(strstr(m_, (word)) != NULL, "%s: message '%s' lacks '%s'", #call, m_, (word)); \
-  } while (0)
   BAD(ncclAllReduce(in, out, 8, ncclFloat32, ncclSum, NULL, NULL), ncclInvalidArgument, "NULL");
   BAD(ncclAllReduce(in, out, 8, ncclFloat32, ncclSum, foreign, NULL), ncclInvalidArgument, "not a live");
   BAD(ncclAllReduce(in, out, 8, (ncclDataType_t)12, ncclSum, comm, NULL), ncclInvalidArgument, "datatype 12");
@@ -1100,34 +1163,27 @@ static void scenario_windows(void) {
   ncclWindow_t keep = (ncclWindow_t)0x40;
   int fake_storage[64];
   ncclComm_t foreign = (ncclComm_t)fake_storage;
-#define WBAD(call, code, word)                                                       \
-  do {                                                                               \
-    ncclResult_t r_ = (call);                                                        \
-    const char *m_ = ncclGetLastError(NULL);                                         \
-    CHECK(r_ == (code), "%s returned %d, want %d (%s)", #call, (int)r_, (int)(code), m_); \
-    CHECK(strstr(m_, (word)) != NULL, "%s: message '%s' lacks '%s'", #call, m_, (word)); \
-  } while (0)
-  WBAD(ncclCommWindowRegister(comm, (char *)mem + 64, 4096, &keep, NCCL_WIN_COLL_SYMMETRIC), ncclInvalidArgument, "NCCL_WIN_REQUIRED_ALIGNMENT");
-  WBAD(ncclCommWindowRegister(comm, NULL, 4096, &keep, 0), ncclInvalidArgument, "NULL");
-  WBAD(ncclCommWindowRegister(comm, mem, 0, &keep, 0), ncclInvalidArgument, "size is 0");
-  WBAD(ncclCommWindowRegister(comm, mem, SIZE_MAX, &keep, 0), ncclInvalidArgument, "overflow");
-  WBAD(ncclCommWindowRegister(comm, mem, bytes, NULL, 0), ncclInvalidArgument, "win is NULL");
-  WBAD(ncclCommWindowRegister(foreign, mem, bytes, &keep, 0), ncclInvalidArgument, "not a live");
-  WBAD(ncclCommWindowRegister(NULL, mem, bytes, &keep, 0), ncclInvalidArgument, "NULL");
+  BAD(ncclCommWindowRegister(comm, (char *)mem + 64, 4096, &keep, NCCL_WIN_COLL_SYMMETRIC), ncclInvalidArgument, "NCCL_WIN_REQUIRED_ALIGNMENT");
+  BAD(ncclCommWindowRegister(comm, NULL, 4096, &keep, 0), ncclInvalidArgument, "NULL");
+  BAD(ncclCommWindowRegister(comm, mem, 0, &keep, 0), ncclInvalidArgument, "size is 0");
+  BAD(ncclCommWindowRegister(comm, mem, SIZE_MAX, &keep, 0), ncclInvalidArgument, "overflow");
+  BAD(ncclCommWindowRegister(comm, mem, bytes, NULL, 0), ncclInvalidArgument, "win is NULL");
+  BAD(ncclCommWindowRegister(foreign, mem, bytes, &keep, 0), ncclInvalidArgument, "not a live");
+  BAD(ncclCommWindowRegister(NULL, mem, bytes, &keep, 0), ncclInvalidArgument, "NULL");
   CHECK(keep == (ncclWindow_t)0x40, "a refused registration wrote %p", (void *)keep);
   up = (void *)0x80;
-  WBAD(ncclWinGetUserPtr(comm, (ncclWindow_t)mem, &up), ncclInvalidArgument, "not a live window");
-  WBAD(ncclWinGetUserPtr(comm, win, NULL), ncclInvalidArgument, "NULL");
-  WBAD(ncclWinGetUserPtr(foreign, win, &up), ncclInvalidArgument, "not a live");
-  WBAD(ncclCommWindowDeregister(comm, NULL), ncclInvalidArgument, "win is NULL");
-  WBAD(ncclCommWindowDeregister(comm, (ncclWindow_t)0x1234), ncclInvalidArgument, "not a live window");
+  BAD(ncclWinGetUserPtr(comm, (ncclWindow_t)mem, &up), ncclInvalidArgument, "not a live window");
+  BAD(ncclWinGetUserPtr(comm, win, NULL), ncclInvalidArgument, "NULL");
+  BAD(ncclWinGetUserPtr(foreign, win, &up), ncclInvalidArgument, "not a live");
+  BAD(ncclCommWindowDeregister(comm, NULL), ncclInvalidArgument, "win is NULL");
+  BAD(ncclCommWindowDeregister(comm, (ncclWindow_t)0x1234), ncclInvalidArgument, "not a live window");
   /* A window belongs to the communicator that made it. */
   ncclUniqueId zero;
   memset(&zero, 0, sizeof zero);
   ncclComm_t other = NULL;
   NCCL_OK(ncclCommInitRank(&other, 1, zero, 0));
-  WBAD(ncclWinGetUserPtr(other, win, &up), ncclInvalidArgument, "not a live window");
-  WBAD(ncclCommWindowDeregister(other, win), ncclInvalidArgument, "not a live window");
+  BAD(ncclWinGetUserPtr(other, win, &up), ncclInvalidArgument, "not a live window");
+  BAD(ncclCommWindowDeregister(other, win), ncclInvalidArgument, "not a live window");
   CHECK(up == (void *)0x80, "a refused ncclWinGetUserPtr wrote %p", up);
   /* Unaligned without the symmetric flag, and unknown flags: accepted. */
   ncclWindow_t w2 = NULL;
@@ -1141,13 +1197,13 @@ static void scenario_windows(void) {
   /* Deregistered: the handle is stale for good; calls on the memory still run. */
   NCCL_OK(ncclCommWindowDeregister(comm, win));
   up = (void *)0x80;
-  WBAD(ncclWinGetUserPtr(comm, win, &up), ncclInvalidArgument, "not a live window");
+  BAD(ncclWinGetUserPtr(comm, win, &up), ncclInvalidArgument, "not a live window");
   CHECK(up == (void *)0x80, "a stale ncclWinGetUserPtr wrote %p", up);
-  WBAD(ncclCommWindowDeregister(comm, win), ncclInvalidArgument, "not a live window");
+  BAD(ncclCommWindowDeregister(comm, win), ncclInvalidArgument, "not a live window");
   window_colls(comm, mem, g_rank, g_nranks, "after deregistering");
   NCCL_OK(ncclCommDestroy(comm));
   NCCL_OK(ncclMemFree(mem));
-  WBAD(ncclMemFree(mem), ncclInvalidArgument, "not allocated by ncclMemAlloc");
+  BAD(ncclMemFree(mem), ncclInvalidArgument, "not allocated by ncclMemAlloc");
 
   /* Ranks as threads of this process: every rank's window is reached
    * by every other rank (the direct plans). One thread drives them all,
@@ -1187,7 +1243,7 @@ static void scenario_windows(void) {
     CHECK(bad == 0, "threads: rank %d allgather on windows: %d wrong", i, bad);
   }
   /* Another rank's window is not this rank's. */
-  WBAD(ncclCommWindowDeregister(c[1], w[0]), ncclInvalidArgument, "not a live window");
+  BAD(ncclCommWindowDeregister(c[1], w[0]), ncclInvalidArgument, "not a live window");
   for (int i = 0; i < T; i++) {
     NCCL_OK(ncclWinGetUserPtr(c[i], w[i], &up));
     CHECK(up == m[i], "threads: rank %d window pointer %p, registered %p", i, up, m[i]);
@@ -1197,7 +1253,6 @@ static void scenario_windows(void) {
     NCCL_OK(ncclCommDestroy(c[i]));
     NCCL_OK(ncclMemFree(m[i]));
   }
-#undef WBAD
 }
 
 /* NCCL_COMM_ID names the root: every rank makes the same id itself. */
@@ -1213,33 +1268,6 @@ static void scenario_commid(void) {
 }
 
 /* ---------- NCCL 2.28.7-2.30 additions ---------- */
-
-/* Writes `id` as DIR/name for the other processes. */
-static int publish_id(const char *name, const ncclUniqueId *id) {
-  char path[4200], tmp[4300];
-  id_path(path, sizeof path, name);
-  snprintf(tmp, sizeof tmp, "%s.tmp", path);
-  FILE *f = fopen(tmp, "wb");
-  if (!f || fwrite(id, sizeof *id, 1, f) != 1) return -1;
-  fclose(f);
-  return rename(tmp, path);
-}
-
-/* Waits (at most 60 s) for DIR/name and reads it. */
-static int wait_id(const char *name, ncclUniqueId *id) {
-  char path[4200];
-  id_path(path, sizeof path, name);
-  for (int i = 0; i < 6000; i++) {
-    FILE *f = fopen(path, "rb");
-    if (f) {
-      size_t got = fread(id, sizeof *id, 1, f);
-      fclose(f);
-      if (got == 1) return 0;
-    }
-    usleep(10000);
-  }
-  return -1;
-}
 
 /* Every process has reached `name` (files DIR/name.RANK), at most 60 s:
  * a barrier outside the library, for a call that must not overlap any
@@ -1404,6 +1432,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(s, "abort")) scenario_abort();
   else if (!strcmp(s, "abort_thread")) scenario_abort_thread();
   else if (!strcmp(s, "refused")) scenario_refused();
+  else if (!strcmp(s, "group_refused")) scenario_group_refused();
   else if (!strcmp(s, "nonblocking")) scenario_nonblocking();
   else if (!strcmp(s, "nonblocking_split")) scenario_nonblocking_split();
   else if (!strcmp(s, "streams")) scenario_streams();

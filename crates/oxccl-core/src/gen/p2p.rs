@@ -158,7 +158,12 @@ pub fn plan_with_paths(
     let ranks = (0..nranks)
         .map(|r| {
             let i = r as usize;
-            build_rank(nranks, r, &ops[i], &paths[i], chunk, channels)
+            let mine = RankOps {
+                rank: r,
+                list: &ops[i],
+                paths: &paths[i],
+            };
+            build_rank(nranks, mine, chunk, channels)
         })
         .collect();
     Ok(Plan {
@@ -292,7 +297,8 @@ pub fn rank_plan_with_paths(
             counts(list, rank, false)
         ));
     }
-    Ok(build_rank(nranks, rank, list, paths, chunk, channels))
+    let ops = RankOps { rank, list, paths };
+    Ok(build_rank(nranks, ops, chunk, channels))
 }
 
 /// The checks on one rank's list that need no other rank.
@@ -320,15 +326,16 @@ fn validate_list(
     Ok(())
 }
 
-/// One rank's steps (inputs already validated).
-fn build_rank(
-    nranks: u32,
+/// One rank's operations and the path of each (`paths[i]` for `list[i]`).
+struct RankOps<'a> {
     rank: Rank,
-    list: &[P2pOp],
-    paths: &[Path],
-    chunk: usize,
-    channels: u32,
-) -> RankPlan {
+    list: &'a [P2pOp],
+    paths: &'a [Path],
+}
+
+/// One rank's steps (inputs already validated).
+fn build_rank(nranks: u32, ops: RankOps<'_>, chunk: usize, channels: u32) -> RankPlan {
+    let RankOps { rank, list, paths } = ops;
     let bufs = list
         .iter()
         .map(|o| BufDecl {

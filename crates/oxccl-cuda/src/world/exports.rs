@@ -312,8 +312,6 @@ impl World {
         let word =
             |at: usize| u64::from_le_bytes(record[at..at + 8].try_into().unwrap_or_default());
         let (theirs, size) = (word(HANDLE_BYTES), word(HANDLE_BYTES + 8));
-        let stream = &self.rank(rank)?.stream;
-        let entry = |tag: u8| s.delta.ptr + ((peer as usize * MAPS + tag as usize) * 8) as u64;
         let opened = match Imported::open(&dev.ctx, &record[..HANDLE_BYTES]) {
             Ok(m) => m,
             Err(e) => {
@@ -328,23 +326,55 @@ impl World {
                 return Ok(());
             }
         };
-        let delta = opened.ptr.wrapping_sub(theirs);
-        tracing::debug!(
+        debug_assert_ne!(opened.ptr.wrapping_sub(theirs) as i64, UNMAPPED);
+        let mapping = Mapping {
             rank,
             peer,
             tag,
             theirs,
+            here: opened.ptr,
             size,
-            here = opened.ptr,
-            "oxccl: mapped a peer's allocation"
-        );
-        debug_assert_ne!(delta as i64, UNMAPPED);
-        // SAFETY: an entry of the delta table, which lives as long as the
-        // clique.
-        unsafe { stream.store_u64_async(entry(tag), delta)? };
+        };
+        self.store_delta(mapping, "allocation")?;
         lock(&s.exports).opened.push(opened);
         Ok(())
     }
+
+    /// Puts `m`'s delta (its address here less the peer's) into `m.rank`'s
+    /// table entry for (`m.peer`, `m.tag`), on that rank's stream, ahead of
+    /// its next launch; `what` names the allocation's kind in the log.
+    fn store_delta(&self, m: Mapping, what: &str) -> Result<()> {
+        let s = self
+            .shared
+            .as_ref()
+            .ok_or_else(|| CudaError::Invalid("a mapping: ranks are not processes".into()))?;
+        let delta = m.here.wrapping_sub(m.theirs);
+        let entry = s.delta.ptr + ((m.peer as usize * MAPS + m.tag as usize) * 8) as u64;
+        tracing::debug!(
+            rank = m.rank,
+            peer = m.peer,
+            tag = m.tag,
+            theirs = m.theirs,
+            size = m.size,
+            here = m.here,
+            "oxccl: mapped a peer's {what}"
+        );
+        // SAFETY: an entry of the delta table, which lives as long as the
+        // clique.
+        unsafe { self.rank(m.rank)?.stream.store_u64_async(entry, delta) }
+    }
+}
+
+/// A peer's allocation mapped into this process for `rank`: `theirs` in
+/// `peer`'s address space, `here` in this one.
+#[derive(Clone, Copy, Debug)]
+struct Mapping {
+    rank: u32,
+    peer: u32,
+    tag: u8,
+    theirs: u64,
+    here: u64,
+    size: u64,
 }
 
 impl World {
@@ -419,20 +449,15 @@ impl World {
         let size = usize::try_from(size)
             .map_err(|_| CudaError::Invalid(format!("window_import: {size} bytes")))?;
         let m = crate::vmm::Import::open(&dev.ctx, fd, size)?;
-        let delta = m.ptr.wrapping_sub(theirs);
-        let entry = s.delta.ptr + ((peer as usize * MAPS + tag as usize) * 8) as u64;
-        tracing::debug!(
+        let mapping = Mapping {
             rank,
             peer,
             tag,
             theirs,
-            size,
-            here = m.ptr,
-            "oxccl: mapped a peer's window"
-        );
-        // SAFETY: an entry of the delta table, which lives as long as the
-        // clique.
-        unsafe { self.rank(rank)?.stream.store_u64_async(entry, delta)? };
+            here: m.ptr,
+            size: size as u64,
+        };
+        self.store_delta(mapping, "window")?;
         lock(&s.exports).windows.push(m);
         Ok(())
     }

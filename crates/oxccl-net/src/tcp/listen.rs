@@ -13,10 +13,11 @@
 //! (half the deadline, at most 10 s) is it an error, and the error says so.
 
 use std::collections::VecDeque;
-use std::io::{ErrorKind, Read, Write};
+use std::io::Write;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
+use oxccl_bootstrap::accept::{accept, fill, out_of_fds, Accepted, Fill};
 use oxccl_bootstrap::Key;
 use socket2::{Domain, Socket, Type};
 
@@ -61,30 +62,6 @@ fn io(conn: &str, what: &'static str, e: std::io::Error) -> NetError {
         conn: conn.into(),
         what,
         detail: e.to_string(),
-    }
-}
-
-/// What reading a waiting socket found.
-enum Step {
-    More,
-    Done,
-    Drop(String),
-}
-
-impl Waiting {
-    fn read(&mut self) -> Step {
-        while self.got < Hello::BYTES {
-            match self.s.read(&mut self.buf[self.got..]) {
-                Ok(0) => {
-                    return Step::Drop(format!("closed after {} bytes of its hello", self.got))
-                }
-                Ok(n) => self.got += n,
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return Step::More,
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) => return Step::Drop(format!("reading its hello: {e}")),
-            }
-        }
-        Step::Done
     }
 }
 
@@ -156,13 +133,14 @@ impl Listener {
         }
         let mut i = 0;
         while i < self.waiting.len() {
-            match self.waiting[i].read() {
-                Step::More => i += 1,
-                Step::Drop(why) => {
+            let w = &mut self.waiting[i];
+            match fill(&w.s, &mut w.buf, &mut w.got) {
+                Fill::More => i += 1,
+                Fill::Drop(why) => {
                     let w = self.waiting.remove(i).expect("in range");
                     self.drop_one(w, &why);
                 }
-                Step::Done => {
+                Fill::Full => {
                     let w = self.waiting.remove(i).expect("in range");
                     match self.take(&w) {
                         Err(why) => self.drop_one(w, &why),
@@ -209,8 +187,8 @@ impl Listener {
 
     fn accept_all(&mut self, now: Instant, deadline: Duration) -> Result<(), NetError> {
         loop {
-            match self.sock.accept() {
-                Ok((s, from)) => {
+            match accept(&self.sock) {
+                Accepted::Conn(s, from) => {
                     self.starved = None;
                     if let Err(e) = s.set_nonblocking(true) {
                         tracing::warn!("oxccl-net: dropped a connection from {from}: {e}");
@@ -228,16 +206,9 @@ impl Listener {
                         got: 0,
                     });
                 }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(()),
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        ErrorKind::Interrupted | ErrorKind::ConnectionAborted
-                    ) => {}
-                Err(e) => {
-                    let out_of_fds = [rustix::io::Errno::MFILE, rustix::io::Errno::NFILE]
-                        .iter()
-                        .any(|x| e.raw_os_error() == Some(x.raw_os_error()));
+                Accepted::Drained => return Ok(()),
+                Accepted::Failed(e) => {
+                    let out_of_fds = out_of_fds(&e);
                     let since = match &self.starved {
                         Some((t, _)) => *t,
                         None => {

@@ -13,8 +13,8 @@ use oxccl_cuda::layout::MAX_BUFS;
 use oxccl_cuda::{CudaError, Party, Prepared, World, WorldConfig};
 
 use super::{
-    Backend, BackendKind, BackendOptions, Completion, Launch, PreparedPlan, RawBuf, RawStream,
-    Timer,
+    Backend, BackendKind, BackendOptions, Completion, Launch, PeerWindow, PreparedPlan, RawBuf,
+    RawStream, Timer,
 };
 use crate::error::Error;
 
@@ -37,22 +37,6 @@ pub fn current_device() -> Result<i32, Error> {
 /// fails instead under `OXCCL_REQUIRE_GPU=1` or on any other error (see
 /// `oxccl_cuda::gpu_gate`).
 pub use oxccl_cuda::device_or_skip;
-
-/// Device memory in the calling thread's current CUDA context, for the C
-/// ABI's `ncclMemAlloc` (any collective takes it as external memory).
-pub fn alloc_current(bytes: usize) -> Result<u64, Error> {
-    oxccl_cuda::driver::alloc_in_current_context(bytes).map_err(map_error)
-}
-
-/// Frees memory from [`alloc_current`].
-///
-/// # Safety
-/// `ptr` came from [`alloc_current`], is freed once, and nothing enqueued
-/// that may still touch it runs on a stream this call does not wait for.
-pub unsafe fn free_current(ptr: u64) -> Result<(), Error> {
-    // SAFETY: caller's contract.
-    unsafe { oxccl_cuda::driver::free_device_memory(ptr) }.map_err(map_error)
-}
 
 /// Memory from the virtual memory management API in the calling thread's
 /// current CUDA context, for the C ABI's `ncclMemAlloc` (NCCL's
@@ -294,15 +278,9 @@ impl Backend for CudaBackend {
         Ok(e.map(|(fd, rec)| (fd, rec.to_vec())))
     }
 
-    fn window_import(
-        &self,
-        rank: u32,
-        peer: u32,
-        fd: &std::os::fd::OwnedFd,
-        record: &[u8],
-    ) -> Result<(), Error> {
+    fn window_import(&self, rank: u32, w: PeerWindow<'_>) -> Result<(), Error> {
         self.world
-            .window_import(rank, peer, fd, record)
+            .window_import(rank, w.peer, w.fd, w.record)
             .map_err(map_error)
     }
 

@@ -264,6 +264,16 @@ impl Completion for Done {
     }
 }
 
+/// A peer's exported window as it reaches a rank: the descriptor the
+/// peer passed over the mailbox and the record it all-gathered
+/// ([`Backend::window_export`]'s two parts).
+#[derive(Clone, Copy, Debug)]
+pub struct PeerWindow<'a> {
+    pub peer: u32,
+    pub fd: &'a std::os::fd::OwnedFd,
+    pub record: &'a [u8],
+}
+
 /// A device family. One object per clique, shared by its ranks' threads.
 ///
 /// Contract for [`Backend::execute`]: `launch.bufs` has one entry per
@@ -337,15 +347,9 @@ pub trait Backend: Send + Sync + Debug {
         Ok(None)
     }
 
-    /// Maps `peer`'s exported window (`fd`, `record`) for `rank`.
-    fn window_import(
-        &self,
-        rank: u32,
-        peer: u32,
-        fd: &std::os::fd::OwnedFd,
-        record: &[u8],
-    ) -> Result<(), Error> {
-        let _ = (rank, peer, fd, record);
+    /// Maps a peer's exported window for `rank`.
+    fn window_import(&self, rank: u32, window: PeerWindow<'_>) -> Result<(), Error> {
+        let _ = (rank, window);
         Err(Error::InvalidUsage(format!(
             "{} does not map windows",
             self.describe()

@@ -265,6 +265,17 @@ impl Board {
         Ok(out)
     }
 
+    /// `rank`'s record of call `seq`, if it has published it and not
+    /// overwritten it since (read without waiting).
+    pub fn record(&self, rank: u32, seq: u64) -> Option<[u64; 4]> {
+        let slot = self.slot(rank, seq);
+        if slot.seq.load(Ordering::Acquire) != seq {
+            return None;
+        }
+        let w = [0, 1, 2, 3].map(|i| slot.words[i].load(Ordering::Relaxed));
+        (slot.seq.load(Ordering::Acquire) == seq).then_some(w)
+    }
+
     /// Posts one side of a Send/Recv of `rank`; returns its index on the
     /// pair (the k-th send matches the k-th receive).
     pub fn post(&self, rank: u32, rec: P2pRecord) -> u64 {

@@ -146,13 +146,25 @@ impl Communicator {
     /// Tells the peers that this rank's next collective call was refused
     /// for its arguments by a layer above this crate (the C ABI's own
     /// checks), so their matching calls fail at once naming this rank
-    /// ([`Error::PeerFailed`]) instead of waiting for it. Outside a group
-    /// only; does nothing when calls are not checked.
+    /// ([`Error::PeerFailed`]) instead of waiting for it: a call made
+    /// alone, or every communicator of a group that holds a refused call
+    /// (see [`crate::Group::end`]). Does nothing when calls are not checked.
     pub fn refused_call(&self) {
         self.post_refusal(super::refusal::ARGUMENTS);
     }
 
-    fn post_refusal(&self, reason: u8) {
+    /// The reason `peer` posted a refusal as its call `seq`, if it did.
+    fn refusal_of(&self, peer: u32, seq: u64) -> Option<String> {
+        let w = self.clique().board.record(peer, seq)?;
+        match Call::decode([w[0], w[1], w[2]])?.0 {
+            Call::Refused { reason } => Some(super::refusal::phrase(reason).to_string()),
+            _ => None,
+        }
+    }
+
+    /// Posts a refusal, with the code of its reason, as this rank's next
+    /// collective call (when calls are checked).
+    pub(crate) fn post_refusal(&self, reason: u8) {
         if self.checking() {
             let mut seq = self.call_lock();
             self.publish_call(&mut seq, Call::Refused { reason }, false, 0);
@@ -250,8 +262,22 @@ impl Communicator {
                         count: r.count as u64,
                         dtype: r.dtype,
                     };
-                    problem = Some((
-                        Error::Mismatch {
+                    // A peer whose group was refused posted that in place
+                    // of the call after this rank's last: name it and the
+                    // reason (it may have gone on to later calls since).
+                    let err = match self.refusal_of(r.peer, seq.seq + 1) {
+                        Some(reason) => Error::PeerFailed {
+                            rank: me,
+                            peer: r.peer,
+                            call: format!(
+                                "its group with the {} matching this rank's {} x {}",
+                                if r.send { "recv" } else { "send" },
+                                r.count,
+                                r.dtype
+                            ),
+                            reason,
+                        },
+                        None => Error::Mismatch {
                             rank: me,
                             detail: format!(
                                 "rank {me} {verb} {} x {} {dir} rank {}, but rank {} entered collective call #{at} without the matching {}; nothing was sent",
@@ -259,8 +285,8 @@ impl Communicator {
                                 if r.send { "recv" } else { "send" }
                             ),
                         },
-                        Some(blocked),
-                    ));
+                    };
+                    problem = Some((err, Some(blocked)));
                     break;
                 }
             }

@@ -31,7 +31,10 @@
 //!   without logging, naming the ranks not yet arrived and the call, after
 //!   `Config::wait_warn`'s first period and then every period. A rank
 //!   whose call fails validation publishes a refusal in its place
-//!   (`refusal.rs`): the peers fail at once, naming it. Among
+//!   (`refusal.rs`): the peers fail at once, naming it. In a group, the
+//!   refusal of any of its operations takes the place of the group's call
+//!   on each of its communicators; a peer waiting on a Send/Recv of that
+//!   rank finds it in place of the call after its own last. Among
 //!   threads, both say how ranks of one process must call (the usual cause
 //!   is one thread calling every rank in turn). A wait for a rank whose
 //!   communicator was destroyed or dropped fails at once, naming it, among

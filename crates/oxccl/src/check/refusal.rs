@@ -10,8 +10,12 @@ use crate::error::Error;
 /// (the C ABI's own checks).
 pub(crate) const ARGUMENTS: u8 = 11;
 
+/// The code of a group whose sends to its own rank and receives from it
+/// differ (found at the group's end, before anything is published).
+pub(crate) const SELF_PAIRS: u8 = 12;
+
 /// Phrases by code; code 0 is any other failure.
-const PHRASES: [&str; 12] = [
+const PHRASES: [&str; 13] = [
     "its call failed",
     "a buffer's length does not fit the count",
     "a buffer is longer than the call allows",
@@ -24,6 +28,7 @@ const PHRASES: [&str; 12] = [
     "a buffer pointer is invalid",
     "a buffer belongs to another communicator or backend",
     "its arguments were refused",
+    "its sends to itself and receives from itself do not match",
 ];
 
 /// Whether `e` is a refusal of the call's arguments (what validation

@@ -144,6 +144,23 @@ pub fn tagged(lines: &[String], tag: &str) -> Vec<String> {
         .collect()
 }
 
+/// Asserts that on every rank the first line tagged `tag` satisfies
+/// `want`, naming the rank and showing its lines otherwise.
+pub fn every_rank_first(lines: &[Vec<String>], tag: &str, want: impl Fn(&str) -> bool) {
+    for (r, l) in lines.iter().enumerate() {
+        let t = tagged(l, tag);
+        assert!(t.first().is_some_and(|x| want(x)), "rank {r}: {l:#?}");
+    }
+}
+
+/// Asserts that on every rank some line tagged `tag` satisfies `want`.
+pub fn every_rank_any(lines: &[Vec<String>], tag: &str, want: impl Fn(&str) -> bool) {
+    for (r, l) in lines.iter().enumerate() {
+        let t = tagged(l, tag);
+        assert!(t.iter().any(|x| want(x)), "rank {r}: {t:?}\n{l:#?}");
+    }
+}
+
 pub fn env_u32(k: &str) -> u32 {
     std::env::var(k).unwrap().parse().unwrap()
 }

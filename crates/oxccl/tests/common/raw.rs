@@ -32,6 +32,27 @@ pub fn bytes_of_mut<T: Element>(v: &mut [T]) -> &mut [u8] {
     unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr().cast(), std::mem::size_of_val(v)) }
 }
 
+/// A call on f32 buffers at the device (or host) addresses `send` and
+/// `recv`.
+pub fn f32_call(
+    kind: CollKind,
+    send: u64,
+    recv: u64,
+    count: usize,
+    op: RedOp,
+    root: u32,
+) -> RawColl {
+    RawColl {
+        kind,
+        send: send as *const _,
+        recv: recv as *mut _,
+        count,
+        dtype: oxccl::DataType::F32,
+        op,
+        root,
+    }
+}
+
 /// Where an in-place call's input lies inside its output (elements), or
 /// the reverse: NCCL's layouts.
 fn in_place_ptrs<T: Element>(c: &Collective, r: u32, buf: u64) -> (u64, u64) {
@@ -56,9 +77,21 @@ pub enum Reg {
     Window,
 }
 
+impl From<bool> for Reg {
+    /// Registered with `Communicator::register`, or not at all.
+    fn from(register: bool) -> Reg {
+        if register {
+            Reg::Register
+        } else {
+            Reg::No
+        }
+    }
+}
+
 /// Runs `kind` on `count` elements through `collective_raw` on every rank
-/// (out of place, or in place in NCCL's layout), registered or not, and
-/// returns the number of wrong elements with the first described.
+/// (out of place, or in place in NCCL's layout), the buffers registered
+/// as `reg` says (`true`: registered, `false`: not), and returns the
+/// number of wrong elements with the first described.
 pub fn run_collective<T: Element, M: Mem>(
     comms: &[Communicator],
     mem: &M,
@@ -66,22 +99,9 @@ pub fn run_collective<T: Element, M: Mem>(
     count: usize,
     op: RedOp,
     in_place: bool,
-    register: bool,
+    reg: impl Into<Reg>,
 ) -> Outcome {
-    let reg = if register { Reg::Register } else { Reg::No };
-    run_collective_reg::<T, M>(comms, mem, kind, count, op, in_place, reg)
-}
-
-/// [`run_collective`] with the buffers registered as `reg` says.
-pub fn run_collective_reg<T: Element, M: Mem>(
-    comms: &[Communicator],
-    mem: &M,
-    kind: CollKind,
-    count: usize,
-    op: RedOp,
-    in_place: bool,
-    reg: Reg,
-) -> Outcome {
+    let reg = reg.into();
     let n = comms.len() as u32;
     let root = n - 1;
     let coll = Collective::new(kind, count, if kind.has_root() { root } else { 0 });
