@@ -778,10 +778,7 @@ mod tests {
         // Small ones share; a different protocol starts a launch; the
         // Send/Recv part joins the last if it fits.
         assert_eq!(
-            batches(
-                &[(8, Some(S)), (8, Some(S)), (4, Some(LL)), (16, None)],
-                32
-            ),
+            batches(&[(8, Some(S)), (8, Some(S)), (4, Some(LL)), (16, None)], 32),
             vec![(2, Some(S)), (2, Some(LL))]
         );
         assert_eq!(

@@ -525,7 +525,13 @@ fn graph_loop(
     let (send, recv) = (mem.alloc(r, bytes), mem.alloc(r, bytes));
     let s = mem.stream(r);
     let scalar_at = mem.alloc(r, 4);
-    let scale = |k: usize, q: u32| if scaled { (k % 3 + 1) as f32 + q as f32 } else { 1.0 };
+    let scale = |k: usize, q: u32| {
+        if scaled {
+            (k % 3 + 1) as f32 + q as f32
+        } else {
+            1.0
+        }
+    };
     let op = if scaled {
         RedOp::PreMulSumDevice(scalar_at)
     } else {
@@ -552,12 +558,7 @@ fn graph_loop(
     let call = || {
         // SAFETY: the buffers hold `count` f32 on this rank's device and
         // live to the end; `s` is this rank's caller stream.
-        unsafe {
-            c.collective_raw(
-                f32_call(CollKind::AllReduce, send, recv, count, op, 0),
-                s,
-            )
-        }
+        unsafe { c.collective_raw(f32_call(CollKind::AllReduce, send, recv, count, op, 0), s) }
     };
     // Warm-up: the plan is made and uploaded outside the capture.
     mem.upload(r, scalar_at, bytes_of(&[scale(0, r)]));
@@ -614,7 +615,11 @@ fn graph_loop(
         // a hang on the GPU; n inputs per replay still took 8 ranks past
         // a minute.
         let sums: Vec<f32> = (0..17)
-            .map(|j| (0..n).map(|q| scale(k, q) * (j as f32 + q as f32 * 3.0)).sum())
+            .map(|j| {
+                (0..n)
+                    .map(|q| scale(k, q) * (j as f32 + q as f32 * 3.0))
+                    .sum()
+            })
             .collect();
         let want = |i: usize| sums[(i + k) % 17];
         if let Some(i) = (0..count).find(|&i| out[i].to_bits() != want(i).to_bits()) {

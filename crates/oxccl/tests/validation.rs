@@ -163,7 +163,10 @@ fn device_scalar_needs_a_raw_call_and_kernels_that_read_it() {
     // Refused before anything reads it, so any address serves.
     let op = RedOp::PreMulSumDevice(0x1000);
     let e = c.all_reduce(&send, &recv, op).unwrap_err();
-    assert!(matches!(e, Error::InvalidUsage(ref m) if m.contains("raw entry points")), "{e}");
+    assert!(
+        matches!(e, Error::InvalidUsage(ref m) if m.contains("raw entry points")),
+        "{e}"
+    );
     untouched(&recv);
     let (x, mut y) = (vec![1f32; 4], vec![SENTINEL; 4]);
     // SAFETY: host memory of this process, `count` elements each, alive to
@@ -183,7 +186,10 @@ fn device_scalar_needs_a_raw_call_and_kernels_that_read_it() {
         )
     }
     .unwrap_err();
-    assert!(matches!(e, Error::InvalidUsage(ref m) if m.contains("kernels read")), "{e}");
+    assert!(
+        matches!(e, Error::InvalidUsage(ref m) if m.contains("kernels read")),
+        "{e}"
+    );
     assert!(y.iter().all(|&v| v == SENTINEL), "written: {y:?}");
 }
 

@@ -157,7 +157,11 @@ impl World {
                 nranks: self.nranks(),
                 nbufs: bufs.len() as u32,
                 flags: if op.pre_scale.is_some() { D_PRE } else { 0 }
-                    | if op.pre_scale_at.is_some() { D_PRE | D_PRE_AT } else { 0 }
+                    | if op.pre_scale_at.is_some() {
+                        D_PRE | D_PRE_AT
+                    } else {
+                        0
+                    }
                     | if self.devices.len() > 1 { D_SYS } else { 0 }
                     | if p.proto == Proto::LL { D_LL } else { 0 },
                 post_div: op.post_div.unwrap_or(0),
