@@ -16,7 +16,8 @@ use super::abi::{self, CommConfig, Res, PTR_CUDA, PTR_DMABUF, PTR_HOST};
 use super::load::{Api, PluginLib};
 use super::log::{logger, profiler};
 use crate::api::{
-    Comm, ListenComm, MemHandle, MemKind, Net, NetHandle, Properties, RecvComm, Request, SendComm,
+    Buf, Comm, ListenComm, MemHandle, MemKind, Net, NetHandle, Posted, Properties, RecvComm,
+    Region, Request, SendComm,
 };
 use crate::error::NetError;
 
@@ -405,13 +406,8 @@ impl Net for PluginNet {
         Ok(Some(RecvComm(id)))
     }
 
-    fn reg_mr(
-        &self,
-        comm: Comm,
-        ptr: *mut u8,
-        len: usize,
-        kind: MemKind,
-    ) -> Result<MemHandle, NetError> {
+    fn reg_mr(&self, comm: Comm, mem: Region) -> Result<MemHandle, NetError> {
+        let Region { ptr, len, kind } = mem;
         let mut t = self.t.lock();
         let (c, dev) = t.comm(comm)?;
         let p = self.props(dev)?;
@@ -454,18 +450,12 @@ impl Net for PluginNet {
         Ok(())
     }
 
-    unsafe fn isend(
-        &self,
-        comm: SendComm,
-        ptr: *const u8,
-        len: usize,
-        tag: u32,
-        mr: MemHandle,
-    ) -> Result<Option<Request>, NetError> {
+    unsafe fn isend(&self, comm: SendComm, buf: Buf, tag: u32) -> Posted {
+        let Buf { ptr, len, mr } = buf;
         let mut t = self.t.lock();
         let (c, _) = t.comm(Comm::Send(comm))?;
         let mh = t.mr(mr)? as *mut c_void;
-        let (c, data) = (c as *mut c_void, ptr.cast_mut().cast::<c_void>());
+        let (c, data) = (c as *mut c_void, ptr.cast::<c_void>());
         // Tags are C ints: ours pass through bit for bit.
         let tag = tag as c_int;
         let mut req: *mut c_void = null_mut();
@@ -497,14 +487,8 @@ impl Net for PluginNet {
         Ok(self.request(&mut t, req, Comm::Send(comm)))
     }
 
-    unsafe fn irecv(
-        &self,
-        comm: RecvComm,
-        ptr: *mut u8,
-        cap: usize,
-        tag: u32,
-        mr: MemHandle,
-    ) -> Result<Option<Request>, NetError> {
+    unsafe fn irecv(&self, comm: RecvComm, buf: Buf, tag: u32) -> Posted {
+        let Buf { ptr, len: cap, mr } = buf;
         let mut t = self.t.lock();
         let (c, _) = t.comm(Comm::Recv(comm))?;
         let c = c as *mut c_void;
@@ -553,13 +537,8 @@ impl Net for PluginNet {
         Ok(self.request(&mut t, req, Comm::Recv(comm)))
     }
 
-    unsafe fn iflush(
-        &self,
-        comm: RecvComm,
-        ptr: *mut u8,
-        len: usize,
-        mr: MemHandle,
-    ) -> Result<Option<Request>, NetError> {
+    unsafe fn iflush(&self, comm: RecvComm, buf: Buf) -> Posted {
+        let Buf { ptr, len, mr } = buf;
         let Some(flush) = common!(self.lib.api, iflush) else {
             return Ok(None);
         };

@@ -19,8 +19,8 @@ use parking_lot::Mutex;
 pub use req::Waker;
 
 use crate::api::{
-    Comm, ListenComm, MemHandle, MemKind, Net, NetHandle, Properties, RecvComm, Request, SendComm,
-    HANDLE_BYTES,
+    Buf, Comm, ListenComm, MemHandle, MemKind, Net, NetHandle, Posted, Properties, RecvComm,
+    Region, Request, SendComm, HANDLE_BYTES,
 };
 use crate::config::TcpConfig;
 use crate::error::NetError;
@@ -123,8 +123,9 @@ impl TcpNet {
         })
     }
 
-    /// Checks that `[ptr, ptr+len)` lies in registration `mr` of `comm`.
-    fn inside(&self, comm: Comm, ptr: usize, len: usize, mr: MemHandle) -> Result<(), NetError> {
+    /// Checks that the bytes of `buf` lie in its registration, one of `comm`'s.
+    fn inside(&self, comm: Comm, buf: Buf) -> Result<(), NetError> {
+        let (ptr, len, mr) = (buf.ptr as usize, buf.len, buf.mr);
         let t = self.t.lock();
         let m = t.mrs.get(&mr.0).ok_or(NetError::BadHandle {
             kind: "memory",
@@ -249,13 +250,8 @@ impl Net for TcpNet {
         Ok(Some(RecvComm(id)))
     }
 
-    fn reg_mr(
-        &self,
-        comm: Comm,
-        ptr: *mut u8,
-        len: usize,
-        kind: MemKind,
-    ) -> Result<MemHandle, NetError> {
+    fn reg_mr(&self, comm: Comm, mem: Region) -> Result<MemHandle, NetError> {
+        let Region { ptr, len, kind } = mem;
         if kind == MemKind::Cuda {
             return Err(NetError::Unsupported {
                 net: "Socket",
@@ -301,15 +297,8 @@ impl Net for TcpNet {
             })
     }
 
-    unsafe fn isend(
-        &self,
-        comm: SendComm,
-        ptr: *const u8,
-        len: usize,
-        tag: u32,
-        mr: MemHandle,
-    ) -> Result<Option<Request>, NetError> {
-        self.inside(Comm::Send(comm), ptr as usize, len, mr)?;
+    unsafe fn isend(&self, comm: SendComm, buf: Buf, tag: u32) -> Posted {
+        self.inside(Comm::Send(comm), buf)?;
         let c = self
             .t
             .lock()
@@ -320,21 +309,14 @@ impl Net for TcpNet {
                 kind: "send",
                 id: comm.0,
             })?;
-        let req = c.send(ptr as usize, len, tag)?;
+        let req = c.send(buf.ptr as usize, buf.len, tag)?;
         let id = self.id();
         self.t.lock().reqs.insert(id, req);
         Ok(Some(Request(id)))
     }
 
-    unsafe fn irecv(
-        &self,
-        comm: RecvComm,
-        ptr: *mut u8,
-        cap: usize,
-        tag: u32,
-        mr: MemHandle,
-    ) -> Result<Option<Request>, NetError> {
-        self.inside(Comm::Recv(comm), ptr as usize, cap, mr)?;
+    unsafe fn irecv(&self, comm: RecvComm, buf: Buf, tag: u32) -> Posted {
+        self.inside(Comm::Recv(comm), buf)?;
         let c = self
             .t
             .lock()
@@ -345,7 +327,7 @@ impl Net for TcpNet {
                 kind: "recv",
                 id: comm.0,
             })?;
-        let req = c.recv(ptr as usize, cap, tag)?;
+        let req = c.recv(buf.ptr as usize, buf.len, tag)?;
         let id = self.id();
         self.t.lock().reqs.insert(id, req);
         Ok(Some(Request(id)))
