@@ -23,6 +23,7 @@
 mod api;
 pub mod config;
 mod error;
+mod ids;
 pub mod plugin;
 mod stream;
 mod tcp;
