@@ -78,6 +78,44 @@ pub enum MemKind {
     Cuda,
 }
 
+/// Memory to register: `len` bytes at `ptr`, of kind `kind`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Region {
+    pub ptr: *mut u8,
+    pub len: usize,
+    pub kind: MemKind,
+}
+
+impl Region {
+    /// `len` bytes of host memory at `ptr`.
+    pub fn host(ptr: *mut u8, len: usize) -> Region {
+        Region {
+            ptr,
+            len,
+            kind: MemKind::Host,
+        }
+    }
+}
+
+/// Bytes a request reads or writes: `len` bytes at `ptr`, inside the
+/// registration `mr` (an isend only reads them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Buf {
+    pub ptr: *mut u8,
+    pub len: usize,
+    pub mr: MemHandle,
+}
+
+impl Buf {
+    pub fn new(ptr: *mut u8, len: usize, mr: MemHandle) -> Buf {
+        Buf { ptr, len, mr }
+    }
+}
+
+/// What posting a request answers: the request, `None` for "not now"
+/// (post it again later), or the error that failed the connection.
+pub type Posted = Result<Option<Request>, NetError>;
+
 /// What a device is and can do (NCCL's `ncclNetProperties_v8_t`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Properties {
@@ -143,61 +181,35 @@ pub trait Net: Send + Sync + Debug {
     /// The next connection to `listen`; `None`: not arrived yet.
     fn accept(&self, listen: ListenComm) -> Result<Option<RecvComm>, NetError>;
 
-    /// Registers `len` bytes at `ptr` of kind `kind` for `comm`.
-    fn reg_mr(
-        &self,
-        comm: Comm,
-        ptr: *mut u8,
-        len: usize,
-        kind: MemKind,
-    ) -> Result<MemHandle, NetError>;
+    /// Registers `mem` for `comm`.
+    fn reg_mr(&self, comm: Comm, mem: Region) -> Result<MemHandle, NetError>;
 
     fn dereg_mr(&self, comm: Comm, mr: MemHandle) -> Result<(), NetError>;
 
-    /// Starts sending `len` bytes at `ptr` (inside `mr`) with `tag`;
-    /// `None`: try again later.
+    /// Starts sending the bytes of `buf` with `tag`; `None`: try again
+    /// later.
     ///
     /// # Safety
     /// The bytes stay valid and unwritten until `test` reports the request
     /// done, or until `comm` is closed.
-    unsafe fn isend(
-        &self,
-        comm: SendComm,
-        ptr: *const u8,
-        len: usize,
-        tag: u32,
-        mr: MemHandle,
-    ) -> Result<Option<Request>, NetError>;
+    unsafe fn isend(&self, comm: SendComm, buf: Buf, tag: u32) -> Posted;
 
-    /// Starts receiving one message of at most `cap` bytes into `ptr`
-    /// (inside `mr`); its tag must be `tag`. `None`: try again later.
+    /// Starts receiving one message of at most `buf.len` bytes into `buf`;
+    /// its tag must be `tag`. `None`: try again later.
     ///
     /// # Safety
-    /// The `cap` bytes stay valid and untouched by anyone else until
+    /// The `buf.len` bytes stay valid and untouched by anyone else until
     /// `test` reports the request done, or until `comm` is closed.
-    unsafe fn irecv(
-        &self,
-        comm: RecvComm,
-        ptr: *mut u8,
-        cap: usize,
-        tag: u32,
-        mr: MemHandle,
-    ) -> Result<Option<Request>, NetError>;
+    unsafe fn irecv(&self, comm: RecvComm, buf: Buf, tag: u32) -> Posted;
 
-    /// Makes the `len` bytes a completed receive wrote at `ptr` (inside
-    /// `mr`) visible to the GPU: needed only for CUDA memory. `None`:
-    /// nothing to flush (NCCL's `NULL` request); else test the request.
+    /// Makes the bytes a completed receive wrote into `buf` visible to
+    /// the GPU: needed only for CUDA memory. `None`: nothing to flush
+    /// (NCCL's `NULL` request); else test the request.
     ///
     /// # Safety
     /// As for `irecv`: the bytes stay valid until the request is done.
-    unsafe fn iflush(
-        &self,
-        comm: RecvComm,
-        ptr: *mut u8,
-        len: usize,
-        mr: MemHandle,
-    ) -> Result<Option<Request>, NetError> {
-        let _ = (comm, ptr, len, mr);
+    unsafe fn iflush(&self, comm: RecvComm, buf: Buf) -> Posted {
+        let _ = (comm, buf);
         Ok(None)
     }
 

@@ -23,14 +23,15 @@
 mod api;
 pub mod config;
 mod error;
+mod ids;
 pub mod plugin;
 mod stream;
 mod tcp;
 pub mod wire;
 
 pub use api::{
-    Comm, ListenComm, MemHandle, MemKind, Net, NetHandle, Properties, RecvComm, Request, SendComm,
-    HANDLE_BYTES,
+    Buf, Comm, ListenComm, MemHandle, MemKind, Net, NetHandle, Posted, Properties, RecvComm,
+    Region, Request, SendComm, HANDLE_BYTES,
 };
 pub use config::TcpConfig;
 pub use error::{NetError, WireError};

@@ -5,7 +5,7 @@
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
-use oxccl_net::{Comm, MemKind, Net, NetError, RecvComm, SendComm, TcpConfig, TcpNet};
+use oxccl_net::{Buf, Comm, MemKind, Net, NetError, RecvComm, Region, SendComm, TcpConfig, TcpNet};
 
 const LO: &str = "127.0.0.1";
 /// A hang guard for the polling loops below, never a measurement.
@@ -89,11 +89,11 @@ fn messages_of_every_size_arrive_whole_and_in_order() {
         let mut recvs = Vec::new();
         for buf in &mut bufs {
             let mr = b
-                .reg_mr(Comm::Recv(r), buf.as_mut_ptr(), cap, MemKind::Host)
+                .reg_mr(Comm::Recv(r), Region::host(buf.as_mut_ptr(), cap))
                 .unwrap();
             // SAFETY: `bufs` outlives the requests (waited for below).
             recvs.push(
-                unsafe { b.irecv(r, buf.as_mut_ptr(), cap, 5, mr) }
+                unsafe { b.irecv(r, Buf::new(buf.as_mut_ptr(), cap, mr), 5) }
                     .unwrap()
                     .unwrap(),
             );
@@ -101,11 +101,11 @@ fn messages_of_every_size_arrive_whole_and_in_order() {
         let mut sends = Vec::new();
         for m in &msgs {
             let mr = a
-                .reg_mr(Comm::Send(s), m.as_ptr().cast_mut(), m.len(), MemKind::Host)
+                .reg_mr(Comm::Send(s), Region::host(m.as_ptr().cast_mut(), m.len()))
                 .unwrap();
             // SAFETY: `msgs` outlives the requests (waited for below).
             sends.push(
-                unsafe { a.isend(s, m.as_ptr(), m.len(), 5, mr) }
+                unsafe { a.isend(s, Buf::new(m.as_ptr().cast_mut(), m.len(), mr), 5) }
                     .unwrap()
                     .unwrap(),
             );
@@ -186,20 +186,18 @@ fn strangers_are_dropped_and_the_peer_still_connects() {
     let (smr, rmr) = (
         peer.reg_mr(
             Comm::Send(s),
-            msg.as_ptr() as *mut u8,
-            msg.len(),
-            MemKind::Host,
+            Region::host(msg.as_ptr() as *mut u8, msg.len()),
         )
         .unwrap(),
-        b.reg_mr(Comm::Recv(r), got.as_mut_ptr(), got.len(), MemKind::Host)
+        b.reg_mr(Comm::Recv(r), Region::host(got.as_mut_ptr(), got.len()))
             .unwrap(),
     );
     // SAFETY: both buffers outlive the requests, which are waited for.
-    let rr = unsafe { b.irecv(r, got.as_mut_ptr(), got.len(), 5, rmr) }
+    let rr = unsafe { b.irecv(r, Buf::new(got.as_mut_ptr(), got.len(), rmr), 5) }
         .unwrap()
         .unwrap();
     // SAFETY: as above.
-    let sr = unsafe { peer.isend(s, msg.as_ptr(), msg.len(), 5, smr) }
+    let sr = unsafe { peer.isend(s, Buf::new(msg.as_ptr().cast_mut(), msg.len(), smr), 5) }
         .unwrap()
         .unwrap();
     assert_eq!(wait(&peer, sr).unwrap(), msg.len());
@@ -248,28 +246,35 @@ fn bad_arguments_are_typed_errors() {
     let (s, r) = pair(&a, &b);
     let mut small = vec![0u8; 16];
     let mr = b
-        .reg_mr(Comm::Recv(r), small.as_mut_ptr(), 16, MemKind::Host)
+        .reg_mr(Comm::Recv(r), Region::host(small.as_mut_ptr(), 16))
         .unwrap();
     // Outside the registration.
     // SAFETY: refused before anything is queued.
-    let e = unsafe { b.irecv(r, small.as_mut_ptr(), 32, 0, mr) };
+    let e = unsafe { b.irecv(r, Buf::new(small.as_mut_ptr(), 32, mr), 0) };
     assert!(matches!(e, Err(NetError::InvalidArgument(_))), "{e:?}");
     assert!(matches!(
-        a.reg_mr(Comm::Send(s), small.as_mut_ptr(), 16, MemKind::Cuda),
+        a.reg_mr(
+            Comm::Send(s),
+            Region {
+                ptr: small.as_mut_ptr(),
+                len: 16,
+                kind: MemKind::Cuda
+            }
+        ),
         Err(NetError::Unsupported { .. })
     ));
     assert!(matches!(a.properties(1), Err(NetError::InvalidArgument(_))));
     // A message larger than the posted receive fails the receive.
     let big = [1u8; 64];
     let smr = a
-        .reg_mr(Comm::Send(s), big.as_ptr().cast_mut(), 64, MemKind::Host)
+        .reg_mr(Comm::Send(s), Region::host(big.as_ptr().cast_mut(), 64))
         .unwrap();
     // SAFETY: both buffers outlive the requests.
-    let q = unsafe { b.irecv(r, small.as_mut_ptr(), 16, 0, mr) }
+    let q = unsafe { b.irecv(r, Buf::new(small.as_mut_ptr(), 16, mr), 0) }
         .unwrap()
         .unwrap();
     // SAFETY: as above.
-    let _ = unsafe { a.isend(s, big.as_ptr(), 64, 0, smr) }
+    let _ = unsafe { a.isend(s, Buf::new(big.as_ptr().cast_mut(), 64, smr), 0) }
         .unwrap()
         .unwrap();
     let e = wait(&b, q).unwrap_err();
@@ -283,17 +288,17 @@ fn a_closed_peer_fails_pending_and_later_requests() {
     let (s, r) = pair(&a, &b);
     let mut buf = vec![0u8; 1024];
     let mr = b
-        .reg_mr(Comm::Recv(r), buf.as_mut_ptr(), 1024, MemKind::Host)
+        .reg_mr(Comm::Recv(r), Region::host(buf.as_mut_ptr(), 1024))
         .unwrap();
     // SAFETY: `buf` outlives the request (the comm is closed before it drops).
-    let q = unsafe { b.irecv(r, buf.as_mut_ptr(), 1024, 0, mr) }
+    let q = unsafe { b.irecv(r, Buf::new(buf.as_mut_ptr(), 1024, mr), 0) }
         .unwrap()
         .unwrap();
     a.close_send(s).unwrap();
     let e = wait(&b, q).unwrap_err();
     assert!(matches!(e, NetError::Closed { .. }), "{e}");
     // SAFETY: refused at once: the connection failed.
-    let again = unsafe { b.irecv(r, buf.as_mut_ptr(), 1024, 0, mr) };
+    let again = unsafe { b.irecv(r, Buf::new(buf.as_mut_ptr(), 1024, mr), 0) };
     assert!(again.is_err());
     b.close_recv(r).unwrap();
 }

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use oxccl_net::plugin::{load, select, PluginNet, BUILT_IN};
-use oxccl_net::{Comm, MemKind, Net, NetError, RecvComm, Request, SendComm};
+use oxccl_net::{Buf, Comm, MemKind, Net, NetError, RecvComm, Region, Request, SendComm};
 
 fn dir() -> PathBuf {
     PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("net-plugins")
@@ -68,17 +68,17 @@ fn round_trip(net: &dyn Net, s: SendComm, r: RecvComm, data: &[u8], tag: u32) ->
     let mut src = data.to_vec();
     let mut dst = vec![0u8; data.len().max(1)];
     let smr = net
-        .reg_mr(Comm::Send(s), src.as_mut_ptr(), src.len(), MemKind::Host)
+        .reg_mr(Comm::Send(s), Region::host(src.as_mut_ptr(), src.len()))
         .expect("regMr send");
     let rmr = net
-        .reg_mr(Comm::Recv(r), dst.as_mut_ptr(), dst.len(), MemKind::Host)
+        .reg_mr(Comm::Recv(r), Region::host(dst.as_mut_ptr(), dst.len()))
         .expect("regMr recv");
     // SAFETY: both buffers outlive the requests, waited for below.
-    let rq = unsafe { net.irecv(r, dst.as_mut_ptr(), dst.len(), tag, rmr) }
+    let rq = unsafe { net.irecv(r, Buf::new(dst.as_mut_ptr(), dst.len(), rmr), tag) }
         .expect("irecv")
         .expect("a request");
     // SAFETY: as above.
-    let sq = unsafe { net.isend(s, src.as_ptr(), src.len(), tag, smr) }
+    let sq = unsafe { net.isend(s, Buf::new(src.as_ptr().cast_mut(), src.len(), smr), tag) }
         .expect("isend")
         .expect("a request");
     // Either end progresses only when tested: test both.
@@ -96,7 +96,7 @@ fn round_trip(net: &dyn Net, s: SendComm, r: RecvComm, data: &[u8], tag: u32) ->
     assert_eq!(sent, Some(data.len()));
     assert_eq!(got, Some(data.len()));
     // SAFETY: the receive completed; nothing else writes `dst`.
-    let flush = unsafe { net.iflush(r, dst.as_mut_ptr(), data.len(), rmr) };
+    let flush = unsafe { net.iflush(r, Buf::new(dst.as_mut_ptr(), data.len(), rmr)) };
     assert_eq!(flush.expect("iflush"), None, "host memory needs no flush");
     net.dereg_mr(Comm::Send(s), smr).expect("deregMr");
     net.dereg_mr(Comm::Recv(r), rmr).expect("deregMr");
@@ -153,14 +153,14 @@ fn a_full_comm_answers_not_now_and_a_wrong_tag_fails_naming_the_plugin() {
     let (s, r) = pair(&net);
     let mut buf = vec![5u8; 64];
     let mr = net
-        .reg_mr(Comm::Send(s), buf.as_mut_ptr(), buf.len(), MemKind::Host)
+        .reg_mr(Comm::Send(s), Region::host(buf.as_mut_ptr(), buf.len()))
         .unwrap();
     // Nothing tested, nothing completes: the plugin takes 32, then says
     // "not now" (a null request), as NCCL's plugins may.
     let mut reqs = Vec::new();
     for _ in 0..40 {
         // SAFETY: `buf` outlives the requests (waited for below).
-        match unsafe { net.isend(s, buf.as_ptr(), 8, 9, mr) }.unwrap() {
+        match unsafe { net.isend(s, Buf::new(buf.as_ptr().cast_mut(), 8, mr), 9) }.unwrap() {
             Some(q) => reqs.push(q),
             None => break,
         }
@@ -168,10 +168,10 @@ fn a_full_comm_answers_not_now_and_a_wrong_tag_fails_naming_the_plugin() {
     assert_eq!(reqs.len(), 32);
     let mut dst = vec![0u8; 64];
     let rmr = net
-        .reg_mr(Comm::Recv(r), dst.as_mut_ptr(), dst.len(), MemKind::Host)
+        .reg_mr(Comm::Recv(r), Region::host(dst.as_mut_ptr(), dst.len()))
         .unwrap();
     // SAFETY: `dst` outlives the request.
-    let rq = unsafe { net.irecv(r, dst.as_mut_ptr(), 64, 10, rmr) }
+    let rq = unsafe { net.irecv(r, Buf::new(dst.as_mut_ptr(), 64, rmr), 10) }
         .unwrap()
         .unwrap();
     // A test drives the comm's queue: the first message leaves.
@@ -183,7 +183,14 @@ fn a_full_comm_answers_not_now_and_a_wrong_tag_fails_naming_the_plugin() {
     );
     // CUDA memory is refused: our plugin takes host pointers only.
     let e = net
-        .reg_mr(Comm::Send(s), buf.as_mut_ptr(), 8, MemKind::Cuda)
+        .reg_mr(
+            Comm::Send(s),
+            Region {
+                ptr: buf.as_mut_ptr(),
+                len: 8,
+                kind: MemKind::Cuda,
+            },
+        )
         .unwrap_err();
     assert!(e.to_string().contains("does not take Cuda memory"), "{e}");
     net.close_send(s).unwrap();
@@ -200,17 +207,17 @@ fn a_dropped_connection_fails_both_ends_naming_the_plugin() {
     let mut src = vec![1u8; 1 << 20];
     let mut dst = vec![0u8; 1 << 20];
     let smr = net
-        .reg_mr(Comm::Send(s), src.as_mut_ptr(), src.len(), MemKind::Host)
+        .reg_mr(Comm::Send(s), Region::host(src.as_mut_ptr(), src.len()))
         .unwrap();
     let rmr = net
-        .reg_mr(Comm::Recv(r), dst.as_mut_ptr(), dst.len(), MemKind::Host)
+        .reg_mr(Comm::Recv(r), Region::host(dst.as_mut_ptr(), dst.len()))
         .unwrap();
     // SAFETY: both buffers outlive the requests.
-    let rq = unsafe { net.irecv(r, dst.as_mut_ptr(), dst.len(), 0, rmr) }
+    let rq = unsafe { net.irecv(r, Buf::new(dst.as_mut_ptr(), dst.len(), rmr), 0) }
         .unwrap()
         .unwrap();
     // SAFETY: as above.
-    let sq = unsafe { net.isend(s, src.as_ptr(), src.len(), 0, smr) }
+    let sq = unsafe { net.isend(s, Buf::new(src.as_ptr().cast_mut(), src.len(), smr), 0) }
         .unwrap()
         .unwrap();
     let (mut se, mut re) = (None, None);

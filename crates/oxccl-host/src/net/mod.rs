@@ -29,7 +29,7 @@ use oxccl_bootstrap::Bootstrap;
 use oxccl_core::plan::Rank;
 use oxccl_net::config::{auto_sockets, Proposal};
 use oxccl_net::{
-    ListenComm, MemKind, Net, NetError, NetHandle, RecvComm, SendComm, TcpConfig, TcpNet,
+    Buf, ListenComm, Net, NetError, NetHandle, RecvComm, Region, SendComm, TcpConfig, TcpNet,
     HANDLE_BYTES,
 };
 use parking_lot::Mutex;
@@ -538,10 +538,12 @@ impl NetPart {
             for &s in self.ctl_sends.values() {
                 let ptr = bytes.as_mut_ptr();
                 let sent = net
-                    .reg_mr(oxccl_net::Comm::Send(s), ptr, bytes.len(), MemKind::Host)
+                    .reg_mr(oxccl_net::Comm::Send(s), Region::host(ptr, bytes.len()))
                     // SAFETY: `bytes` lives until every connection is
                     // closed below.
-                    .and_then(|mr| unsafe { net.isend(s, ptr, bytes.len(), u32::MAX, mr) });
+                    .and_then(|mr| unsafe {
+                        net.isend(s, Buf::new(ptr, bytes.len(), mr), u32::MAX)
+                    });
                 if let Ok(Some(r)) = sent {
                     reqs.push(r);
                 }

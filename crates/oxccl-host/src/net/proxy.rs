@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use crossbeam::channel::Receiver;
 use crossbeam::sync::{Parker, Unparker};
 use oxccl_core::plan::Rank;
-use oxccl_net::{Comm, MemHandle, MemKind, Net, NetError, RecvComm, Request, SendComm};
+use oxccl_net::{Buf, Comm, MemHandle, Net, NetError, RecvComm, Region, Request, SendComm};
 use parking_lot::Mutex;
 
 use crate::fifo::Link;
@@ -228,7 +228,7 @@ impl Entry {
             Some(m) => m,
             None => {
                 let (base, len) = self.link.region();
-                match net.reg_mr(self.comm(), base, len, MemKind::Host) {
+                match net.reg_mr(self.comm(), Region::host(base, len)) {
                     Ok(m) => *self.mr.insert(m),
                     Err(e) => {
                         self.fail(sh, 0, &e);
@@ -274,7 +274,7 @@ impl Entry {
                     // A message by reference lies in the rank's own memory:
                     // registered for this one send.
                     let mr = if by_ref {
-                        match net.reg_mr(Comm::Send(s), ptr.cast_mut(), len, MemKind::Host) {
+                        match net.reg_mr(Comm::Send(s), Region::host(ptr.cast_mut(), len)) {
                             Ok(m) => *own_mr.insert(m),
                             Err(e) => {
                                 self.fail(sh, seq, &e);
@@ -292,7 +292,7 @@ impl Entry {
                     // outlives the call: the call returns only once its
                     // messages left, or (on failure) once every connection
                     // is closed, which joins the threads reading it.
-                    unsafe { net.isend(s, ptr, len, self.channel as u32, mr) }
+                    unsafe { net.isend(s, Buf::new(ptr.cast_mut(), len, mr), self.channel as u32) }
                 }
                 End::Recv(r) => {
                     let Some(slot) = self.link.free_slot(seq) else {
@@ -303,7 +303,7 @@ impl Entry {
                     let (ptr, cap, mr) = match self.link.take_landing(seq) {
                         Some((addr, bytes)) => {
                             let ptr = addr as *mut u8;
-                            match net.reg_mr(Comm::Recv(r), ptr, bytes, MemKind::Host) {
+                            match net.reg_mr(Comm::Recv(r), Region::host(ptr, bytes)) {
                                 Ok(m) => {
                                     landed = Some((addr, bytes));
                                     (ptr, bytes, *own_mr.insert(m))
@@ -321,7 +321,7 @@ impl Entry {
                     // is touched by no step of the call but the one that
                     // consumes this message (`landing`), and the call does
                     // not return before it has; as above for lifetime.
-                    unsafe { net.irecv(r, ptr, cap, self.channel as u32, mr) }
+                    unsafe { net.irecv(r, Buf::new(ptr, cap, mr), self.channel as u32) }
                 }
             };
             match started {
@@ -386,11 +386,13 @@ impl Control {
         let Some(req) = self.req else {
             let ptr = self.buf.as_mut_ptr();
             let posted = net
-                .reg_mr(Comm::Recv(self.comm), ptr, REASON_BYTES, MemKind::Host)
+                .reg_mr(Comm::Recv(self.comm), Region::host(ptr, REASON_BYTES))
                 // SAFETY: `buf` is boxed (it does not move) and lives in
                 // this entry, which outlives the connection (closed before
                 // the proxy lets go of its entries).
-                .and_then(|mr| unsafe { net.irecv(self.comm, ptr, REASON_BYTES, u32::MAX, mr) });
+                .and_then(|mr| unsafe {
+                    net.irecv(self.comm, Buf::new(ptr, REASON_BYTES, mr), u32::MAX)
+                });
             match posted {
                 Ok(r) => self.req = r,
                 Err(_) => self.done = true,

@@ -42,9 +42,11 @@ pub struct VDevProps<const N: usize> {
     pub devs: [c_int; N],
 }
 
-/// The fields every version's properties start with, up to `latency`.
+/// The fields every version's properties have, in order: the ones v9
+/// added in the middle (`force_flush`) and at the end come in as `$mid`
+/// and `$tail`; the `vdevs` form is v9 and later, `N` devices a NIC.
 macro_rules! props {
-    ($(#[$m:meta])* $name:ident { $($extra:tt)* }) => {
+    ($(#[$m:meta])* $name:ident { $($mid:tt)* } { $($tail:tt)* }) => {
         $(#[$m])*
         #[repr(C)]
         #[derive(Debug, Clone, Copy)]
@@ -54,73 +56,48 @@ macro_rules! props {
             pub guid: u64,
             pub ptr_support: c_int,
             pub reg_is_global: c_int,
-            $($extra)*
+            $($mid)*
+            pub speed: c_int,
+            pub port: c_int,
+            pub latency: c_float,
+            pub max_comms: c_int,
+            pub max_recvs: c_int,
+            pub net_device_type: c_int,
+            pub net_device_version: c_int,
+            $($tail)*
         }
+    };
+    ($(#[$m:meta])* $name:ident, vdevs: $n:literal { $($tail:tt)* }) => {
+        props!(
+            $(#[$m])*
+            $name { pub force_flush: c_int, } {
+                pub vprops: VDevProps<$n>,
+                pub max_p2p_bytes: usize,
+                pub max_coll_bytes: usize,
+                $($tail)*
+            }
+        );
     };
 }
 
 props!(
     /// `ncclNetProperties_v8_t`.
-    PropsV8 {
-        pub speed: c_int,
-        pub port: c_int,
-        pub latency: c_float,
-        pub max_comms: c_int,
-        pub max_recvs: c_int,
-        pub net_device_type: c_int,
-        pub net_device_version: c_int,
-    }
+    PropsV8 {} {}
 );
 
 props!(
     /// `ncclNetProperties_v9_t` and `_v10_t` (the same layout).
-    PropsV9 {
-        pub force_flush: c_int,
-        pub speed: c_int,
-        pub port: c_int,
-        pub latency: c_float,
-        pub max_comms: c_int,
-        pub max_recvs: c_int,
-        pub net_device_type: c_int,
-        pub net_device_version: c_int,
-        pub vprops: VDevProps<4>,
-        pub max_p2p_bytes: usize,
-        pub max_coll_bytes: usize,
-    }
+    PropsV9, vdevs: 4 {}
 );
 
 props!(
     /// `ncclNetProperties_v11_t`.
-    PropsV11 {
-        pub force_flush: c_int,
-        pub speed: c_int,
-        pub port: c_int,
-        pub latency: c_float,
-        pub max_comms: c_int,
-        pub max_recvs: c_int,
-        pub net_device_type: c_int,
-        pub net_device_version: c_int,
-        pub vprops: VDevProps<4>,
-        pub max_p2p_bytes: usize,
-        pub max_coll_bytes: usize,
-        pub max_multi_request_size: c_int,
-    }
+    PropsV11, vdevs: 4 { pub max_multi_request_size: c_int, }
 );
 
 props!(
     /// `ncclNetProperties_v12_t`.
-    PropsV12 {
-        pub force_flush: c_int,
-        pub speed: c_int,
-        pub port: c_int,
-        pub latency: c_float,
-        pub max_comms: c_int,
-        pub max_recvs: c_int,
-        pub net_device_type: c_int,
-        pub net_device_version: c_int,
-        pub vprops: VDevProps<8>,
-        pub max_p2p_bytes: usize,
-        pub max_coll_bytes: usize,
+    PropsV12, vdevs: 8 {
         pub max_multi_request_size: c_int,
         pub rail_id: i16,
         pub plane_id: i16,
@@ -170,27 +147,47 @@ macro_rules! net {
             $($tail)*
         }
     };
+    // v11 and later: a context per communicator, `N` devices a virtual NIC.
+    ($(#[$m:meta])* $name:ident, $props:ty, context, vdevs: $n:literal) => {
+        net!(
+            $(#[$m])*
+            $name, $props,
+            init: (Pp, u64, *mut CommConfig, Option<Logger>, Option<Profiler>),
+            listen: (P, c_int, P, Pp),
+            connect: (P, c_int, P, Pp, Pp),
+            isend: (P, P, usize, c_int, P, P, Pp),
+            irecv: (P, c_int, Pp, *mut usize, *mut c_int, Pp, Pp, Pp),
+            tail: {
+                pub make_vdevice:
+                    Option<unsafe extern "C" fn(*mut c_int, *mut VDevProps<$n>) -> Res>,
+                pub finalize: Option<unsafe extern "C" fn(P) -> Res>,
+                pub set_net_attr: Option<unsafe extern "C" fn(P, P) -> Res>,
+            }
+        );
+    };
+    // v8 and v9: one `init` a process, no config; sizes are `$size`.
+    ($(#[$m:meta])* $name:ident, $props:ty, size: $size:ty, tail: { $($tail:tt)* }) => {
+        net!(
+            $(#[$m])*
+            $name, $props,
+            init: (Option<Logger>),
+            listen: (c_int, P, Pp),
+            connect: (c_int, P, Pp, Pp),
+            isend: (P, P, $size, c_int, P, Pp),
+            irecv: (P, c_int, Pp, *mut $size, *mut c_int, Pp, Pp),
+            tail: { $($tail)* }
+        );
+    };
 }
 
 net!(
     /// `ncclNet_v8_t`.
-    NetV8, PropsV8,
-    init: (Option<Logger>),
-    listen: (c_int, P, Pp),
-    connect: (c_int, P, Pp, Pp),
-    isend: (P, P, c_int, c_int, P, Pp),
-    irecv: (P, c_int, Pp, *mut c_int, *mut c_int, Pp, Pp),
-    tail: {}
+    NetV8, PropsV8, size: c_int, tail: {}
 );
 
 net!(
     /// `ncclNet_v9_t`: sizes become `size_t`, virtual NICs appear.
-    NetV9, PropsV9,
-    init: (Option<Logger>),
-    listen: (c_int, P, Pp),
-    connect: (c_int, P, Pp, Pp),
-    isend: (P, P, usize, c_int, P, Pp),
-    irecv: (P, c_int, Pp, *mut usize, *mut c_int, Pp, Pp),
+    NetV9, PropsV9, size: usize,
     tail: {
         pub make_vdevice: Option<unsafe extern "C" fn(*mut c_int, *mut VDevProps<4>) -> Res>,
     }
@@ -213,33 +210,13 @@ net!(
 net!(
     /// `ncclNet_v11_t`: a context per communicator (from `init`, passed to
     /// `listen` and `connect`, ended by `finalize`).
-    NetV11, PropsV11,
-    init: (Pp, u64, *mut CommConfig, Option<Logger>, Option<Profiler>),
-    listen: (P, c_int, P, Pp),
-    connect: (P, c_int, P, Pp, Pp),
-    isend: (P, P, usize, c_int, P, P, Pp),
-    irecv: (P, c_int, Pp, *mut usize, *mut c_int, Pp, Pp, Pp),
-    tail: {
-        pub make_vdevice: Option<unsafe extern "C" fn(*mut c_int, *mut VDevProps<4>) -> Res>,
-        pub finalize: Option<unsafe extern "C" fn(P) -> Res>,
-        pub set_net_attr: Option<unsafe extern "C" fn(P, P) -> Res>,
-    }
+    NetV11, PropsV11, context, vdevs: 4
 );
 
 net!(
     /// `ncclNet_v12_t`: v11 with eight devices per virtual NIC and rail and
     /// plane ids in the properties.
-    NetV12, PropsV12,
-    init: (Pp, u64, *mut CommConfig, Option<Logger>, Option<Profiler>),
-    listen: (P, c_int, P, Pp),
-    connect: (P, c_int, P, Pp, Pp),
-    isend: (P, P, usize, c_int, P, P, Pp),
-    irecv: (P, c_int, Pp, *mut usize, *mut c_int, Pp, Pp, Pp),
-    tail: {
-        pub make_vdevice: Option<unsafe extern "C" fn(*mut c_int, *mut VDevProps<8>) -> Res>,
-        pub finalize: Option<unsafe extern "C" fn(P) -> Res>,
-        pub set_net_attr: Option<unsafe extern "C" fn(P, P) -> Res>,
-    }
+    NetV12, PropsV12, context, vdevs: 8
 );
 
 /// NCCL's name for a result code, for messages.

@@ -16,9 +16,11 @@ use super::abi::{self, CommConfig, Res, PTR_CUDA, PTR_DMABUF, PTR_HOST};
 use super::load::{Api, PluginLib};
 use super::log::{logger, profiler};
 use crate::api::{
-    Comm, ListenComm, MemHandle, MemKind, Net, NetHandle, Properties, RecvComm, Request, SendComm,
+    Buf, Comm, ListenComm, MemHandle, MemKind, Net, NetHandle, Posted, Properties, RecvComm,
+    Region, Request, SendComm,
 };
 use crate::error::NetError;
+use crate::ids::Ids;
 
 /// Calls entry `$f` (the same type in every version) of `$api`.
 macro_rules! common {
@@ -49,22 +51,13 @@ struct Tables {
 impl Tables {
     fn comm(&self, comm: Comm) -> Result<(usize, usize), NetError> {
         match comm {
-            Comm::Send(s) => self.sends.get(&s.0).copied().ok_or(NetError::BadHandle {
-                kind: "send",
-                id: s.0,
-            }),
-            Comm::Recv(r) => self.recvs.get(&r.0).copied().ok_or(NetError::BadHandle {
-                kind: "recv",
-                id: r.0,
-            }),
+            Comm::Send(s) => self.sends.lookup("send", s.0).copied(),
+            Comm::Recv(r) => self.recvs.lookup("recv", r.0).copied(),
         }
     }
 
     fn mr(&self, mr: MemHandle) -> Result<usize, NetError> {
-        self.mrs.get(&mr.0).map(|m| m.0).ok_or(NetError::BadHandle {
-            kind: "memory",
-            id: mr.0,
-        })
+        self.mrs.lookup("memory", mr.0).map(|m| m.0)
     }
 
     /// Forgets a closed comm's requests and registrations: the plugin
@@ -384,10 +377,7 @@ impl Net for PluginNet {
 
     fn accept(&self, listen: ListenComm) -> Result<Option<RecvComm>, NetError> {
         let mut t = self.t.lock();
-        let (l, dev) = *t.listens.get(&listen.0).ok_or(NetError::BadHandle {
-            kind: "listen",
-            id: listen.0,
-        })?;
+        let (l, dev) = *t.listens.lookup("listen", listen.0)?;
         let mut r: *mut c_void = null_mut();
         let mut dev_comm: *mut c_void = null_mut();
         let accept = common!(self.lib.api, accept).expect("checked at load");
@@ -405,13 +395,8 @@ impl Net for PluginNet {
         Ok(Some(RecvComm(id)))
     }
 
-    fn reg_mr(
-        &self,
-        comm: Comm,
-        ptr: *mut u8,
-        len: usize,
-        kind: MemKind,
-    ) -> Result<MemHandle, NetError> {
+    fn reg_mr(&self, comm: Comm, mem: Region) -> Result<MemHandle, NetError> {
+        let Region { ptr, len, kind } = mem;
         let mut t = self.t.lock();
         let (c, dev) = t.comm(comm)?;
         let p = self.props(dev)?;
@@ -441,10 +426,7 @@ impl Net for PluginNet {
     fn dereg_mr(&self, comm: Comm, mr: MemHandle) -> Result<(), NetError> {
         let mut t = self.t.lock();
         let (c, _) = t.comm(comm)?;
-        let (mh, _) = t.mrs.remove(&mr.0).ok_or(NetError::BadHandle {
-            kind: "memory",
-            id: mr.0,
-        })?;
+        let (mh, _) = t.mrs.take("memory", mr.0)?;
         let dereg = common!(self.lib.api, dereg_mr).expect("checked at load");
         // SAFETY: a registration this comm made, deregistered once.
         let r = unsafe { dereg(c as *mut c_void, mh as *mut c_void) };
@@ -454,18 +436,12 @@ impl Net for PluginNet {
         Ok(())
     }
 
-    unsafe fn isend(
-        &self,
-        comm: SendComm,
-        ptr: *const u8,
-        len: usize,
-        tag: u32,
-        mr: MemHandle,
-    ) -> Result<Option<Request>, NetError> {
+    unsafe fn isend(&self, comm: SendComm, buf: Buf, tag: u32) -> Posted {
+        let Buf { ptr, len, mr } = buf;
         let mut t = self.t.lock();
         let (c, _) = t.comm(Comm::Send(comm))?;
         let mh = t.mr(mr)? as *mut c_void;
-        let (c, data) = (c as *mut c_void, ptr.cast_mut().cast::<c_void>());
+        let (c, data) = (c as *mut c_void, ptr.cast::<c_void>());
         // Tags are C ints: ours pass through bit for bit.
         let tag = tag as c_int;
         let mut req: *mut c_void = null_mut();
@@ -497,14 +473,8 @@ impl Net for PluginNet {
         Ok(self.request(&mut t, req, Comm::Send(comm)))
     }
 
-    unsafe fn irecv(
-        &self,
-        comm: RecvComm,
-        ptr: *mut u8,
-        cap: usize,
-        tag: u32,
-        mr: MemHandle,
-    ) -> Result<Option<Request>, NetError> {
+    unsafe fn irecv(&self, comm: RecvComm, buf: Buf, tag: u32) -> Posted {
+        let Buf { ptr, len: cap, mr } = buf;
         let mut t = self.t.lock();
         let (c, _) = t.comm(Comm::Recv(comm))?;
         let c = c as *mut c_void;
@@ -553,13 +523,8 @@ impl Net for PluginNet {
         Ok(self.request(&mut t, req, Comm::Recv(comm)))
     }
 
-    unsafe fn iflush(
-        &self,
-        comm: RecvComm,
-        ptr: *mut u8,
-        len: usize,
-        mr: MemHandle,
-    ) -> Result<Option<Request>, NetError> {
+    unsafe fn iflush(&self, comm: RecvComm, buf: Buf) -> Posted {
+        let Buf { ptr, len, mr } = buf;
         let Some(flush) = common!(self.lib.api, iflush) else {
             return Ok(None);
         };
@@ -592,10 +557,7 @@ impl Net for PluginNet {
 
     fn test(&self, req: Request) -> Result<Option<usize>, NetError> {
         let mut t = self.t.lock();
-        let (p, _) = *t.reqs.get(&req.0).ok_or(NetError::BadHandle {
-            kind: "request",
-            id: req.0,
-        })?;
+        let (p, _) = *t.reqs.lookup("request", req.0)?;
         let (mut done, mut size): (c_int, c_int) = (0, 0);
         let test = common!(self.lib.api, test).expect("checked at load");
         // SAFETY: a live request of this plugin (dropped from the table
@@ -614,10 +576,7 @@ impl Net for PluginNet {
 
     fn close_send(&self, comm: SendComm) -> Result<(), NetError> {
         let mut t = self.t.lock();
-        let (c, _) = t.sends.remove(&comm.0).ok_or(NetError::BadHandle {
-            kind: "send",
-            id: comm.0,
-        })?;
+        let (c, _) = t.sends.take("send", comm.0)?;
         t.forget(Comm::Send(comm));
         let close = common!(self.lib.api, close_send).expect("checked at load");
         // SAFETY: a live send comm, closed once (removed from the table).
@@ -629,10 +588,7 @@ impl Net for PluginNet {
 
     fn close_recv(&self, comm: RecvComm) -> Result<(), NetError> {
         let mut t = self.t.lock();
-        let (c, _) = t.recvs.remove(&comm.0).ok_or(NetError::BadHandle {
-            kind: "recv",
-            id: comm.0,
-        })?;
+        let (c, _) = t.recvs.take("recv", comm.0)?;
         t.forget(Comm::Recv(comm));
         let close = common!(self.lib.api, close_recv).expect("checked at load");
         // SAFETY: a live receive comm, closed once (removed from the table).
@@ -644,10 +600,7 @@ impl Net for PluginNet {
 
     fn close_listen(&self, listen: ListenComm) -> Result<(), NetError> {
         let mut t = self.t.lock();
-        let (l, _) = t.listens.remove(&listen.0).ok_or(NetError::BadHandle {
-            kind: "listen",
-            id: listen.0,
-        })?;
+        let (l, _) = t.listens.take("listen", listen.0)?;
         let close = common!(self.lib.api, close_listen).expect("checked at load");
         // SAFETY: a live listen comm, closed once (removed from the table).
         let r = unsafe { close(l as *mut c_void) };

@@ -19,11 +19,12 @@ use parking_lot::Mutex;
 pub use req::Waker;
 
 use crate::api::{
-    Comm, ListenComm, MemHandle, MemKind, Net, NetHandle, Properties, RecvComm, Request, SendComm,
-    HANDLE_BYTES,
+    Buf, Comm, ListenComm, MemHandle, MemKind, Net, NetHandle, Posted, Properties, RecvComm,
+    Region, Request, SendComm, HANDLE_BYTES,
 };
 use crate::config::TcpConfig;
 use crate::error::NetError;
+use crate::ids::Ids;
 use crate::wire::Handle;
 use conn::Conn;
 use listen::Listener;
@@ -123,13 +124,11 @@ impl TcpNet {
         })
     }
 
-    /// Checks that `[ptr, ptr+len)` lies in registration `mr` of `comm`.
-    fn inside(&self, comm: Comm, ptr: usize, len: usize, mr: MemHandle) -> Result<(), NetError> {
+    /// Checks that the bytes of `buf` lie in its registration, one of `comm`'s.
+    fn inside(&self, comm: Comm, buf: Buf) -> Result<(), NetError> {
+        let (ptr, len, mr) = (buf.ptr as usize, buf.len, buf.mr);
         let t = self.t.lock();
-        let m = t.mrs.get(&mr.0).ok_or(NetError::BadHandle {
-            kind: "memory",
-            id: mr.0,
-        })?;
+        let m = t.mrs.lookup("memory", mr.0)?;
         if m.comm != comm {
             return Err(NetError::InvalidArgument(format!(
                 "registration {} belongs to {:?}, not {comm:?}",
@@ -233,10 +232,7 @@ impl Net for TcpNet {
     fn accept(&self, listen: ListenComm) -> Result<Option<RecvComm>, NetError> {
         let (socks, addr) = {
             let mut t = self.t.lock();
-            let l = t.listens.get_mut(&listen.0).ok_or(NetError::BadHandle {
-                kind: "listen",
-                id: listen.0,
-            })?;
+            let l = t.listens.lookup_mut("listen", listen.0)?;
             let addr = l.handle.addr;
             match l.accept(self.cfg.deadline)? {
                 Some(s) => (s, addr),
@@ -249,13 +245,8 @@ impl Net for TcpNet {
         Ok(Some(RecvComm(id)))
     }
 
-    fn reg_mr(
-        &self,
-        comm: Comm,
-        ptr: *mut u8,
-        len: usize,
-        kind: MemKind,
-    ) -> Result<MemHandle, NetError> {
+    fn reg_mr(&self, comm: Comm, mem: Region) -> Result<MemHandle, NetError> {
+        let Region { ptr, len, kind } = mem;
         if kind == MemKind::Cuda {
             return Err(NetError::Unsupported {
                 net: "Socket",
@@ -290,62 +281,22 @@ impl Net for TcpNet {
     }
 
     fn dereg_mr(&self, _comm: Comm, mr: MemHandle) -> Result<(), NetError> {
-        self.t
-            .lock()
-            .mrs
-            .remove(&mr.0)
-            .map(|_| ())
-            .ok_or(NetError::BadHandle {
-                kind: "memory",
-                id: mr.0,
-            })
+        self.t.lock().mrs.take("memory", mr.0).map(|_| ())
     }
 
-    unsafe fn isend(
-        &self,
-        comm: SendComm,
-        ptr: *const u8,
-        len: usize,
-        tag: u32,
-        mr: MemHandle,
-    ) -> Result<Option<Request>, NetError> {
-        self.inside(Comm::Send(comm), ptr as usize, len, mr)?;
-        let c = self
-            .t
-            .lock()
-            .sends
-            .get(&comm.0)
-            .cloned()
-            .ok_or(NetError::BadHandle {
-                kind: "send",
-                id: comm.0,
-            })?;
-        let req = c.send(ptr as usize, len, tag)?;
+    unsafe fn isend(&self, comm: SendComm, buf: Buf, tag: u32) -> Posted {
+        self.inside(Comm::Send(comm), buf)?;
+        let c = self.t.lock().sends.lookup("send", comm.0)?.clone();
+        let req = c.send(buf.ptr as usize, buf.len, tag)?;
         let id = self.id();
         self.t.lock().reqs.insert(id, req);
         Ok(Some(Request(id)))
     }
 
-    unsafe fn irecv(
-        &self,
-        comm: RecvComm,
-        ptr: *mut u8,
-        cap: usize,
-        tag: u32,
-        mr: MemHandle,
-    ) -> Result<Option<Request>, NetError> {
-        self.inside(Comm::Recv(comm), ptr as usize, cap, mr)?;
-        let c = self
-            .t
-            .lock()
-            .recvs
-            .get(&comm.0)
-            .cloned()
-            .ok_or(NetError::BadHandle {
-                kind: "recv",
-                id: comm.0,
-            })?;
-        let req = c.recv(ptr as usize, cap, tag)?;
+    unsafe fn irecv(&self, comm: RecvComm, buf: Buf, tag: u32) -> Posted {
+        self.inside(Comm::Recv(comm), buf)?;
+        let c = self.t.lock().recvs.lookup("recv", comm.0)?.clone();
+        let req = c.recv(buf.ptr as usize, buf.len, tag)?;
         let id = self.id();
         self.t.lock().reqs.insert(id, req);
         Ok(Some(Request(id)))
@@ -353,10 +304,7 @@ impl Net for TcpNet {
 
     fn test(&self, req: Request) -> Result<Option<usize>, NetError> {
         let mut t = self.t.lock();
-        let r = t.reqs.get(&req.0).ok_or(NetError::BadHandle {
-            kind: "request",
-            id: req.0,
-        })?;
+        let r = t.reqs.lookup("request", req.0)?;
         let res = r.poll();
         if !matches!(res, Ok(None)) {
             t.reqs.remove(&req.0);
@@ -365,42 +313,18 @@ impl Net for TcpNet {
     }
 
     fn close_send(&self, comm: SendComm) -> Result<(), NetError> {
-        let c = self
-            .t
-            .lock()
-            .sends
-            .remove(&comm.0)
-            .ok_or(NetError::BadHandle {
-                kind: "send",
-                id: comm.0,
-            })?;
+        let c = self.t.lock().sends.take("send", comm.0)?;
         c.close();
         Ok(())
     }
 
     fn close_recv(&self, comm: RecvComm) -> Result<(), NetError> {
-        let c = self
-            .t
-            .lock()
-            .recvs
-            .remove(&comm.0)
-            .ok_or(NetError::BadHandle {
-                kind: "recv",
-                id: comm.0,
-            })?;
+        let c = self.t.lock().recvs.take("recv", comm.0)?;
         c.close();
         Ok(())
     }
 
     fn close_listen(&self, listen: ListenComm) -> Result<(), NetError> {
-        self.t
-            .lock()
-            .listens
-            .remove(&listen.0)
-            .map(|_| ())
-            .ok_or(NetError::BadHandle {
-                kind: "listen",
-                id: listen.0,
-            })
+        self.t.lock().listens.take("listen", listen.0).map(|_| ())
     }
 }
