@@ -103,6 +103,10 @@ pub fn init_all(n: u32) -> Result<Vec<Communicator>> {
 /// Creates `n` communicators with an explicit configuration (the
 /// environment is not read).
 pub fn init_all_with(n: u32, config: Config) -> Result<Vec<Communicator>> {
+    let _nvtx = crate::observe::range(crate::observe::Func::CommInitAll, || crate::observe::Args {
+        nranks: n,
+        ..Default::default()
+    });
     if n == 0 {
         return Err(Error::InvalidUsage(
             "init_all needs at least one rank".into(),
@@ -124,6 +128,7 @@ pub fn init_all_with(n: u32, config: Config) -> Result<Vec<Communicator>> {
 /// one GPU). A device the process does not see is refused, naming the
 /// rank. The host backend (and `Auto` without a GPU) ignores the devices.
 pub fn init_all_on_devices(devices: &[i32], config: Config) -> Result<Vec<Communicator>> {
+    let _nvtx = crate::observe::range(crate::observe::Func::CommInitAll, Default::default);
     let n = u32::try_from(devices.len())
         .map_err(|_| Error::InvalidUsage(format!("{} devices", devices.len())))?;
     let cuda = match config.backend {
@@ -157,6 +162,10 @@ pub fn init_all_on_devices(devices: &[i32], config: Config) -> Result<Vec<Commun
 /// consulted). For backends outside this crate and for measuring the
 /// facade alone on a backend that does nothing.
 pub fn init_all_on(n: u32, backend: Arc<dyn Backend>, config: Config) -> Result<Vec<Communicator>> {
+    let _nvtx = crate::observe::range(crate::observe::Func::CommInitAll, || crate::observe::Args {
+        nranks: n,
+        ..Default::default()
+    });
     if n == 0 {
         return Err(Error::InvalidUsage(
             "init_all needs at least one rank".into(),
@@ -435,6 +444,9 @@ impl Communicator {
     /// Marks the communicator unusable: later calls return
     /// [`Error::Destroyed`]. Buffers stay valid until dropped.
     pub fn destroy(&self) {
+        let _nvtx = crate::observe::range(crate::observe::Func::CommDestroy, || {
+            crate::observe::Args::of(self)
+        });
         self.destroyed.store(true, Ordering::Release);
         self.clique.board.leave(self.rank);
     }
@@ -442,6 +454,9 @@ impl Communicator {
     /// Aborts the whole clique: every rank's pending and later operations
     /// fail promptly ([`Error::Aborted`], then [`Error::Failed`]).
     pub fn abort(&self) {
+        let _nvtx = crate::observe::range(crate::observe::Func::CommAbort, || {
+            crate::observe::Args::of(self)
+        });
         let why = format!("rank {} aborted the communicator", self.rank);
         self.clique.backend.abort(&why);
         self.clique.board.abort(self.rank);
@@ -526,6 +541,9 @@ impl Communicator {
         let (mut checked, op) = self
             .check_collective(kind, send.into(), recv.into(), op, root)
             .map_err(|e| self.refuse_call(e))?;
+        let _nvtx = crate::observe::range(crate::observe::Func::Coll(kind), || {
+            crate::observe::Args::coll(self, kind, checked.coll.count, T::DTYPE, op, root)
+        });
         if checked.coll.count == 0 {
             return Ok(());
         }

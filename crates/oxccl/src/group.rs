@@ -136,6 +136,7 @@ macro_rules! typed_helper {
 
 impl<'a> Group<'a> {
     pub fn new() -> Self {
+        crate::observe::mark(crate::observe::Func::GroupStart, Default::default);
         Group::default()
     }
 
@@ -179,6 +180,16 @@ impl<'a> Group<'a> {
         peer: u32,
         op: P2pOp,
     ) -> Result<()> {
+        let func = match op {
+            P2pOp::Send { .. } => crate::observe::Func::Send,
+            P2pOp::Recv { .. } => crate::observe::Func::Recv,
+        };
+        let _nvtx = crate::observe::range(func, || crate::observe::Args {
+            count: Some(arg.len),
+            dtype: Some(dtype),
+            peer: Some(peer),
+            ..crate::observe::Args::of(comm)
+        });
         comm.check_usable()?;
         validate::p2p(what, arg, peer, &comm.owner())?;
         let registered = matches!(
@@ -208,6 +219,9 @@ impl<'a> Group<'a> {
         root: u32,
     ) -> Result<()> {
         let (checked, op) = comm.check_collective(kind, send.into(), recv.into(), op, root)?;
+        let _nvtx = crate::observe::range(crate::observe::Func::Coll(kind), || {
+            crate::observe::Args::coll(comm, kind, checked.coll.count, T::DTYPE, op, root)
+        });
         self.push(comm, T::DTYPE, Pending::Coll { checked, op });
         Ok(())
     }
@@ -278,6 +292,7 @@ impl<'a> Group<'a> {
     /// Runs every operation of the group; returns when all are done (host)
     /// or enqueued (CUDA).
     pub fn end(self) -> Result<()> {
+        let _nvtx = crate::observe::range(crate::observe::Func::GroupEnd, Default::default);
         // Communicators in first-use order, each with its operations.
         let mut comms: Vec<(&Communicator, Vec<&Entry<'_>>)> = Vec::new();
         for e in &self.entries {
@@ -587,12 +602,24 @@ impl Communicator {
     /// Outside a group this is a group of one operation.
     pub fn send<'a, T: Element>(&self, buf: impl Into<In<'a, T>>, peer: u32) -> Result<()> {
         let buf: In<'_, T> = buf.into();
+        let _nvtx = crate::observe::range(crate::observe::Func::Send, || crate::observe::Args {
+            count: Some(buf.arg.len),
+            dtype: Some(T::DTYPE),
+            peer: Some(peer),
+            ..crate::observe::Args::of(self)
+        });
         group(|g| g.send::<T>(self, buf, peer))
     }
 
     /// Receives into `buf` from `peer`.
     pub fn recv<'a, T: Element>(&self, buf: impl Into<Out<'a, T>>, peer: u32) -> Result<()> {
         let buf: Out<'_, T> = buf.into();
+        let _nvtx = crate::observe::range(crate::observe::Func::Recv, || crate::observe::Args {
+            count: Some(buf.arg.len),
+            dtype: Some(T::DTYPE),
+            peer: Some(peer),
+            ..crate::observe::Args::of(self)
+        });
         group(|g| g.recv::<T>(self, buf, peer))
     }
 }

@@ -96,6 +96,13 @@ impl Communicator {
         rank: u32,
         config: Config,
     ) -> Result<Communicator> {
+        let _nvtx = crate::observe::range(crate::observe::Func::CommInitRank, || {
+            crate::observe::Args {
+                rank,
+                nranks,
+                ..Default::default()
+            }
+        });
         // Before anything connects: the bootstrap and the backends' setup
         // (each connection's transport) log at INFO.
         crate::debug::init(config.debug);
@@ -188,6 +195,9 @@ impl Communicator {
     /// With ranks as threads (`init_all`), every rank's thread calls it at
     /// once and each member stays on its parent rank's device.
     pub fn split(&self, color: Option<u32>, key: i32) -> Result<Option<Communicator>> {
+        let _nvtx = crate::observe::range(crate::observe::Func::CommSplit, || {
+            crate::observe::Args::of(self)
+        });
         self.check_usable()?;
         let cl = self.clique();
         let Some(boot) = cl.boot.as_ref() else {

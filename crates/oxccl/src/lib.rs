@@ -242,6 +242,7 @@ pub mod group;
 mod init;
 #[cfg(feature = "cudarc")]
 mod interop;
+pub mod observe;
 mod ops;
 mod plans;
 mod raw;
