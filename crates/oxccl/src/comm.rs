@@ -82,6 +82,8 @@ pub struct Communicator {
     sinks: parking_lot::Mutex<Sinks>,
     /// Ranges of external memory this rank registered (`register.rs`).
     pub(crate) regs: parking_lot::RwLock<crate::registry::Registry>,
+    /// This rank's context in the profiler plugin, if one is attached.
+    pub(crate) prof: Option<crate::observe::profiler::Ctx>,
 }
 
 /// A dropped communicator, like a destroyed one, tells its peers (the
@@ -343,6 +345,7 @@ impl Communicator {
     pub(crate) fn in_clique(rank: u32, clique: Arc<Clique>) -> Communicator {
         Communicator {
             rank,
+            prof: crate::observe::profiler_ctx(&clique, rank),
             sinks: parking_lot::Mutex::new(Sinks::new(clique.backend.clone(), rank)),
             clique,
             destroyed: AtomicBool::new(false),
@@ -580,6 +583,10 @@ impl Communicator {
             proto: r.choice.proto,
             p2p_only: false,
         };
+        let _events = self.prof.as_ref().map(|p| {
+            let part = crate::observe::profiler::Part::coll(&checked, T::DTYPE, &r.choice);
+            crate::observe::profiler::Launch::start(p, &[part])
+        });
         self.run(rp, bufs, r.handle.as_ref(), how)
     }
 

@@ -115,6 +115,9 @@ struct Job {
     proto: Proto,
     /// No collective in it: only the ranks its Send/Recv name launch it.
     p2p_only: bool,
+    /// Its operations as a profiler plugin hears of them (empty unless
+    /// one is attached).
+    events: Vec<crate::observe::profiler::Part>,
 }
 
 /// One typed helper of [`Group`]: `name(comm, send, recv, args...)` adds
@@ -353,8 +356,13 @@ impl<'a> Group<'a> {
 
 fn run_jobs(comm: &Communicator, jobs: &[Job], streams: &[RawStream]) -> Result<()> {
     let launch_all = || {
-        jobs.iter()
-            .try_for_each(|j| comm.launch(&j.prepared, j.dtype, j.op, j.proto, j.p2p_only))
+        jobs.iter().try_for_each(|j| {
+            let _events = comm
+                .prof
+                .as_ref()
+                .map(|p| crate::observe::profiler::Launch::start(p, &j.events));
+            comm.launch(&j.prepared, j.dtype, j.op, j.proto, j.p2p_only)
+        })
     };
     // SAFETY: the raw operations' callers vouched for their streams until
     // they have passed the group's end (`Group::collective_raw`).
@@ -427,6 +435,8 @@ fn build_job(
     let mut p2p_ops = Vec::new();
     let mut p2p_bufs = Vec::new();
     let mut p2p_paths = Vec::new();
+    let profiled = comm.prof.is_some();
+    let mut events = Vec::new();
     for &(e, direct) in list {
         match &e.pending {
             Pending::Coll { checked, .. } if checked.coll.count == 0 => {}
@@ -435,12 +445,31 @@ fn build_job(
                 checked.backend_memory &= registered;
                 let (prep, choice): (Prepared, Choice) = comm.prepare(&checked, es)?;
                 proto.get_or_insert(choice.proto);
+                if profiled {
+                    events.push(crate::observe::profiler::Part::coll(
+                        &checked, dtype, &choice,
+                    ));
+                }
                 parts.push(prep);
             }
             Pending::P2p { op, raw, .. } => {
                 let count = match op {
                     P2pOp::Send { count, .. } | P2pOp::Recv { count, .. } => *count,
                 };
+                if count > 0 && profiled {
+                    let (send, peer) = match *op {
+                        P2pOp::Send { peer, .. } => (true, peer),
+                        P2pOp::Recv { peer, .. } => (false, peer),
+                    };
+                    events.push(crate::observe::profiler::Part::P2p {
+                        send,
+                        buf: raw.addr,
+                        count,
+                        dtype,
+                        peer,
+                        channels: 0,
+                    });
+                }
                 if count > 0 {
                     p2p_ops.push(*op);
                     p2p_bufs.push(*raw);
@@ -468,6 +497,7 @@ fn build_job(
         // Only collectives set the protocol.
         p2p_only: proto.is_none(),
         proto: proto.unwrap_or(Proto::Simple),
+        events,
     }))
 }
 

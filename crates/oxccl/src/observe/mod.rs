@@ -20,6 +20,7 @@ use crate::settings::Environment;
 
 mod names;
 mod nvtx;
+pub(crate) mod profiler;
 
 pub use names::{nccl_dtype, nccl_op};
 
@@ -133,6 +134,7 @@ pub(crate) fn comm_hash(comm: &Communicator) -> u64 {
 #[derive(Debug)]
 struct Tools {
     nvtx: Option<nvtx::Nvtx>,
+    profiler: Option<profiler::Plugin>,
 }
 
 static TOOLS: OnceLock<Tools> = OnceLock::new();
@@ -142,8 +144,17 @@ fn tools() -> &'static Tools {
         let env = Environment::capture();
         Tools {
             nvtx: attach_nvtx(&env),
+            profiler: profiler::Plugin::load(env.get("NCCL_PROFILER_PLUGIN").as_deref()),
         }
     })
+}
+
+/// Rank `rank`'s context in the profiler plugin of this process, if one
+/// is attached and takes the communicator.
+pub(crate) fn profiler_ctx(clique: &crate::comm::Clique, rank: u32) -> Option<profiler::Ctx> {
+    let plugin = tools().profiler.as_ref()?;
+    let comm = clique.boot.as_ref().map_or(clique.id, |b| b.magic());
+    profiler::Ctx::new(plugin, comm, clique.nranks, rank)
 }
 
 /// The NVTX tool `NVTX_INJECTION64_PATH` names, unless
