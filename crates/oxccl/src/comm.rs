@@ -60,6 +60,8 @@ pub(crate) struct Clique {
     pub boot: Option<Arc<oxccl_bootstrap::Bootstrap>>,
     /// Ranks as threads: where `split` meets.
     pub split: SplitBoard,
+    /// The step trace, when `OXCCL_TRACE` asks for one.
+    pub trace: Option<crate::observe::Tracer>,
 }
 
 static NEXT_CLIQUE: AtomicU64 = AtomicU64::new(1);
@@ -214,7 +216,12 @@ impl Clique {
             tracing::info!("oxccl: Ring {c:02} : {}", order.join(" "));
         }
         let plans = PlanCache::new(rings, chooser.hosts()).with_push_group(config.push_group);
+        let trace = config
+            .trace
+            .as_ref()
+            .map(|t| crate::observe::Tracer::new(t, n, boot.as_ref().map(|b| b.rank())));
         Ok(Arc::new(Clique {
+            trace,
             id: NEXT_CLIQUE.fetch_add(1, Ordering::Relaxed),
             nranks: n,
             backend,
@@ -309,6 +316,8 @@ pub(crate) struct Prepared {
 /// only the ranks its Send/Recv name launch it ([`Launch::p2p_only`]).
 #[derive(Clone, Copy, Debug)]
 struct RunAs {
+    /// What runs, as the step trace names it.
+    name: &'static str,
     dtype: DataType,
     op: RedOp,
     proto: oxccl_core::Proto,
@@ -578,6 +587,7 @@ impl Communicator {
             &heap[..]
         };
         let how = RunAs {
+            name: kind.name(),
             dtype: T::DTYPE,
             op,
             proto: r.choice.proto,
@@ -777,6 +787,7 @@ impl Communicator {
             PlanRef::Own(_) => None,
         };
         let how = RunAs {
+            name: if p2p_only { "sendrecv" } else { "group" },
             dtype,
             op,
             proto,
@@ -795,11 +806,15 @@ impl Communicator {
         how: RunAs,
     ) -> Result<()> {
         let RunAs {
+            name,
             dtype,
             op,
             proto,
             p2p_only,
         } = how;
+        let tracer = self.clique.trace.as_ref().filter(|t| t.wants(self.rank));
+        let steps = tracer.map(|_| parking_lot::Mutex::new(Vec::new()));
+        let start = std::time::Instant::now();
         let lowered = op.lower(dtype, self.clique.nranks);
         let launch = Launch {
             rank: self.rank,
@@ -810,12 +825,27 @@ impl Communicator {
             proto,
             handle,
             p2p_only,
+            steps: steps.as_ref(),
         };
         // SAFETY: every buffer passed validation: it is this rank's backend
         // memory or a borrowed user slice (host backend only) of at least
         // the plan's length, alive for the whole call (the `In`/`Out`
         // borrows outlive it), and aliased only in the in-place layout.
-        unsafe { self.clique.backend.execute(&launch) }.map_err(|e| self.fail("an operation", e))
+        let r = unsafe { self.clique.backend.execute(&launch) };
+        if let (Some(t), Some(steps)) = (tracer, steps) {
+            t.record(
+                self.rank,
+                crate::observe::CallTrace {
+                    name,
+                    dtype,
+                    start,
+                    end: std::time::Instant::now(),
+                    plan_steps: plan.channels.iter().map(|c| c.steps.len()).sum(),
+                    steps: steps.into_inner(),
+                },
+            );
+        }
+        r.map_err(|e| self.fail("an operation", e))
     }
 
     /// Aborts the clique after `what` failed on this rank, and passes the

@@ -333,6 +333,8 @@ pub struct Config {
     pub cuda: CudaSettings,
     /// The rendezvous's settings (`NCCL_COMM_ID`, interface, host id).
     pub bootstrap: oxccl_bootstrap::BootstrapSettings,
+    /// The step trace (`OXCCL_TRACE`, `OXCCL_TRACE_CALLS`); `None`: off.
+    pub trace: Option<crate::observe::TraceSettings>,
 }
 
 impl Default for Config {
@@ -355,6 +357,7 @@ impl Default for Config {
             host: Default::default(),
             cuda: Default::default(),
             bootstrap: Default::default(),
+            trace: None,
         }
     }
 }

@@ -153,6 +153,9 @@ pub struct Launch<'a> {
     /// not by every rank (a backend that matches launches across ranks
     /// needs to know; a collective, or a group holding one, is `false`).
     pub p2p_only: bool,
+    /// Where a backend that records steps (the host backend) appends a
+    /// record of each step run, when a step trace is asked for.
+    pub steps: Option<&'a parking_lot::Mutex<Vec<oxccl_core::trace::StepRecord>>>,
 }
 
 /// A backend's state for one plan on every rank (device uploads), made

@@ -21,6 +21,10 @@ use crate::settings::Environment;
 mod names;
 mod nvtx;
 pub(crate) mod profiler;
+mod trace;
+
+pub(crate) use trace::{CallTrace, Tracer};
+pub use trace::{TraceSettings, DEFAULT_TRACE_CALLS};
 
 pub use names::{nccl_dtype, nccl_op};
 

@@ -58,6 +58,7 @@ pub(super) fn config(get: Get<'_>) -> Result<Config> {
     c.bootstrap = bootstrap(get)?;
     c.topology_file =
         pick_set(get, "OXCCL_TOPO_FILE", Some("NCCL_TOPO_FILE")).map(|(_, v)| PathBuf::from(v));
+    c.trace = trace(get)?;
     Ok(c)
 }
 
@@ -109,6 +110,21 @@ fn facade(get: Get<'_>) -> Result<Config> {
         c.debug = Some(DebugLevel::parse(var, &v)?);
     }
     Ok(c)
+}
+
+/// `OXCCL_TRACE` (a path; empty is off) and `OXCCL_TRACE_CALLS`.
+fn trace(get: Get<'_>) -> Result<Option<crate::observe::TraceSettings>> {
+    let Some((_, path)) = pick_set(get, "OXCCL_TRACE", None) else {
+        return Ok(None);
+    };
+    let calls = match pick(get, "OXCCL_TRACE_CALLS", None) {
+        Some((var, v)) => parse_positive(var, &v)? as usize,
+        None => crate::observe::DEFAULT_TRACE_CALLS,
+    };
+    Ok(Some(crate::observe::TraceSettings {
+        path: PathBuf::from(path),
+        calls,
+    }))
 }
 
 /// `OXCCL_PUSH_GROUP`: a count of at least 1; anything else is ignored

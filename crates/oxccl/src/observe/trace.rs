@@ -1,0 +1,255 @@
+//! The step trace (`OXCCL_TRACE=path`): per rank, each call's host time
+//! (from the hand-off to the backend to its return) and, where the
+//! backend records them (the host backend), every plan step's start and
+//! end, the peer it waited on and whether it had to; for the first
+//! `OXCCL_TRACE_CALLS` calls of each rank. Written as Chrome trace JSON
+//! (Perfetto, `chrome://tracing`): a process per rank, named `rank N`,
+//! with a `host` thread for calls and one thread per channel for steps.
+//! The file is written once every rank of this process has recorded its
+//! calls, else when the communicators are dropped. Ranks as processes
+//! each write `path.rankN`.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use oxccl_core::trace::StepRecord;
+use oxccl_core::DataType;
+use parking_lot::Mutex;
+
+/// Calls per rank recorded unless `OXCCL_TRACE_CALLS` says.
+pub const DEFAULT_TRACE_CALLS: usize = 64;
+
+/// What `OXCCL_TRACE` and `OXCCL_TRACE_CALLS` ask for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TraceSettings {
+    /// Where the trace is written.
+    pub path: PathBuf,
+    /// Calls per rank recorded (from the first).
+    pub calls: usize,
+}
+
+/// One recorded call.
+#[derive(Debug)]
+pub(crate) struct CallTrace {
+    pub name: &'static str,
+    pub dtype: DataType,
+    pub start: Instant,
+    pub end: Instant,
+    /// Steps of the rank's plan, for readers to compare with the step
+    /// events.
+    pub plan_steps: usize,
+    pub steps: Vec<StepRecord>,
+}
+
+/// A clique's trace in the making.
+#[derive(Debug)]
+pub(crate) struct Tracer {
+    path: PathBuf,
+    limit: usize,
+    epoch: Instant,
+    /// Per rank of the clique, its calls so far (only this process's ranks
+    /// record).
+    ranks: Vec<Mutex<Vec<CallTrace>>>,
+    local: Vec<u32>,
+    written: AtomicBool,
+}
+
+impl Tracer {
+    /// The trace of a clique of `nranks`, of which `local` run here
+    /// (`proc_rank`: the one rank of this process, when ranks are
+    /// processes).
+    pub(crate) fn new(s: &TraceSettings, nranks: u32, proc_rank: Option<u32>) -> Tracer {
+        let (path, local) = match proc_rank {
+            Some(r) => {
+                let mut p = s.path.clone().into_os_string();
+                p.push(format!(".rank{r}"));
+                (PathBuf::from(p), vec![r])
+            }
+            None => (s.path.clone(), (0..nranks).collect()),
+        };
+        Tracer {
+            path,
+            limit: s.calls,
+            epoch: Instant::now(),
+            ranks: (0..nranks).map(|_| Mutex::new(Vec::new())).collect(),
+            local,
+            written: AtomicBool::new(false),
+        }
+    }
+
+    /// Whether `rank`'s next call is to be recorded.
+    pub(crate) fn wants(&self, rank: u32) -> bool {
+        self.ranks
+            .get(rank as usize)
+            .is_some_and(|r| r.lock().len() < self.limit)
+    }
+
+    /// Adds `rank`'s call; writes the file once every local rank has its
+    /// calls.
+    pub(crate) fn record(&self, rank: u32, call: CallTrace) {
+        let Some(r) = self.ranks.get(rank as usize) else {
+            return;
+        };
+        let full = {
+            let mut r = r.lock();
+            if r.len() < self.limit {
+                r.push(call);
+            }
+            r.len() >= self.limit
+        };
+        if full
+            && self
+                .local
+                .iter()
+                .all(|&l| self.ranks[l as usize].lock().len() >= self.limit)
+        {
+            self.write();
+        }
+    }
+
+    /// Writes the trace (once); a failure is a warning.
+    fn write(&self) {
+        if self.written.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let json = self.json();
+        match std::fs::write(&self.path, json) {
+            Ok(()) => {
+                tracing::info!(target: "oxccl::profile", "oxccl: step trace written to {}", self.path.display())
+            }
+            Err(e) => tracing::warn!(
+                "oxccl: could not write the step trace {}: {e}",
+                self.path.display()
+            ),
+        }
+    }
+
+    /// Microseconds since the trace began.
+    fn us(&self, t: Instant) -> f64 {
+        t.saturating_duration_since(self.epoch).as_nanos() as f64 / 1e3
+    }
+
+    /// The Chrome trace JSON of everything recorded.
+    pub(crate) fn json(&self) -> String {
+        let mut ev: Vec<String> = Vec::new();
+        for &rank in &self.local {
+            let calls = self.ranks[rank as usize].lock();
+            ev.push(meta("process_name", rank, 0, &format!("rank {rank}")));
+            ev.push(meta("thread_name", rank, 0, "host"));
+            let mut channels: Vec<u32> = calls
+                .iter()
+                .flat_map(|c| c.steps.iter().map(|s| s.channel))
+                .collect();
+            channels.sort_unstable();
+            channels.dedup();
+            for c in channels {
+                ev.push(meta("thread_name", rank, c + 1, &format!("channel {c}")));
+            }
+            for (i, call) in calls.iter().enumerate() {
+                ev.push(format!(
+                    r#"{{"ph":"X","cat":"call","name":"{}","pid":{rank},"tid":0,"ts":{:.3},"dur":{:.3},"args":{{"call":{i},"dtype":"{}","plan_steps":{},"steps":{}}}}}"#,
+                    call.name,
+                    self.us(call.start),
+                    self.us(call.end) - self.us(call.start),
+                    call.dtype.name(),
+                    call.plan_steps,
+                    call.steps.len(),
+                ));
+                for s in &call.steps {
+                    let mut e = format!(
+                        r#"{{"ph":"X","cat":"step","name":"{}","pid":{rank},"tid":{},"ts":{:.3},"dur":{:.3},"args":{{"call":{i},"channel":{},"step":{},"waited":{}"#,
+                        s.name,
+                        s.channel + 1,
+                        self.us(s.start),
+                        self.us(s.end) - self.us(s.start),
+                        s.channel,
+                        s.step,
+                        s.waited,
+                    );
+                    if let Some(p) = s.peer {
+                        let _ = write!(e, r#","peer":{p}"#);
+                    }
+                    e.push_str("}}");
+                    ev.push(e);
+                }
+            }
+        }
+        format!(
+            "{{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n{}\n]}}\n",
+            ev.join(",\n")
+        )
+    }
+
+    /// Where the trace goes.
+    #[cfg(test)]
+    pub(crate) fn path(&self) -> &std::path::Path {
+        &self.path
+    }
+}
+
+/// A metadata event naming a process or thread.
+fn meta(what: &str, pid: u32, tid: u32, name: &str) -> String {
+    format!(r#"{{"ph":"M","name":"{what}","pid":{pid},"tid":{tid},"args":{{"name":"{name}"}}}}"#)
+}
+
+impl Drop for Tracer {
+    fn drop(&mut self) {
+        if self
+            .local
+            .iter()
+            .any(|&l| !self.ranks[l as usize].lock().is_empty())
+        {
+            self.write();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn process_ranks_write_files_of_their_own() {
+        let s = TraceSettings {
+            path: "/tmp/t.json".into(),
+            calls: 2,
+        };
+        let p = |t: Tracer| t.path().to_path_buf();
+        assert_eq!(
+            p(Tracer::new(&s, 4, Some(3))),
+            PathBuf::from("/tmp/t.json.rank3")
+        );
+        assert_eq!(p(Tracer::new(&s, 4, None)), PathBuf::from("/tmp/t.json"));
+    }
+
+    #[test]
+    fn only_the_first_calls_are_kept() {
+        let s = TraceSettings {
+            path: std::env::temp_dir()
+                .join(format!("oxccl-trace-unit-{}.json", std::process::id())),
+            calls: 1,
+        };
+        let t = Tracer::new(&s, 2, None);
+        assert!(t.wants(0));
+        let now = Instant::now();
+        let call = || CallTrace {
+            name: "allreduce",
+            dtype: DataType::F32,
+            start: now,
+            end: now,
+            plan_steps: 0,
+            steps: vec![],
+        };
+        t.record(0, call());
+        assert!(!t.wants(0) && t.wants(1));
+        assert!(!t.written.load(Ordering::Acquire));
+        t.record(1, call());
+        assert!(
+            t.written.load(Ordering::Acquire),
+            "written once every rank is full"
+        );
+        let _ = std::fs::remove_file(&s.path);
+    }
+}

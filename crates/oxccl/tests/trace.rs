@@ -1,0 +1,109 @@
+//! The step trace (`OXCCL_TRACE`) of a 4-rank host run: Chrome trace JSON
+//! with a process per rank, each call on the rank's host thread and a
+//! step event for every step of its plan.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use oxccl::observe::TraceSettings;
+use oxccl::{BackendKind, Config, RedOp};
+use serde_json::Value;
+
+mod common;
+
+#[test]
+fn a_four_rank_host_trace_has_a_track_per_rank_and_every_plan_step() {
+    let path = std::env::temp_dir().join(format!("oxccl-trace-{}.json", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    let config = Config {
+        backend: BackendKind::Host,
+        trace: Some(TraceSettings {
+            path: path.clone(),
+            calls: 3,
+        }),
+        ..Config::default()
+    };
+    let comms = oxccl::init_all_with(4, config).unwrap();
+    common::on_ranks(&comms, |c| {
+        // Past the recorded calls too: the fourth is not in the trace.
+        for n in [4096usize, 8, 100_000, 8] {
+            let send = vec![1.0f32; n];
+            let mut recv = vec![0.0f32; n];
+            c.all_reduce(&send[..], &mut recv[..], RedOp::Sum).unwrap();
+            assert_eq!(recv[n - 1], 4.0);
+        }
+    });
+    // Written once every rank has its three calls, before the drop.
+    let text = std::fs::read_to_string(&path).expect("the trace file");
+    drop(comms);
+    let _ = std::fs::remove_file(&path);
+
+    let v: Value = serde_json::from_str(&text).expect("JSON");
+    let events = v["traceEvents"].as_array().expect("traceEvents");
+    let num = |e: &Value, k: &str| e[k].as_f64().unwrap_or_else(|| panic!("{k} in {e}"));
+    let pids: BTreeSet<u64> = events.iter().map(|e| e["pid"].as_u64().unwrap()).collect();
+    assert_eq!(pids, (0..4).collect(), "one track per rank");
+    for rank in 0..4u64 {
+        let named = events.iter().any(|e| {
+            e["ph"] == "M"
+                && e["name"] == "process_name"
+                && e["pid"] == rank
+                && e["args"]["name"] == format!("rank {rank}")
+        });
+        assert!(named, "rank {rank} has no named track");
+        let calls: Vec<&Value> = events
+            .iter()
+            .filter(|e| e["pid"] == rank && e["cat"] == "call")
+            .collect();
+        assert_eq!(calls.len(), 3, "rank {rank}: {calls:?}");
+        for (i, call) in calls.iter().enumerate() {
+            assert_eq!(call["ph"], "X");
+            assert_eq!(call["name"], "allreduce");
+            assert_eq!(call["args"]["call"], i as u64);
+            let plan_steps = call["args"]["plan_steps"].as_u64().unwrap();
+            assert!(plan_steps > 0);
+            let steps: Vec<&Value> = events
+                .iter()
+                .filter(|e| e["pid"] == rank && e["cat"] == "step" && e["args"]["call"] == i as u64)
+                .collect();
+            assert_eq!(
+                steps.len() as u64,
+                plan_steps,
+                "rank {rank} call {i}: a step event per plan step"
+            );
+            // Every channel's steps are there once each, 0.., in time order,
+            // on the channel's thread, inside the call, naming a peer.
+            let mut per_channel: BTreeMap<u64, Vec<(u64, f64, f64)>> = BTreeMap::new();
+            let (t0, t1) = (num(call, "ts"), num(call, "ts") + num(call, "dur"));
+            for s in &steps {
+                let ch = s["args"]["channel"].as_u64().unwrap();
+                assert_eq!(s["tid"].as_u64().unwrap(), ch + 1, "{s}");
+                let peer = s["args"]["peer"].as_u64().expect("a peer");
+                assert!(peer < 4 && peer != rank, "{s}");
+                let (a, d) = (num(s, "ts"), num(s, "dur"));
+                assert!(
+                    d >= 0.0 && a >= t0 - 0.01 && a + d <= t1 + 0.01,
+                    "{s} outside {call}"
+                );
+                per_channel.entry(ch).or_default().push((
+                    s["args"]["step"].as_u64().unwrap(),
+                    a,
+                    d,
+                ));
+            }
+            for (ch, list) in per_channel {
+                let idx: Vec<u64> = list.iter().map(|x| x.0).collect();
+                assert_eq!(
+                    idx,
+                    (0..list.len() as u64).collect::<Vec<_>>(),
+                    "channel {ch}"
+                );
+                for w in list.windows(2) {
+                    assert!(
+                        w[1].1 >= w[0].1 + w[0].2 - 0.01,
+                        "channel {ch} steps overlap"
+                    );
+                }
+            }
+        }
+    }
+}
