@@ -116,7 +116,7 @@ pub fn init_all_with(n: u32, config: Config) -> Result<Vec<Communicator>> {
             "init_all needs at least one rank".into(),
         ));
     }
-    crate::debug::init(config.debug);
+    crate::debug::init(config.debug, config.debug_subsys);
     let opts = config.backend_options(n);
     let backend = match config.backend {
         BackendKind::Host => backend::host::create(&opts)?,
@@ -143,7 +143,7 @@ pub fn init_all_on_devices(devices: &[i32], config: Config) -> Result<Vec<Commun
     if !cuda || n == 0 {
         return init_all_with(n, config);
     }
-    crate::debug::init(config.debug);
+    crate::debug::init(config.debug, config.debug_subsys);
     let visible = oxccl_cuda::available()
         .map_err(|e| Error::BackendUnavailable(e.to_string()))?
         .devices
@@ -197,7 +197,7 @@ impl Clique {
         config: Config,
         boot: Option<Arc<oxccl_bootstrap::Bootstrap>>,
     ) -> Result<Arc<Clique>> {
-        crate::debug::init(config.debug);
+        crate::debug::init(config.debug, config.debug_subsys);
         // First, so that ranks failing later below fail alike, after it.
         let board = match &boot {
             Some(b) if config.check_calls && n > 1 && config.check_calls_across_hosts => {
@@ -206,15 +206,11 @@ impl Clique {
             Some(b) if config.check_calls && n > 1 => Board::shared(b)?,
             _ => Board::new(n),
         };
-        tracing::info!(nranks = n, backend = %backend.describe(), "oxccl: communicators created");
+        tracing::info!(target: "oxccl::init", nranks = n, backend = %backend.describe(), "oxccl: communicators created");
         check_algorithms(&config)?;
         let chooser = Chooser::new(&config, backend.as_ref(), n)?;
         let rings = chooser.rings();
-        // As NCCL logs its channels' rings at init.
-        for (c, ring) in rings.iter().enumerate() {
-            let order: Vec<String> = ring.iter().map(u32::to_string).collect();
-            tracing::info!("oxccl: Ring {c:02} : {}", order.join(" "));
-        }
+        log_rings(&rings);
         let plans = PlanCache::new(rings, chooser.hosts()).with_push_group(config.push_group);
         let trace = config
             .trace
@@ -232,6 +228,29 @@ impl Clique {
             boot,
             split: Default::default(),
         }))
+    }
+}
+
+/// The channels' rings at init: under INIT one line per distinct order
+/// (its first channel, and how many channels share it), every channel's
+/// under GRAPH, as NCCL logs them.
+fn log_rings(rings: &[Vec<u32>]) {
+    let order = |r: &Vec<u32>| r.iter().map(u32::to_string).collect::<Vec<_>>().join(" ");
+    let mut distinct: Vec<(usize, &Vec<u32>, usize)> = Vec::new();
+    for (c, ring) in rings.iter().enumerate() {
+        match distinct.iter_mut().find(|(_, r, _)| *r == ring) {
+            Some((_, _, n)) => *n += 1,
+            None => distinct.push((c, ring, 1)),
+        }
+        tracing::info!(target: "oxccl::graph", "oxccl: Ring {c:02} : {}", order(ring));
+    }
+    for (c, ring, n) in distinct {
+        tracing::info!(
+            target: "oxccl::init",
+            "oxccl: Ring {c:02} : {} ({n} of {} channels in this order)",
+            order(ring),
+            rings.len()
+        );
     }
 }
 
@@ -862,7 +881,7 @@ impl Communicator {
     /// collective has them) and the choice; on the host backend the
     /// prediction is marked as the host model's estimate, not GPU time.
     fn log(&self, c: &Checked, dtype: DataType, op: RedOp, ch: &Choice) {
-        if !tracing::enabled!(tracing::Level::INFO) {
+        if !tracing::enabled!(target: "oxccl::coll", tracing::Level::INFO) {
             return;
         }
         let call = Call::coll(c.coll.kind, dtype, c.coll.count, op, c.coll.root);
@@ -872,6 +891,7 @@ impl Communicator {
             ""
         };
         tracing::info!(
+            target: "oxccl::coll",
             rank = self.rank,
             in_place = c.in_place,
             "oxccl: {call}: {ch}{host}"

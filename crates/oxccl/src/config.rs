@@ -54,8 +54,10 @@ pub use branches::WaitWarn;
 
 pub(crate) mod branches;
 mod builder;
+mod subsys;
 pub use branches::{CudaSettings, HostSettings, ProcsPath};
 pub use builder::ConfigBuilder;
+pub use subsys::Subsystems;
 
 /// Which names a filter lets through, for one collective.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -299,6 +301,9 @@ pub struct Config {
     pub chunk_bytes: Option<usize>,
     /// Logging requested through the environment.
     pub debug: Option<DebugLevel>,
+    /// Whose INFO and TRACE lines show (`OXCCL_DEBUG_SUBSYS`, else
+    /// `NCCL_DEBUG_SUBSYS`; NCCL's default INIT, BOOTSTRAP, ENV).
+    pub debug_subsys: Subsystems,
     /// Compare every call's fingerprint with the peers' before any data
     /// moves (`OXCCL_CHECK_CALLS`, default on; see [`crate::Error::Mismatch`]).
     /// Ranks as processes check only if every rank has it on, and over the
@@ -348,6 +353,7 @@ impl Default for Config {
             wait_warn: WaitWarn::default(),
             chunk_bytes: None,
             debug: None,
+            debug_subsys: Subsystems::default(),
             check_calls: true,
             check_calls_across_hosts: false,
             topology: None,

@@ -485,6 +485,7 @@ fn build_job(
         return Ok(None);
     }
     tracing::info!(
+        target: "oxccl::coll",
         rank = comm.rank(),
         operations = list.len(),
         dtype = %dtype,

@@ -105,7 +105,7 @@ impl Communicator {
         });
         // Before anything connects: the bootstrap and the backends' setup
         // (each connection's transport) log at INFO.
-        crate::debug::init(config.debug);
+        crate::debug::init(config.debug, config.debug_subsys);
         let ids: Vec<oxccl_bootstrap::UniqueId> = ids.iter().map(|i| i.0).collect();
         let dev = config.bootstrap.device_info(None, String::new());
         let boot = Bootstrap::init_scalable(&ids, nranks, rank, &dev, config.deadline)

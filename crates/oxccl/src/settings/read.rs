@@ -109,6 +109,9 @@ fn facade(get: Get<'_>) -> Result<Config> {
     if let Some((var, v)) = pick(get, "OXCCL_DEBUG", Some("NCCL_DEBUG")) {
         c.debug = Some(DebugLevel::parse(var, &v)?);
     }
+    if let Some((var, v)) = pick_set(get, "OXCCL_DEBUG_SUBSYS", Some("NCCL_DEBUG_SUBSYS")) {
+        c.debug_subsys = crate::config::Subsystems::parse(var, &v)?;
+    }
     Ok(c)
 }
 

@@ -140,7 +140,7 @@ mod tests {
         assert_eq!(offset_of!(Coll, algo), 64);
         assert_eq!(offset_of!(Coll, parent_group), 80);
         assert_eq!(offset_of!(P2p, peer), 32);
-        assert_eq!(offset_of!(P2p, parent_group), 48);
+        assert_eq!(offset_of!(P2p, parent_group), 40);
         assert_eq!(offset_of!(DescrV5, body), 24);
         assert_eq!(offset_of!(DescrV4, parent), 8);
         assert_eq!(offset_of!(DescrV4, body), 24);
