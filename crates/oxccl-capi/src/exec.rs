@@ -73,7 +73,7 @@ pub fn func(w: What) -> oxccl::observe::Func {
 
 /// A checked call's arguments as tools see them.
 pub fn args(c: &CComm, call: &Call) -> oxccl::observe::Args {
-    let base = c.ready().map(oxccl::observe::Args::of).unwrap_or_default();
+    let base = c.ready().map(|c| c.tool_args()).unwrap_or_default();
     let (op, root, peer) = match call.what {
         What::Coll(k) => (
             k.is_reduction().then_some(call.op),

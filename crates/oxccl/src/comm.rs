@@ -190,6 +190,13 @@ pub(crate) fn scalar_bits(op: RedOp) -> u64 {
 }
 
 impl Clique {
+    /// The communicator's identity for tools: the bootstrap's magic where
+    /// ranks are processes (equal in every process), else the clique's
+    /// number.
+    pub(crate) fn tool_id(&self) -> u64 {
+        self.boot.as_ref().map_or(self.id, |b| b.magic())
+    }
+
     /// A clique of `n` ranks on `backend` (`boot`: when ranks are processes).
     pub(crate) fn new(
         n: u32,
@@ -228,6 +235,26 @@ impl Clique {
             boot,
             split: Default::default(),
         }))
+    }
+}
+
+/// A checked collective of `dtype` and the choice it runs with, as the
+/// profiler plugin hears of it.
+pub(crate) fn profiler_part(
+    c: &Checked,
+    dtype: DataType,
+    choice: &Choice,
+) -> crate::observe::profiler::Part {
+    crate::observe::profiler::Part::Coll {
+        kind: c.coll.kind,
+        count: c.coll.count,
+        root: c.coll.root,
+        dtype,
+        send: c.send.addr,
+        recv: c.recv.addr,
+        algo: choice.algo,
+        proto: choice.proto,
+        channels: choice.channels,
     }
 }
 
@@ -373,7 +400,7 @@ impl Communicator {
     pub(crate) fn in_clique(rank: u32, clique: Arc<Clique>) -> Communicator {
         Communicator {
             rank,
-            prof: crate::observe::profiler_ctx(&clique, rank),
+            prof: crate::observe::profiler_ctx(clique.tool_id(), clique.nranks, rank),
             sinks: parking_lot::Mutex::new(Sinks::new(clique.backend.clone(), rank)),
             clique,
             destroyed: AtomicBool::new(false),
@@ -385,6 +412,17 @@ impl Communicator {
 
     pub fn rank(&self) -> u32 {
         self.rank
+    }
+
+    /// This communicator as tools (NVTX, profiler plugins) name it:
+    /// identity, rank and rank count, no call yet.
+    pub fn tool_args(&self) -> crate::observe::Args {
+        crate::observe::Args {
+            comm: self.clique.tool_id(),
+            rank: self.rank,
+            nranks: self.clique.nranks,
+            ..Default::default()
+        }
     }
 
     pub fn nranks(&self) -> u32 {
@@ -475,9 +513,7 @@ impl Communicator {
     /// Marks the communicator unusable: later calls return
     /// [`Error::Destroyed`]. Buffers stay valid until dropped.
     pub fn destroy(&self) {
-        let _nvtx = crate::observe::range(crate::observe::Func::CommDestroy, || {
-            crate::observe::Args::of(self)
-        });
+        let _nvtx = crate::observe::range(crate::observe::Func::CommDestroy, || self.tool_args());
         self.destroyed.store(true, Ordering::Release);
         self.clique.board.leave(self.rank);
     }
@@ -485,9 +521,7 @@ impl Communicator {
     /// Aborts the whole clique: every rank's pending and later operations
     /// fail promptly ([`Error::Aborted`], then [`Error::Failed`]).
     pub fn abort(&self) {
-        let _nvtx = crate::observe::range(crate::observe::Func::CommAbort, || {
-            crate::observe::Args::of(self)
-        });
+        let _nvtx = crate::observe::range(crate::observe::Func::CommAbort, || self.tool_args());
         let why = format!("rank {} aborted the communicator", self.rank);
         self.clique.backend.abort(&why);
         self.clique.board.abort(self.rank);
@@ -573,7 +607,14 @@ impl Communicator {
             .check_collective(kind, send.into(), recv.into(), op, root)
             .map_err(|e| self.refuse_call(e))?;
         let _nvtx = crate::observe::range(crate::observe::Func::Coll(kind), || {
-            crate::observe::Args::coll(self, kind, checked.coll.count, T::DTYPE, op, root)
+            crate::observe::Args::coll(
+                self.tool_args(),
+                kind,
+                checked.coll.count,
+                T::DTYPE,
+                op,
+                root,
+            )
         });
         if checked.coll.count == 0 {
             return Ok(());
@@ -613,7 +654,7 @@ impl Communicator {
             p2p_only: false,
         };
         let _events = self.prof.as_ref().map(|p| {
-            let part = crate::observe::profiler::Part::coll(&checked, T::DTYPE, &r.choice);
+            let part = profiler_part(&checked, T::DTYPE, &r.choice);
             crate::observe::profiler::Launch::start(p, &[part])
         });
         self.run(rp, bufs, r.handle.as_ref(), how)

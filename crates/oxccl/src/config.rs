@@ -59,6 +59,19 @@ pub use branches::{CudaSettings, HostSettings, ProcsPath};
 pub use builder::ConfigBuilder;
 pub use subsys::Subsystems;
 
+/// Calls per rank the step trace records unless `OXCCL_TRACE_CALLS` says.
+pub const DEFAULT_TRACE_CALLS: usize = 64;
+
+/// What `OXCCL_TRACE` and `OXCCL_TRACE_CALLS` ask for (see the step trace
+/// in [`crate::observe`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TraceSettings {
+    /// Where the trace is written.
+    pub path: std::path::PathBuf,
+    /// Calls per rank recorded (from the first).
+    pub calls: usize,
+}
+
 /// Which names a filter lets through, for one collective.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Rule<T> {
@@ -339,7 +352,7 @@ pub struct Config {
     /// The rendezvous's settings (`NCCL_COMM_ID`, interface, host id).
     pub bootstrap: oxccl_bootstrap::BootstrapSettings,
     /// The step trace (`OXCCL_TRACE`, `OXCCL_TRACE_CALLS`); `None`: off.
-    pub trace: Option<crate::observe::TraceSettings>,
+    pub trace: Option<TraceSettings>,
 }
 
 impl Default for Config {

@@ -191,7 +191,7 @@ impl<'a> Group<'a> {
             count: Some(arg.len),
             dtype: Some(dtype),
             peer: Some(peer),
-            ..crate::observe::Args::of(comm)
+            ..comm.tool_args()
         });
         comm.check_usable()?;
         validate::p2p(what, arg, peer, &comm.owner())?;
@@ -223,7 +223,14 @@ impl<'a> Group<'a> {
     ) -> Result<()> {
         let (checked, op) = comm.check_collective(kind, send.into(), recv.into(), op, root)?;
         let _nvtx = crate::observe::range(crate::observe::Func::Coll(kind), || {
-            crate::observe::Args::coll(comm, kind, checked.coll.count, T::DTYPE, op, root)
+            crate::observe::Args::coll(
+                comm.tool_args(),
+                kind,
+                checked.coll.count,
+                T::DTYPE,
+                op,
+                root,
+            )
         });
         self.push(comm, T::DTYPE, Pending::Coll { checked, op });
         Ok(())
@@ -446,9 +453,7 @@ fn build_job(
                 let (prep, choice): (Prepared, Choice) = comm.prepare(&checked, es)?;
                 proto.get_or_insert(choice.proto);
                 if profiled {
-                    events.push(crate::observe::profiler::Part::coll(
-                        &checked, dtype, &choice,
-                    ));
+                    events.push(crate::comm::profiler_part(&checked, dtype, &choice));
                 }
                 parts.push(prep);
             }
@@ -637,7 +642,7 @@ impl Communicator {
             count: Some(buf.arg.len),
             dtype: Some(T::DTYPE),
             peer: Some(peer),
-            ..crate::observe::Args::of(self)
+            ..self.tool_args()
         });
         group(|g| g.send::<T>(self, buf, peer))
     }
@@ -649,7 +654,7 @@ impl Communicator {
             count: Some(buf.arg.len),
             dtype: Some(T::DTYPE),
             peer: Some(peer),
-            ..crate::observe::Args::of(self)
+            ..self.tool_args()
         });
         group(|g| g.recv::<T>(self, buf, peer))
     }

@@ -195,9 +195,7 @@ impl Communicator {
     /// With ranks as threads (`init_all`), every rank's thread calls it at
     /// once and each member stays on its parent rank's device.
     pub fn split(&self, color: Option<u32>, key: i32) -> Result<Option<Communicator>> {
-        let _nvtx = crate::observe::range(crate::observe::Func::CommSplit, || {
-            crate::observe::Args::of(self)
-        });
+        let _nvtx = crate::observe::range(crate::observe::Func::CommSplit, || self.tool_args());
         self.check_usable()?;
         let cl = self.clique();
         let Some(boot) = cl.boot.as_ref() else {

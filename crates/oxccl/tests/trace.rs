@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use oxccl::observe::TraceSettings;
+use oxccl::config::TraceSettings;
 use oxccl::{BackendKind, Config, RedOp};
 use serde_json::Value;
 

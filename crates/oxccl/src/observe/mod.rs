@@ -15,7 +15,6 @@ use std::sync::OnceLock;
 
 use oxccl_core::{CollKind, DataType, RedOp};
 
-use crate::comm::Communicator;
 use crate::settings::Environment;
 
 mod names;
@@ -24,7 +23,6 @@ pub(crate) mod profiler;
 mod trace;
 
 pub(crate) use trace::{CallTrace, Tracer};
-pub use trace::{TraceSettings, DEFAULT_TRACE_CALLS};
 
 pub use names::{nccl_dtype, nccl_op};
 
@@ -69,20 +67,11 @@ pub struct Args {
 }
 
 impl Args {
-    /// A call on `comm` with nothing else said yet.
-    pub fn of(comm: &Communicator) -> Args {
-        Args {
-            comm: comm_hash(comm),
-            rank: comm.rank(),
-            nranks: comm.nranks(),
-            ..Args::default()
-        }
-    }
-
-    /// A collective's arguments: `count` as NCCL counts it (per rank),
-    /// the op of reductions, the root of rooted collectives.
+    /// A collective's arguments on the communicator `base` describes
+    /// ([`crate::Communicator::tool_args`]): `count` as NCCL counts it
+    /// (per rank), the op of reductions, the root of rooted collectives.
     pub fn coll(
-        comm: &Communicator,
+        base: Args,
         kind: CollKind,
         count: usize,
         dtype: DataType,
@@ -94,7 +83,7 @@ impl Args {
             dtype: Some(dtype),
             op: kind.is_reduction().then_some(op),
             root: kind.has_root().then_some(root),
-            ..Args::of(comm)
+            ..base
         }
     }
 
@@ -127,13 +116,6 @@ impl Args {
     }
 }
 
-/// A communicator's identity for tools: its bootstrap's magic where ranks
-/// are processes (equal in every process), else the clique's number.
-pub(crate) fn comm_hash(comm: &Communicator) -> u64 {
-    let cl = comm.clique();
-    cl.boot.as_ref().map_or(cl.id, |b| b.magic())
-}
-
 /// The tools attached to this process.
 #[derive(Debug)]
 struct Tools {
@@ -153,12 +135,12 @@ fn tools() -> &'static Tools {
     })
 }
 
-/// Rank `rank`'s context in the profiler plugin of this process, if one
-/// is attached and takes the communicator.
-pub(crate) fn profiler_ctx(clique: &crate::comm::Clique, rank: u32) -> Option<profiler::Ctx> {
+/// The profiler plugin's context for rank `rank` of `nranks` of the
+/// communicator `comm` (its identity), if a plugin is attached and takes
+/// it.
+pub(crate) fn profiler_ctx(comm: u64, nranks: u32, rank: u32) -> Option<profiler::Ctx> {
     let plugin = tools().profiler.as_ref()?;
-    let comm = clique.boot.as_ref().map_or(clique.id, |b| b.magic());
-    profiler::Ctx::new(plugin, comm, clique.nranks, rank)
+    profiler::Ctx::new(plugin, comm, nranks, rank)
 }
 
 /// The NVTX tool `NVTX_INJECTION64_PATH` names, unless

@@ -18,17 +18,7 @@ use oxccl_core::trace::StepRecord;
 use oxccl_core::DataType;
 use parking_lot::Mutex;
 
-/// Calls per rank recorded unless `OXCCL_TRACE_CALLS` says.
-pub const DEFAULT_TRACE_CALLS: usize = 64;
-
-/// What `OXCCL_TRACE` and `OXCCL_TRACE_CALLS` ask for.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TraceSettings {
-    /// Where the trace is written.
-    pub path: PathBuf,
-    /// Calls per rank recorded (from the first).
-    pub calls: usize,
-}
+use crate::config::TraceSettings;
 
 /// One recorded call.
 #[derive(Debug)]

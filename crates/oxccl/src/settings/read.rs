@@ -116,15 +116,15 @@ fn facade(get: Get<'_>) -> Result<Config> {
 }
 
 /// `OXCCL_TRACE` (a path; empty is off) and `OXCCL_TRACE_CALLS`.
-fn trace(get: Get<'_>) -> Result<Option<crate::observe::TraceSettings>> {
+fn trace(get: Get<'_>) -> Result<Option<crate::config::TraceSettings>> {
     let Some((_, path)) = pick_set(get, "OXCCL_TRACE", None) else {
         return Ok(None);
     };
     let calls = match pick(get, "OXCCL_TRACE_CALLS", None) {
         Some((var, v)) => parse_positive(var, &v)? as usize,
-        None => crate::observe::DEFAULT_TRACE_CALLS,
+        None => crate::config::DEFAULT_TRACE_CALLS,
     };
-    Ok(Some(crate::observe::TraceSettings {
+    Ok(Some(crate::config::TraceSettings {
         path: PathBuf::from(path),
         calls,
     }))

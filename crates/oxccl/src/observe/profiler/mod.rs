@@ -256,27 +256,6 @@ pub(crate) enum Part {
     },
 }
 
-impl Part {
-    /// A checked collective of `dtype` and the choice it runs with.
-    pub(crate) fn coll(
-        c: &crate::validate::Checked,
-        dtype: DataType,
-        choice: &crate::Choice,
-    ) -> Part {
-        Part::Coll {
-            kind: c.coll.kind,
-            count: c.coll.count,
-            root: c.coll.root,
-            dtype,
-            send: c.send.addr,
-            recv: c.recv.addr,
-            algo: choice.algo,
-            proto: choice.proto,
-            channels: choice.channels,
-        }
-    }
-}
-
 /// A launch's events, stopped children first when dropped.
 #[derive(Debug)]
 pub(crate) struct Launch<'a> {
