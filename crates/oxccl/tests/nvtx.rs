@@ -38,14 +38,14 @@ fn a_tool_sees_init_collective_and_group_ranges_with_their_arguments() {
 
     let comms = common::host(2);
     common::on_ranks(&comms, |c| {
-        let send = vec![1.0f32; 8];
-        let mut recv = vec![0.0f32; 8];
+        let send = [1.0f32; 8];
+        let mut recv = [0.0f32; 8];
         c.all_reduce(&send[..], &mut recv[..], RedOp::Sum).unwrap();
-        assert_eq!(recv, vec![2.0; 8]);
-        let a = vec![1i64; 3];
-        let mut b = vec![0i64; 3];
+        assert_eq!(recv, [2.0; 8]);
+        let a = [1i64; 3];
+        let mut b = [0i64; 3];
         group(|g| g.all_reduce(c, &a[..], &mut b[..], RedOp::Max)).unwrap();
-        assert_eq!(b, vec![1; 3]);
+        assert_eq!(b, [1; 3]);
     });
     comms[0].destroy();
 

@@ -44,13 +44,13 @@ pub fn plugin_hears_launches_in_order(v4: bool) {
 
     let comms = super::host(2);
     super::on_ranks(&comms, |c| {
-        let send = vec![1.0f32; 8];
-        let mut recv = vec![0.0f32; 8];
+        let send = [1.0f32; 8];
+        let mut recv = [0.0f32; 8];
         c.all_reduce(&send[..], &mut recv[..], RedOp::Sum).unwrap();
-        let p2p = vec![c.rank() as i32; 5];
-        let mut got = vec![0i32; 5];
-        let a = vec![2i32; 3];
-        let mut b = vec![0i32; 3];
+        let p2p = [c.rank() as i32; 5];
+        let mut got = [0i32; 5];
+        let a = [2i32; 3];
+        let mut b = [0i32; 3];
         // One launch: Send/Recv ride with the group's collective of their
         // type.
         group(|g| {
@@ -62,7 +62,7 @@ pub fn plugin_hears_launches_in_order(v4: bool) {
             }
         })
         .unwrap();
-        assert_eq!(b, vec![4; 3]);
+        assert_eq!(b, [4; 3]);
     });
     drop(comms);
 
@@ -83,7 +83,7 @@ pub fn plugin_hears_launches_in_order(v4: bool) {
         let (g1, c1, g2) = (ids[0], ids[1], ids[2]);
         let (c2, p) = (ids[3], ids[4]);
         let (func, peer) = if rank == 0 { ("Send", 1) } else { ("Recv", 0) };
-        let want = vec![
+        let want = [
             "init nranks=2".to_string(),
             format!("start group {g1} parent=0"),
             format!("start coll {c1} parent={g1} AllReduce seq=0 count=8 root=0 ncclFloat32 RING SIMPLE ch=1"),
