@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use crossbeam::sync::Parker;
 use crossbeam::utils::Backoff;
 use oxccl_core::plan::Rank;
-use oxccl_core::trace::StepRecord;
+use oxccl_core::trace::{Stamp, StepRecord};
 use oxccl_core::{Awaited, Element, FaultCause, LoweredOp, WaitFault};
 
 use crate::compile::{ODst, OSrc, Op, Program, XOp};
@@ -249,8 +249,8 @@ fn record(c: usize, s: usize, op: &Op, start: Instant, waited: Option<Rank>) -> 
         name,
         peer: waited.or(peer),
         waited: waited.is_some(),
-        start,
-        end: Instant::now(),
+        start: Stamp::Host(start),
+        end: Stamp::Host(Instant::now()),
     }
 }
 
@@ -270,17 +270,7 @@ fn describe(op: &Op) -> (&'static str, Option<Rank>) {
                 ODst::Send { peer, .. } | ODst::Remote { peer, .. } => Some(peer),
                 ODst::Local { .. } => None,
             });
-            let reduce = x.srcs.len() > 1;
-            let name = match (from.is_some(), reduce, to.is_some()) {
-                (true, true, true) => "recv_reduce_send",
-                (true, true, false) => "recv_reduce",
-                (true, false, true) => "recv_copy_send",
-                (true, false, false) => "recv",
-                (false, true, true) => "reduce_send",
-                (false, true, false) => "reduce",
-                (false, false, true) => "send",
-                (false, false, false) => "copy",
-            };
+            let name = oxccl_core::trace::name(from.is_some(), x.srcs.len() > 1, to.is_some());
             (name, from.or(to))
         }
     }

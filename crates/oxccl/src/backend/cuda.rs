@@ -396,8 +396,28 @@ impl Backend for CudaBackend {
         // reaches the kernel; the facade only picks plans with remote steps
         // for buffers every rank can address: from `alloc`, registered, or
         // shared for the call (`share_external`).
-        unsafe { w.launch(p, launch.rank, &bufs[..n], launch.dtype, launch.op, party) }
-            .map_err(map_error)
+        let traced = launch
+            .steps
+            .and_then(|sink| super::cuda_trace::buffer(w, p, launch.rank).map(|b| (sink, b)));
+        let trace = traced.map_or(0, |(_, b)| b);
+        // SAFETY: as above; `trace` is 0 or a stamp buffer of the plan's
+        // size that nothing else touches until `collect` read it.
+        let r = unsafe {
+            w.launch_traced(
+                p,
+                launch.rank,
+                &bufs[..n],
+                launch.dtype,
+                launch.op,
+                party,
+                trace,
+            )
+        }
+        .map_err(map_error);
+        if let Some((sink, buf)) = traced {
+            super::cuda_trace::collect(w, p, launch.plan, launch.rank, buf, sink);
+        }
+        r
     }
 
     fn alloc(&self, rank: u32, bytes: usize) -> Result<RawBuf, Error> {

@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use oxccl_core::trace::StepRecord;
+use oxccl_core::trace::{Stamp, StepRecord};
 use oxccl_core::DataType;
 use parking_lot::Mutex;
 
@@ -147,17 +147,39 @@ impl Tracer {
                     call.plan_steps,
                     call.steps.len(),
                 ));
+                // Device stamps: placed from the call's host start on, in
+                // their own clock's order.
+                let dev0 = call
+                    .steps
+                    .iter()
+                    .filter_map(|s| match s.start {
+                        Stamp::Device(ns) => Some(ns),
+                        Stamp::Host(_) => None,
+                    })
+                    .min()
+                    .unwrap_or(0);
+                let at = |t: Stamp| match t {
+                    Stamp::Host(t) => self.us(t),
+                    Stamp::Device(ns) => self.us(call.start) + ns.saturating_sub(dev0) as f64 / 1e3,
+                };
                 for s in &call.steps {
+                    let clock = match s.start {
+                        Stamp::Host(_) => "host",
+                        Stamp::Device(_) => "globaltimer",
+                    };
                     let mut e = format!(
-                        r#"{{"ph":"X","cat":"step","name":"{}","pid":{rank},"tid":{},"ts":{:.3},"dur":{:.3},"args":{{"call":{i},"channel":{},"step":{},"waited":{}"#,
+                        r#"{{"ph":"X","cat":"step","name":"{}","pid":{rank},"tid":{},"ts":{:.3},"dur":{:.3},"args":{{"call":{i},"channel":{},"step":{},"waited":{},"clock":"{clock}""#,
                         s.name,
                         s.channel + 1,
-                        self.us(s.start),
-                        self.us(s.end) - self.us(s.start),
+                        at(s.start),
+                        at(s.end) - at(s.start),
                         s.channel,
                         s.step,
                         s.waited,
                     );
+                    if let Stamp::Device(ns) = s.start {
+                        let _ = write!(e, r#","globaltimer_ns":{ns}"#);
+                    }
                     if let Some(p) = s.peer {
                         let _ = write!(e, r#","peer":{p}"#);
                     }
