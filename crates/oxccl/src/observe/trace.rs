@@ -264,4 +264,42 @@ mod tests {
         );
         let _ = std::fs::remove_file(&s.path);
     }
+
+    /// Device stamps are placed from the call's host start, in their own
+    /// clock's order and durations.
+    #[test]
+    fn device_steps_keep_their_globaltimer_order() {
+        let s = TraceSettings {
+            path: "/nonexistent/never-written.json".into(),
+            calls: 4,
+        };
+        let t = Tracer::new(&s, 1, None);
+        let start = t.epoch + std::time::Duration::from_micros(10);
+        let step = |k: u32, a: u64, b: u64| StepRecord {
+            channel: 0,
+            step: k,
+            name: "recv",
+            peer: Some(0),
+            waited: false,
+            start: Stamp::Device(a),
+            end: Stamp::Device(b),
+        };
+        let call = CallTrace {
+            name: "allreduce",
+            dtype: DataType::F32,
+            start,
+            end: start,
+            plan_steps: 2,
+            steps: vec![step(0, 5_000_000, 5_002_000), step(1, 5_003_000, 5_007_500)],
+        };
+        t.ranks[0].lock().push(call);
+        let j = t.json();
+        t.written.store(true, Ordering::Release);
+        assert!(j.contains(r#""ts":10.000,"dur":2.000"#), "{j}");
+        assert!(j.contains(r#""ts":13.000,"dur":4.500"#), "{j}");
+        assert!(
+            j.contains(r#""clock":"globaltimer","globaltimer_ns":5003000"#),
+            "{j}"
+        );
+    }
 }
