@@ -52,10 +52,8 @@ fn c_entry_points_make_one_range_each() {
 
     let mut comms: [NcclCommT; 2] = [std::ptr::null_mut(); 2];
     // SAFETY: two writable handles, no device list.
-    assert_eq!(
-        unsafe { ncclCommInitAll(comms.as_mut_ptr(), 2, std::ptr::null()) },
-        0
-    );
+    let r = unsafe { ncclCommInitAll(comms.as_mut_ptr(), 2, std::ptr::null()) };
+    assert_eq!(r, 0);
     let send = [[1.0f32; 4]; 2];
     let mut recv = [[0.0f32; 4]; 2];
     // SAFETY: host buffers of 4 floats each (the host backend), alive
