@@ -34,10 +34,16 @@
 //! turns off the comparison of calls between ranks, `=all` extends it to
 //! ranks that talk over the network.
 //!
-//! Logging has one variable: `OXCCL_DEBUG` (else `NCCL_DEBUG`) = `NONE` |
-//! `VERSION` | `WARN` | `ABORT` | `INFO` | `TRACE` (NCCL's levels), written
-//! to stderr through `tracing`; `RUST_LOG` refines it when set. An
-//! application with its own `tracing` subscriber gets the same events.
+//! Logging: `OXCCL_DEBUG` (else `NCCL_DEBUG`) = `NONE` | `VERSION` |
+//! `WARN` | `ABORT` | `INFO` | `TRACE` (NCCL's levels), written to stderr
+//! through `tracing`; `OXCCL_DEBUG_SUBSYS` (else `NCCL_DEBUG_SUBSYS`)
+//! picks the subsystems whose INFO and TRACE lines show, in NCCL's syntax
+//! and with NCCL's default `INIT,BOOTSTRAP,ENV` (each call's line is
+//! `COLL`'s; see [`Subsystems`]); `RUST_LOG` replaces the filter when set.
+//! An application with its own `tracing` subscriber gets every event.
+//!
+//! The step trace: `OXCCL_TRACE=path` (and `OXCCL_TRACE_CALLS`, default
+//! 64) sets [`Config::trace`] ([`TraceSettings`]); see [`crate::observe`].
 //!
 //! In code, [`Config::builder`] sets the same things with types:
 //! `Config::builder().backend(BackendKind::Host).algorithms(&[Algo::Ring]).build()`.
