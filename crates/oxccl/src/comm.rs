@@ -64,6 +64,16 @@ pub(crate) struct Clique {
     pub trace: Option<crate::observe::Tracer>,
 }
 
+/// The step trace is written before the backend goes (fields drop after
+/// this, in order): device stamps live in the backend's memory.
+impl Drop for Clique {
+    fn drop(&mut self) {
+        if let Some(t) = &self.trace {
+            t.finish();
+        }
+    }
+}
+
 static NEXT_CLIQUE: AtomicU64 = AtomicU64::new(1);
 
 /// One rank of a set of ranks that run collectives together. Each rank's
@@ -873,7 +883,7 @@ impl Communicator {
             p2p_only,
         } = how;
         let tracer = self.clique.trace.as_ref().filter(|t| t.wants(self.rank));
-        let steps = tracer.map(|_| parking_lot::Mutex::new(Vec::new()));
+        let steps = tracer.map(|_| backend::StepSink::default());
         let start = std::time::Instant::now();
         let lowered = op.lower(dtype, self.clique.nranks);
         let launch = Launch {
@@ -901,7 +911,8 @@ impl Communicator {
                     start,
                     end: std::time::Instant::now(),
                     plan_steps: plan.channels.iter().map(|c| c.steps.len()).sum(),
-                    steps: steps.into_inner(),
+                    steps: steps.now.into_inner(),
+                    later: steps.later.into_inner(),
                 },
             );
         }

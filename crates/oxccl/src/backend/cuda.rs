@@ -398,10 +398,10 @@ impl Backend for CudaBackend {
         // shared for the call (`share_external`).
         let traced = launch
             .steps
-            .and_then(|sink| super::cuda_trace::buffer(w, p, launch.rank).map(|b| (sink, b)));
-        let trace = traced.map_or(0, |(_, b)| b);
-        // SAFETY: as above; `trace` is 0 or a stamp buffer of the plan's
-        // size that nothing else touches until `collect` read it.
+            .and_then(|sink| super::cuda_trace::buffer(w, p, launch.rank).map(|m| (sink, m)));
+        let trace = traced.as_ref().map_or(0, |(_, m)| m.dev_ptr);
+        // SAFETY: as above; `trace` is 0 or stamp memory of the plan's
+        // size that lives until the stamps were read (or for ever).
         let r = unsafe {
             w.launch_traced(
                 p,
@@ -414,8 +414,16 @@ impl Backend for CudaBackend {
             )
         }
         .map_err(map_error);
-        if let Some((sink, buf)) = traced {
-            super::cuda_trace::collect(w, p, launch.plan, launch.rank, buf, sink);
+        match (traced, &r) {
+            (Some((sink, mem)), Ok(())) => {
+                let later = super::cuda_trace::later(mem, p, launch.plan, launch.rank);
+                sink.later.lock().push(later);
+            }
+            // A failed launch may still have reached the stream (a gate's
+            // wait failed after it): the kernel may write there, so the
+            // memory is never freed.
+            (Some((_, mem)), Err(_)) => std::mem::forget(mem),
+            (None, _) => {}
         }
         r
     }

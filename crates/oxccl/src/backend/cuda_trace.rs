@@ -1,78 +1,80 @@
 //! The CUDA backend's part of the step trace (`OXCCL_TRACE`): a traced
-//! launch gets a device buffer where the kernel's thread 0 of each block
-//! writes every step's `%globaltimer` start and end (`OxDesc::trace`;
-//! untraced launches pass 0 and the kernel only tests it); after the
-//! launch the rank's stream is drained, the stamps are read back and
-//! become step records named from the plan. A signal or wait run that the
-//! kernel does as one phase gives each of its steps the run's stamps. The
-//! trace therefore serialises each traced call with the host; only the
-//! first calls (`OXCCL_TRACE_CALLS`) are traced.
+//! launch gets page-locked host memory that the kernel's thread 0 of each
+//! block writes every step's `%globaltimer` start and end into
+//! (`OxDesc::trace`; untraced launches pass 0 and the kernel only tests
+//! it). Nothing waits at the launch (a caller driving several ranks from
+//! one thread must launch them all before any can finish): the stamps are
+//! read when the trace is written, once every traced call was launched,
+//! and become step records named from the plan. A signal or wait run that
+//! the kernel does as one phase gives each of its steps the run's stamps.
+//! Only the first calls (`OXCCL_TRACE_CALLS`) are traced.
+
+use std::time::{Duration, Instant};
 
 use oxccl_core::plan::RankPlan;
 use oxccl_core::trace::{describe, Stamp, StepRecord};
+use oxccl_cuda::driver::HostMapped;
 use oxccl_cuda::{Prepared, World};
-use parking_lot::Mutex;
 
-/// A zeroed stamp buffer for `p` on `rank`'s device; `None` where none
-/// can be had now (during graph capture, say): the call runs untraced.
-pub(super) fn buffer(w: &World, p: &Prepared, rank: u32) -> Option<u64> {
+use super::LaterSteps;
+
+/// The longest the trace's writer waits for a traced kernel's stamps.
+const WAIT: Duration = Duration::from_secs(10);
+
+/// Zeroed stamp memory for `p` on `rank`'s device; `None` where none can
+/// be had: the call's device steps are then not traced.
+pub(super) fn buffer(w: &World, p: &Prepared, rank: u32) -> Option<HostMapped> {
     let bytes = p.trace_bytes();
-    (bytes > 0).then(|| w.alloc(rank, bytes).ok()).flatten()
+    (bytes > 0)
+        .then(|| w.host_mapped(rank, bytes).ok())
+        .flatten()
 }
 
-/// Waits for the traced launch, reads its stamps into `sink` and frees the
-/// buffer. A failure loses the call's device steps, nothing else.
-pub(super) fn collect(
-    w: &World,
-    p: &Prepared,
-    plan: &RankPlan,
-    rank: u32,
-    buf: u64,
-    sink: &Mutex<Vec<StepRecord>>,
-) {
-    let mut bytes = vec![0u8; p.trace_bytes()];
-    let read = w.stream(rank).and_then(|s| {
-        // SAFETY: `buf` is device memory of `trace_bytes` bytes from
-        // `buffer`, which the kernel stops writing before the stream
-        // passes it (read_sync drains the stream first).
-        unsafe { s.read_sync(buf, &mut bytes) }
-    });
-    let _ = w.free(rank, buf);
-    if let Err(e) = read {
-        tracing::warn!(
-            rank,
-            "oxccl: the step trace lost a call's device steps: {e}"
-        );
-        return;
-    }
-    let stamp = |i: usize| {
-        let mut w = [0u8; 8];
-        w.copy_from_slice(&bytes[i * 8..i * 8 + 8]);
-        u64::from_le_bytes(w)
-    };
-    let mut out = sink.lock();
+/// The records of a traced launch of `p` (rank plan `plan`), read from
+/// `mem` when called.
+pub(super) fn later(mem: HostMapped, p: &Prepared, plan: &RankPlan, rank: u32) -> LaterSteps {
+    // (stamp index, channel, step, name, peer) per step, taken now.
+    let mut steps = Vec::new();
     for (c, (first, n)) in p.channel_steps().enumerate() {
         for k in 0..n {
-            let i = first + k;
-            let (t0, t1) = (stamp(2 * i), stamp(2 * i + 1));
-            if t1 == 0 {
-                // Not reached (the kernel stopped early on a failure).
-                continue;
-            }
             let (name, peer) = plan
                 .channels
                 .get(c)
                 .and_then(|ch| ch.steps.get(k))
                 .map_or(("step", None), describe);
-            out.push(StepRecord {
-                channel: c as u32,
-                step: k as u32,
+            steps.push((first + k, c as u32, k as u32, name, peer));
+        }
+    }
+    Box::new(move || {
+        let until = Instant::now() + WAIT;
+        // Both stamps non-zero: the step's end (and start) arrived.
+        let done = |i: usize| mem.load_u64(2 * i) != 0 && mem.load_u64(2 * i + 1) != 0;
+        while !steps.iter().all(|s| done(s.0)) && Instant::now() < until {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        let out: Vec<StepRecord> = steps
+            .iter()
+            .filter(|s| done(s.0))
+            .map(|&(i, channel, step, name, peer)| StepRecord {
+                channel,
+                step,
                 name,
                 peer,
                 waited: false,
-                start: Stamp::Device(t0),
-                end: Stamp::Device(t1),
-            });
+                start: Stamp::Device(mem.load_u64(2 * i)),
+                end: Stamp::Device(mem.load_u64(2 * i + 1)),
+            })
+            .collect();
+        if out.len() < steps.len() {
+            tracing::warn!(
+                rank,
+                "oxccl: the step trace has {} of a call's {} device steps (the kernel did not finish in {WAIT:?})",
+                out.len(),
+                steps.len()
+            );
+            // The kernel may still write there: never free it.
+            std::mem::forget(mem);
         }
-    }
+        out
+    })
 }

@@ -243,7 +243,7 @@ impl Backend for HostBackend {
         // non-scratch buffer is valid host memory of its length for the
         // call, aliased only as the plan's in-place layout says; the
         // facade aligned allocations and checked element alignment.
-        let mut steps = launch.steps.map(|s| s.lock());
+        let mut steps = launch.steps.map(|s| s.now.lock());
         // SAFETY: as above.
         unsafe {
             self.fabric

@@ -21,7 +21,6 @@ use parking_lot::Mutex;
 use crate::config::TraceSettings;
 
 /// One recorded call.
-#[derive(Debug)]
 pub(crate) struct CallTrace {
     pub name: &'static str,
     pub dtype: DataType,
@@ -31,6 +30,19 @@ pub(crate) struct CallTrace {
     /// events.
     pub plan_steps: usize,
     pub steps: Vec<StepRecord>,
+    /// Steps the device is still stamping (read when the trace is
+    /// written).
+    pub later: Vec<crate::backend::LaterSteps>,
+}
+
+impl std::fmt::Debug for CallTrace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CallTrace")
+            .field("name", &self.name)
+            .field("steps", &self.steps.len())
+            .field("later", &self.later.len())
+            .finish()
+    }
 }
 
 /// A clique's trace in the making.
@@ -121,11 +133,17 @@ impl Tracer {
         t.saturating_duration_since(self.epoch).as_nanos() as f64 / 1e3
     }
 
-    /// The Chrome trace JSON of everything recorded.
+    /// The Chrome trace JSON of everything recorded (device stamps read
+    /// first).
     pub(crate) fn json(&self) -> String {
         let mut ev: Vec<String> = Vec::new();
         for &rank in &self.local {
-            let calls = self.ranks[rank as usize].lock();
+            let mut calls = self.ranks[rank as usize].lock();
+            for call in calls.iter_mut() {
+                for later in std::mem::take(&mut call.later) {
+                    call.steps.extend(later());
+                }
+            }
             ev.push(meta("process_name", rank, 0, &format!("rank {rank}")));
             ev.push(meta("thread_name", rank, 0, "host"));
             let mut channels: Vec<u32> = calls
@@ -206,8 +224,11 @@ fn meta(what: &str, pid: u32, tid: u32, name: &str) -> String {
     format!(r#"{{"ph":"M","name":"{what}","pid":{pid},"tid":{tid},"args":{{"name":"{name}"}}}}"#)
 }
 
-impl Drop for Tracer {
-    fn drop(&mut self) {
+impl Tracer {
+    /// Writes what was recorded, if anything and not yet written: when the
+    /// communicators go, before their backend (whose memory holds device
+    /// stamps).
+    pub(crate) fn finish(&self) {
         if self
             .local
             .iter()
@@ -215,6 +236,12 @@ impl Drop for Tracer {
         {
             self.write();
         }
+    }
+}
+
+impl Drop for Tracer {
+    fn drop(&mut self) {
+        self.finish();
     }
 }
 
@@ -253,6 +280,7 @@ mod tests {
             end: now,
             plan_steps: 0,
             steps: vec![],
+            later: vec![],
         };
         t.record(0, call());
         assert!(!t.wants(0) && t.wants(1));
@@ -290,7 +318,8 @@ mod tests {
             start,
             end: start,
             plan_steps: 2,
-            steps: vec![step(0, 5_000_000, 5_002_000), step(1, 5_003_000, 5_007_500)],
+            steps: vec![step(0, 5_000_000, 5_002_000)],
+            later: vec![Box::new(move || vec![step(1, 5_003_000, 5_007_500)])],
         };
         t.ranks[0].lock().push(call);
         let j = t.json();
