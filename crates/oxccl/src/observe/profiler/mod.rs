@@ -5,7 +5,9 @@
 //! `X` for `libnccl-profiler-X.so`; unset, `libnccl-profiler.so` is tried
 //! and its absence is silent; `none` loads nothing. The newest interface
 //! the plugin exports of the ones spoken here (v5, then v4) is used. Each
-//! communicator gets its own context (`init`, `finalize` when dropped),
+//! communicator gets its own context (`init` with the communicator's
+//! identity as its id and hash, the same in hex as its name, one node;
+//! `finalize` when dropped),
 //! and each launch reports a group event (`ncclProfileGroup`) whose
 //! children are its collectives (`ncclProfileColl`: name, count, root,
 //! type, algorithm, protocol, channels, sequence number) and Send/Recv
