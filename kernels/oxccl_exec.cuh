@@ -415,6 +415,11 @@ __device__ void ox_exec(const OxDesc& d) {
   for (u32 si = 0; si < c.nsteps; ++si) {
     const OxStep st = steps[si];
     const u32 step = si;
+    // Step trace (d.trace set only when asked for): thread 0 stamps the
+    // step's (or the signal/wait run's) start here and its end below.
+    const u32 s0 = si;
+    u64 t0 = 0;
+    if (d.trace != 0 && tid == 0) t0 = ox_globaltimer();
     if (st.op == OXS_SIGNAL || st.op == OXS_WAIT) {
       // A run of consecutive signals (or waits) goes in parallel: thread i
       // handles the i-th, so an all-pairs barrier costs one round trip.
@@ -561,6 +566,13 @@ __device__ void ox_exec(const OxDesc& d) {
             ox_st_release(&cn->tail, ox_ld_volatile(&cn->tail) + 1, sys);
           }
         }
+      }
+    }
+    if (d.trace != 0 && tid == 0) {
+      const u64 t1 = ox_globaltimer();
+      for (u32 k = s0; k <= si; ++k) {
+        d.trace[2 * (c.first + k)] = t0;
+        d.trace[2 * (c.first + k) + 1] = t1;
       }
     }
   }

@@ -62,6 +62,36 @@ pub fn dtype(v: c_int) -> CResult<DataType> {
         .ok_or_else(|| CError::arg(format!("datatype {v} is not an ncclDataType_t (0..=11)")))
 }
 
+/// The call's name for tools (NVTX, profiler plugins).
+pub fn func(w: What) -> oxccl::observe::Func {
+    match w {
+        What::Coll(k) => oxccl::observe::Func::Coll(k),
+        What::Send => oxccl::observe::Func::Send,
+        What::Recv => oxccl::observe::Func::Recv,
+    }
+}
+
+/// A checked call's arguments as tools see them.
+pub fn args(c: &CComm, call: &Call) -> oxccl::observe::Args {
+    let base = c.ready().map(|c| c.tool_args()).unwrap_or_default();
+    let (op, root, peer) = match call.what {
+        What::Coll(k) => (
+            k.is_reduction().then_some(call.op),
+            k.has_root().then_some(call.root),
+            None,
+        ),
+        What::Send | What::Recv => (None, None, Some(call.root)),
+    };
+    oxccl::observe::Args {
+        count: Some(call.count),
+        dtype: Some(call.dtype),
+        op,
+        root,
+        peer,
+        ..base
+    }
+}
+
 /// The raw arguments of a C call, before checks.
 #[derive(Clone, Copy, Debug)]
 pub struct Raw {

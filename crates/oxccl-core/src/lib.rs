@@ -18,6 +18,7 @@ mod race;
 pub mod redop;
 pub mod reference;
 pub mod testkit;
+pub mod trace;
 
 pub use coll::{Algo, CollKind, Collective, Proto};
 pub use dtype::DataType;

@@ -466,6 +466,13 @@ impl HostMapped {
         // SAFETY: in bounds (checked), aligned (page-aligned base).
         unsafe { std::ptr::read_volatile(self.host.cast::<u32>().add(i)) }
     }
+
+    /// Reads 64-bit word `i` (volatile: what a running kernel wrote).
+    pub fn load_u64(&self, i: usize) -> u64 {
+        assert!((i + 1) * 8 <= self.bytes, "host-mapped word out of range");
+        // SAFETY: in bounds (checked), aligned (page-aligned base).
+        unsafe { std::ptr::read_volatile(self.host.cast::<u64>().add(i)) }
+    }
 }
 
 impl Drop for HostMapped {

@@ -315,6 +315,9 @@ device_record! {
     /// address here minus its address in the peer's own process (ranks as
     /// processes: each maps the others' heaps, and the caller's allocations
     /// they share, where its driver chose); `OX_UNMAPPED` where none is.
+    /// `trace`: null unless a step trace is asked for, else two
+    /// `%globaltimer` stamps (start, end) per step of the plan, indexed as
+    /// the steps are.
     OxDesc {
         steps: u64 => "const OxStep* steps",
         ops: u64 => "const OxOperand* ops",
@@ -326,6 +329,7 @@ device_record! {
         timeout_ns: u64 => "u64 timeout_ns",
         slot_bytes: u64 => "u64 slot_bytes",
         heap_delta: u64 => "const i64* heap_delta",
+        trace: u64 => "u64* trace",
         rank: u32 => "u32 rank",
         nranks: u32 => "u32 nranks",
         nbufs: u32 => "u32 nbufs",
@@ -532,11 +536,11 @@ mod tests {
         assert_eq!(check::<OxConn>(), CONN_HEADER);
         assert_eq!(check::<OxSem>(), SEM_BYTES);
         assert_eq!(check::<OxError>(), 32);
-        assert_eq!(check::<OxDesc>(), 1128);
+        assert_eq!(check::<OxDesc>(), 1136);
         // Offsets the host relies on when it reads device memory.
         assert_eq!(std::mem::offset_of!(OxConn, head), 128);
         assert_eq!(std::mem::offset_of!(OxError, waited_ns), 24);
-        assert_eq!(std::mem::offset_of!(OxDesc, chans), 616);
+        assert_eq!(std::mem::offset_of!(OxDesc, chans), 624);
     }
 
     #[test]
@@ -571,7 +575,7 @@ mod tests {
         for f in OxDesc::fields() {
             assert!(h.contains(&format!("  {};\n", f.c_decl)), "{}", f.name);
         }
-        assert!(h.contains("static_assert(sizeof(OxDesc) == 1128,"));
+        assert!(h.contains("static_assert(sizeof(OxDesc) == 1136,"));
     }
 
     #[test]

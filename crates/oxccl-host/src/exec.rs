@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use crossbeam::sync::Parker;
 use crossbeam::utils::Backoff;
 use oxccl_core::plan::Rank;
+use oxccl_core::trace::{Stamp, StepRecord};
 use oxccl_core::{Awaited, Element, FaultCause, LoweredOp, WaitFault};
 
 use crate::compile::{ODst, OSrc, Op, Program, XOp};
@@ -64,6 +65,8 @@ struct Runner<'a, T, F> {
     refs: Vec<Ref>,
     temp: Vec<T>,
     stats: ExecStats,
+    /// Where each step's record goes when a trace is asked for.
+    trace: Option<&'a mut Vec<StepRecord>>,
 }
 
 /// A message published by reference ([`crate::fifo::Link::publish_ref`]):
@@ -81,7 +84,8 @@ struct Ref {
 /// The longest a blocked rank parks before it looks again by itself.
 const MAX_PARK: Duration = Duration::from_secs(1);
 
-/// Runs `prog` for rank `me` (its call numbers `calls`) to completion.
+/// Runs `prog` for rank `me` (its call numbers `calls`) to completion;
+/// with `trace`, appends a record of every step there.
 pub(crate) fn run<T: Element>(
     fab: &impl FabricView,
     me: Rank,
@@ -89,6 +93,7 @@ pub(crate) fn run<T: Element>(
     prog: &Program,
     op: &LoweredOp,
     parker: &Parker,
+    trace: Option<&mut Vec<StepRecord>>,
 ) -> Result<ExecStats, HostError> {
     let mut r = Runner {
         fab,
@@ -103,10 +108,14 @@ pub(crate) fn run<T: Element>(
         refs: Vec::new(),
         temp: Vec::new(),
         stats: ExecStats::default(),
+        trace,
     };
     let nch = prog.channels.len();
     let mut pc = vec![0usize; nch];
     let mut since: Vec<Option<(Instant, Blocked)>> = vec![None; nch];
+    // Traced only: when each channel's current step was first tried, and
+    // the peer it waited on.
+    let mut tried: Vec<Option<(Instant, Option<Rank>)>> = vec![None; nch];
     let backoff = Backoff::new();
     let mut idle = 0u32;
     let mut next_warn = fab.config().warn_after;
@@ -120,14 +129,23 @@ pub(crate) fn run<T: Element>(
         for c in 0..nch {
             let ops = &prog.channels[c];
             while pc[c] < ops.len() {
+                if r.trace.is_some() && tried[c].is_none() {
+                    tried[c] = Some((Instant::now(), None));
+                }
                 match r.try_step(c, pc[c], &ops[pc[c]])? {
                     None => {
+                        if let (Some(t), Some((start, waited))) = (&mut r.trace, tried[c].take()) {
+                            t.push(record(c, pc[c], &ops[pc[c]], start, waited));
+                        }
                         pc[c] += 1;
                         r.stats.steps += 1;
                         progressed = true;
                         since[c] = None;
                     }
                     Some(b) => {
+                        if let Some((_, w)) = &mut tried[c] {
+                            *w = Some(b.peer);
+                        }
                         // Keep when the wait began; report what it waits for now.
                         let t0 = since[c].map_or_else(Instant::now, |(t0, _)| t0);
                         since[c] = Some((t0, b));
@@ -223,6 +241,43 @@ pub(crate) fn run<T: Element>(
                 .min(next_warn.saturating_sub(elapsed))
                 .min(MAX_PARK);
             fab.park(parker, seen, until);
+        }
+    }
+}
+
+/// The trace record of step `s` of channel `c`, tried first at `start`,
+/// done now; `waited`: the peer it waited on last, if any.
+fn record(c: usize, s: usize, op: &Op, start: Instant, waited: Option<Rank>) -> StepRecord {
+    let (name, peer) = describe(op);
+    StepRecord {
+        channel: c as u32,
+        step: s as u32,
+        name,
+        peer: waited.or(peer),
+        waited: waited.is_some(),
+        start: Stamp::Host(start),
+        end: Stamp::Host(Instant::now()),
+    }
+}
+
+/// A step's kind in the plan IR's words, and the first peer it exchanges
+/// with.
+fn describe(op: &Op) -> (&'static str, Option<Rank>) {
+    match op {
+        Op::Signal { peer, .. } => ("signal", Some(*peer)),
+        Op::Wait { peer, .. } => ("wait", Some(*peer)),
+        Op::Swap { peer, .. } => ("swap", Some(*peer)),
+        Op::Xfer(x) => {
+            let from = x.srcs.iter().find_map(|s| match *s {
+                OSrc::Recv { peer, .. } | OSrc::Remote { peer, .. } => Some(peer),
+                OSrc::Local { .. } => None,
+            });
+            let to = x.dsts.iter().find_map(|d| match *d {
+                ODst::Send { peer, .. } | ODst::Remote { peer, .. } => Some(peer),
+                ODst::Local { .. } => None,
+            });
+            let name = oxccl_core::trace::name(from.is_some(), x.srcs.len() > 1, to.is_some());
+            (name, from.or(to))
         }
     }
 }

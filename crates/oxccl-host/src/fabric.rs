@@ -436,6 +436,23 @@ impl HostFabric {
         dtype: DataType,
         op: &LoweredOp,
     ) -> Result<ExecStats, HostError> {
+        // SAFETY: the caller keeps this function's contract, the same.
+        unsafe { self.execute_traced(plan, bufs, dtype, op, None) }
+    }
+
+    /// As [`HostFabric::execute`], appending a record of every step run
+    /// to `trace` when given (the step trace, `OXCCL_TRACE`).
+    ///
+    /// # Safety
+    /// As [`HostFabric::execute`].
+    pub unsafe fn execute_traced(
+        &self,
+        plan: &RankPlan,
+        bufs: &[HostBuf],
+        dtype: DataType,
+        op: &LoweredOp,
+        trace: Option<&mut Vec<oxccl_core::trace::StepRecord>>,
+    ) -> Result<ExecStats, HostError> {
         let me = plan.rank;
         let slot = self.ranks.get(me as usize).ok_or_else(|| {
             HostError::InvalidPlan(format!(
@@ -486,7 +503,8 @@ impl HostFabric {
             p.rank(me).joined.store(call, Ordering::Release);
         }
         let calls = Calls { call, synced };
-        let mut res = with_dtype!(dtype, T => run::<T>(self, me, calls, &prog, op, &state.parker));
+        let mut res =
+            with_dtype!(dtype, T => run::<T>(self, me, calls, &prog, op, &state.parker, trace));
         if res.is_ok() && self.net.is_some() {
             res = self.flush(me, &state.parker).and(res);
         }

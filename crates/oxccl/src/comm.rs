@@ -60,6 +60,18 @@ pub(crate) struct Clique {
     pub boot: Option<Arc<oxccl_bootstrap::Bootstrap>>,
     /// Ranks as threads: where `split` meets.
     pub split: SplitBoard,
+    /// The step trace, when `OXCCL_TRACE` asks for one.
+    pub trace: Option<crate::observe::Tracer>,
+}
+
+/// The step trace is written before the backend goes (fields drop after
+/// this, in order): device stamps live in the backend's memory.
+impl Drop for Clique {
+    fn drop(&mut self) {
+        if let Some(t) = &self.trace {
+            t.finish();
+        }
+    }
 }
 
 static NEXT_CLIQUE: AtomicU64 = AtomicU64::new(1);
@@ -82,6 +94,8 @@ pub struct Communicator {
     sinks: parking_lot::Mutex<Sinks>,
     /// Ranges of external memory this rank registered (`register.rs`).
     pub(crate) regs: parking_lot::RwLock<crate::registry::Registry>,
+    /// This rank's context in the profiler plugin, if one is attached.
+    pub(crate) prof: Option<crate::observe::profiler::Ctx>,
 }
 
 /// A dropped communicator, like a destroyed one, tells its peers (the
@@ -103,12 +117,16 @@ pub fn init_all(n: u32) -> Result<Vec<Communicator>> {
 /// Creates `n` communicators with an explicit configuration (the
 /// environment is not read).
 pub fn init_all_with(n: u32, config: Config) -> Result<Vec<Communicator>> {
+    let _nvtx = crate::observe::range(crate::observe::Func::CommInitAll, || crate::observe::Args {
+        nranks: n,
+        ..Default::default()
+    });
     if n == 0 {
         return Err(Error::InvalidUsage(
             "init_all needs at least one rank".into(),
         ));
     }
-    crate::debug::init(config.debug);
+    crate::debug::init(config.debug, config.debug_subsys);
     let opts = config.backend_options(n);
     let backend = match config.backend {
         BackendKind::Host => backend::host::create(&opts)?,
@@ -124,6 +142,7 @@ pub fn init_all_with(n: u32, config: Config) -> Result<Vec<Communicator>> {
 /// one GPU). A device the process does not see is refused, naming the
 /// rank. The host backend (and `Auto` without a GPU) ignores the devices.
 pub fn init_all_on_devices(devices: &[i32], config: Config) -> Result<Vec<Communicator>> {
+    let _nvtx = crate::observe::range(crate::observe::Func::CommInitAll, Default::default);
     let n = u32::try_from(devices.len())
         .map_err(|_| Error::InvalidUsage(format!("{} devices", devices.len())))?;
     let cuda = match config.backend {
@@ -134,7 +153,7 @@ pub fn init_all_on_devices(devices: &[i32], config: Config) -> Result<Vec<Commun
     if !cuda || n == 0 {
         return init_all_with(n, config);
     }
-    crate::debug::init(config.debug);
+    crate::debug::init(config.debug, config.debug_subsys);
     let visible = oxccl_cuda::available()
         .map_err(|e| Error::BackendUnavailable(e.to_string()))?
         .devices
@@ -157,6 +176,10 @@ pub fn init_all_on_devices(devices: &[i32], config: Config) -> Result<Vec<Commun
 /// consulted). For backends outside this crate and for measuring the
 /// facade alone on a backend that does nothing.
 pub fn init_all_on(n: u32, backend: Arc<dyn Backend>, config: Config) -> Result<Vec<Communicator>> {
+    let _nvtx = crate::observe::range(crate::observe::Func::CommInitAll, || crate::observe::Args {
+        nranks: n,
+        ..Default::default()
+    });
     if n == 0 {
         return Err(Error::InvalidUsage(
             "init_all needs at least one rank".into(),
@@ -177,6 +200,13 @@ pub(crate) fn scalar_bits(op: RedOp) -> u64 {
 }
 
 impl Clique {
+    /// The communicator's identity for tools: the bootstrap's magic where
+    /// ranks are processes (equal in every process), else the clique's
+    /// number.
+    pub(crate) fn tool_id(&self) -> u64 {
+        self.boot.as_ref().map_or(self.id, |b| b.magic())
+    }
+
     /// A clique of `n` ranks on `backend` (`boot`: when ranks are processes).
     pub(crate) fn new(
         n: u32,
@@ -184,7 +214,7 @@ impl Clique {
         config: Config,
         boot: Option<Arc<oxccl_bootstrap::Bootstrap>>,
     ) -> Result<Arc<Clique>> {
-        crate::debug::init(config.debug);
+        crate::debug::init(config.debug, config.debug_subsys);
         // First, so that ranks failing later below fail alike, after it.
         let board = match &boot {
             Some(b) if config.check_calls && n > 1 && config.check_calls_across_hosts => {
@@ -193,17 +223,18 @@ impl Clique {
             Some(b) if config.check_calls && n > 1 => Board::shared(b)?,
             _ => Board::new(n),
         };
-        tracing::info!(nranks = n, backend = %backend.describe(), "oxccl: communicators created");
+        tracing::info!(target: "oxccl::init", nranks = n, backend = %backend.describe(), "oxccl: communicators created");
         check_algorithms(&config)?;
         let chooser = Chooser::new(&config, backend.as_ref(), n)?;
         let rings = chooser.rings();
-        // As NCCL logs its channels' rings at init.
-        for (c, ring) in rings.iter().enumerate() {
-            let order: Vec<String> = ring.iter().map(u32::to_string).collect();
-            tracing::info!("oxccl: Ring {c:02} : {}", order.join(" "));
-        }
+        log_rings(&rings);
         let plans = PlanCache::new(rings, chooser.hosts()).with_push_group(config.push_group);
+        let trace = config
+            .trace
+            .as_ref()
+            .map(|t| crate::observe::Tracer::new(t, n, boot.as_ref().map(|b| b.rank())));
         Ok(Arc::new(Clique {
+            trace,
             id: NEXT_CLIQUE.fetch_add(1, Ordering::Relaxed),
             nranks: n,
             backend,
@@ -214,6 +245,49 @@ impl Clique {
             boot,
             split: Default::default(),
         }))
+    }
+}
+
+/// A checked collective of `dtype` and the choice it runs with, as the
+/// profiler plugin hears of it.
+pub(crate) fn profiler_part(
+    c: &Checked,
+    dtype: DataType,
+    choice: &Choice,
+) -> crate::observe::profiler::Part {
+    crate::observe::profiler::Part::Coll {
+        kind: c.coll.kind,
+        count: c.coll.count,
+        root: c.coll.root,
+        dtype,
+        send: c.send.addr,
+        recv: c.recv.addr,
+        algo: choice.algo,
+        proto: choice.proto,
+        channels: choice.channels,
+    }
+}
+
+/// The channels' rings at init: under INIT one line per distinct order
+/// (its first channel, and how many channels share it), every channel's
+/// under GRAPH, as NCCL logs them.
+fn log_rings(rings: &[Vec<u32>]) {
+    let order = |r: &Vec<u32>| r.iter().map(u32::to_string).collect::<Vec<_>>().join(" ");
+    let mut distinct: Vec<(usize, &Vec<u32>, usize)> = Vec::new();
+    for (c, ring) in rings.iter().enumerate() {
+        match distinct.iter_mut().find(|(_, r, _)| *r == ring) {
+            Some((_, _, n)) => *n += 1,
+            None => distinct.push((c, ring, 1)),
+        }
+        tracing::info!(target: "oxccl::graph", "oxccl: Ring {c:02} : {}", order(ring));
+    }
+    for (c, ring, n) in distinct {
+        tracing::info!(
+            target: "oxccl::init",
+            "oxccl: Ring {c:02} : {} ({n} of {} channels in this order)",
+            order(ring),
+            rings.len()
+        );
     }
 }
 
@@ -298,6 +372,8 @@ pub(crate) struct Prepared {
 /// only the ranks its Send/Recv name launch it ([`Launch::p2p_only`]).
 #[derive(Clone, Copy, Debug)]
 struct RunAs {
+    /// What runs, as the step trace names it.
+    name: &'static str,
     dtype: DataType,
     op: RedOp,
     proto: oxccl_core::Proto,
@@ -334,6 +410,7 @@ impl Communicator {
     pub(crate) fn in_clique(rank: u32, clique: Arc<Clique>) -> Communicator {
         Communicator {
             rank,
+            prof: crate::observe::profiler_ctx(clique.tool_id(), clique.nranks, rank),
             sinks: parking_lot::Mutex::new(Sinks::new(clique.backend.clone(), rank)),
             clique,
             destroyed: AtomicBool::new(false),
@@ -345,6 +422,17 @@ impl Communicator {
 
     pub fn rank(&self) -> u32 {
         self.rank
+    }
+
+    /// This communicator as tools (NVTX, profiler plugins) name it:
+    /// identity, rank and rank count, no call yet.
+    pub fn tool_args(&self) -> crate::observe::Args {
+        crate::observe::Args {
+            comm: self.clique.tool_id(),
+            rank: self.rank,
+            nranks: self.clique.nranks,
+            ..Default::default()
+        }
     }
 
     pub fn nranks(&self) -> u32 {
@@ -435,6 +523,7 @@ impl Communicator {
     /// Marks the communicator unusable: later calls return
     /// [`Error::Destroyed`]. Buffers stay valid until dropped.
     pub fn destroy(&self) {
+        let _nvtx = crate::observe::range(crate::observe::Func::CommDestroy, || self.tool_args());
         self.destroyed.store(true, Ordering::Release);
         self.clique.board.leave(self.rank);
     }
@@ -442,6 +531,7 @@ impl Communicator {
     /// Aborts the whole clique: every rank's pending and later operations
     /// fail promptly ([`Error::Aborted`], then [`Error::Failed`]).
     pub fn abort(&self) {
+        let _nvtx = crate::observe::range(crate::observe::Func::CommAbort, || self.tool_args());
         let why = format!("rank {} aborted the communicator", self.rank);
         self.clique.backend.abort(&why);
         self.clique.board.abort(self.rank);
@@ -526,6 +616,16 @@ impl Communicator {
         let (mut checked, op) = self
             .check_collective(kind, send.into(), recv.into(), op, root)
             .map_err(|e| self.refuse_call(e))?;
+        let _nvtx = crate::observe::range(crate::observe::Func::Coll(kind), || {
+            crate::observe::Args::coll(
+                self.tool_args(),
+                kind,
+                checked.coll.count,
+                T::DTYPE,
+                op,
+                root,
+            )
+        });
         if checked.coll.count == 0 {
             return Ok(());
         }
@@ -557,11 +657,16 @@ impl Communicator {
             &heap[..]
         };
         let how = RunAs {
+            name: kind.name(),
             dtype: T::DTYPE,
             op,
             proto: r.choice.proto,
             p2p_only: false,
         };
+        let _events = self.prof.as_ref().map(|p| {
+            let part = profiler_part(&checked, T::DTYPE, &r.choice);
+            crate::observe::profiler::Launch::start(p, &[part])
+        });
         self.run(rp, bufs, r.handle.as_ref(), how)
     }
 
@@ -777,6 +882,7 @@ impl Communicator {
             PlanRef::Own(_) => None,
         };
         let how = RunAs {
+            name: if p2p_only { "sendrecv" } else { "group" },
             dtype,
             op,
             proto,
@@ -795,11 +901,15 @@ impl Communicator {
         how: RunAs,
     ) -> Result<()> {
         let RunAs {
+            name,
             dtype,
             op,
             proto,
             p2p_only,
         } = how;
+        let tracer = self.clique.trace.as_ref().filter(|t| t.wants(self.rank));
+        let steps = tracer.map(|_| backend::StepSink::default());
+        let start = std::time::Instant::now();
         let lowered = op.lower(dtype, self.clique.nranks);
         let launch = Launch {
             rank: self.rank,
@@ -810,12 +920,28 @@ impl Communicator {
             proto,
             handle,
             p2p_only,
+            steps: steps.as_ref(),
         };
         // SAFETY: every buffer passed validation: it is this rank's backend
         // memory or a borrowed user slice (host backend only) of at least
         // the plan's length, alive for the whole call (the `In`/`Out`
         // borrows outlive it), and aliased only in the in-place layout.
-        unsafe { self.clique.backend.execute(&launch) }.map_err(|e| self.fail("an operation", e))
+        let r = unsafe { self.clique.backend.execute(&launch) };
+        if let (Some(t), Some(steps)) = (tracer, steps) {
+            t.record(
+                self.rank,
+                crate::observe::CallTrace {
+                    name,
+                    dtype,
+                    start,
+                    end: std::time::Instant::now(),
+                    plan_steps: plan.channels.iter().map(|c| c.steps.len()).sum(),
+                    steps: steps.now.into_inner(),
+                    later: steps.later.into_inner(),
+                },
+            );
+        }
+        r.map_err(|e| self.fail("an operation", e))
     }
 
     /// Aborts the clique after `what` failed on this rank, and passes the
@@ -832,7 +958,7 @@ impl Communicator {
     /// collective has them) and the choice; on the host backend the
     /// prediction is marked as the host model's estimate, not GPU time.
     fn log(&self, c: &Checked, dtype: DataType, op: RedOp, ch: &Choice) {
-        if !tracing::enabled!(tracing::Level::INFO) {
+        if !tracing::enabled!(target: "oxccl::coll", tracing::Level::INFO) {
             return;
         }
         let call = Call::coll(c.coll.kind, dtype, c.coll.count, op, c.coll.root);
@@ -842,6 +968,7 @@ impl Communicator {
             ""
         };
         tracing::info!(
+            target: "oxccl::coll",
             rank = self.rank,
             in_place = c.in_place,
             "oxccl: {call}: {ch}{host}"

@@ -34,10 +34,16 @@
 //! turns off the comparison of calls between ranks, `=all` extends it to
 //! ranks that talk over the network.
 //!
-//! Logging has one variable: `OXCCL_DEBUG` (else `NCCL_DEBUG`) = `NONE` |
-//! `VERSION` | `WARN` | `ABORT` | `INFO` | `TRACE` (NCCL's levels), written
-//! to stderr through `tracing`; `RUST_LOG` refines it when set. An
-//! application with its own `tracing` subscriber gets the same events.
+//! Logging: `OXCCL_DEBUG` (else `NCCL_DEBUG`) = `NONE` | `VERSION` |
+//! `WARN` | `ABORT` | `INFO` | `TRACE` (NCCL's levels), written to stderr
+//! through `tracing`; `OXCCL_DEBUG_SUBSYS` (else `NCCL_DEBUG_SUBSYS`)
+//! picks the subsystems whose INFO and TRACE lines show, in NCCL's syntax
+//! and with NCCL's default `INIT,BOOTSTRAP,ENV` (each call's line is
+//! `COLL`'s; see [`Subsystems`]); `RUST_LOG` replaces the filter when set.
+//! An application with its own `tracing` subscriber gets every event.
+//!
+//! The step trace: `OXCCL_TRACE=path` (and `OXCCL_TRACE_CALLS`, default
+//! 64) sets [`Config::trace`] ([`TraceSettings`]); see [`crate::observe`].
 //!
 //! In code, [`Config::builder`] sets the same things with types:
 //! `Config::builder().backend(BackendKind::Host).algorithms(&[Algo::Ring]).build()`.
@@ -54,8 +60,23 @@ pub use branches::WaitWarn;
 
 pub(crate) mod branches;
 mod builder;
+mod subsys;
 pub use branches::{CudaSettings, HostSettings, ProcsPath};
 pub use builder::ConfigBuilder;
+pub use subsys::Subsystems;
+
+/// Calls per rank the step trace records unless `OXCCL_TRACE_CALLS` says.
+pub const DEFAULT_TRACE_CALLS: usize = 64;
+
+/// What `OXCCL_TRACE` and `OXCCL_TRACE_CALLS` ask for (see the step trace
+/// in [`crate::observe`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TraceSettings {
+    /// Where the trace is written.
+    pub path: std::path::PathBuf,
+    /// Calls per rank recorded (from the first).
+    pub calls: usize,
+}
 
 /// Which names a filter lets through, for one collective.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -299,6 +320,9 @@ pub struct Config {
     pub chunk_bytes: Option<usize>,
     /// Logging requested through the environment.
     pub debug: Option<DebugLevel>,
+    /// Whose INFO and TRACE lines show (`OXCCL_DEBUG_SUBSYS`, else
+    /// `NCCL_DEBUG_SUBSYS`; NCCL's default INIT, BOOTSTRAP, ENV).
+    pub debug_subsys: Subsystems,
     /// Compare every call's fingerprint with the peers' before any data
     /// moves (`OXCCL_CHECK_CALLS`, default on; see [`crate::Error::Mismatch`]).
     /// Ranks as processes check only if every rank has it on, and over the
@@ -333,6 +357,8 @@ pub struct Config {
     pub cuda: CudaSettings,
     /// The rendezvous's settings (`NCCL_COMM_ID`, interface, host id).
     pub bootstrap: oxccl_bootstrap::BootstrapSettings,
+    /// The step trace (`OXCCL_TRACE`, `OXCCL_TRACE_CALLS`); `None`: off.
+    pub trace: Option<TraceSettings>,
 }
 
 impl Default for Config {
@@ -346,6 +372,7 @@ impl Default for Config {
             wait_warn: WaitWarn::default(),
             chunk_bytes: None,
             debug: None,
+            debug_subsys: Subsystems::default(),
             check_calls: true,
             check_calls_across_hosts: false,
             topology: None,
@@ -355,6 +382,7 @@ impl Default for Config {
             host: Default::default(),
             cuda: Default::default(),
             bootstrap: Default::default(),
+            trace: None,
         }
     }
 }

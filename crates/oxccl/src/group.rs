@@ -132,6 +132,9 @@ struct Job {
     proto: Proto,
     /// No collective in it: only the ranks its Send/Recv name launch it.
     p2p_only: bool,
+    /// Its operations as a profiler plugin hears of them (empty unless
+    /// one is attached).
+    events: Vec<crate::observe::profiler::Part>,
 }
 
 /// One typed helper of [`Group`]: `name(comm, send, recv, args...)` adds
@@ -153,6 +156,7 @@ macro_rules! typed_helper {
 
 impl<'a> Group<'a> {
     pub fn new() -> Self {
+        crate::observe::mark(crate::observe::Func::GroupStart, Default::default);
         Group::default()
     }
 
@@ -196,6 +200,16 @@ impl<'a> Group<'a> {
         peer: u32,
         op: P2pOp,
     ) -> Result<()> {
+        let func = match op {
+            P2pOp::Send { .. } => crate::observe::Func::Send,
+            P2pOp::Recv { .. } => crate::observe::Func::Recv,
+        };
+        let _nvtx = crate::observe::range(func, || crate::observe::Args {
+            count: Some(arg.len),
+            dtype: Some(dtype),
+            peer: Some(peer),
+            ..comm.tool_args()
+        });
         let checked = comm
             .check_usable()
             .and_then(|()| validate::p2p(what, arg, peer, &comm.owner()));
@@ -228,6 +242,16 @@ impl<'a> Group<'a> {
     ) -> Result<()> {
         let r = comm.check_collective(kind, send.into(), recv.into(), op, root);
         let (checked, op) = self.note(comm, r)?;
+        let _nvtx = crate::observe::range(crate::observe::Func::Coll(kind), || {
+            crate::observe::Args::coll(
+                comm.tool_args(),
+                kind,
+                checked.coll.count,
+                T::DTYPE,
+                op,
+                root,
+            )
+        });
         self.push(comm, T::DTYPE, Pending::Coll { checked, op });
         Ok(())
     }
@@ -384,6 +408,7 @@ impl<'a> Group<'a> {
     /// it, whose group ends then fail naming this rank, and its error is
     /// returned.
     pub fn end(mut self) -> Result<()> {
+        let _nvtx = crate::observe::range(crate::observe::Func::GroupEnd, Default::default);
         self.check_self_pairs();
         if let Some(e) = self.post_refusal() {
             return Err(e);
@@ -457,8 +482,13 @@ impl Drop for Group<'_> {
 
 fn run_jobs(comm: &Communicator, jobs: &[Job], streams: &[RawStream]) -> Result<()> {
     let launch_all = || {
-        jobs.iter()
-            .try_for_each(|j| comm.launch(&j.prepared, j.dtype, j.op, j.proto, j.p2p_only))
+        jobs.iter().try_for_each(|j| {
+            let _events = comm
+                .prof
+                .as_ref()
+                .map(|p| crate::observe::profiler::Launch::start(p, &j.events));
+            comm.launch(&j.prepared, j.dtype, j.op, j.proto, j.p2p_only)
+        })
     };
     // SAFETY: the raw operations' callers vouched for their streams until
     // they have passed the group's end (`Group::collective_raw`).
@@ -529,10 +559,15 @@ fn build_job(
 ) -> Result<Vec<Job>> {
     let dtype = list[0].0.dtype;
     let es = dtype.size();
-    let mut parts: Vec<(Prepared, Option<Proto>)> = Vec::new();
+    // Each part with its protocol (`None`: the Send/Recv part) and the
+    // profiler's events for it.
+    let mut parts: Vec<(Prepared, Option<Proto>, Vec<crate::observe::profiler::Part>)> =
+        Vec::new();
     let mut p2p_ops = Vec::new();
     let mut p2p_bufs = Vec::new();
     let mut p2p_paths = Vec::new();
+    let profiled = comm.prof.is_some();
+    let mut p2p_events = Vec::new();
     for &(e, direct) in list {
         match &e.pending {
             Pending::Coll { checked, .. } if checked.coll.count == 0 => {}
@@ -540,12 +575,30 @@ fn build_job(
                 let mut checked = *checked;
                 checked.backend_memory &= registered;
                 let (prep, choice): (Prepared, Choice) = comm.prepare(&checked, es)?;
-                parts.push((prep, Some(choice.proto)));
+                let mut events = Vec::new();
+                if profiled {
+                    events.push(crate::comm::profiler_part(&checked, dtype, &choice));
+                }
+                parts.push((prep, Some(choice.proto), events));
             }
             Pending::P2p { op, raw, .. } => {
                 let count = match op {
                     P2pOp::Send { count, .. } | P2pOp::Recv { count, .. } => *count,
                 };
+                if count > 0 && profiled {
+                    let (send, peer) = match *op {
+                        P2pOp::Send { peer, .. } => (true, peer),
+                        P2pOp::Recv { peer, .. } => (false, peer),
+                    };
+                    p2p_events.push(crate::observe::profiler::Part::P2p {
+                        send,
+                        buf: raw.addr,
+                        count,
+                        dtype,
+                        peer,
+                        channels: 0,
+                    });
+                }
                 if count > 0 {
                     p2p_ops.push(*op);
                     p2p_bufs.push(*raw);
@@ -555,18 +608,27 @@ fn build_job(
         }
     }
     if !p2p_ops.is_empty() {
-        parts.push((p2p_part(comm, &p2p_ops, &p2p_paths, p2p_bufs, es)?, None));
+        parts.push((
+            p2p_part(comm, &p2p_ops, &p2p_paths, p2p_bufs, es)?,
+            None,
+            p2p_events,
+        ));
     }
     let max = comm.clique().backend.max_channels() as usize;
     let channels: Vec<(usize, Option<Proto>)> = parts
         .iter()
-        .map(|(p, proto)| (p.plan.rank_plan().channels.len(), *proto))
+        .map(|(p, proto, _)| (p.plan.rank_plan().channels.len(), *proto))
         .collect();
     let mut parts = parts.into_iter();
     let jobs: Vec<Job> = batches(&channels, max)
         .into_iter()
         .map(|(len, proto)| {
-            let batch: Vec<Prepared> = parts.by_ref().take(len).map(|(p, _)| p).collect();
+            let mut batch = Vec::new();
+            let mut events = Vec::new();
+            for (p, _, ev) in parts.by_ref().take(len) {
+                batch.push(p);
+                events.extend(ev);
+            }
             Job {
                 prepared: merge(comm, batch),
                 dtype,
@@ -574,10 +636,12 @@ fn build_job(
                 // Only collectives set the protocol.
                 p2p_only: proto.is_none(),
                 proto: proto.unwrap_or(Proto::Simple),
+                events,
             }
         })
         .collect();
     tracing::info!(
+        target: "oxccl::coll",
         rank = comm.rank(),
         operations = list.len(),
         launches = jobs.len(),
@@ -749,12 +813,24 @@ impl Communicator {
     /// Outside a group this is a group of one operation.
     pub fn send<'a, T: Element>(&self, buf: impl Into<In<'a, T>>, peer: u32) -> Result<()> {
         let buf: In<'_, T> = buf.into();
+        let _nvtx = crate::observe::range(crate::observe::Func::Send, || crate::observe::Args {
+            count: Some(buf.arg.len),
+            dtype: Some(T::DTYPE),
+            peer: Some(peer),
+            ..self.tool_args()
+        });
         group(|g| g.send::<T>(self, buf, peer))
     }
 
     /// Receives into `buf` from `peer`.
     pub fn recv<'a, T: Element>(&self, buf: impl Into<Out<'a, T>>, peer: u32) -> Result<()> {
         let buf: Out<'_, T> = buf.into();
+        let _nvtx = crate::observe::range(crate::observe::Func::Recv, || crate::observe::Args {
+            count: Some(buf.arg.len),
+            dtype: Some(T::DTYPE),
+            peer: Some(peer),
+            ..self.tool_args()
+        });
         group(|g| g.recv::<T>(self, buf, peer))
     }
 }

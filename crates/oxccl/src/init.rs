@@ -96,9 +96,16 @@ impl Communicator {
         rank: u32,
         config: Config,
     ) -> Result<Communicator> {
+        let _nvtx = crate::observe::range(crate::observe::Func::CommInitRank, || {
+            crate::observe::Args {
+                rank,
+                nranks,
+                ..Default::default()
+            }
+        });
         // Before anything connects: the bootstrap and the backends' setup
         // (each connection's transport) log at INFO.
-        crate::debug::init(config.debug);
+        crate::debug::init(config.debug, config.debug_subsys);
         let ids: Vec<oxccl_bootstrap::UniqueId> = ids.iter().map(|i| i.0).collect();
         let dev = config.bootstrap.device_info(None, String::new());
         let boot = Bootstrap::init_scalable(&ids, nranks, rank, &dev, config.deadline)
@@ -188,6 +195,7 @@ impl Communicator {
     /// With ranks as threads (`init_all`), every rank's thread calls it at
     /// once and each member stays on its parent rank's device.
     pub fn split(&self, color: Option<u32>, key: i32) -> Result<Option<Communicator>> {
+        let _nvtx = crate::observe::range(crate::observe::Func::CommSplit, || self.tool_args());
         self.check_usable()?;
         let cl = self.clique();
         let Some(boot) = cl.boot.as_ref() else {

@@ -208,7 +208,12 @@
 //! `NONE`, `VERSION`, `WARN`, `ABORT`, `INFO`, `TRACE` (or
 //! [`ConfigBuilder::debug`] with a [`DebugLevel`]) and oxccl installs one
 //! that writes to **stderr**, once per process, unless the application
-//! installed its own (which then gets the same events). Warnings are
+//! installed its own (which then gets the same events). INFO and TRACE
+//! lines show for the subsystems `NCCL_DEBUG_SUBSYS` names (NCCL's syntax
+//! and default, `INIT,BOOTSTRAP,ENV`: each call's line is `COLL`'s).
+//! Profilers see every API call as an NVTX range and NCCL's profiler
+//! plugins are driven unchanged; `OXCCL_TRACE` writes a step trace (see
+//! [`observe`]). Warnings are
 //! `WARN` events, with one exception printed to stderr even without a
 //! subscriber: a wait for peers that have not reached a call warns after
 //! 10 s and then every minute (`Config::wait_warn`), naming the ranks and
@@ -242,6 +247,7 @@ pub mod group;
 mod init;
 #[cfg(feature = "cudarc")]
 mod interop;
+pub mod observe;
 mod ops;
 mod plans;
 mod raw;

@@ -111,7 +111,7 @@ impl Config {
         } else {
             Config::from_vars(|k| env.get(k))?
         };
-        crate::debug::init(c.debug);
+        crate::debug::init(c.debug, c.debug_subsys);
         env.warn_unknown();
         c.warn_ignored();
         Ok(c)

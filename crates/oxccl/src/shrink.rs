@@ -44,6 +44,7 @@ impl Communicator {
     /// one is refused. Blocks until every remaining rank has joined, at
     /// most the configured deadline.
     pub fn shrink(&self, exclude: &[u32]) -> Result<Option<Communicator>> {
+        let _nvtx = crate::observe::range(crate::observe::Func::CommShrink, || self.tool_args());
         self.check_not_destroyed()?;
         let cl = self.clique();
         let members = remaining(cl.nranks, exclude)?;

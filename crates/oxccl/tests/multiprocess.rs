@@ -377,7 +377,9 @@ fn every_collective_over_the_network_transport() {
     for (n, info) in [(2u32, true), (3, false)] {
         let mut extra = OVER_NET.to_vec();
         if info {
+            // Connections are the network subsystem's lines.
             extra.push(("NCCL_DEBUG", "INFO"));
+            extra.push(("NCCL_DEBUG_SUBSYS", "INIT,NET"));
         }
         let lines = run_ranks_with("all", n, "host", &extra);
         assert_eq!(ok_lines(&lines).len(), n as usize, "{lines:#?}");
@@ -683,6 +685,7 @@ fn ranks_in_two_network_namespaces_over_a_veth_pair() {
                 ("NCCL_P2P_DISABLE", "1".into()),
                 ("NCCL_SHM_DISABLE", "1".into()),
                 ("NCCL_DEBUG", "INFO".into()),
+                ("NCCL_DEBUG_SUBSYS", "INIT,NET".into()),
             ];
             let netns = ns.names[r as usize].clone();
             spawn_via(

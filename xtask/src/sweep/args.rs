@@ -106,6 +106,13 @@ pub struct SweepArgs {
     /// names it, and the worst external/alloc time ratio ends the table.
     #[arg(long, value_delimiter = ',', default_value = "alloc")]
     pub(crate) memory: Vec<Memory>,
+    /// Write a step trace (Chrome trace JSON: every rank's calls and, on
+    /// the host backend, every plan step) here, as `OXCCL_TRACE` does.
+    #[arg(long)]
+    pub(crate) trace: Option<PathBuf>,
+    /// Calls per rank the trace records (`OXCCL_TRACE_CALLS`).
+    #[arg(long, requires = "trace")]
+    pub(crate) trace_calls: Option<usize>,
 }
 
 /// `-o all`: the five built-ins and one (exact) PreMulSum, the testkit's
@@ -167,6 +174,19 @@ impl Plan {
         }
         if a.channels.is_some() {
             config.channels = a.channels;
+        }
+        if let Some(path) = &a.trace {
+            let calls = a
+                .trace_calls
+                .or(config.trace.as_ref().map(|t| t.calls))
+                .unwrap_or(oxccl::config::DEFAULT_TRACE_CALLS);
+            if calls == 0 {
+                bail!("--trace-calls must be at least 1");
+            }
+            config.trace = Some(oxccl::config::TraceSettings {
+                path: path.clone(),
+                calls,
+            });
         }
         let sizes: Vec<usize> =
             std::iter::successors(Some(a.min_bytes), |&s| s.checked_mul(a.factor))

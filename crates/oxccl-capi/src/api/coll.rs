@@ -32,6 +32,8 @@ fn issue(comm: NcclCommT, raw: Raw) -> CResult<NcclResult> {
                 x.refused_call();
             }
         })?;
+        // Inside a group this range is the call's enqueue, as NCCL's.
+        let _nvtx = oxccl::observe::range(exec::func(call.what), || exec::args(&c, &call));
         if in_group {
             group::with(|g| g.ops.push(Pending::new(c, call)));
             Ok(())

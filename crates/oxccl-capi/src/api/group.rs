@@ -11,6 +11,7 @@ use super::out;
 #[no_mangle]
 pub extern "C" fn ncclGroupStart() -> NcclResult {
     guard("ncclGroupStart", || {
+        oxccl::observe::mark(oxccl::observe::Func::GroupStart, Default::default);
         group::with(|g| g.depth += 1);
         Ok(SUCCESS)
     })
@@ -25,6 +26,7 @@ pub extern "C" fn ncclGroupStart() -> NcclResult {
 #[no_mangle]
 pub extern "C" fn ncclGroupEnd() -> NcclResult {
     guard("ncclGroupEnd", || {
+        let _nvtx = oxccl::observe::range(oxccl::observe::Func::GroupEnd, Default::default);
         let Some(st) = close()? else {
             return Ok(SUCCESS);
         };

@@ -117,6 +117,28 @@ impl World {
         op: &LoweredOp,
         party: Party<'_>,
     ) -> Result<()> {
+        // SAFETY: the caller keeps this function's contract, the same.
+        unsafe { self.launch_traced(p, rank, bufs, dtype, op, party, 0) }
+    }
+
+    /// As [`World::launch`], the kernel writing each step's
+    /// `%globaltimer` start and end to `trace` unless it is 0.
+    ///
+    /// # Safety
+    /// As [`World::launch`]; `trace`, when not 0, must be device memory of
+    /// [`Prepared::trace_bytes`] bytes of the rank's device, untouched by
+    /// anything else until the stream has passed the kernel.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn launch_traced(
+        &self,
+        p: &Prepared,
+        rank: u32,
+        bufs: &[u64],
+        dtype: DataType,
+        op: &LoweredOp,
+        party: Party<'_>,
+        trace: u64,
+    ) -> Result<()> {
         let enqueued = (|| -> Result<()> {
             let st = self.rank(rank)?;
             if bufs.len() != p.scratch_offsets.len() {
@@ -153,6 +175,7 @@ impl World {
                 timeout_ns: u64::try_from(self.cfg.timeout.as_nanos()).unwrap_or(u64::MAX),
                 slot_bytes: self.fifo_slot_bytes(p.proto) as u64,
                 heap_delta: self.shared.as_ref().map_or(0, |s| s.delta.ptr),
+                trace,
                 rank,
                 nranks: self.nranks(),
                 nbufs: bufs.len() as u32,

@@ -108,6 +108,13 @@ impl World {
         Ok(ptr)
     }
 
+    /// Zeroed page-locked host memory that `rank`'s kernels write through
+    /// [`crate::driver::HostMapped::dev_ptr`] (a step trace's stamps: read by the host
+    /// while and after the kernel runs, without draining its stream).
+    pub fn host_mapped(&self, rank: u32, bytes: usize) -> Result<crate::driver::HostMapped> {
+        crate::driver::HostMapped::zeroed(&self.dev(rank)?.ctx, bytes)
+    }
+
     /// Returns memory from [`World::alloc`] to the pool. It is handed out
     /// again only after everything `rank` issued before this call has
     /// completed (see the module documentation); the call does not wait.

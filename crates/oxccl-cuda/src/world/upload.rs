@@ -45,6 +45,20 @@ impl Prepared {
         self.nchannels
     }
 
+    /// Per channel, the index of its first step among the plan's steps and
+    /// its step count (how a step trace's stamps are laid out).
+    pub fn channel_steps(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
+        self.chans[..self.nchannels as usize]
+            .iter()
+            .map(|c| (c.first as usize, c.nsteps as usize))
+    }
+
+    /// Bytes of a step trace of this plan: two `u64` stamps per step.
+    pub fn trace_bytes(&self) -> usize {
+        let steps = self.channel_steps().map(|(f, n)| f + n).max().unwrap_or(0);
+        steps * 16
+    }
+
     /// The ranks the plan exchanges with (`RankPlan::peers`).
     pub fn peers(&self) -> &[u32] {
         &self.peers

@@ -378,8 +378,36 @@ impl Backend for CudaBackend {
         // reaches the kernel; the facade only picks plans with remote steps
         // for buffers every rank can address: from `alloc`, registered, or
         // shared for the call (`share_external`).
-        unsafe { w.launch(p, launch.rank, &bufs[..n], launch.dtype, launch.op, party) }
-            .map_err(map_error)
+        let traced = launch
+            .steps
+            .and_then(|sink| super::cuda_trace::buffer(w, p, launch.rank).map(|m| (sink, m)));
+        let trace = traced.as_ref().map_or(0, |(_, m)| m.dev_ptr);
+        // SAFETY: as above; `trace` is 0 or stamp memory of the plan's
+        // size that lives until the stamps were read (or for ever).
+        let r = unsafe {
+            w.launch_traced(
+                p,
+                launch.rank,
+                &bufs[..n],
+                launch.dtype,
+                launch.op,
+                party,
+                trace,
+            )
+        }
+        .map_err(map_error);
+        match (traced, &r) {
+            (Some((sink, mem)), Ok(())) => {
+                let later = super::cuda_trace::later(mem, p, launch.plan, launch.rank);
+                sink.later.lock().push(later);
+            }
+            // A failed launch may still have reached the stream (a gate's
+            // wait failed after it): the kernel may write there, so the
+            // memory is never freed.
+            (Some((_, mem)), Err(_)) => std::mem::forget(mem),
+            (None, _) => {}
+        }
+        r
     }
 
     fn alloc(&self, rank: u32, bytes: usize) -> Result<RawBuf, Error> {

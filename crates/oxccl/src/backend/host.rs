@@ -243,9 +243,17 @@ impl Backend for HostBackend {
         // non-scratch buffer is valid host memory of its length for the
         // call, aliased only as the plan's in-place layout says; the
         // facade aligned allocations and checked element alignment.
+        let mut steps = launch.steps.map(|s| s.now.lock());
+        // SAFETY: as above.
         unsafe {
             self.fabric
-                .execute(launch.plan, &bufs, launch.dtype, launch.op)
+                .execute_traced(
+                    launch.plan,
+                    &bufs,
+                    launch.dtype,
+                    launch.op,
+                    steps.as_deref_mut(),
+                )
                 .map(|_| ())
                 .map_err(map_error)
         }

@@ -24,6 +24,7 @@ pub mod cuda;
 pub(crate) mod cuda_exports;
 pub(crate) mod cuda_procs;
 pub mod cuda_staged;
+mod cuda_trace;
 pub mod host;
 pub mod null;
 pub mod placement;
@@ -153,6 +154,32 @@ pub struct Launch<'a> {
     /// not by every rank (a backend that matches launches across ranks
     /// needs to know; a collective, or a group holding one, is `false`).
     pub p2p_only: bool,
+    /// Where a backend that records steps appends a record of each step
+    /// run, when a step trace is asked for.
+    pub steps: Option<&'a StepSink>,
+}
+
+/// A step record the device is still writing: read when the trace is
+/// written (every traced call launched by then).
+pub type LaterSteps = Box<dyn FnOnce() -> Vec<oxccl_core::trace::StepRecord> + Send>;
+
+/// Where a traced call's step records go: at once (the host backend), or
+/// later (CUDA: the kernel's stamps, read without draining its stream,
+/// which a caller driving several ranks from one thread could not do
+/// before launching the others).
+#[derive(Default)]
+pub struct StepSink {
+    pub now: parking_lot::Mutex<Vec<oxccl_core::trace::StepRecord>>,
+    pub later: parking_lot::Mutex<Vec<LaterSteps>>,
+}
+
+impl std::fmt::Debug for StepSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StepSink")
+            .field("now", &self.now.lock().len())
+            .field("later", &self.later.lock().len())
+            .finish()
+    }
 }
 
 /// A backend's state for one plan on every rank (device uploads), made

@@ -58,6 +58,7 @@ pub(super) fn config(get: Get<'_>) -> Result<Config> {
     c.bootstrap = bootstrap(get)?;
     c.topology_file =
         pick_set(get, "OXCCL_TOPO_FILE", Some("NCCL_TOPO_FILE")).map(|(_, v)| PathBuf::from(v));
+    c.trace = trace(get)?;
     Ok(c)
 }
 
@@ -108,7 +109,25 @@ fn facade(get: Get<'_>) -> Result<Config> {
     if let Some((var, v)) = pick(get, "OXCCL_DEBUG", Some("NCCL_DEBUG")) {
         c.debug = Some(DebugLevel::parse(var, &v)?);
     }
+    if let Some((var, v)) = pick_set(get, "OXCCL_DEBUG_SUBSYS", Some("NCCL_DEBUG_SUBSYS")) {
+        c.debug_subsys = crate::config::Subsystems::parse(var, &v)?;
+    }
     Ok(c)
+}
+
+/// `OXCCL_TRACE` (a path; empty is off) and `OXCCL_TRACE_CALLS`.
+fn trace(get: Get<'_>) -> Result<Option<crate::config::TraceSettings>> {
+    let Some((_, path)) = pick_set(get, "OXCCL_TRACE", None) else {
+        return Ok(None);
+    };
+    let calls = match pick(get, "OXCCL_TRACE_CALLS", None) {
+        Some((var, v)) => parse_positive(var, &v)? as usize,
+        None => crate::config::DEFAULT_TRACE_CALLS,
+    };
+    Ok(Some(crate::config::TraceSettings {
+        path: PathBuf::from(path),
+        calls,
+    }))
 }
 
 /// `OXCCL_PUSH_GROUP`: a count of at least 1; anything else is ignored

@@ -81,6 +81,12 @@ pub static SETTINGS: &[Setting] = &[
     s("OXCCL_CHUNK_BYTES", None, "the backend's slot", "bytes (64K, 1M)", User, "Piece size plans pipeline in."),
     s("OXCCL_CHECK_CALLS", None, "1", "0 | 1 | all", User, "Compare every call with the peers' before data moves; all extends it to ranks over the network."),
     s("OXCCL_DEBUG", Some("NCCL_DEBUG"), "none", "NONE | VERSION | WARN | ABORT | INFO | TRACE", User, "Logging to stderr through `tracing`."),
+    s("OXCCL_DEBUG_SUBSYS", Some("NCCL_DEBUG_SUBSYS"), "INIT,BOOTSTRAP,ENV", "NCCL_DEBUG_SUBSYS syntax", User, "Subsystems whose INFO lines show (`INIT,COLL`, `ALL`, `^NET`): INIT, COLL, P2P, SHM, NET, GRAPH, TUNING, ENV, ALLOC, CALL, PROXY, BOOTSTRAP, PROFILE; per-call lines are COLL's."),
+    // Tools that watch the library.
+    s("NCCL_NVTX_DISABLE", None, "0", "0 | 1", User, "1 turns off the NVTX ranges (one per API call, domain NCCL) an attached profiler would see."),
+    s("NCCL_PROFILER_PLUGIN", None, "libnccl-profiler.so where present", "name or path", User, "NCCL profiler plugin to drive: `X` loads libnccl-profiler-X.so, a path loads that file; one that fails to load is a warning."),
+    s("OXCCL_TRACE", None, "off", "path", User, "Writes a Chrome trace (Perfetto, chrome://tracing) of every rank's calls and plan steps there; ranks as processes add `.rankN`."),
+    s("OXCCL_TRACE_CALLS", None, "64", "count", User, "Calls per rank the trace records (from the first)."),
     s("OXCCL_TOPO_FILE", Some("NCCL_TOPO_FILE"), "detect", "path", User, "An NCCL topology XML file describing the machine instead of detecting it."),
     // The bootstrap.
     s("NCCL_COMM_ID", None, "a root in the calling process", "host:port", User, "Where rank 0 runs the rendezvous root; every rank derives the id from it."),
@@ -129,6 +135,7 @@ pub static SETTINGS: &[Setting] = &[
     s("CUDA_DEVICE_MAX_CONNECTIONS", None, "set to fit the ranks", "count", Foreign, "The driver's hardware queues per context; oxccl sets it before cuInit unless the user did."),
     s("CUDA_MODULE_LOADING", None, "EAGER on old drivers", "LAZY | EAGER", Foreign, "The driver's module loading; oxccl asks for EAGER before cuInit where it cannot preload, unless the user chose."),
     s("CUDA_MPS_PIPE_DIRECTORY", None, "/tmp/nvidia-mps", "path", Foreign, "Where oxccl looks for a running MPS daemon."),
+    s("NVTX_INJECTION64_PATH", None, "", "path", Foreign, "The NVTX tool a profiler attaches (Nsight Systems sets it); oxccl loads it for its ranges."),
     s("RUST_LOG", None, "", "tracing filter", Foreign, "Refines the OXCCL_DEBUG filter."),
 ];
 

@@ -8,6 +8,9 @@ pub mod raw;
 #[allow(dead_code)] // only the multi-process tests use it
 pub mod procs;
 
+#[allow(dead_code)] // only the profiler plugin tests use it
+pub mod profiler;
+
 /// What a kind mismatch names in both mismatch tests: rank 0 broadcasts
 /// 1024 f32 while ranks 1-3 AllReduce them.
 #[allow(dead_code)] // only the mismatch tests use it
