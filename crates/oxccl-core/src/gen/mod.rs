@@ -95,6 +95,31 @@ pub fn supports(algo: Algo, kind: CollKind) -> bool {
     }
 }
 
+/// Whether `algo`'s plans for `kind` reduce every element in rank order
+/// 0..n−1 from the original inputs, in one step whose sources are the n
+/// contributions (the sequential reference's order, [`crate::reference`]):
+/// then a reduction's result depends only on the rank count and the
+/// inputs, not on the channel count, piece size, call size, protocol,
+/// ring order, or whether the buffers are registered. One-shot and
+/// two-shot AllReduce and all-pairs Reduce and ReduceScatter do (FIFO and
+/// registered variants alike); rings and trees accumulate partial results
+/// in orders that follow the ring or the tree, and so the channel and
+/// piece layout. Collectives that reduce nothing are deterministic under
+/// every algorithm that serves them.
+pub fn reduces_in_rank_order(algo: Algo, kind: CollKind) -> bool {
+    if !supports(algo, kind) {
+        return false;
+    }
+    if !kind.is_reduction() {
+        return true;
+    }
+    match algo {
+        Algo::OneShot | Algo::TwoShot => kind == CollKind::AllReduce,
+        Algo::AllPairs => matches!(kind, CollKind::Reduce | CollKind::ReduceScatter),
+        Algo::Ring | Algo::Chain | Algo::BinaryTree | Algo::DoubleBinaryTree => false,
+    }
+}
+
 /// Builds the plan `req` asks for.
 pub fn generate(req: &PlanRequest) -> Result<Plan, CoreError> {
     validate(req)?;
