@@ -29,6 +29,8 @@
 //! none; default 300 s, none through the C ABI; a wait for absent peers
 //! warns on stderr after `OXCCL_WAIT_WARN_MS`, default 10 s, then every
 //! `OXCCL_WAIT_WARN_EVERY_MS`, default a minute);
+//! `OXCCL_DETERMINISTIC=1` keeps reductions to plans that reduce in rank
+//! order ([`Config::deterministic`]);
 //! `OXCCL_BACKEND` = `host` | `cuda` | `auto`; `OXCCL_CHUNK_BYTES` (`64K`,
 //! `1M`, ...) sets the piece size plans pipeline in; `OXCCL_CHECK_CALLS=0`
 //! turns off the comparison of calls between ranks, `=all` extends it to
@@ -299,6 +301,18 @@ pub struct Config {
     pub chunk_bytes: Option<usize>,
     /// Logging requested through the environment.
     pub debug: Option<DebugLevel>,
+    /// Deterministic reductions (`OXCCL_DETERMINISTIC=1`; default off):
+    /// AllReduce, Reduce and ReduceScatter run only plans that reduce
+    /// every element in rank order 0..n−1 from the original inputs
+    /// ([`oxccl_core::gen::reduces_in_rank_order`]: one-shot and two-shot
+    /// AllReduce, all-pairs Reduce and ReduceScatter), so a result is the
+    /// same bits for a given rank count and input whatever the algorithm,
+    /// protocol, channel count, piece size or call size, and equals the
+    /// sequential reference. An algorithm filter that leaves a reduction
+    /// no such plan makes its calls fail with [`crate::Error::NoAlgorithm`]
+    /// (a per-collective rule fails init). Every rank must agree, as on
+    /// `NCCL_ALGO`.
+    pub deterministic: bool,
     /// Compare every call's fingerprint with the peers' before any data
     /// moves (`OXCCL_CHECK_CALLS`, default on; see [`crate::Error::Mismatch`]).
     /// Ranks as processes check only if every rank has it on, and over the
@@ -346,6 +360,7 @@ impl Default for Config {
             wait_warn: WaitWarn::default(),
             chunk_bytes: None,
             debug: None,
+            deterministic: false,
             check_calls: true,
             check_calls_across_hosts: false,
             topology: None,
