@@ -81,6 +81,10 @@ pub struct SweepArgs {
     /// Channel count.
     #[arg(long)]
     pub(crate) channels: Option<u32>,
+    /// Deterministic reductions (as `OXCCL_DETERMINISTIC=1`): reductions
+    /// run only plans that reduce in rank order.
+    #[arg(long)]
+    pub(crate) deterministic: bool,
     /// Write the results as JSON.
     #[arg(long)]
     pub(crate) json: Option<PathBuf>,
@@ -167,6 +171,9 @@ impl Plan {
         }
         if a.channels.is_some() {
             config.channels = a.channels;
+        }
+        if a.deterministic {
+            config.deterministic = true;
         }
         let sizes: Vec<usize> =
             std::iter::successors(Some(a.min_bytes), |&s| s.checked_mul(a.factor))
