@@ -262,8 +262,7 @@ fn piece_elems(
     elem_size: usize,
     config: &Config,
 ) -> usize {
-    let direct = matches!(algo, Algo::OneShot | Algo::TwoShot | Algo::AllPairs);
-    if registered && direct && config.chunk_bytes.is_none() {
+    if registered && is_direct(algo) && config.chunk_bytes.is_none() {
         (DIRECT_PIECE_BYTES / elem_size).max(fifo_chunk)
     } else {
         fifo_chunk

@@ -12,7 +12,8 @@
 //!   `allreduce:tree;broadcast:^ring` or `ring;allreduce:tree,ring`.
 //!
 //! Names are case-insensitive. Algorithms: `ring`, `tree` (double binary
-//! tree), `chain`, `btree`, `oneshot`, `twoshot`, `allpairs`. Protocols:
+//! tree), `chain`, `btree`, `oneshot`, `twoshot`, `allpairs`, `ce` (copy
+//! engine: copies only, registered buffers, never picked unless forced). Protocols:
 //! `simple`, `ll`. NCCL algorithms and protocols oxccl does not implement
 //! (`nvls`, `nvlstree`, `collnet`, `collnetdirect`, `collnetchain`, `pat`;
 //! `ll128`) are ignored with a warning printed to stderr once the

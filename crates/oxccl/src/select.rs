@@ -25,7 +25,7 @@ use crate::error::{Error, Result};
 
 /// Algorithms in the order ties are broken and fallbacks are tried: ring
 /// serves every collective, then the direct ones, then trees.
-const ALGO_ORDER: [Algo; 7] = [
+const ALGO_ORDER: [Algo; 8] = [
     Algo::Ring,
     Algo::AllPairs,
     Algo::DoubleBinaryTree,
@@ -33,6 +33,7 @@ const ALGO_ORDER: [Algo; 7] = [
     Algo::OneShot,
     Algo::Chain,
     Algo::BinaryTree,
+    Algo::CopyEngine,
 ];
 
 /// The algorithms `config` allows for `kind` that have a generator, in

@@ -173,13 +173,13 @@ fn kinds(algo: Algo, deterministic: bool) -> Vec<CollKind> {
 /// are prefixes of the largest's and that the largest equals the
 /// sequential reference bit for bit, with `exact` (the switch on);
 /// returns the largest call's outputs.
-fn run(comms: &[Communicator], kinds: &[CollKind], exact: bool, what: &str) -> Outcome {
+fn run(comms: &[Communicator], algo: Algo, kinds: &[CollKind], exact: bool, what: &str) -> Outcome {
     let mut outcome = Vec::new();
     for &kind in kinds {
         for dt in DTYPES {
             for mem in [Memory::Alloc, Memory::AllocInPlace, Memory::Slices] {
                 let key = format!("{kind} {dt} {mem:?}");
-                let outs = with_dtype!(dt, T => one_case::<T>(comms, kind, mem, exact, &format!("{what}: {key}")));
+                let outs = with_dtype!(dt, T => one_case::<T>(comms, algo, kind, mem, exact, &format!("{what}: {key}")));
                 outcome.push((key, outs));
             }
         }
@@ -190,6 +190,7 @@ fn run(comms: &[Communicator], kinds: &[CollKind], exact: bool, what: &str) -> O
 /// [`run`]'s body for one collective, type and memory form.
 fn one_case<T: Element>(
     comms: &[Communicator],
+    algo: Algo,
     kind: CollKind,
     mem: Memory,
     exact: bool,
@@ -199,6 +200,11 @@ fn one_case<T: Element>(
     let mut largest: Vec<Option<Vec<u64>>> = Vec::new();
     for (i, &count) in COUNTS.iter().enumerate() {
         let outs: Vec<Vec<T>> = on_ranks(comms, |c| call::<T>(c, kind, count, mem));
+        // The configuration forced one algorithm: it is what ran.
+        for c in comms {
+            let ran = c.last_choice().map(|ch| ch.algo);
+            assert_eq!(ran, Some(algo), "{what}: ran {ran:?}");
+        }
         let coll = Collective::new(kind, count, n - 1);
         let defined: Vec<Option<Vec<u64>>> = outs
             .iter()
@@ -262,7 +268,7 @@ fn every_plan_same_bits(
             return;
         };
         let what = format!("deterministic {s:?}");
-        let out = run(&comms, &ks, true, &what);
+        let out = run(&comms, s.algo, &ks, true, &what);
         for (w, o) in &seen {
             for (key, outs) in &out {
                 if let Some((_, other)) = o.iter().find(|(k, _)| k == key) {
@@ -287,7 +293,7 @@ fn every_plan_same_bits(
         let Some(comms) = make(config(backend, s, false)) else {
             return;
         };
-        off.push((format!("{s:?}"), run(&comms, &ks, false, "free")));
+        off.push((format!("{s:?}"), run(&comms, s.algo, &ks, false, "free")));
     }
     let mut differing = Vec::new();
     for (i, (wa, a)) in off.iter().enumerate() {

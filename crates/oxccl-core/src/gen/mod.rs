@@ -92,7 +92,28 @@ pub fn supports(algo: Algo, kind: CollKind) -> bool {
             kind,
             AllGather | ReduceScatter | AllToAll | Gather | Scatter | Broadcast | Reduce
         ),
+        Algo::CopyEngine => matches!(kind, AllGather | AllToAll | Gather | Scatter | Broadcast),
     }
+}
+
+/// Whether `req`'s plan is copies only: the copy-engine algorithm serves
+/// registered buffers (its copies read and write peers' buffers directly)
+/// and every in-place call but AllToAll's, which trades blocks between
+/// ranks with `Step::Swap` and so is not a set of copies.
+fn copy_engine_serves(req: &PlanRequest) -> Result<(), CoreError> {
+    let refuse = |why: &str| {
+        Err(CoreError::Unsupported {
+            algo: Algo::CopyEngine.to_string(),
+            coll: format!("{} {why}", req.coll.kind),
+        })
+    };
+    if !req.registered {
+        return refuse("on unregistered buffers (its copies address peers' buffers)");
+    }
+    if req.in_place && req.coll.kind == CollKind::AllToAll && req.nranks > 1 {
+        return refuse("in place (blocks trade places: a swap, not copies)");
+    }
+    Ok(())
 }
 
 /// Whether `algo`'s plans for `kind` reduce every element in rank order
@@ -117,6 +138,8 @@ pub fn reduces_in_rank_order(algo: Algo, kind: CollKind) -> bool {
         Algo::OneShot | Algo::TwoShot => kind == CollKind::AllReduce,
         Algo::AllPairs => matches!(kind, CollKind::Reduce | CollKind::ReduceScatter),
         Algo::Ring | Algo::Chain | Algo::BinaryTree | Algo::DoubleBinaryTree => false,
+        // Serves no reduction (checked above).
+        Algo::CopyEngine => false,
     }
 }
 
@@ -129,10 +152,23 @@ pub fn generate(req: &PlanRequest) -> Result<Plan, CoreError> {
             coll: req.coll.kind.to_string(),
         });
     }
+    if req.algo == Algo::CopyEngine {
+        copy_engine_serves(req)?;
+    }
+    // The copy-engine plan is the registered all-pairs plan with one
+    // destination per step, so every transfer is a single copy.
+    let copies = (req.algo == Algo::CopyEngine).then(|| PlanRequest {
+        algo: Algo::AllPairs,
+        push_group: Some(1),
+        ..req.clone()
+    });
     let ranks = (0..req.nranks)
         .map(|r| {
             let mut rp = empty_rank_plan(req, r);
             match req.algo {
+                Algo::CopyEngine => {
+                    direct_allpairs::build(copies.as_ref().unwrap_or(req), r, &mut rp)
+                }
                 Algo::Ring => ring::build(req, r, &mut rp),
                 Algo::Chain | Algo::BinaryTree | Algo::DoubleBinaryTree => {
                     tree::build(req, r, &mut rp)

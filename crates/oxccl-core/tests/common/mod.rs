@@ -22,6 +22,13 @@ pub fn served() -> impl Iterator<Item = (Algo, CollKind)> {
     })
 }
 
+/// Whether `algo` has a plan for `kind` in this form: everything but the
+/// copy-engine algorithm off registered buffers or for in-place AllToAll
+/// of several ranks (a swap, not copies), which it refuses.
+pub fn has_plan(algo: Algo, kind: CollKind, registered: bool, in_place: bool, n: u32) -> bool {
+    algo != Algo::CopyEngine || (registered && !(in_place && kind == CollKind::AllToAll && n > 1))
+}
+
 /// Runs `req` with element type `T` and `op`; `Err` describes the first
 /// difference from the reference (or the checker's complaint).
 pub fn run_typed<T: Element>(req: &PlanRequest, op: RedOp, seed: u64) -> Result<Plan, String> {
