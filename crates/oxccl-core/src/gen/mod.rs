@@ -7,6 +7,7 @@
 #![doc = include_str!("ALGORITHMS.md")]
 
 mod allpairs;
+mod copies;
 mod direct;
 mod direct_allpairs;
 pub mod p2p;
@@ -96,10 +97,8 @@ pub fn supports(algo: Algo, kind: CollKind) -> bool {
     }
 }
 
-/// Whether `req`'s plan is copies only: the copy-engine algorithm serves
-/// registered buffers (its copies read and write peers' buffers directly)
-/// and every in-place call but AllToAll's, which trades blocks between
-/// ranks with `Step::Swap` and so is not a set of copies.
+/// Whether the copy-engine algorithm serves `req`: only on registered
+/// buffers (its copies read and write peers' buffers directly).
 fn copy_engine_serves(req: &PlanRequest) -> Result<(), CoreError> {
     let refuse = |why: &str| {
         Err(CoreError::Unsupported {
@@ -109,9 +108,6 @@ fn copy_engine_serves(req: &PlanRequest) -> Result<(), CoreError> {
     };
     if !req.registered {
         return refuse("on unregistered buffers (its copies address peers' buffers)");
-    }
-    if req.in_place && req.coll.kind == CollKind::AllToAll && req.nranks > 1 {
-        return refuse("in place (blocks trade places: a swap, not copies)");
     }
     Ok(())
 }
@@ -143,6 +139,13 @@ pub fn reduces_in_rank_order(algo: Algo, kind: CollKind) -> bool {
     }
 }
 
+/// Whether `req` is the in-place AllToAll of several ranks, which the
+/// all-pairs plan runs as swaps and the copy-engine plan stages through
+/// scratch (`copies`).
+fn staged_all_to_all(req: &PlanRequest) -> bool {
+    req.in_place && req.coll.kind == CollKind::AllToAll && req.nranks > 1
+}
+
 /// Builds the plan `req` asks for.
 pub fn generate(req: &PlanRequest) -> Result<Plan, CoreError> {
     validate(req)?;
@@ -166,6 +169,9 @@ pub fn generate(req: &PlanRequest) -> Result<Plan, CoreError> {
         .map(|r| {
             let mut rp = empty_rank_plan(req, r);
             match req.algo {
+                Algo::CopyEngine if staged_all_to_all(req) => {
+                    copies::all_to_all_in_place(req, r, &mut rp)
+                }
                 Algo::CopyEngine => {
                     direct_allpairs::build(copies.as_ref().unwrap_or(req), r, &mut rp)
                 }
