@@ -64,5 +64,11 @@ mod tests {
         assert_eq!(canonical("NCCL_PROTO"), Some("NCCL_PROTO"));
         assert_eq!(canonical("NCCL_NO_SUCH_THING"), None);
         assert!(value("NCCL_NO_SUCH_THING").is_none());
+        // The deterministic switch has no ncclConfig_t field: C programs
+        // read it back through the parameter API.
+        assert_eq!(
+            canonical("OXCCL_DETERMINISTIC"),
+            Some("OXCCL_DETERMINISTIC")
+        );
     }
 }

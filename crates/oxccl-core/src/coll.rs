@@ -184,10 +184,15 @@ pub enum Algo {
     /// All-pairs direct exchange: AllGather, ReduceScatter, AllToAll,
     /// Gather, Scatter, Broadcast, Reduce (the root talks to every peer).
     AllPairs,
+    /// Copy-engine variants of the data-movement collectives (Broadcast,
+    /// AllGather, AllToAll, Gather, Scatter) on registered buffers: every
+    /// transfer is one copy from one buffer to one other, so a backend may
+    /// run each as a plain memory copy (the GPU's copy engines, no SMs).
+    CopyEngine,
 }
 
 impl Algo {
-    pub const ALL: [Algo; 7] = [
+    pub const ALL: [Algo; 8] = [
         Algo::Ring,
         Algo::Chain,
         Algo::BinaryTree,
@@ -195,6 +200,7 @@ impl Algo {
         Algo::OneShot,
         Algo::TwoShot,
         Algo::AllPairs,
+        Algo::CopyEngine,
     ];
 
     pub const fn name(self) -> &'static str {
@@ -206,6 +212,7 @@ impl Algo {
             Algo::OneShot => "oneshot",
             Algo::TwoShot => "twoshot",
             Algo::AllPairs => "allpairs",
+            Algo::CopyEngine => "ce",
         }
     }
 
@@ -247,11 +254,12 @@ impl FromStr for Algo {
             "oneshot" | "one_shot" => Algo::OneShot,
             "twoshot" | "two_shot" => Algo::TwoShot,
             "allpairs" | "all_pairs" | "direct" => Algo::AllPairs,
+            "ce" | "copyengine" | "copy_engine" => Algo::CopyEngine,
             _ => {
                 return Err(CoreError::Parse {
                     what: "algorithm",
                     value: s.to_string(),
-                    expected: "ring chain btree tree(dbtree) oneshot twoshot allpairs",
+                    expected: "ring chain btree tree(dbtree) oneshot twoshot allpairs ce",
                 })
             }
         })

@@ -192,9 +192,13 @@ fn family(algo: Algo) -> usize {
 }
 
 /// One-shot, two-shot and all-pairs: registered plans read and write
-/// peers' buffers directly (their FIFO variants otherwise).
+/// peers' buffers directly (their FIFO variants otherwise); the copy-engine
+/// algorithm has only the registered plan.
 pub fn is_direct(algo: Algo) -> bool {
-    matches!(algo, Algo::OneShot | Algo::TwoShot | Algo::AllPairs)
+    matches!(
+        algo,
+        Algo::OneShot | Algo::TwoShot | Algo::AllPairs | Algo::CopyEngine
+    )
 }
 
 fn proto_index(p: Proto) -> usize {

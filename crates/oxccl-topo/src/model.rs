@@ -142,6 +142,12 @@ impl Selector {
                 };
                 (lat, bw, data)
             }
+            // The copy-engine plans run as copies only where a backend
+            // issues them to copy engines; until then backends run them as
+            // their other plans (the host's memcpy, the GPU's executor
+            // kernel), slower than all-pairs' pushes, so they are not
+            // timed: they run only when forced.
+            Algo::CopyEngine => return None,
         };
         let (lat_add, bw_mul) = c.correction_for(kind, algo, proto);
         let bw = (bw * bw_mul).max(1e-9);

@@ -302,9 +302,16 @@ fn check_algorithms(config: &Config) -> Result<()> {
         if *kind != CollKind::SendRecv && select::allowed_algos(config, *kind).is_empty() {
             let names: Vec<&str> = rule.names.iter().map(|a| a.name()).collect();
             let not = if rule.exclude { "all but " } else { "" };
+            // With deterministic reductions the switch may be what left
+            // nothing: say what it admits.
+            let allowed = if config.deterministic {
+                select::describe_filter(config, *kind)
+            } else {
+                format!("{not}{}", names.join(","))
+            };
             return Err(Error::NoAlgorithm {
                 coll: *kind,
-                allowed: format!("{not}{}", names.join(",")),
+                allowed,
             });
         }
     }
@@ -329,8 +336,7 @@ fn piece_elems(
     elem_size: usize,
     config: &Config,
 ) -> usize {
-    let direct = matches!(algo, Algo::OneShot | Algo::TwoShot | Algo::AllPairs);
-    if registered && direct && config.chunk_bytes.is_none() {
+    if registered && is_direct(algo) && config.chunk_bytes.is_none() {
         (DIRECT_PIECE_BYTES / elem_size).max(fifo_chunk)
     } else {
         fifo_chunk

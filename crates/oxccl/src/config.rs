@@ -12,7 +12,8 @@
 //!   `allreduce:tree;broadcast:^ring` or `ring;allreduce:tree,ring`.
 //!
 //! Names are case-insensitive. Algorithms: `ring`, `tree` (double binary
-//! tree), `chain`, `btree`, `oneshot`, `twoshot`, `allpairs`. Protocols:
+//! tree), `chain`, `btree`, `oneshot`, `twoshot`, `allpairs`, `ce` (copy
+//! engine: copies only, registered buffers, never picked unless forced). Protocols:
 //! `simple`, `ll`. NCCL algorithms and protocols oxccl does not implement
 //! (`nvls`, `nvlstree`, `collnet`, `collnetdirect`, `collnetchain`, `pat`;
 //! `ll128`) are ignored with a warning printed to stderr once the
@@ -29,6 +30,8 @@
 //! none; default 300 s, none through the C ABI; a wait for absent peers
 //! warns on stderr after `OXCCL_WAIT_WARN_MS`, default 10 s, then every
 //! `OXCCL_WAIT_WARN_EVERY_MS`, default a minute);
+//! `OXCCL_DETERMINISTIC=1` keeps reductions to plans that reduce in rank
+//! order ([`Config::deterministic`]);
 //! `OXCCL_BACKEND` = `host` | `cuda` | `auto`; `OXCCL_CHUNK_BYTES` (`64K`,
 //! `1M`, ...) sets the piece size plans pipeline in; `OXCCL_CHECK_CALLS=0`
 //! turns off the comparison of calls between ranks, `=all` extends it to
@@ -323,6 +326,18 @@ pub struct Config {
     /// Whose INFO and TRACE lines show (`OXCCL_DEBUG_SUBSYS`, else
     /// `NCCL_DEBUG_SUBSYS`; NCCL's default INIT, BOOTSTRAP, ENV).
     pub debug_subsys: Subsystems,
+    /// Deterministic reductions (`OXCCL_DETERMINISTIC=1`; default off):
+    /// AllReduce, Reduce and ReduceScatter run only plans that reduce
+    /// every element in rank order 0..n−1 from the original inputs
+    /// ([`oxccl_core::gen::reduces_in_rank_order`]: one-shot and two-shot
+    /// AllReduce, all-pairs Reduce and ReduceScatter), so a result is the
+    /// same bits for a given rank count and input whatever the algorithm,
+    /// protocol, channel count, piece size or call size, and equals the
+    /// sequential reference. An algorithm filter that leaves a reduction
+    /// no such plan makes its calls fail with [`crate::Error::NoAlgorithm`]
+    /// (a per-collective rule fails init). Every rank must agree, as on
+    /// `NCCL_ALGO`.
+    pub deterministic: bool,
     /// Compare every call's fingerprint with the peers' before any data
     /// moves (`OXCCL_CHECK_CALLS`, default on; see [`crate::Error::Mismatch`]).
     /// Ranks as processes check only if every rank has it on, and over the
@@ -373,6 +388,7 @@ impl Default for Config {
             chunk_bytes: None,
             debug: None,
             debug_subsys: Subsystems::default(),
+            deterministic: false,
             check_calls: true,
             check_calls_across_hosts: false,
             topology: None,

@@ -561,8 +561,7 @@ fn build_job(
     let es = dtype.size();
     // Each part with its protocol (`None`: the Send/Recv part) and the
     // profiler's events for it.
-    let mut parts: Vec<(Prepared, Option<Proto>, Vec<crate::observe::profiler::Part>)> =
-        Vec::new();
+    let mut parts: Vec<(Prepared, Option<Proto>, Vec<crate::observe::profiler::Part>)> = Vec::new();
     let mut p2p_ops = Vec::new();
     let mut p2p_bufs = Vec::new();
     let mut p2p_paths = Vec::new();

@@ -25,7 +25,7 @@ use crate::error::{Error, Result};
 
 /// Algorithms in the order ties are broken and fallbacks are tried: ring
 /// serves every collective, then the direct ones, then trees.
-const ALGO_ORDER: [Algo; 7] = [
+const ALGO_ORDER: [Algo; 8] = [
     Algo::Ring,
     Algo::AllPairs,
     Algo::DoubleBinaryTree,
@@ -33,19 +33,24 @@ const ALGO_ORDER: [Algo; 7] = [
     Algo::OneShot,
     Algo::Chain,
     Algo::BinaryTree,
+    Algo::CopyEngine,
 ];
 
 /// The algorithms `config` allows for `kind` that have a generator, in
 /// preference order. Registration does not remove any: one-shot, two-shot
 /// and all-pairs have FIFO variants too, and a choice's
 /// [`Choice::direct`] (which becomes the plan key's `registered` flag)
-/// picks the direct variant, only ever for registered buffers.
+/// picks the direct variant, only ever for registered buffers. With
+/// [`Config::deterministic`] only those that reduce in rank order
+/// ([`gen::reduces_in_rank_order`]; every algorithm of a collective that
+/// reduces nothing).
 pub(crate) fn allowed_algos(config: &Config, kind: CollKind) -> Vec<Algo> {
     config
         .algo
         .allowed(kind, &ALGO_ORDER)
         .into_iter()
         .filter(|a| gen::supports(*a, kind))
+        .filter(|a| !config.deterministic || gen::reduces_in_rank_order(*a, kind))
         .collect()
 }
 
@@ -244,17 +249,30 @@ fn names(protos: &[Proto]) -> String {
         .join(",")
 }
 
-fn describe_filter(config: &Config, kind: CollKind) -> String {
-    let names: Vec<&str> = config
-        .algo
-        .allowed(kind, &Algo::ALL)
-        .iter()
-        .map(|a| a.name())
-        .collect();
-    if names.is_empty() {
-        "none".into()
+/// What the configuration allows `kind`, for [`Error::NoAlgorithm`]; with
+/// [`Config::deterministic`] also what that switch admits, since it may be
+/// what left nothing.
+pub(crate) fn describe_filter(config: &Config, kind: CollKind) -> String {
+    let join = |algos: Vec<Algo>| {
+        let names: Vec<&str> = algos.iter().map(|a| a.name()).collect();
+        if names.is_empty() {
+            "none".to_string()
+        } else {
+            names.join(",")
+        }
+    };
+    let allowed = join(config.algo.allowed(kind, &Algo::ALL));
+    if config.deterministic && kind.is_reduction() {
+        let admitted = Algo::ALL
+            .into_iter()
+            .filter(|&a| gen::reduces_in_rank_order(a, kind))
+            .collect();
+        format!(
+            "{allowed}; OXCCL_DETERMINISTIC=1 admits only {}, which reduce in rank order",
+            join(admitted)
+        )
     } else {
-        names.join(",")
+        allowed
     }
 }
 
@@ -534,6 +552,66 @@ mod tests {
         let got = (c.algo, c.proto, c.is_direct());
         assert_eq!(got, (Algo::AllPairs, Proto::LL, false), "{c}");
         assert!(c.predicted_us.is_some(), "{c}");
+    }
+
+    /// With deterministic reductions every pick of a reduction, at every
+    /// size, registered or not, is a plan that reduces in rank order, and
+    /// the data-movement collectives keep their picks; a forced
+    /// algorithm that does not reduce in rank order is refused, naming
+    /// the switch and what it admits.
+    #[test]
+    fn deterministic_picks_only_rank_order_plans() {
+        let (ch, cfg) = shared_h200_with(&[("OXCCL_DETERMINISTIC", "1")]);
+        let (free, free_cfg) = shared_h200(None);
+        assert!(cfg.deterministic);
+        let mut changed = 0;
+        for kind in CollKind::ALL {
+            if kind == CollKind::SendRecv {
+                continue;
+            }
+            for e in 0..=27 {
+                let bytes = 8usize << e;
+                for registered in [false, true] {
+                    let c = ch.choose(&cfg, kind, bytes, registered).unwrap();
+                    let was = free.choose(&free_cfg, kind, bytes, registered).unwrap();
+                    assert!(
+                        gen::reduces_in_rank_order(c.algo, kind),
+                        "{kind} {bytes} B registered {registered}: {c}"
+                    );
+                    if kind.is_reduction() {
+                        changed += usize::from(c.algo != was.algo);
+                    } else {
+                        assert_eq!(c, was, "{kind} {bytes} B registered {registered}");
+                    }
+                }
+            }
+        }
+        // Without the switch rings and trees win somewhere, so the switch
+        // changes some picks (else this test could not fail).
+        assert!(changed > 0);
+        for algo in ["ring", "tree", "chain", "btree"] {
+            let (ch, cfg) = shared_h200_with(&[("OXCCL_DETERMINISTIC", "1"), ("NCCL_ALGO", algo)]);
+            match ch.choose(&cfg, CollKind::AllReduce, 1 << 20, true) {
+                Err(e @ Error::NoAlgorithm { .. }) => {
+                    let m = e.to_string();
+                    assert!(
+                        m.contains("OXCCL_DETERMINISTIC=1 admits only oneshot,twoshot"),
+                        "{m}"
+                    );
+                }
+                other => panic!("NCCL_ALGO={algo}: {other:?}"),
+            }
+            // Data movement is unaffected where the algorithm serves it.
+            if algo == "ring" {
+                let c = ch.choose(&cfg, CollKind::AllGather, 1 << 20, true).unwrap();
+                assert_eq!(c.algo, Algo::Ring, "{c}");
+            }
+        }
+        let (ch, cfg) = shared_h200_with(&[("OXCCL_DETERMINISTIC", "1"), ("NCCL_ALGO", "ring")]);
+        let e = ch
+            .choose(&cfg, CollKind::ReduceScatter, 64, false)
+            .unwrap_err();
+        assert!(e.to_string().contains("admits only allpairs"), "{e}");
     }
 
     /// The model sees each rank on the GPU it runs on: ranks on GPUs 1,

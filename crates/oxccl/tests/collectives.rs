@@ -176,6 +176,92 @@ fn cuda_every_case() {
     all_cases(&comms, 1000);
 }
 
+/// The collectives the copy-engine algorithm serves.
+const COPIED: [CollKind; 5] = [
+    CollKind::Broadcast,
+    CollKind::AllGather,
+    CollKind::AllToAll,
+    CollKind::Gather,
+    CollKind::Scatter,
+];
+
+/// A configuration forcing the copy-engine algorithm (`NCCL_ALGO` entries
+/// `broadcast:ce;allgather:ce;...`) for every collective it serves.
+fn copy_engine_config(backend: oxccl::BackendKind) -> oxccl::Config {
+    COPIED
+        .into_iter()
+        .fold(oxccl::Config::builder().backend(backend), |b, k| {
+            b.algorithms_for(k, &[oxccl::Algo::CopyEngine])
+        })
+        .build()
+        .unwrap()
+}
+
+/// The generic body of the copy-engine algorithm forced: every collective
+/// it serves, every type, out of place and in place, on `comm.alloc`
+/// buffers; plain slices (not registered) are refused with a typed error
+/// on every rank and nothing is written.
+fn copy_engine_cases(comms: &[Communicator]) {
+    let n = comms.len() as u32;
+    let mut failures = Vec::new();
+    for kind in COPIED {
+        for dt in DataType::ALL {
+            for in_place in [false, true] {
+                let root = if kind.has_root() { n - 1 } else { 0 };
+                let (wrong, first) = with_dtype!(dt, T => run_case::<T>(comms, kind, 1000, RedOp::Sum, root, in_place));
+                for c in comms {
+                    let algo = c.last_choice().map(|ch| ch.algo);
+                    assert_eq!(algo, Some(oxccl::Algo::CopyEngine), "{kind} ran");
+                }
+                if wrong > 0 {
+                    failures.push(format!(
+                        "ce {kind} {dt} in_place={in_place}: {wrong} wrong, {}",
+                        first.unwrap_or_default()
+                    ));
+                }
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "on {n} ranks:\n{}",
+        failures.join("\n")
+    );
+    if n > 1 {
+        let refused = common::on_ranks(comms, |c| {
+            let send = [7.0f32; 16];
+            let mut recv = vec![5.0f32; 16 * n as usize];
+            let e = c.all_gather(&send[..], &mut recv[..]).unwrap_err();
+            (e, recv)
+        });
+        for (e, after) in refused {
+            let m = e.to_string();
+            assert!(
+                matches!(e, oxccl::Error::NoAlgorithm { .. }) && m.contains("unregistered"),
+                "{m}"
+            );
+            assert!(after.iter().all(|&x| x == 5.0), "a refused call wrote");
+        }
+    }
+}
+
+#[test]
+fn host_copy_engine_every_case() {
+    for n in [1, 3, 4] {
+        let config = copy_engine_config(oxccl::BackendKind::Host);
+        copy_engine_cases(&oxccl::init_all_with(n, config).unwrap());
+    }
+}
+
+#[test]
+fn cuda_copy_engine_every_case() {
+    if oxccl::backend::cuda::device_or_skip("cuda_copy_engine_every_case").is_none() {
+        return;
+    }
+    let config = copy_engine_config(oxccl::BackendKind::Cuda);
+    copy_engine_cases(&oxccl::init_all_with(4, config).expect("CUDA communicators"));
+}
+
 #[test]
 fn host_plain_slices_and_in_place_forms() {
     let comms = host(4);

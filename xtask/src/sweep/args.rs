@@ -81,6 +81,10 @@ pub struct SweepArgs {
     /// Channel count.
     #[arg(long)]
     pub(crate) channels: Option<u32>,
+    /// Deterministic reductions (as `OXCCL_DETERMINISTIC=1`): reductions
+    /// run only plans that reduce in rank order.
+    #[arg(long)]
+    pub(crate) deterministic: bool,
     /// Write the results as JSON.
     #[arg(long)]
     pub(crate) json: Option<PathBuf>,
@@ -187,6 +191,9 @@ impl Plan {
                 path: path.clone(),
                 calls,
             });
+        }
+        if a.deterministic {
+            config.deterministic = true;
         }
         let sizes: Vec<usize> =
             std::iter::successors(Some(a.min_bytes), |&s| s.checked_mul(a.factor))

@@ -7,6 +7,7 @@
 #![doc = include_str!("ALGORITHMS.md")]
 
 mod allpairs;
+mod copies;
 mod direct;
 mod direct_allpairs;
 pub mod p2p;
@@ -92,7 +93,57 @@ pub fn supports(algo: Algo, kind: CollKind) -> bool {
             kind,
             AllGather | ReduceScatter | AllToAll | Gather | Scatter | Broadcast | Reduce
         ),
+        Algo::CopyEngine => matches!(kind, AllGather | AllToAll | Gather | Scatter | Broadcast),
     }
+}
+
+/// Whether the copy-engine algorithm serves `req`: only on registered
+/// buffers (its copies read and write peers' buffers directly).
+fn copy_engine_serves(req: &PlanRequest) -> Result<(), CoreError> {
+    let refuse = |why: &str| {
+        Err(CoreError::Unsupported {
+            algo: Algo::CopyEngine.to_string(),
+            coll: format!("{} {why}", req.coll.kind),
+        })
+    };
+    if !req.registered {
+        return refuse("on unregistered buffers (its copies address peers' buffers)");
+    }
+    Ok(())
+}
+
+/// Whether `algo`'s plans for `kind` reduce every element in rank order
+/// 0..n−1 from the original inputs, in one step whose sources are the n
+/// contributions (the sequential reference's order, [`crate::reference`]):
+/// then a reduction's result depends only on the rank count and the
+/// inputs, not on the channel count, piece size, call size, protocol,
+/// ring order, or whether the buffers are registered. One-shot and
+/// two-shot AllReduce and all-pairs Reduce and ReduceScatter do (FIFO and
+/// registered variants alike); rings and trees accumulate partial results
+/// in orders that follow the ring or the tree, and so the channel and
+/// piece layout. Collectives that reduce nothing are deterministic under
+/// every algorithm that serves them.
+pub fn reduces_in_rank_order(algo: Algo, kind: CollKind) -> bool {
+    if !supports(algo, kind) {
+        return false;
+    }
+    if !kind.is_reduction() {
+        return true;
+    }
+    match algo {
+        Algo::OneShot | Algo::TwoShot => kind == CollKind::AllReduce,
+        Algo::AllPairs => matches!(kind, CollKind::Reduce | CollKind::ReduceScatter),
+        Algo::Ring | Algo::Chain | Algo::BinaryTree | Algo::DoubleBinaryTree => false,
+        // Serves no reduction (checked above).
+        Algo::CopyEngine => false,
+    }
+}
+
+/// Whether `req` is the in-place AllToAll of several ranks, which the
+/// all-pairs plan runs as swaps and the copy-engine plan stages through
+/// scratch (`copies`).
+fn staged_all_to_all(req: &PlanRequest) -> bool {
+    req.in_place && req.coll.kind == CollKind::AllToAll && req.nranks > 1
 }
 
 /// Builds the plan `req` asks for.
@@ -104,10 +155,26 @@ pub fn generate(req: &PlanRequest) -> Result<Plan, CoreError> {
             coll: req.coll.kind.to_string(),
         });
     }
+    if req.algo == Algo::CopyEngine {
+        copy_engine_serves(req)?;
+    }
+    // The copy-engine plan is the registered all-pairs plan with one
+    // destination per step, so every transfer is a single copy.
+    let copies = (req.algo == Algo::CopyEngine).then(|| PlanRequest {
+        algo: Algo::AllPairs,
+        push_group: Some(1),
+        ..req.clone()
+    });
     let ranks = (0..req.nranks)
         .map(|r| {
             let mut rp = empty_rank_plan(req, r);
             match req.algo {
+                Algo::CopyEngine if staged_all_to_all(req) => {
+                    copies::all_to_all_in_place(req, r, &mut rp)
+                }
+                Algo::CopyEngine => {
+                    direct_allpairs::build(copies.as_ref().unwrap_or(req), r, &mut rp)
+                }
                 Algo::Ring => ring::build(req, r, &mut rp),
                 Algo::Chain | Algo::BinaryTree | Algo::DoubleBinaryTree => {
                     tree::build(req, r, &mut rp)

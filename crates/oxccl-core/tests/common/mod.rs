@@ -22,6 +22,12 @@ pub fn served() -> impl Iterator<Item = (Algo, CollKind)> {
     })
 }
 
+/// Whether `algo` has a plan for `kind` in this form: everything but the
+/// copy-engine algorithm off registered buffers, which it refuses.
+pub fn has_plan(algo: Algo, _kind: CollKind, registered: bool, _in_place: bool, _n: u32) -> bool {
+    algo != Algo::CopyEngine || registered
+}
+
 /// Runs `req` with element type `T` and `op`; `Err` describes the first
 /// difference from the reference (or the checker's complaint).
 pub fn run_typed<T: Element>(req: &PlanRequest, op: RedOp, seed: u64) -> Result<Plan, String> {

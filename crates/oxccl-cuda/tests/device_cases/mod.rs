@@ -225,7 +225,7 @@ pub fn cases(clique: Clique, env: &GpuEnv) -> Result<Vec<Case>, String> {
     // Plans depend on the element size, not on the type or op.
     let mut plans: HashMap<(CollKind, Algo, bool, bool, usize), Arc<Plan>> = HashMap::new();
     for kind in COLLECTIVES {
-        for algo in Algo::ALL.into_iter().filter(|&a| supports(a, kind)) {
+        for algo in Algo::ALL.into_iter().filter(|&a| device_case_algo(a, kind)) {
             for registered in [false, true] {
                 for dt in env.dtypes() {
                     for op in env.ops(kind, dt) {
@@ -274,6 +274,14 @@ pub fn cases(clique: Clique, env: &GpuEnv) -> Result<Vec<Case>, String> {
     Ok(out)
 }
 
+/// The algorithms the device cases cover for `kind`: every one serving
+/// it but the copy-engine algorithm, whose plans are the registered
+/// all-pairs plans with one destination per step (no FIFO form and none on
+/// one rank); the facade's `collectives` suite runs it on the GPU.
+fn device_case_algo(algo: Algo, kind: CollKind) -> bool {
+    supports(algo, kind) && algo != Algo::CopyEngine
+}
+
 /// How many cases [`cases`] must list, from the filter alone: per
 /// collective × supported algorithm × dtype × op × in-place, the FIFO
 /// plan under Simple and LL (Simple only on one rank, where no plan has a
@@ -282,7 +290,7 @@ pub fn cases(clique: Clique, env: &GpuEnv) -> Result<Vec<Case>, String> {
 pub fn expected_cases(n: u32, env: &GpuEnv) -> usize {
     let mut total = 0;
     for kind in COLLECTIVES {
-        for algo in Algo::ALL.into_iter().filter(|&a| supports(a, kind)) {
+        for algo in Algo::ALL.into_iter().filter(|&a| device_case_algo(a, kind)) {
             let fifo = if n > 1 { 2 } else { 1 };
             let registered = usize::from(
                 n > 1 && matches!(algo, Algo::OneShot | Algo::TwoShot | Algo::AllPairs),
@@ -359,7 +367,7 @@ fn device_case_lists_are_complete() {
             let list = cases(clique, &env).unwrap();
             assert_eq!(list.len(), expected_cases(n, &env), "{n} ranks, {env:?}");
             for kind in COLLECTIVES {
-                for algo in Algo::ALL.into_iter().filter(|&a| supports(a, kind)) {
+                for algo in Algo::ALL.into_iter().filter(|&a| device_case_algo(a, kind)) {
                     assert!(
                         list.iter().any(|c| (c.kind, c.algo) == (kind, algo)),
                         "{n} ranks: no {kind} {algo} case"

@@ -96,6 +96,13 @@ impl ConfigBuilder {
         self
     }
 
+    /// Deterministic reductions (`OXCCL_DETERMINISTIC`; default off): see
+    /// [`Config::deterministic`].
+    pub fn deterministic(mut self, on: bool) -> Self {
+        self.0.deterministic = on;
+        self
+    }
+
     /// Whether calls are compared between ranks (default on).
     pub fn check_calls(mut self, on: bool) -> Self {
         self.0.check_calls = on;

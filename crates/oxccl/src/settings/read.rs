@@ -112,6 +112,9 @@ fn facade(get: Get<'_>) -> Result<Config> {
     if let Some((var, v)) = pick_set(get, "OXCCL_DEBUG_SUBSYS", Some("NCCL_DEBUG_SUBSYS")) {
         c.debug_subsys = crate::config::Subsystems::parse(var, &v)?;
     }
+    if let Some((var, v)) = pick(get, "OXCCL_DETERMINISTIC", None) {
+        c.deterministic = parse_bool(var, &v)?;
+    }
     Ok(c)
 }
 
@@ -343,6 +346,13 @@ mod tests {
         assert_eq!(d.cuda, CudaSettings::default());
         assert_eq!(d.bootstrap, BootstrapSettings::default());
         assert!(d.p2p_direct && d.push_group.is_none() && d.topology_file.is_none());
+        assert!(!d.deterministic);
+        assert!(read(&[("OXCCL_DETERMINISTIC", "1")]).unwrap().deterministic);
+        assert!(
+            !read(&[("OXCCL_DETERMINISTIC", "off")])
+                .unwrap()
+                .deterministic
+        );
     }
 
     #[test]
@@ -357,6 +367,7 @@ mod tests {
             ("OXCCL_PROC_HEAP", "0"),
             ("OXCCL_PROC_HEAP", "lots"),
             ("OXCCL_CUDA_PROCS", "gpu"),
+            ("OXCCL_DETERMINISTIC", "2"),
             ("NCCL_SOCKET_FAMILY", "AF_UNIX"),
         ] {
             match read(&[(k, v)]) {
