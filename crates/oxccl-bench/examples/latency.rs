@@ -46,7 +46,7 @@ fn measure(w: &World, plan: &Plan, proto: Proto) -> (f64, f64) {
                     let p = w.prepare_proto(rp, 4, proto).unwrap();
                     let launch = || {
                         // SAFETY: live allocations of 8 bytes = the plan's 2 floats.
-                        Ok(unsafe { w.launch(&p, r, &addrs, DataType::F32, op, Party::All) }?)
+                        Ok(unsafe { w.launch(&p, r, &addrs, DataType::F32, op, Party::All, 0) }?)
                     };
                     let settle = || Ok(w.synchronize(r)?);
                     let l = rank_latency(w.stream(r).unwrap(), bar, &launch, &settle).unwrap();

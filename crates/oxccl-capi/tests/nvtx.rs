@@ -6,8 +6,6 @@
 //! facade's). One test per binary: tools attach once per process.
 
 use std::ffi::{c_int, c_void};
-use std::path::PathBuf;
-use std::process::Command;
 
 use oxccl_capi::abi::{CudaStream, NcclCommT, NcclResult};
 
@@ -27,6 +25,9 @@ extern "C" {
     ) -> NcclResult;
 }
 
+#[path = "../../oxccl/tests/c/nvtx_tool.rs"]
+mod nvtx_tool;
+
 const FLOAT32: c_int = 7;
 const SUM: c_int = 0;
 
@@ -34,17 +35,7 @@ const SUM: c_int = 0;
 fn c_entry_points_make_one_range_each() {
     let dir = std::env::temp_dir().join(format!("oxccl-capi-nvtx-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let lib = dir.join("libnvtx_tool.so");
-    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../oxccl/tests/c/nvtx_tool.c");
-    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    let st = Command::new(cc)
-        .args(["-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o"])
-        .arg(&lib)
-        .arg(&src)
-        .arg("-lpthread")
-        .status()
-        .expect("running the C compiler");
-    assert!(st.success());
+    let lib = nvtx_tool::build_tool(&dir);
     let out = dir.join("ranges.txt");
     std::env::set_var("NVTX_INJECTION64_PATH", &lib);
     std::env::set_var("NVTX_TOOL_OUT", &out);

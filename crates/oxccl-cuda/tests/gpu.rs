@@ -154,7 +154,7 @@ fn run_ranks<T: Element>(
                     let p = w.prepare_proto(rp, T::DTYPE.size(), proto)?;
                     assert_eq!(p.proto(), proto);
                     // SAFETY: the addresses are live allocations of this clique sized for the plan.
-                    unsafe { w.launch(&p, r, &addrs, T::DTYPE, lowered, Party::All)? };
+                    unsafe { w.launch(&p, r, &addrs, T::DTYPE, lowered, Party::All, 0)? };
                     w.synchronize(r)?;
                     let mut bytes = vec![0u8; coll.output_len(n) * T::DTYPE.size()];
                     // SAFETY: the output holds that many bytes.
@@ -389,14 +389,14 @@ fn graph_replays(w: &World, proto: Proto) {
                     // Eager warm-up: compiles, uploads, allocates scratch.
                     // SAFETY: live allocations sized for the plan.
                     unsafe {
-                        w.launch(&p, r, addrs, DataType::I32, lowered, Party::All)
+                        w.launch(&p, r, addrs, DataType::I32, lowered, Party::All, 0)
                             .unwrap()
                     };
                     w.synchronize(r).unwrap();
                     let stream = w.stream(r).unwrap();
                     let g = Graph::capture(stream, || {
                         // SAFETY: as above; the graph is replayed while the buffers live.
-                        unsafe { w.launch(&p, r, addrs, DataType::I32, lowered, Party::All) }
+                        unsafe { w.launch(&p, r, addrs, DataType::I32, lowered, Party::All, 0) }
                     })
                     .unwrap();
                     let mut results = Vec::new();
@@ -460,6 +460,7 @@ fn missing_peer(ndev: usize, proto: Proto) {
                 DataType::F32,
                 &RedOp::Sum.lower(DataType::F32, 2),
                 Party::All,
+                0,
             )
             .unwrap()
         };

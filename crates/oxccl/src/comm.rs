@@ -441,6 +441,20 @@ impl Communicator {
         }
     }
 
+    /// The NVTX range of a checked collective call on this rank (shared
+    /// by single calls and groups' operations).
+    pub(crate) fn coll_range(
+        &self,
+        checked: &crate::validate::Checked,
+        dtype: oxccl_core::DataType,
+        op: RedOp,
+    ) -> crate::observe::Range {
+        let c = &checked.coll;
+        crate::observe::range(crate::observe::Func::Coll(c.kind), || {
+            crate::observe::Args::coll(self.tool_args(), c.kind, c.count, dtype, op, c.root)
+        })
+    }
+
     pub fn nranks(&self) -> u32 {
         self.clique.nranks
     }
@@ -622,16 +636,7 @@ impl Communicator {
         let (mut checked, op) = self
             .check_collective(kind, send.into(), recv.into(), op, root)
             .map_err(|e| self.refuse_call(e))?;
-        let _nvtx = crate::observe::range(crate::observe::Func::Coll(kind), || {
-            crate::observe::Args::coll(
-                self.tool_args(),
-                kind,
-                checked.coll.count,
-                T::DTYPE,
-                op,
-                root,
-            )
-        });
+        let _nvtx = self.coll_range(&checked, T::DTYPE, op);
         if checked.coll.count == 0 {
             return Ok(());
         }

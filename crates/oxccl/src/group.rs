@@ -242,16 +242,7 @@ impl<'a> Group<'a> {
     ) -> Result<()> {
         let r = comm.check_collective(kind, send.into(), recv.into(), op, root);
         let (checked, op) = self.note(comm, r)?;
-        let _nvtx = crate::observe::range(crate::observe::Func::Coll(kind), || {
-            crate::observe::Args::coll(
-                comm.tool_args(),
-                kind,
-                checked.coll.count,
-                T::DTYPE,
-                op,
-                root,
-            )
-        });
+        let _nvtx = comm.coll_range(&checked, T::DTYPE, op);
         self.push(comm, T::DTYPE, Pending::Coll { checked, op });
         Ok(())
     }

@@ -3,28 +3,14 @@
 //! One test per binary: tools attach once per process.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
-use std::process::Command;
 
 use oxccl::{group, RedOp};
 
 mod common;
 
-/// Builds the tool with the system C compiler (`CC`, else `cc`).
-fn build_tool(dir: &std::path::Path) -> PathBuf {
-    let lib = dir.join("libnvtx_tool.so");
-    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/c/nvtx_tool.c");
-    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    let st = Command::new(cc)
-        .args(["-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o"])
-        .arg(&lib)
-        .arg(&src)
-        .arg("-lpthread")
-        .status()
-        .expect("running the C compiler");
-    assert!(st.success(), "compiling {}", src.display());
-    lib
-}
+#[path = "c/nvtx_tool.rs"]
+mod nvtx_tool;
+use nvtx_tool::build_tool;
 
 #[test]
 fn a_tool_sees_init_collective_and_group_ranges_with_their_arguments() {

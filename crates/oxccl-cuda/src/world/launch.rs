@@ -103,33 +103,18 @@ impl World {
     /// then returns once they, the ranks they exchange with, and so on,
     /// have launched theirs).
     ///
+    /// `trace`, unless 0, is where the kernel writes each step's
+    /// `%globaltimer` start and end (the step trace).
+    ///
     /// # Safety
     /// Each non-scratch address must be device memory of the rank (or
     /// registered memory every rank can reach when the plan has remote
     /// steps) valid for the plan's length until the stream reaches the
-    /// kernel.
-    pub unsafe fn launch(
-        &self,
-        p: &Prepared,
-        rank: u32,
-        bufs: &[u64],
-        dtype: DataType,
-        op: &LoweredOp,
-        party: Party<'_>,
-    ) -> Result<()> {
-        // SAFETY: the caller keeps this function's contract, the same.
-        unsafe { self.launch_traced(p, rank, bufs, dtype, op, party, 0) }
-    }
-
-    /// As [`World::launch`], the kernel writing each step's
-    /// `%globaltimer` start and end to `trace` unless it is 0.
-    ///
-    /// # Safety
-    /// As [`World::launch`]; `trace`, when not 0, must be device memory of
+    /// kernel. `trace`, when not 0, must be device memory of
     /// [`Prepared::trace_bytes`] bytes of the rank's device, untouched by
     /// anything else until the stream has passed the kernel.
     #[allow(clippy::too_many_arguments)]
-    pub unsafe fn launch_traced(
+    pub unsafe fn launch(
         &self,
         p: &Prepared,
         rank: u32,

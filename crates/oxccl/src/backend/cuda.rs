@@ -385,7 +385,7 @@ impl Backend for CudaBackend {
         // SAFETY: as above; `trace` is 0 or stamp memory of the plan's
         // size that lives until the stamps were read (or for ever).
         let r = unsafe {
-            w.launch_traced(
+            w.launch(
                 p,
                 launch.rank,
                 &bufs[..n],

@@ -67,10 +67,10 @@ struct EventAttributes {
     message: *const c_char,
 }
 
-const COLOR_ARGB: i32 = 1;
-const PAYLOAD_U64: i32 = 1;
-const MESSAGE_ASCII: i32 = 1;
-/// NCCL's colour for its ranges (a green), so ours look alike.
+/// How our ranges are described: an ARGB colour (NCCL's green, so ours
+/// look like NCCL's), a u64 payload and an ASCII message (each kind is 1
+/// in its NVTX enumeration).
+const ATTR_KINDS: (i32, i32, i32) = (1, 1, 1);
 const NCCL_COLOR: u32 = 0xff76_b900;
 
 /// The callback export table.
@@ -258,12 +258,12 @@ impl Nvtx {
             version: NVTX_VERSION as u16,
             size: size_of::<EventAttributes>() as u16,
             category: 0,
-            color_type: COLOR_ARGB,
+            color_type: ATTR_KINDS.0,
             color: NCCL_COLOR,
-            payload_type: PAYLOAD_U64,
+            payload_type: ATTR_KINDS.1,
             reserved0: 0,
             payload,
-            message_type: MESSAGE_ASCII,
+            message_type: ATTR_KINDS.2,
             message: msg.as_ptr(),
         };
         // SAFETY: `push` is the tool's DomainRangePushEx (checked non-null
