@@ -727,11 +727,13 @@ fn our_plugin(name: &str, defines: &[&str]) -> String {
     p.to_str().expect("a UTF-8 path").to_string()
 }
 
-/// [`OVER_NET`] with `NCCL_NET_PLUGIN=plugin` and `NCCL_DEBUG=INFO`.
+/// [`OVER_NET`] with `NCCL_NET_PLUGIN=plugin` and `NCCL_DEBUG=INFO` for
+/// the init and network subsystems (where plugin and connection lines go).
 fn over_plugin(plugin: &str) -> Vec<(&'static str, String)> {
     let mut v = owned(OVER_NET);
     v.push(("NCCL_NET_PLUGIN", plugin.to_string()));
     v.push(("NCCL_DEBUG", "INFO".to_string()));
+    v.push(("NCCL_DEBUG_SUBSYS", "INIT,NET".to_string()));
     v
 }
 
@@ -807,6 +809,7 @@ fn libnccl_net_so_on_the_loader_path_is_used_when_no_plugin_is_named() {
         let mut v = owned(OVER_NET);
         v.push(("LD_LIBRARY_PATH", dir.clone()));
         v.push(("NCCL_DEBUG", "INFO".into()));
+        v.push(("NCCL_DEBUG_SUBSYS", "INIT,NET".into()));
         v
     });
     assert!(codes.iter().all(|c| *c == Some(0)), "{codes:?} {lines:#?}");
