@@ -122,12 +122,7 @@ pub unsafe extern "C" fn ncclCommRegister(
     guard("ncclCommRegister", || {
         let c = handle::lookup(comm)?;
         let outp = out(handle, "handle")?;
-        if buff.is_null() || size == 0 {
-            return Err(CError::arg("buff is NULL or size is 0"));
-        }
-        (buff as usize)
-            .checked_add(size)
-            .ok_or_else(|| CError::arg("buff + size overflows"))?;
+        check_span(buff, size)?;
         // SAFETY: NCCL's contract for registered buffers is the facade's:
         // the range is one allocation of the rank's memory, kept until
         // deregistered and while calls on it run.
@@ -295,12 +290,7 @@ pub unsafe extern "C" fn ncclCommWindowRegister(
     guard("ncclCommWindowRegister", || {
         let c = handle::lookup(comm)?;
         let outp = out(win, "win")?;
-        if buff.is_null() || size == 0 {
-            return Err(CError::arg("buff is NULL or size is 0"));
-        }
-        (buff as usize)
-            .checked_add(size)
-            .ok_or_else(|| CError::arg("buff + size overflows"))?;
+        check_span(buff, size)?;
         let flags = flags as u32;
         if flags & oxccl::WIN_COLL_SYMMETRIC != 0
             && !(buff as u64).is_multiple_of(oxccl::WIN_REQUIRED_ALIGNMENT)
@@ -355,4 +345,16 @@ pub extern "C" fn ncclDevCommDestroy(comm: NcclCommT, _dev: *const c_void) -> Nc
         handle::lookup(comm)?;
         unsupported("device communicators")
     })
+}
+
+/// The range a registration names: not NULL, not empty, not wrapping
+/// the address space (`ncclCommRegister`, `ncclCommWindowRegister`).
+fn check_span(buff: *mut c_void, size: usize) -> Result<(), CError> {
+    if buff.is_null() || size == 0 {
+        return Err(CError::arg("buff is NULL or size is 0"));
+    }
+    (buff as usize)
+        .checked_add(size)
+        .ok_or_else(|| CError::arg("buff + size overflows"))?;
+    Ok(())
 }
