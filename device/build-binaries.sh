@@ -38,12 +38,13 @@ cp "$(exe -p oxccl --test external)" $G/external
 cp "$(exe -p oxccl --test multiprocess)" $G/multiprocess
 cp "$(exe -p oxccl --test mismatch)" $G/mismatch
 cp "$(exe -p oxccl --test deterministic)" $G/deterministic
+cp "$(exe -p oxccl --test split_threads)" $G/split_threads
 cp $T/release/examples/call_latency $G/call_latency
 # The drop-in library and the PyTorch check (recheck-run.sh's torch steps).
 cargo build --release -p oxccl-capi
 cp $T/release/liboxccl_capi.so $G/libnccl.so.2
 cp crates/oxccl-capi/tests/torch/check_torch.py $G/
-BINS="libnccl.so.2 call_latency xtask latency compile_kernels nccl_latency sync_floor sync_probe lifetimes gpu-test collectives external multiprocess mismatch deterministic"
+BINS="libnccl.so.2 call_latency xtask latency compile_kernels nccl_latency sync_floor sync_probe lifetimes gpu-test collectives external multiprocess mismatch deterministic split_threads"
 (cd $G && strip $BINS)
 # The kernel cache, compiled here by NVRTC 13.0 (the device's version) when it
 # is unpacked; it saves the device a cold compile (~70 s).

@@ -580,6 +580,15 @@ impl Communicator {
             .choose(&cl.config, kind, bytes, cl.backend.registered_alloc())
     }
 
+    /// Most channels a plan of this communicator runs on. On a GPU every
+    /// rank's blocks spin on each other and must all be resident, so this
+    /// is the device's SMs over the ranks sharing it: its own ranks, or,
+    /// for a communicator split or shrunk from another, the parent's
+    /// ranks there (its siblings run beside it), whichever is more.
+    pub fn max_channels(&self) -> u32 {
+        self.clique.chooser.max_channels()
+    }
+
     /// Number of distinct plans generated so far by this clique.
     pub fn cached_plans(&self) -> usize {
         self.clique.plans.len()

@@ -184,6 +184,7 @@ impl Communicator {
         if let Some(d) = self.cuda_device() {
             c.cuda.device = Some(d);
         }
+        c.cuda.co_resident = c.cuda.co_resident.max(self.ranks_on_busiest_memory());
         c
     }
 

@@ -45,7 +45,10 @@ fn make_children(parent: &Communicator, entries: &[(i64, i32, u32)]) -> Outcome 
     for c in colors {
         let members = split_members(entries, Some(c as u32));
         let n = members.len() as u32;
-        let opts = cl.config.backend_options(n);
+        // Siblings run beside each other on the parent's devices.
+        let mut cfg = cl.config.clone();
+        cfg.cuda.co_resident = cfg.cuda.co_resident.max(parent.ranks_on_busiest_memory());
+        let opts = cfg.backend_options(n);
         let made = match (cl.backend.kind(), &devices) {
             (BackendKind::Host, _) => backend::host::create(&opts),
             (BackendKind::Cuda, Some(d)) => {
@@ -58,7 +61,7 @@ fn make_children(parent: &Communicator, entries: &[(i64, i32, u32)]) -> Outcome 
             ))),
         };
         let comms = made
-            .and_then(|b| init_all_on(n, b, cl.config.clone()))
+            .and_then(|b| init_all_on(n, b, cfg))
             .map_err(|e| format!("making color {c}'s communicators: {e}"))?;
         for (r, comm) in members.iter().zip(comms) {
             out[*r as usize] = Some(comm);

@@ -85,6 +85,13 @@ pub struct WorldConfig {
     /// critical path) cannot happen; `blocks_per_sm`, and so the residency
     /// check, count it.
     pub block_smem: u32,
+    /// Ranks known to run on each of this clique's devices beside its own
+    /// (0: none known). A communicator split from another runs its
+    /// kernels while its siblings run theirs on the same GPU, all spinning
+    /// on peers, so its channel cap must count the parent's ranks there,
+    /// not only its own: two 4-rank children of 8 ranks on one GPU, each
+    /// capped for 4, asked twice the blocks that fit and waited for ever.
+    pub co_resident: u32,
     /// Where compiled kernels are cached (`OXCCL_CACHE_DIR`); `None`:
     /// [`kernels::cache_dir`]'s default.
     pub cache_dir: Option<std::path::PathBuf>,
@@ -116,6 +123,7 @@ impl WorldConfig {
             launch_gate: GateMode::Auto,
             heap_bytes: 0,
             block_smem: 0,
+            co_resident: 0,
             cache_dir: None,
         }
     }
@@ -372,11 +380,16 @@ impl World {
 
     /// Largest channel count a plan may use so every rank's blocks fit on
     /// their device at once (they spin on each other, so all must be
-    /// resident): SMs / ranks on the busiest device, at most 32.
+    /// resident): SMs / ranks on the busiest device (its own, or the
+    /// [`WorldConfig::co_resident`] ranks it shares the device with, if
+    /// more), at most 32.
     pub fn max_channels(&self) -> u32 {
         self.devices
             .iter()
-            .map(|d| oxccl_topo::policy::gpu_channel_cap(d.sm_count, d.ranks_here))
+            .map(|d| {
+                let ranks = d.ranks_here.max(self.cfg.co_resident);
+                oxccl_topo::policy::gpu_channel_cap(d.sm_count, ranks)
+            })
             .min()
             .unwrap_or(1)
     }

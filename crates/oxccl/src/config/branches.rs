@@ -75,6 +75,10 @@ pub struct CudaSettings {
     /// visible devices by their index among that host's ranks. Split and
     /// shrink give each child rank its parent's device.
     pub device: Option<i32>,
+    /// Ranks known to share each device with a communicator's own: set on
+    /// a split or shrunk child to its parent's ranks on the busiest device
+    /// (not a setting; see `WorldConfig::co_resident`).
+    pub co_resident: u32,
 }
 
 impl CudaSettings {
@@ -83,6 +87,7 @@ impl CudaSettings {
     pub(crate) fn apply(&self, cfg: &mut WorldConfig) {
         cfg.launch_gate = self.launch_gate;
         cfg.block_smem = self.block_smem;
+        cfg.co_resident = self.co_resident;
         cfg.cache_dir.clone_from(&self.cache_dir);
     }
 }

@@ -238,8 +238,9 @@ fn cuda(get: Get<'_>) -> Result<CudaSettings> {
             .map(PathBuf::from),
         heap_bytes,
         procs_path,
-        // Not a variable: the caller's choice (the builder, the C ABI's
-        // current device).
+        // Not variables: the caller's choice (the builder, the C ABI's
+        // current device), and what a parent tells its split children.
+        co_resident: 0,
         device: None,
     })
 }
