@@ -246,6 +246,28 @@ impl CComm {
         }
     }
 
+    /// The message of the failure [`CComm::async_result`] reports, if it
+    /// reports one: what `ncclGetLastError(comm)` then returns, so a
+    /// framework that found the error by polling can say what it was.
+    pub fn async_message(&self) -> Option<String> {
+        if self.revoked.load(Ordering::Acquire) {
+            return None;
+        }
+        {
+            let b = self.background.lock();
+            if b.running > 0 {
+                return None;
+            }
+            if let Some(e) = &b.error {
+                return Some(e.msg.clone());
+            }
+        }
+        if let Some(c) = self.comm.get() {
+            return c.async_error().map(|e| e.to_string());
+        }
+        self.init_error.lock().as_ref().map(|e| e.msg.clone())
+    }
+
     /// The reduction op behind an `ncclRedOp_t` value (read as an int).
     /// An `ncclScalarDevice` scalar is read now, after the work issued on
     /// `stream` (the caller's stream of the call).

@@ -31,11 +31,22 @@ pub extern "C" fn ncclGetErrorString(result: NcclResult) -> *const c_char {
     })
 }
 
-/// The last error's message (the calling thread's while it is among the
-/// last 32 kept, else the process's last); `comm` is not needed.
+/// The last error's message: `comm`'s own failure when it has one (what
+/// `ncclCommGetAsyncError` reports: a wait that hit its deadline, a peer
+/// that failed), else the calling thread's last error while it is among
+/// the last 32 kept, else the process's last.
 #[no_mangle]
-pub extern "C" fn ncclGetLastError(_comm: NcclCommT) -> *const c_char {
-    guard_value(c"".as_ptr(), error::last)
+pub extern "C" fn ncclGetLastError(comm: NcclCommT) -> *const c_char {
+    guard_value(c"".as_ptr(), || {
+        let failed = (!comm.is_null())
+            .then(|| handle::lookup(comm).ok())
+            .flatten()
+            .and_then(|c| c.async_message());
+        if let Some(msg) = failed {
+            error::set_last(&msg);
+        }
+        error::last()
+    })
 }
 
 /// Logging is set up once from `NCCL_DEBUG`/`OXCCL_DEBUG`; nothing to reset.

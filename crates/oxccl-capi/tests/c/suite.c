@@ -672,6 +672,13 @@ static void scenario_abort(void) {
   ncclResult_t ae = ncclSuccess;
   NCCL_OK(ncclCommGetAsyncError(comm, &ae));
   CHECK(ae != ncclSuccess, "async error still success after a failed call");
+  /* Asked with the communicator, the last error is its failure, not this
+   * thread's later, unrelated one (what a framework prints after polling
+   * ncclCommGetAsyncError). */
+  CHECK(ncclGetVersion(NULL) == ncclInvalidArgument, "%s", "NULL version pointer accepted");
+  CHECK(strstr(ncclGetLastError(NULL), "version") != NULL, "unrelated error: %s", ncclGetLastError(NULL));
+  const char *why = ncclGetLastError(comm);
+  CHECK(strlen(why) > 0 && strstr(why, "version") == NULL, "communicator's failure not reported: %s", why);
   NCCL_OK(ncclCommAbort(comm));
 }
 
