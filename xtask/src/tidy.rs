@@ -3,7 +3,8 @@
 //! that no comment, doc or script refers to an issue number or a run
 //! letter (`refs`), and that the host/device
 //! layout has one source: no kernel file defines a record or constant that
-//! `crates/oxccl-cuda/src/layout.rs` generates, and its layout test stays.
+//! `crates/oxccl-cuda/src/layout.rs` generates, and its layout test stays;
+//! that no Rust function is longer than a reader can hold (`fn_len`).
 //!
 //! xtask may also use oxccl-topo (for `topo`/`simulate`) and oxccl-core
 //! (shared types); both sit below oxccl, so no cycle can form.
@@ -12,6 +13,7 @@ use std::path::Path;
 
 use anyhow::{bail, Context};
 
+mod fn_len;
 mod refs;
 
 /// Which workspace crates each crate may depend on.
@@ -286,6 +288,15 @@ pub fn run() -> anyhow::Result<()> {
     if !v.is_empty() {
         bail!("files of a crate import each other:\n{}", v.join("\n"));
     }
+    let v = fn_len::check(&root)?;
+    if !v.is_empty() {
+        bail!(
+            "functions longer than {} lines (split them by job):\n{}",
+            fn_len::MAX_FN_LINES,
+            v.join("\n")
+        );
+    }
+    println!("tidy: no function over {} lines", fn_len::MAX_FN_LINES);
     let left = crate::tidy_layers::NOT_YET_BROKEN.len();
     println!(
         "tidy: the files of each crate form layers ({left} circle{} left to break)",

@@ -164,71 +164,7 @@ pub(crate) fn run<T: Element>(
             backoff.reset();
             continue;
         }
-        // Idle: the channel blocked longest decides the deadline.
-        let (c, (t0, b)) = since
-            .iter()
-            .enumerate()
-            .filter_map(|(c, s)| s.map(|s| (c, s)))
-            .min_by_key(|(_, (t0, _))| *t0)
-            .expect("an unfinished channel is blocked");
-        let elapsed = t0.elapsed();
-        // Read every idle round: `set_deadline` may change it mid-call.
-        let deadline = fab.deadline();
-        // Ranks as processes: a blocked channel's peer that has exited
-        // will never answer.
-        for (ch, (_, blk)) in since
-            .iter()
-            .enumerate()
-            .filter_map(|(ch, s)| s.map(|s| (ch, s)))
-        {
-            let at = BlockedAt {
-                me,
-                peer: blk.peer,
-                channel: ch,
-                step: pc[ch],
-            };
-            if let Some(err) = fab.dead_peer_error(at) {
-                return Err(err);
-            }
-        }
-        if elapsed >= deadline {
-            let err = HostError::Deadline(WaitFault {
-                cause: FaultCause::Deadline,
-                rank: me,
-                peer: b.peer,
-                channel: c as u32,
-                step: pc[c] as u32,
-                awaited: b.what,
-                waited: elapsed,
-                absent: fab.absent(calls.call),
-            });
-            tracing::error!(%err, "host fabric deadline");
-            fab.fail(err.to_string());
-            return Err(err);
-        }
-        if elapsed >= next_warn {
-            // Progress of a hang, not silence: at the first period, then
-            // every period, naming what the longest-blocked channel waits
-            // for, whether or not logging was set up.
-            next_warn = elapsed + fab.config().warn_every;
-            // No deadline is stored as the largest count of nanoseconds.
-            let limit = if deadline >= Duration::from_nanos(u64::MAX) {
-                "no deadline".to_string()
-            } else {
-                format!("deadline {deadline:?}")
-            };
-            warn_loud(
-                me,
-                &format!(
-                    "oxccl-host: waiting {:.1} s ({limit}) for {} from peer {} on channel {c}, step {}; ranks not yet in this call: {:?}",
-                    elapsed.as_secs_f64(),
-                    b.what,
-                    b.peer,
-                    pc[c],
-                    fab.absent(calls.call)
-                ),
-            );
-        }
+        let (elapsed, deadline) = check_idle(fab, me, calls, &since, &pc, &mut next_warn)?;
         if idle < fab.spin() {
             idle += 1;
             backoff.snooze();
@@ -243,6 +179,86 @@ pub(crate) fn run<T: Element>(
             fab.park(parker, seen, until);
         }
     }
+}
+
+/// What an idle round of [`run`] checks: a dead peer of any blocked
+/// channel, the deadline of the channel blocked longest, and whether the
+/// next loud warning is due (`next_warn`, moved a period on when printed).
+/// Returns how long that channel has waited and the deadline read now.
+fn check_idle(
+    fab: &impl FabricView,
+    me: Rank,
+    calls: Calls,
+    since: &[Option<(Instant, Blocked)>],
+    pc: &[usize],
+    next_warn: &mut Duration,
+) -> Result<(Duration, Duration), HostError> {
+    // Idle: the channel blocked longest decides the deadline.
+    let (c, (t0, b)) = since
+        .iter()
+        .enumerate()
+        .filter_map(|(c, s)| s.map(|s| (c, s)))
+        .min_by_key(|(_, (t0, _))| *t0)
+        .expect("an unfinished channel is blocked");
+    let elapsed = t0.elapsed();
+    // Read every idle round: `set_deadline` may change it mid-call.
+    let deadline = fab.deadline();
+    // Ranks as processes: a blocked channel's peer that has exited
+    // will never answer.
+    for (ch, (_, blk)) in since
+        .iter()
+        .enumerate()
+        .filter_map(|(ch, s)| s.map(|s| (ch, s)))
+    {
+        let at = BlockedAt {
+            me,
+            peer: blk.peer,
+            channel: ch,
+            step: pc[ch],
+        };
+        if let Some(err) = fab.dead_peer_error(at) {
+            return Err(err);
+        }
+    }
+    if elapsed >= deadline {
+        let err = HostError::Deadline(WaitFault {
+            cause: FaultCause::Deadline,
+            rank: me,
+            peer: b.peer,
+            channel: c as u32,
+            step: pc[c] as u32,
+            awaited: b.what,
+            waited: elapsed,
+            absent: fab.absent(calls.call),
+        });
+        tracing::error!(%err, "host fabric deadline");
+        fab.fail(err.to_string());
+        return Err(err);
+    }
+    if elapsed >= *next_warn {
+        // Progress of a hang, not silence: at the first period, then
+        // every period, naming what the longest-blocked channel waits
+        // for, whether or not logging was set up.
+        *next_warn = elapsed + fab.config().warn_every;
+        // No deadline is stored as the largest count of nanoseconds.
+        let limit = if deadline >= Duration::from_nanos(u64::MAX) {
+            "no deadline".to_string()
+        } else {
+            format!("deadline {deadline:?}")
+        };
+        warn_loud(
+            me,
+            &format!(
+                "oxccl-host: waiting {:.1} s ({limit}) for {} from peer {} on channel {c}, step {}; ranks not yet in this call: {:?}",
+                elapsed.as_secs_f64(),
+                b.what,
+                b.peer,
+                pc[c],
+                fab.absent(calls.call)
+            ),
+        );
+    }
+    Ok((elapsed, deadline))
 }
 
 /// The trace record of step `s` of channel `c`, tried first at `start`,

@@ -274,6 +274,74 @@ fn connect_all(
     Ok((sends, recvs))
 }
 
+/// Listens for every peer's `conns` connections, trades the handles
+/// (and each rank's measured link bandwidth) over `boot`, and connects:
+/// the slowest rank's bandwidth in GB/s, and every connection's ends.
+fn connect_peers(
+    net: &dyn Net,
+    boot: &Bootstrap,
+    cfg: &HostConfig,
+    peers: &[Rank],
+    conns: usize,
+    ip: std::net::IpAddr,
+) -> Result<(f64, Conns), HostError> {
+    let me = boot.rank();
+    let mut listens = Vec::new();
+    let mut record = Vec::with_capacity(8 + peers.len() * conns * HANDLE_BYTES);
+    record.extend_from_slice(&link_bandwidth(net, ip, cfg.deadline).to_le_bytes());
+    for &p in peers {
+        for c in 0..conns {
+            let (h, l) = net.listen(0).map_err(net_err)?;
+            record.extend_from_slice(&h.0);
+            listens.push(((c, p), l));
+        }
+    }
+    let all = boot.all_gather(&record)?;
+    let deadline = Instant::now() + cfg.deadline.min(oxccl_bootstrap::MAX_LIMIT);
+    let bw_gbps = slowest_bandwidth(&all);
+    let mut dials = Vec::new();
+    for &q in peers {
+        let rec = &all[q as usize];
+        // Our place among q's peers (q lists every rank but itself).
+        let slot = if me < q { me } else { me - 1 } as usize;
+        for c in 0..conns {
+            let at = 8 + (slot * conns + c) * HANDLE_BYTES;
+            let bytes = rec.get(at..at + HANDLE_BYTES).unwrap_or_default();
+            let h = NetHandle::from_bytes(bytes).map_err(|e| {
+                HostError::Net(format!("rank {q} sent a bad handle for channel {c}: {e}"))
+            })?;
+            dials.push(((c, q), h));
+        }
+    }
+    Ok((bw_gbps, connect_all(net, dials, listens, deadline, me)?))
+}
+
+/// NCCL's per-channel INFO lines: which network each connection takes.
+fn log_channels(
+    me: Rank,
+    nch: usize,
+    peers: &[Rank],
+    via: &str,
+    plugin: Option<&str>,
+    tcfg: &TcpConfig,
+) {
+    let layout = match plugin {
+        Some(p) => format!("plugin {p}"),
+        None => format!(
+            "{} sockets: {} threads x {}",
+            tcfg.nsocks(),
+            tcfg.nthreads,
+            tcfg.nsocks_per_thread
+        ),
+    };
+    for c in 0..nch {
+        for &p in peers {
+            tracing::info!("oxccl-host: Channel {c:02} : {me} -> {p} [send] via {via} ({layout})");
+            tracing::info!("oxccl-host: Channel {c:02} : {p} -> {me} [receive] via {via}");
+        }
+    }
+}
+
 impl NetPart {
     /// Connects this rank to every peer over the network through `boot`.
     /// `rank` wakes this process's rank when the proxy moved something.
@@ -352,34 +420,7 @@ impl NetPart {
                     .unwrap_or_default()
             );
         }
-        let mut listens = Vec::new();
-        let mut record = Vec::with_capacity(8 + peers.len() * conns * HANDLE_BYTES);
-        record.extend_from_slice(&link_bandwidth(&*net, ip, cfg.deadline).to_le_bytes());
-        for &p in &peers {
-            for c in 0..conns {
-                let (h, l) = net.listen(0).map_err(net_err)?;
-                record.extend_from_slice(&h.0);
-                listens.push(((c, p), l));
-            }
-        }
-        let all = boot.all_gather(&record)?;
-        let deadline = Instant::now() + cfg.deadline.min(oxccl_bootstrap::MAX_LIMIT);
-        let bw_gbps = slowest_bandwidth(&all);
-        let mut dials = Vec::new();
-        for &q in &peers {
-            let rec = &all[q as usize];
-            // Our place among q's peers (q lists every rank but itself).
-            let slot = if me < q { me } else { me - 1 } as usize;
-            for c in 0..conns {
-                let at = 8 + (slot * conns + c) * HANDLE_BYTES;
-                let bytes = rec.get(at..at + HANDLE_BYTES).unwrap_or_default();
-                let h = NetHandle::from_bytes(bytes).map_err(|e| {
-                    HostError::Net(format!("rank {q} sent a bad handle for channel {c}: {e}"))
-                })?;
-                dials.push(((c, q), h));
-            }
-        }
-        let (mut sends, mut recvs) = connect_all(&*net, dials, listens, deadline, me)?;
+        let (bw_gbps, (mut sends, mut recvs)) = connect_peers(&*net, boot, cfg, &peers, conns, ip)?;
         let ctl_sends: HashMap<Rank, SendComm> = peers
             .iter()
             .filter_map(|&p| sends.remove(&(nch, p)).map(|s| (p, s)))
@@ -390,23 +431,7 @@ impl NetPart {
             .collect();
         let ctl_recvs = controls.iter().map(|c| c.comm).collect();
         let via = format!("NET/{}/0", net.name());
-        let layout = match &plugin {
-            Some(p) => format!("plugin {p}"),
-            None => format!(
-                "{} sockets: {} threads x {}",
-                tcfg.nsocks(),
-                tcfg.nthreads,
-                tcfg.nsocks_per_thread
-            ),
-        };
-        for c in 0..nch {
-            for &p in &peers {
-                tracing::info!(
-                    "oxccl-host: Channel {c:02} : {me} -> {p} [send] via {via} ({layout})"
-                );
-                tracing::info!("oxccl-host: Channel {c:02} : {p} -> {me} [receive] via {via}");
-            }
-        }
+        log_channels(me, nch, &peers, &via, plugin.as_deref(), &tcfg);
         let sh = Arc::new(Shared {
             polled: !net.wakes(),
             net,
