@@ -28,12 +28,15 @@ const WITHOUT_PROXY: u32 = 1 | 2;
 /// Elements of the AllReduce: several messages per link.
 const COUNT: usize = 1 << 20;
 
-/// Runs two rank processes under the plugin with `mask`; each rank's
-/// event lines.
-fn run(mask: u32) -> Vec<Vec<String>> {
-    let dir = std::env::temp_dir().join(format!("oxccl-prof-proxy-{}-{mask}", std::process::id()));
+/// Runs two rank processes under the plugin (its v4 interface only with
+/// `v4`) with `mask`; each rank's event lines.
+fn run(mask: u32, v4: bool) -> Vec<Vec<String>> {
+    let dir = std::env::temp_dir().join(format!(
+        "oxccl-prof-proxy-{}-{mask}-{v4}",
+        std::process::id()
+    ));
     std::fs::create_dir_all(&dir).unwrap();
-    let lib = common::profiler::build_plugin(&dir, false);
+    let lib = common::profiler::build_plugin(&dir, v4);
     let out = |r: u32| dir.join(format!("events.{r}.txt"));
     let (kids, rx) = spawn_ranks_live("reduce", 2, |r| {
         let mut v: Vec<(&'static str, String)> =
@@ -124,7 +127,19 @@ fn parse(lines: &[String]) -> HashMap<u64, Ev> {
 
 #[test]
 fn proxy_operations_and_steps_nest_under_their_collective_in_order() {
-    for (r, lines) in run(WITH_PROXY).iter().enumerate() {
+    proxy_events_nest(false);
+}
+
+#[test]
+fn a_v4_plugin_hears_the_proxy_too() {
+    proxy_events_nest(true);
+}
+
+/// Every event stopped once, inside its parent's life; a send or receive
+/// operation per link with the peer, its steps numbered in order and as
+/// many as it announced, each with its states.
+fn proxy_events_nest(v4: bool) {
+    for (r, lines) in run(WITH_PROXY, v4).iter().enumerate() {
         let evs = parse(lines);
         let all = lines.join("\n");
         let of = |k: &'static str| evs.values().filter(move |e| e.kind == k);
@@ -177,7 +192,7 @@ fn proxy_operations_and_steps_nest_under_their_collective_in_order() {
 
 #[test]
 fn a_mask_without_proxy_events_gets_none() {
-    for (r, lines) in run(WITHOUT_PROXY).iter().enumerate() {
+    for (r, lines) in run(WITHOUT_PROXY, false).iter().enumerate() {
         let evs = parse(lines);
         assert!(
             evs.values().all(|e| e.kind == "group" || e.kind == "coll"),

@@ -11,6 +11,7 @@
 
 use std::cell::RefCell;
 use std::ffi::{c_int, c_void};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use oxccl_host::{ProxyEvents, StepState};
@@ -27,6 +28,10 @@ struct Sink {
     pid: i32,
 }
 
+/// Set once any launch has wanted proxy events: until then (always,
+/// without a plugin asking) a call's look-up is one load and a branch.
+static WANTED: AtomicBool = AtomicBool::new(false);
+
 thread_local! {
     /// The launch running on this thread, if its plugin wants proxy events.
     static CURRENT: RefCell<Option<Arc<dyn ProxyEvents>>> = const { RefCell::new(None) };
@@ -42,16 +47,22 @@ pub(super) fn begin(ctx: &Arc<Ctx>, parent: *mut c_void) {
         parent: parent as usize,
         pid: std::process::id() as i32,
     });
+    WANTED.store(true, Ordering::Relaxed);
     CURRENT.with(|c| *c.borrow_mut() = Some(sink));
 }
 
 /// The launch on this thread ended.
 pub(super) fn end() {
-    CURRENT.with(|c| c.borrow_mut().take());
+    if WANTED.load(Ordering::Relaxed) {
+        CURRENT.with(|c| c.borrow_mut().take());
+    }
 }
 
 /// The sink of the launch running on this thread, for the backend.
 pub(crate) fn current() -> Option<Arc<dyn ProxyEvents>> {
+    if !WANTED.load(Ordering::Relaxed) {
+        return None;
+    }
     CURRENT.with(|c| c.borrow().clone())
 }
 
