@@ -130,6 +130,13 @@ pub fn run(mut a: SweepArgs) -> anyhow::Result<()> {
         "# -b {} -e {} -f {} -n {} -w {} -c {} (time: slowest rank, median call)",
         a.min_bytes, a.max_bytes, a.factor, a.iters, a.warmup, a.check
     )?;
+    // Which observation is on, so figures taken with and without it
+    // (NCCL_NVTX_DISABLE=1, --trace) say which they are.
+    let trace = match &plan.config.trace {
+        Some(t) => format!("trace to {} ({} calls per rank)", t.path.display(), t.calls),
+        None => "no trace".into(),
+    };
+    writeln!(out, "# tools: {}, {trace}", oxccl::observe::tools_summary())?;
     let ceiling = measure::ceiling(&a, &comms[0], lead, &mut out)?;
     let nccl = crate::nccl_cols::Baseline::open(&a.nccl, &comms, &mut out)?;
     let table = Table {

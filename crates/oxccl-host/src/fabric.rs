@@ -453,6 +453,26 @@ impl HostFabric {
         op: &LoweredOp,
         trace: Option<&mut Vec<oxccl_core::trace::StepRecord>>,
     ) -> Result<ExecStats, HostError> {
+        // SAFETY: as the caller's.
+        unsafe { self.execute_observed(plan, bufs, dtype, op, trace, None) }
+    }
+
+    /// As [`HostFabric::execute_traced`], reporting the proxy's work on
+    /// this call's network links to `proxy` when given (NCCL's proxy
+    /// operation and step events; see [`crate::ProxyEvents`]). Without a
+    /// network there is nothing to report.
+    ///
+    /// # Safety
+    /// As [`HostFabric::execute`].
+    pub unsafe fn execute_observed(
+        &self,
+        plan: &RankPlan,
+        bufs: &[HostBuf],
+        dtype: DataType,
+        op: &LoweredOp,
+        trace: Option<&mut Vec<oxccl_core::trace::StepRecord>>,
+        proxy: Option<&Arc<dyn crate::ProxyEvents>>,
+    ) -> Result<ExecStats, HostError> {
         let me = plan.rank;
         let slot = self.ranks.get(me as usize).ok_or_else(|| {
             HostError::InvalidPlan(format!(
@@ -484,6 +504,15 @@ impl HostFabric {
                 link.expect_landing(link.counters()[1] + l.nth, l.addr, l.bytes);
             }
         }
+        // Observed: the proxy's operations open before any step runs and
+        // close once the call is over (`Windows` drops on every return).
+        let _windows = match (proxy, &self.net) {
+            (Some(ev), Some(net)) => {
+                net.open_windows(ev, &messages_per_link(&prog));
+                Some(Windows(net))
+            }
+            _ => None,
+        };
         let call = slot.joined.fetch_add(1, Ordering::AcqRel) + 1;
         let synced = if synchronizes(plan) {
             let synced = slot.synced.fetch_add(1, Ordering::AcqRel) + 1;
@@ -760,4 +789,34 @@ impl HostFabric {
 /// A duration in nanoseconds, saturating (a deadline of centuries is "never").
 fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// Closes an observed call's proxy operations when dropped.
+struct Windows<'a>(&'a NetPart);
+
+impl Drop for Windows<'_> {
+    fn drop(&mut self) {
+        self.0.close_windows();
+    }
+}
+
+/// Each link of `prog` with the count of messages the program moves on
+/// it (one per step that receives from it or sends on it).
+fn messages_per_link(prog: &crate::compile::Program) -> Vec<(Arc<Link>, u64)> {
+    use crate::compile::{ODst, OSrc, Op};
+    let mut n = vec![0u64; prog.links.len()];
+    for op in prog.channels.iter().flatten() {
+        let Op::Xfer(x) = op else { continue };
+        for s in &x.srcs {
+            if let OSrc::Recv { link, .. } = *s {
+                n[link] += 1;
+            }
+        }
+        for d in &x.dsts {
+            if let ODst::Send { link, .. } = *d {
+                n[link] += 1;
+            }
+        }
+    }
+    prog.links.iter().cloned().zip(n).collect()
 }

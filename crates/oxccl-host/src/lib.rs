@@ -48,6 +48,7 @@ pub use config::{HostConfig, MAX_NET_CHANNELS};
 pub use error::HostError;
 pub use exec::ExecStats;
 pub use fabric::HostFabric;
+pub use net::{ProxyEvents, StepState};
 /// The network transport's settings and errors, as [`HostConfig`] takes them.
 pub use oxccl_net::{config::SocketSettings, NetError};
 pub use region::SharedRegion;

@@ -95,7 +95,7 @@ pub struct Communicator {
     /// Ranges of external memory this rank registered (`register.rs`).
     pub(crate) regs: parking_lot::RwLock<crate::registry::Registry>,
     /// This rank's context in the profiler plugin, if one is attached.
-    pub(crate) prof: Option<crate::observe::profiler::Ctx>,
+    pub(crate) prof: Option<std::sync::Arc<crate::observe::profiler::Ctx>>,
 }
 
 /// A dropped communicator, like a destroyed one, tells its peers (the
@@ -416,7 +416,8 @@ impl Communicator {
     pub(crate) fn in_clique(rank: u32, clique: Arc<Clique>) -> Communicator {
         Communicator {
             rank,
-            prof: crate::observe::profiler_ctx(clique.tool_id(), clique.nranks, rank),
+            prof: crate::observe::profiler_ctx(clique.tool_id(), clique.nranks, rank)
+                .map(std::sync::Arc::new),
             sinks: parking_lot::Mutex::new(Sinks::new(clique.backend.clone(), rank)),
             clique,
             destroyed: AtomicBool::new(false),

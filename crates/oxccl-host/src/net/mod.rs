@@ -14,8 +14,11 @@
 //! connection per ordered pair, the control connection, carries only the
 //! reason a rank failed, sent before it closes the others.
 
+mod events;
 pub(crate) mod hop;
 mod proxy;
+
+pub use events::{ProxyEvents, StepState};
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -508,6 +511,16 @@ impl NetPart {
             .tx
             .send(Entry::new(link.clone(), end, peer, channel, self.slots));
         self.kick();
+    }
+
+    /// An observed call begins on `links` (each with its message count).
+    pub fn open_windows(&self, events: &Arc<dyn ProxyEvents>, links: &[(Arc<Link>, u64)]) {
+        self.pump.lock().open_windows(events, links);
+    }
+
+    /// The observed call returned.
+    pub fn close_windows(&self) {
+        self.pump.lock().close_windows();
     }
 
     /// The executor published or drained a slot: it runs a pass itself

@@ -32,6 +32,7 @@ use oxccl_core::plan::Rank;
 use oxccl_net::{Buf, Comm, MemHandle, Net, NetError, RecvComm, Region, Request, SendComm};
 use parking_lot::Mutex;
 
+use super::events::{ProxyEvents, Window};
 use crate::fifo::Link;
 
 /// Which end of a connection a link is.
@@ -166,6 +167,8 @@ pub(crate) struct Entry {
     inflight: VecDeque<(u64, Request, Option<MemHandle>, Option<usize>)>,
     slots: usize,
     dead: bool,
+    /// The observed call's operation on this link, while one runs.
+    window: Option<Window>,
 }
 
 impl Entry {
@@ -180,7 +183,27 @@ impl Entry {
             inflight: VecDeque::new(),
             slots,
             dead: false,
+            window: None,
         }
+    }
+
+    /// An observed call begins: its `count` messages on this link.
+    fn open_window(&mut self, events: &Arc<dyn ProxyEvents>, count: u64) {
+        let send = matches!(self.end, End::Send(_));
+        let mut w = Window::open(events, &self.link, send, self.channel, self.peer, count);
+        if !send {
+            // Receives the proxy posted ahead, landed or still in flight.
+            let inflight: Vec<u64> = self.inflight.iter().map(|i| i.0).collect();
+            let [_, head, ..] = self.link.counters();
+            for seq in head..self.next {
+                if inflight.contains(&seq) {
+                    w.posted_earlier(seq);
+                } else {
+                    w.landed_earlier(seq);
+                }
+            }
+        }
+        self.window = Some(w);
     }
 
     fn comm(&self) -> Comm {
@@ -237,6 +260,9 @@ impl Entry {
                 }
             }
         };
+        if let (Some(w), End::Recv(_)) = (&mut self.window, self.end) {
+            w.consumed(self.link.counters()[1]);
+        }
         let mut moved = false;
         // Completions, oldest first (a connection completes in order).
         while let Some(&(seq, req, own_mr, landed)) = self.inflight.front() {
@@ -244,6 +270,9 @@ impl Entry {
                 Ok(None) => break,
                 Ok(Some(bytes)) => {
                     self.inflight.pop_front();
+                    if let Some(w) = &mut self.window {
+                        w.completed(seq, bytes);
+                    }
                     if let Some(m) = own_mr {
                         let _ = net.dereg_mr(self.comm(), m);
                     }
@@ -326,6 +355,13 @@ impl Entry {
             };
             match started {
                 Ok(Some(req)) => {
+                    if let Some(w) = &mut self.window {
+                        let bytes = match self.end {
+                            End::Send(_) => self.link.published(seq).map_or(0, |p| p.1),
+                            End::Recv(_) => 0,
+                        };
+                        w.posted(seq, bytes);
+                    }
                     self.inflight
                         .push_back((seq, req, own_mr, landed.map(|(a, _)| a)));
                     self.next += 1;
@@ -431,6 +467,30 @@ impl Pump {
             rx,
             entries: Vec::new(),
             controls,
+        }
+    }
+
+    /// An observed call begins: each of `links` (with the count of the
+    /// call's messages on it) gets its operation.
+    pub fn open_windows(&mut self, events: &Arc<dyn ProxyEvents>, links: &[(Arc<Link>, u64)]) {
+        while let Ok(e) = self.rx.try_recv() {
+            self.entries.push(e);
+        }
+        for e in &mut self.entries {
+            if let Some(&(_, n)) = links.iter().find(|(l, _)| Arc::ptr_eq(l, &e.link)) {
+                if n > 0 {
+                    e.open_window(events, n);
+                }
+            }
+        }
+    }
+
+    /// The observed call returned: every operation it opened stops.
+    pub fn close_windows(&mut self) {
+        for e in &mut self.entries {
+            if let Some(w) = e.window.take() {
+                w.close();
+            }
         }
     }
 

@@ -244,15 +244,19 @@ impl Backend for HostBackend {
         // call, aliased only as the plan's in-place layout says; the
         // facade aligned allocations and checked element alignment.
         let mut steps = launch.steps.map(|s| s.now.lock());
+        // A profiler plugin that asked for proxy events hears of the
+        // network links' work (nothing to hear without a network).
+        let proxy = crate::observe::profiler::proxy_events();
         // SAFETY: as above.
         unsafe {
             self.fabric
-                .execute_traced(
+                .execute_observed(
                     launch.plan,
                     &bufs,
                     launch.dtype,
                     launch.op,
                     steps.as_deref_mut(),
+                    proxy.as_ref(),
                 )
                 .map(|_| ())
                 .map_err(map_error)

@@ -135,6 +135,28 @@ fn tools() -> &'static Tools {
     })
 }
 
+/// What this process reports to, in a few words (`NVTX tool attached`,
+/// `NVTX off (NCCL_NVTX_DISABLE)`, `no NVTX tool`; then the profiler
+/// plugin's state), for benchmarks to print beside their figures: the
+/// first call attaches the tools as any API call would.
+pub fn tools_summary() -> String {
+    let env = Environment::capture();
+    let t = tools();
+    let nvtx = if t.nvtx.is_some() {
+        "NVTX tool attached"
+    } else if nvtx_disabled(env.get("NCCL_NVTX_DISABLE").as_deref()) {
+        "NVTX off (NCCL_NVTX_DISABLE)"
+    } else {
+        "NVTX on, no tool attached"
+    };
+    let prof = if t.profiler.is_some() {
+        "profiler plugin loaded"
+    } else {
+        "no profiler plugin"
+    };
+    format!("{nvtx}, {prof}")
+}
+
 /// The profiler plugin's context for rank `rank` of `nranks` of the
 /// communicator `comm` (its identity), if a plugin is attached and takes
 /// it.

@@ -10,6 +10,27 @@
 //! pop ranges through its `DomainRangePushEx`/`DomainRangePop`. With no
 //! path set nothing is loaded, and a range is one branch.
 //!
+//! What we honour, checked against NVTX's public headers (`nvtxTypes.h`,
+//! `nvtxImpl.h`, `nvtxInit.h`):
+//! - `InitializeInjectionNvtx2(getter)` is called once; a return of 0 is a
+//!   refusal (no ranges, a warning), as NVTX treats it.
+//! - The getter answers `NVTX_ETID_CALLBACKS` (1) with
+//!   `{struct_size, GetModuleFunctionTable}` and `NVTX_ETID_VERSIONINFO`
+//!   (3) with `{struct_size, version = 3, reserved0, SetInjectionNvtxVersion}`;
+//!   any other id (2 is reserved) gets null.
+//! - `GetModuleFunctionTable` serves every module id of NVTX v3: CORE (1,
+//!   16 ids), CUDA (2, 9), OPENCL (3, 15), CUDART (4, 7), CORE2 (5, 16),
+//!   SYNC (6, 7): a table of `size + 1` pointers, entry 0 (each module's
+//!   invalid id) null, entries `1..size` the addresses of our slots,
+//!   entry `size` a null sentinel, and `*out_size = size` (NVTX's own
+//!   `sizeof(table)/sizeof(entry) - 1`); an unknown module returns 0. So
+//!   a tool (Nsight Systems fills every slot it implements) writes only
+//!   into our slots.
+//! - Of the filled slots we call only CORE2's `DomainCreateA` (12),
+//!   `DomainRangePushEx` (4) and `DomainRangePop` (5); the others are
+//!   kept and never called. A tool that leaves one of the three null
+//!   attaches no ranges (a warning).
+//!
 //! A range's message is the NCCL call's name followed by its arguments
 //! (`ncclAllReduce count=1024 datatype=ncclFloat32 op=ncclSum
 //! comm=0x… rank=0 nranks=4`), and its 64-bit unsigned payload is the
@@ -120,10 +141,14 @@ impl<const N: usize> Module<N> {
     /// null sentinel).
     fn table(&'static self) -> (*mut *mut Slot, c_uint) {
         let t = self.table.get_or_init(|| {
-            let mut v: Vec<*mut Slot> = self
-                .slots
-                .iter()
-                .map(|s| s as *const Slot as *mut Slot)
+            // Entry 0 is the module's invalid id: null, as in NVTX's own
+            // tables, so a tool walking ids 1.. never writes through it.
+            let mut v: Vec<*mut Slot> = std::iter::once(ptr::null_mut())
+                .chain(
+                    self.slots[1..]
+                        .iter()
+                        .map(|s| s as *const Slot as *mut Slot),
+                )
                 .collect();
             v.push(ptr::null_mut());
             TableOf(v.into_boxed_slice())
@@ -299,6 +324,26 @@ mod tests {
         assert_eq!(n as usize, SLOTS_CORE2);
         // SAFETY: the table has `n + 1` entries.
         assert!(unsafe { *t.add(n as usize) }.is_null());
+        // SAFETY: as above: id 0 (invalid) is null, ids 1..n are slots.
+        assert!(unsafe { *t }.is_null());
+        // SAFETY: as above.
+        let push = unsafe { *t.add(CORE2_RANGE_PUSH_EX) };
+        assert_eq!(
+            push as *const Slot,
+            &CORE2.slots[CORE2_RANGE_PUSH_EX] as *const Slot
+        );
+        for (m, size) in [
+            (MODULE_CORE, 16),
+            (MODULE_CUDA, 9),
+            (MODULE_OPENCL, 15),
+            (MODULE_CUDART, 7),
+            (MODULE_CORE2, 16),
+            (MODULE_SYNC, 7),
+        ] {
+            // SAFETY: valid out pointers.
+            assert_eq!(unsafe { get_module_function_table(m, &mut t, &mut n) }, 1);
+            assert_eq!(n, size, "module {m}");
+        }
         // SAFETY: valid out pointers; an unknown module is refused.
         assert_eq!(unsafe { get_module_function_table(99, &mut t, &mut n) }, 0);
         assert!(get_export_table(2).is_null());

@@ -5,15 +5,21 @@
  *   <rank> start group <id> parent=<id>
  *   <rank> start coll <id> parent=<id> <func> seq=<n> count=<n> root=<r> <type> <algo> <proto> ch=<n>
  *   <rank> start p2p <id> parent=<id> <func> count=<n> peer=<p> <type>
+ *   <rank> start proxyop <id> parent=<id> ownpid=<0|1> ch=<c> peer=<p> steps=<n> send=<0|1>
+ *   <rank> start proxystep <id> parent=<id> step=<n>
+ *   <rank> state <id> <state> bytes=<n>
  *   <rank> stop <id>
  *   <rank> finalize
- * Event ids count from 1 per process; parent 0 is none. The types are
+ * Event ids count from 1 per process; parent 0 is none. The activation
+ * mask is PROFILER_MASK's (a decimal), by default group, collective and
+ * point-to-point (7). The types are
  * written from NCCL's documented plugin interface, not copied. */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef struct {
   uint64_t seq;
@@ -39,6 +45,16 @@ typedef struct {
 } p2p_t;
 
 typedef struct {
+  int pid;
+  uint8_t channelId;
+  int peer, nSteps, chunkSize, isSend;
+} proxy_op_t;
+
+typedef struct {
+  int step;
+} proxy_step_t;
+
+typedef struct {
 #ifdef PLUGIN_V4
   uint8_t type;
 #else
@@ -49,6 +65,8 @@ typedef struct {
   union {
     coll_t coll;
     p2p_t p2p;
+    proxy_op_t proxyOp;
+    proxy_step_t proxyStep;
   };
 } descr_t;
 
@@ -90,7 +108,8 @@ static int init_common(void **context, int *mask, int nranks, int rank) {
   ctx_t *c = calloc(1, sizeof *c);
   c->rank = rank;
   *context = c;
-  *mask = 1 | 2 | 4; /* group, collective, point-to-point */
+  const char *m = getenv("PROFILER_MASK");
+  *mask = m ? atoi(m) : (1 | 2 | 4); /* group, collective, point-to-point */
   line("%d init nranks=%d\n", rank, nranks);
   pthread_mutex_unlock(&lock);
   return 0;
@@ -135,6 +154,15 @@ static int start(void *context, void **handle, descr_t *d) {
     line("%d start p2p %ld parent=%ld %s count=%zu peer=%d %s\n", c->rank, e->id, id_of(d->parentObj),
          d->p2p.func, d->p2p.count, d->p2p.peer, d->p2p.datatype);
     break;
+  case 8:
+    line("%d start proxyop %ld parent=%ld ownpid=%d ch=%d peer=%d steps=%d send=%d\n", c->rank, e->id,
+         id_of(d->parentObj), d->proxyOp.pid == (int)getpid(), d->proxyOp.channelId, d->proxyOp.peer,
+         d->proxyOp.nSteps, d->proxyOp.isSend);
+    break;
+  case 16:
+    line("%d start proxystep %ld parent=%ld step=%d\n", c->rank, e->id, id_of(d->parentObj),
+         d->proxyStep.step);
+    break;
   default:
     line("%d start unasked type %llu\n", c->rank, (unsigned long long)d->type);
   }
@@ -152,7 +180,10 @@ static int stop(void *handle) {
 }
 
 static int record(void *handle, int state, void *args) {
-  (void)handle, (void)state, (void)args;
+  event_t *e = handle;
+  pthread_mutex_lock(&lock);
+  line("%d state %ld %d bytes=%zu\n", e->ctx->rank, e->id, state, args ? *(size_t *)args : (size_t)0);
+  pthread_mutex_unlock(&lock);
   return 0;
 }
 

@@ -9,7 +9,7 @@ use oxccl::{group, RedOp};
 
 /// Builds the plugin (`-DPLUGIN_V4` for the v4 interface) with the system
 /// C compiler into `dir`.
-fn build_plugin(dir: &std::path::Path, v4: bool) -> PathBuf {
+pub fn build_plugin(dir: &std::path::Path, v4: bool) -> PathBuf {
     let lib = dir.join("libnccl-profiler-test.so");
     let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/c/profiler_plugin.c");
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());

@@ -7,6 +7,13 @@ use std::ffi::{c_char, c_int, c_ulong, c_void};
 pub(crate) const EV_GROUP: u64 = 1 << 0;
 pub(crate) const EV_COLL: u64 = 1 << 1;
 pub(crate) const EV_P2P: u64 = 1 << 2;
+pub(crate) const EV_PROXY_OP: u64 = 1 << 3;
+pub(crate) const EV_PROXY_STEP: u64 = 1 << 4;
+
+/// Proxy step states (`ncclProfilerProxyStep*`).
+pub(crate) const STATE_SEND_WAIT: c_int = 9;
+pub(crate) const STATE_RECV_WAIT: c_int = 10;
+pub(crate) const STATE_RECV_GPU_WAIT: c_int = 12;
 
 /// `ncclSuccess`.
 pub(crate) const SUCCESS: c_int = 0;
@@ -43,6 +50,26 @@ pub(crate) struct P2p {
     pub parent_group: *mut c_void,
 }
 
+/// A proxy operation's fields: one network link's part in a call.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(crate) struct ProxyOp {
+    /// The process that started the parent event (`pid_t`).
+    pub pid: i32,
+    pub channel_id: u8,
+    pub peer: c_int,
+    pub n_steps: c_int,
+    pub chunk_size: c_int,
+    pub is_send: c_int,
+}
+
+/// A proxy step's fields: its number in its operation.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(crate) struct ProxyStep {
+    pub step: c_int,
+}
+
 /// The descriptor's union: as large as NCCL's largest member, so a plugin
 /// copying the whole descriptor reads only ours.
 #[repr(C)]
@@ -50,7 +77,19 @@ pub(crate) struct P2p {
 pub(crate) union Body {
     pub coll: Coll,
     pub p2p: P2p,
+    pub proxy_op: ProxyOp,
+    pub proxy_step: ProxyStep,
     pad: [u64; 16],
+}
+
+/// `recordEventState`'s arguments (`ncclProfilerEventStateArgs_v5_t`,
+/// v4 alike): every member is one 8-byte field.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(crate) union StateArgs {
+    /// `proxyStep.transSize`: the bytes the step moved.
+    pub trans_size: usize,
+    pad: u64,
 }
 
 impl Body {
@@ -145,5 +184,12 @@ mod tests {
         assert_eq!(offset_of!(DescrV4, parent), 8);
         assert_eq!(offset_of!(DescrV4, body), 24);
         assert_eq!(offset_of!(Table<InitV5>, finalize), 40);
+        assert_eq!(offset_of!(ProxyOp, channel_id), 4);
+        assert_eq!(offset_of!(ProxyOp, peer), 8);
+        assert_eq!(offset_of!(ProxyOp, n_steps), 12);
+        assert_eq!(offset_of!(ProxyOp, chunk_size), 16);
+        assert_eq!(offset_of!(ProxyOp, is_send), 20);
+        assert_eq!(size_of::<ProxyOp>(), 24);
+        assert_eq!(size_of::<StateArgs>(), 8);
     }
 }

@@ -13,9 +13,12 @@
 //! type, algorithm, protocol, channels, sequence number) and Send/Recv
 //! (`ncclProfileP2p`), in call order, all stopped when the launch returns
 //! (done on the host backend, enqueued on CUDA). Only the types the
-//! plugin's activation mask asks for are reported. Proxy and kernel
-//! channel events are not reported yet. A plugin that fails to load or to
-//! initialise is a warning, never an error.
+//! plugin's activation mask asks for are reported. Over the host
+//! backend's network transport the proxy's work is reported too (`proxy`):
+//! per call, one `ncclProfileProxyOp` per network link the plan uses and
+//! one `ncclProfileProxyStep` per message on it. Proxy control, kernel
+//! channel and network plugin events are not reported. A plugin that
+//! fails to load or to initialise is a warning, never an error.
 
 use std::ffi::{c_char, c_int, c_ulong, c_void, CStr, CString};
 use std::ptr;
@@ -24,8 +27,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use oxccl_core::{Algo, CollKind, DataType, Proto};
 
 mod abi;
+mod proxy;
 
 use abi::{Body, DescrV4, DescrV5, InitV4, InitV5, Table};
+
+pub(crate) use proxy::current as proxy_events;
 
 /// Which `init` the plugin has (the only difference between the tables).
 #[derive(Clone, Copy, Debug)]
@@ -41,6 +47,8 @@ pub(crate) struct Plugin {
     init: Init,
     start: abi::Start,
     stop: abi::Stop,
+    /// Optional: without it no state changes are reported.
+    record: Option<abi::Record>,
     finalize: abi::Finalize,
 }
 
@@ -93,6 +101,7 @@ impl Plugin {
                 init: Init::V5(init),
                 start,
                 stop,
+                record: t.record,
                 finalize,
                 _lib: lib,
             });
@@ -107,6 +116,7 @@ impl Plugin {
                 init: Init::V4(init),
                 start,
                 stop,
+                record: t.record,
                 finalize,
                 _lib: lib,
             });
@@ -184,7 +194,12 @@ impl Ctx {
     /// Starts an event of `kind` under `parent`; null where the mask
     /// leaves it out or the plugin made none.
     fn start(&self, kind: u64, parent: *mut c_void, body: Body) -> *mut c_void {
-        if self.mask & kind == 0 {
+        self.start_gated(kind, kind, parent, body)
+    }
+
+    /// Starts an event of `kind` if the mask has any bit of `gate`.
+    fn start_gated(&self, kind: u64, gate: u64, parent: *mut c_void, body: Body) -> *mut c_void {
+        if self.mask & gate == 0 {
             return ptr::null_mut();
         }
         let mut h = ptr::null_mut();
@@ -225,6 +240,15 @@ impl Ctx {
             unsafe { (self.plugin.stop)(h) };
         }
     }
+
+    /// Reports state `state` of the live event `h`, with `args`.
+    fn record(&self, h: *mut c_void, state: c_int, mut args: abi::StateArgs) {
+        if let (false, Some(f)) = (h.is_null(), self.plugin.record) {
+            // SAFETY: a live handle of the plugin's (not yet stopped) and
+            // arguments alive for the call.
+            unsafe { f(h, state, &mut args as *mut abi::StateArgs as *mut c_void) };
+        }
+    }
 }
 
 impl Drop for Ctx {
@@ -261,7 +285,7 @@ pub(crate) enum Part {
 /// A launch's events, stopped children first when dropped.
 #[derive(Debug)]
 pub(crate) struct Launch<'a> {
-    ctx: &'a Ctx,
+    ctx: &'a std::sync::Arc<Ctx>,
     group: *mut c_void,
     ops: Vec<*mut c_void>,
     /// Strings the descriptors pointed at (plugins may keep them until
@@ -271,7 +295,7 @@ pub(crate) struct Launch<'a> {
 
 impl<'a> Launch<'a> {
     /// Starts the group event and one event per part.
-    pub(crate) fn start(ctx: &'a Ctx, parts: &[Part]) -> Launch<'a> {
+    pub(crate) fn start(ctx: &'a std::sync::Arc<Ctx>, parts: &[Part]) -> Launch<'a> {
         let group = ctx.start(abi::EV_GROUP, ptr::null_mut(), Body::EMPTY);
         let mut strings = Vec::new();
         let mut cstr = |s: &str| {
@@ -330,7 +354,10 @@ impl<'a> Launch<'a> {
                     ctx.start(abi::EV_P2P, group, Body { p2p })
                 }
             })
-            .collect();
+            .collect::<Vec<_>>();
+        // The proxy's operations are children of the launch's first
+        // operation (NCCL's: of their collective or Send/Recv).
+        proxy::begin(ctx, ops.first().copied().unwrap_or(ptr::null_mut()));
         Launch {
             ctx,
             group,
@@ -342,6 +369,7 @@ impl<'a> Launch<'a> {
 
 impl Drop for Launch<'_> {
     fn drop(&mut self) {
+        proxy::end();
         for &h in &self.ops {
             self.ctx.stop(h);
         }
