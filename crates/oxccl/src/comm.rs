@@ -17,6 +17,7 @@ use crate::recent::{CallShape, Recent, Resolved};
 use crate::select::{self, Choice, Chooser, Transport};
 use crate::sink::Sinks;
 use crate::validate::{self, Checked, Owner};
+use crate::watchdog::Launched;
 
 /// What a split round hands each rank: its communicator (or none).
 pub(crate) type Outcome = std::result::Result<Vec<Option<Communicator>>, String>;
@@ -62,6 +63,21 @@ pub(crate) struct Clique {
     pub split: SplitBoard,
     /// The step trace, when `OXCCL_TRACE` asks for one.
     pub trace: Option<crate::observe::Tracer>,
+    /// Warns of enqueued calls that do not complete (`watchdog.rs`).
+    pub watchdog: crate::watchdog::Watchdog,
+    /// The first rank of this process whose call failed after the ranks
+    /// agreed on it (see [`Communicator::fail_agreed`]): the rank its
+    /// peers' failed waits blame.
+    pub blame: parking_lot::Mutex<Option<Blame>>,
+}
+
+/// A rank whose call failed after its peers agreed on it: who, which
+/// call, and why.
+#[derive(Clone, Debug)]
+pub(crate) struct Blame {
+    pub rank: u32,
+    pub call: String,
+    pub reason: String,
 }
 
 /// The step trace is written before the backend goes (fields drop after
@@ -96,6 +112,8 @@ pub struct Communicator {
     pub(crate) regs: parking_lot::RwLock<crate::registry::Registry>,
     /// This rank's context in the profiler plugin, if one is attached.
     pub(crate) prof: Option<crate::observe::profiler::Ctx>,
+    /// This rank's launches, as the clique's watchdog reads them.
+    watch: Arc<crate::watchdog::Watch>,
 }
 
 /// A dropped communicator, like a destroyed one, tells its peers (the
@@ -104,6 +122,7 @@ pub struct Communicator {
 /// fails at once naming it, instead of at its deadline.
 impl Drop for Communicator {
     fn drop(&mut self) {
+        self.watch.close();
         self.clique.board.leave(self.rank);
     }
 }
@@ -244,6 +263,8 @@ impl Clique {
             board,
             boot,
             split: Default::default(),
+            watchdog: Default::default(),
+            blame: Default::default(),
         }))
     }
 }
@@ -384,6 +405,8 @@ struct RunAs {
     op: RedOp,
     proto: oxccl_core::Proto,
     p2p_only: bool,
+    /// A single collective's fingerprint (`None`: a group's launch).
+    call: Option<Call>,
 }
 
 /// The rank plan of a [`Prepared`]: a rank of a cached plan (nothing
@@ -418,6 +441,7 @@ impl Communicator {
             rank,
             prof: crate::observe::profiler_ctx(clique.tool_id(), clique.nranks, rank),
             sinks: parking_lot::Mutex::new(Sinks::new(clique.backend.clone(), rank)),
+            watch: clique.watchdog.watch(rank),
             clique,
             destroyed: AtomicBool::new(false),
             recent: parking_lot::Mutex::default(),
@@ -545,6 +569,7 @@ impl Communicator {
     pub fn destroy(&self) {
         let _nvtx = crate::observe::range(crate::observe::Func::CommDestroy, || self.tool_args());
         self.destroyed.store(true, Ordering::Release);
+        self.watch.close();
         self.clique.board.leave(self.rank);
     }
 
@@ -557,9 +582,11 @@ impl Communicator {
         self.clique.board.abort(self.rank);
     }
 
-    /// The clique's failure, if it failed (NCCL's `ncclCommGetAsyncError`).
+    /// The clique's failure, if it failed (NCCL's `ncclCommGetAsyncError`):
+    /// [`Error::PeerFailed`] naming the rank of this process whose call
+    /// failed after its peers agreed on it, where one did.
     pub fn async_error(&self) -> Option<Error> {
-        self.clique.backend.failure()
+        self.clique.backend.failure().map(|e| self.blamed(e))
     }
 
     /// Algorithm, protocol and channels of the last collective this rank ran.
@@ -651,7 +678,16 @@ impl Communicator {
             // each input by its owner's (see `check::calls`).
             checked.backend_memory = false;
         }
-        let r = self.resolve(&checked, T::DTYPE.size())?;
+        let call = Call::coll(kind, T::DTYPE, checked.coll.count, op, checked.coll.root);
+        // Past the agreement, the peers are committed to the call: a plan
+        // this rank alone cannot make fails the communicator, naming it.
+        // No algorithm allowed is every rank's answer alike.
+        let r = self
+            .resolve(&checked, T::DTYPE.size())
+            .map_err(|e| match e {
+                e @ Error::NoAlgorithm { .. } => e,
+                e => self.fail_agreed(&call.to_string(), e),
+            })?;
         self.log(&checked, T::DTYPE, op, &r.choice);
         let rp = r.rank_plan(self.rank);
         // Collective plans have at most input, output and scratch: bind
@@ -673,6 +709,7 @@ impl Communicator {
             op,
             proto: r.choice.proto,
             p2p_only: false,
+            call: Some(call),
         };
         let _events = self.prof.as_ref().map(|p| {
             let part = profiler_part(&checked, T::DTYPE, &r.choice);
@@ -898,6 +935,7 @@ impl Communicator {
             op,
             proto,
             p2p_only,
+            call: None,
         };
         self.run(p.plan.rank_plan(), &p.bufs, handle.as_ref(), how)
     }
@@ -917,6 +955,7 @@ impl Communicator {
             op,
             proto,
             p2p_only,
+            call,
         } = how;
         let tracer = self.clique.trace.as_ref().filter(|t| t.wants(self.rank));
         let steps = tracer.map(|_| backend::StepSink::default());
@@ -952,7 +991,76 @@ impl Communicator {
                 },
             );
         }
-        r.map_err(|e| self.fail("an operation", e))
+        let launched = match call {
+            Some(c) => Launched::Coll(c),
+            None => Launched::Group { dtype, p2p_only },
+        };
+        match r {
+            Ok(()) => {
+                self.watch.note(launched);
+                self.clique.watchdog.start(&self.clique);
+                Ok(())
+            }
+            // This rank's own launch failed (not a wait a failure ended):
+            // its peers are committed to the call.
+            Err(e) if own_fault(&e) => Err(self.fail_agreed(&launched.to_string(), e)),
+            Err(e) => {
+                let e = self.blamed(e);
+                Err(self.fail("an operation", e))
+            }
+        }
+    }
+
+    /// Fails this rank's call `call` after its peers agreed on it (its
+    /// launch, its plan or its stream join failed here, with `e`): the
+    /// peers are already in the call's data waits, which only the
+    /// clique's failure ends, so the clique fails now, naming this rank,
+    /// the call and the reason. Ranks of this process then get
+    /// [`Error::PeerFailed`] naming this rank (see [`Communicator::blamed`]);
+    /// ranks in other processes an abort whose reason names it. Returns
+    /// `e` (this rank's own error), or, when the clique had already
+    /// failed, what that failure says of it.
+    pub(crate) fn fail_agreed(&self, call: &str, e: Error) -> Error {
+        if self.clique.backend.failure().is_some() || !own_fault(&e) {
+            return self.blamed(e);
+        }
+        self.clique.blame.lock().get_or_insert_with(|| Blame {
+            rank: self.rank,
+            call: call.to_string(),
+            reason: e.to_string(),
+        });
+        tracing::warn!(rank = self.rank, call, error = %e, "oxccl: a call failed after every rank agreed on it; failing the communicator so its peers stop waiting");
+        let why = format!(
+            "rank {} failed {call} after every rank agreed on it: {e}",
+            self.rank
+        );
+        self.clique.backend.abort(&why);
+        self.clique.board.abort(self.rank);
+        e
+    }
+
+    /// `e`, a wait of this rank that a failure ended, as the failure of
+    /// the peer of this process to blame ([`Error::PeerFailed`]), where
+    /// one failed its call after agreeing on it
+    /// ([`Communicator::fail_agreed`]); any other error as it is.
+    pub(crate) fn blamed(&self, e: Error) -> Error {
+        let stopped = match &e {
+            Error::Wait(f) => f.cause != oxccl_core::FaultCause::Deadline,
+            Error::Aborted(_) | Error::Failed { .. } => true,
+            _ => false,
+        };
+        if !stopped {
+            return e;
+        }
+        match self.clique.blame.lock().clone() {
+            Some(b) if b.rank != self.rank => Error::PeerFailed {
+                rank: self.rank,
+                peer: b.rank,
+                call: b.call,
+                reason: b.reason,
+            },
+            _ => e,
+        }
     }
 
     /// Aborts the clique after `what` failed on this rank, and passes the
@@ -1111,4 +1219,18 @@ impl Communicator {
     ) -> Result<()> {
         self.collective(CollKind::Scatter, send, recv, RedOp::Sum, root)
     }
+}
+
+/// Whether `e` is a failure of this rank's own making, rather than a wait
+/// that a deadline, an abort or a peer's failure ended.
+pub(crate) fn own_fault(e: &Error) -> bool {
+    !matches!(
+        e,
+        Error::Wait(_)
+            | Error::Aborted(_)
+            | Error::Failed { .. }
+            | Error::Timeout(_)
+            | Error::PeerFailed { .. }
+            | Error::Destroyed { .. }
+    )
 }

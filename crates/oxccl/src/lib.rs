@@ -260,6 +260,7 @@ mod shrink;
 mod sink;
 mod split_threads;
 mod validate;
+mod watchdog;
 mod window;
 
 pub use backend::{BackendKind, RawStream};
