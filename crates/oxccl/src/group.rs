@@ -482,7 +482,8 @@ const GROUP: &str = "its group";
 
 /// Fails `comms`, a group's communicators that will not launch their part
 /// after their ranks agreed on it (because of `e`), so their peers stop
-/// waiting for it; returns `e`. A refusal every rank reaches alike (no
+/// waiting for it; returns `e` (as the failure of the rank to blame, see
+/// [`Communicator::blamed`], where it is a wait another rank ended). A refusal every rank reaches alike (no
 /// algorithm allowed for a call) leaves them usable.
 fn fail_unlaunched(comms: &[&Communicator], e: Error) -> Error {
     if matches!(e, Error::NoAlgorithm { .. }) {
@@ -498,7 +499,10 @@ fn fail_unlaunched(comms: &[&Communicator], e: Error) -> Error {
     for c in comms {
         c.fail_agreed(GROUP, why.clone());
     }
-    e
+    match comms.first() {
+        Some(c) => c.blamed(e),
+        None => e,
+    }
 }
 
 /// A group dropped without its end after one of its operations was
