@@ -561,7 +561,10 @@ impl Communicator {
     /// (a no-op on the host backend, where calls complete on return).
     pub fn synchronize(&self) -> Result<()> {
         self.check_usable()?;
-        self.clique.backend.synchronize(self.rank)
+        self.clique
+            .backend
+            .synchronize(self.rank)
+            .map_err(|e| self.blamed(e))
     }
 
     /// Marks the communicator unusable: later calls return
