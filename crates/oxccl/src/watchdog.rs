@@ -325,14 +325,17 @@ fn message(
                 .collect();
             if !behind.is_empty() {
                 parts.push(format!(
-                    "{} (other processes) of call #{mine} of the call check",
-                    ranks_with(&behind, ("has not reached", "have not reached"))
+                    "{} of other processes {} call #{mine} of the call check",
+                    oxccl_core::ranks_named(&behind),
+                    plural(&behind, "has not reached", "have not reached")
                 ));
             }
             if !ahead.is_empty() {
                 parts.push(format!(
-                    "{} (other processes) reached it on the host; whether their devices did cannot be read from this process",
-                    ranks_with(&ahead, ("has", "have"))
+                    "{} of other processes {} it on the host; whether {} cannot be read from this process",
+                    oxccl_core::ranks_named(&ahead),
+                    plural(&ahead, "has reached", "have reached"),
+                    plural(&ahead, "its device has too", "their devices have too")
                 ));
             }
         } else {
@@ -353,6 +356,15 @@ fn message(
         cl.nranks,
         parts.join("; ")
     )
+}
+
+/// `one` for a single rank, else `many`.
+fn plural<'a>(ranks: &[u32], one: &'a str, many: &'a str) -> &'a str {
+    if ranks.len() == 1 {
+        one
+    } else {
+        many
+    }
 }
 
 #[cfg(test)]
@@ -380,6 +392,49 @@ mod tests {
         );
         w.note(Launched::Coll(c));
         assert_eq!(w.seen().what, Some(Launched::Coll(c)));
+    }
+
+    /// Ranks not watched here stand for ranks of other processes: those
+    /// behind on the board are named as not having reached the call, the
+    /// others as unreadable; ranks watched here by their launches.
+    #[test]
+    fn the_warning_names_local_ranks_by_launches_and_others_by_the_board() {
+        let backend = Arc::new(crate::backend::null::NullBackend::new(4, 1 << 16));
+        let cl = Clique::new(4, backend, crate::Config::default(), None).unwrap();
+        let (w0, w1) = (cl.watchdog.watch(0), cl.watchdog.watch(1));
+        let c = Call::coll(CollKind::AllReduce, DataType::F32, 8, RedOp::Sum, 0);
+        w0.note(Launched::Coll(c));
+        for r in [0, 1, 3] {
+            cl.board.publish(r, 1, [0; 4]);
+        }
+        let all = cl.watchdog.ranks.lock().clone();
+        let line = message(&cl, 0, &w0.seen(), Duration::from_secs(10), &all);
+        assert!(
+            line.contains("call #1 (allreduce(sum) of 8 x float)"),
+            "{line}"
+        );
+        assert!(line.contains("rank 1 has not launched it"), "{line}");
+        assert!(
+            line.contains("rank 2 of other processes has not reached call #1 of the call check"),
+            "{line}"
+        );
+        assert!(
+            line.contains(
+                "rank 3 of other processes has reached it on the host; whether its device"
+            ),
+            "{line}"
+        );
+        w1.note(Launched::Coll(c));
+        cl.board.publish(2, 1, [0; 4]);
+        let line = message(&cl, 0, &w0.seen(), Duration::from_secs(10), &all);
+        assert!(
+            !line.contains("not launched") && !line.contains("not reached"),
+            "{line}"
+        );
+        assert!(
+            line.contains("ranks 2-3 of other processes have reached it"),
+            "{line}"
+        );
     }
 
     #[test]
