@@ -1033,10 +1033,9 @@ impl Communicator {
             reason: e.to_string(),
         });
         tracing::warn!(rank = self.rank, call, error = %e, "oxccl: a call failed after every rank agreed on it; failing the communicator so its peers stop waiting");
-        let why = format!(
-            "rank {} failed {call} after every rank agreed on it: {e}",
-            self.rank
-        );
+        // On the board first: a peer the abort wakes looks there.
+        self.post_failed_after_agreement();
+        let why = format!("rank {} failed {call}{AFTER_AGREEMENT}{e}", self.rank);
         self.clique.backend.abort(&why);
         self.clique.board.abort(self.rank);
         e
@@ -1054,6 +1053,35 @@ impl Communicator {
         };
         if !stopped {
             return e;
+        }
+        // The board's record reaches ranks of other processes too; the
+        // clique's own note serves unchecked calls in this process.
+        if let Some(peer) = self.failed_after_agreement() {
+            let cause = self
+                .clique
+                .backend
+                .failure()
+                .map(|f| f.root_cause())
+                .unwrap_or_default();
+            let (call, reason) = cause
+                .strip_prefix(&format!("rank {peer} failed "))
+                .and_then(|rest| rest.split_once(AFTER_AGREEMENT))
+                .map_or_else(
+                    || {
+                        (
+                            "its call".to_string(),
+                            crate::check::refusal::phrase(crate::check::refusal::AGREED)
+                                .to_string(),
+                        )
+                    },
+                    |(c, r)| (c.to_string(), r.to_string()),
+                );
+            return Error::PeerFailed {
+                rank: self.rank,
+                peer,
+                call,
+                reason,
+            };
         }
         match self.clique.blame.lock().clone() {
             Some(b) if b.rank != self.rank => Error::PeerFailed {
@@ -1223,6 +1251,11 @@ impl Communicator {
         self.collective(CollKind::Scatter, send, recv, RedOp::Sum, root)
     }
 }
+
+/// How a failure after the agreement reads in the clique's failure: `rank
+/// R failed CALL{AFTER_AGREEMENT}REASON` (peers read the call and reason
+/// back from it, across processes too).
+const AFTER_AGREEMENT: &str = " after every rank agreed on it: ";
 
 /// Whether `e` is a failure of this rank's own making, rather than a wait
 /// that a deadline, an abort or a peer's failure ended.

@@ -5,8 +5,9 @@
 //! instead of waiting for their deadline. The failures are injected by a
 //! wrapper around the host backend.
 
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 mod common;
 use common::on_ranks;
@@ -25,10 +26,15 @@ enum Inject {
 const FLAKY: u32 = 1;
 
 /// The host backend, but rank [`FLAKY`]'s launches or stream joins fail.
+/// A failing launch waits until every other rank is inside its own, so
+/// its peers are in their data waits (without the call check nothing
+/// else orders them).
 #[derive(Debug)]
 struct Flaky {
     inner: Arc<dyn Backend>,
     inject: Inject,
+    nranks: u32,
+    entered: AtomicU32,
 }
 
 fn injected(rank: u32) -> Error {
@@ -73,8 +79,13 @@ impl Backend for Flaky {
     }
     unsafe fn execute(&self, launch: &Launch<'_>) -> Result<(), Error> {
         if self.inject == Inject::Launch && launch.rank == FLAKY {
+            let guard = Instant::now() + Duration::from_secs(60);
+            while self.entered.load(Ordering::Acquire) < self.nranks - 1 && Instant::now() < guard {
+                std::thread::sleep(Duration::from_millis(1));
+            }
             return Err(injected(launch.rank));
         }
+        self.entered.fetch_add(1, Ordering::Release);
         // SAFETY: passed on under the caller's contract.
         unsafe { self.inner.execute(launch) }
     }
@@ -120,14 +131,23 @@ impl Backend for Flaky {
 /// `n` ranks on the flaky host backend whose waits end by an answer: a
 /// `PeerFailed` can only come from the failing rank's report (a wait to
 /// the deadline, a minute, would be a deadline error).
-fn flaky(n: u32, inject: Inject) -> Vec<Communicator> {
+/// `checked`: with the call check (the failure is then posted on its
+/// board, as across processes), or without (the clique's own note).
+fn flaky(n: u32, inject: Inject, checked: bool) -> Vec<Communicator> {
     let config = Config::builder()
         .backend(BackendKind::Host)
         .deadline(Duration::from_secs(60))
+        .check_calls(checked)
         .build()
         .unwrap();
     let inner = oxccl::backend::host::create(&config.backend_options(n)).unwrap();
-    oxccl::init_all_on(n, Arc::new(Flaky { inner, inject }), config).unwrap()
+    let backend = Arc::new(Flaky {
+        inner,
+        inject,
+        nranks: n,
+        entered: AtomicU32::new(0),
+    });
+    oxccl::init_all_on(n, backend, config).unwrap()
 }
 
 /// Every rank but [`FLAKY`] got `PeerFailed` blaming it with its reason;
@@ -150,20 +170,39 @@ fn blame_the_flaky_rank(errors: Vec<Error>) {
 
 #[test]
 fn a_launch_failing_on_one_rank_fails_its_peers_naming_it() {
-    let comms = flaky(3, Inject::Launch);
-    let errors = on_ranks(&comms, |c| {
-        let b = c.alloc::<f32>(1024).unwrap();
-        c.all_reduce_in_place(&b, RedOp::Sum).unwrap_err()
-    });
-    blame_the_flaky_rank(errors);
-    // The communicator's failure says the same to a later caller.
-    let later = comms[0].async_error().unwrap();
-    assert_eq!(later.blamed_rank(), Some(FLAKY), "{later}");
+    for checked in [true, false] {
+        let comms = flaky(3, Inject::Launch, checked);
+        // Allocated first: a rank must not find the clique failed there.
+        let bufs: Vec<_> = comms
+            .iter()
+            .map(|c| c.alloc::<f32>(1024).unwrap())
+            .collect();
+        let errors: Vec<Error> = std::thread::scope(|s| {
+            let handles: Vec<_> = comms
+                .iter()
+                .zip(bufs)
+                .map(|(c, b)| s.spawn(move || c.all_reduce_in_place(&b, RedOp::Sum).unwrap_err()))
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        blame_the_flaky_rank(errors);
+        // The communicator's failure says the same to a later caller.
+        let later = comms[0].async_error().unwrap();
+        assert_eq!(
+            later.blamed_rank(),
+            Some(FLAKY),
+            "checked {checked}: {later}"
+        );
+        assert!(
+            later.to_string().contains("allreduce(sum) of 1024 x float"),
+            "{later}"
+        );
+    }
 }
 
 #[test]
 fn a_stream_join_failing_after_a_group_agreed_fails_its_peers_naming_it() {
-    let comms = flaky(3, Inject::Stream);
+    let comms = flaky(3, Inject::Stream, true);
     let errors = on_ranks(&comms, |c| {
         let mut data = vec![1.0f32; 256];
         let call = RawColl {
