@@ -219,6 +219,59 @@ pub(crate) fn scalar_bits(op: RedOp) -> u64 {
 }
 
 impl Clique {
+    /// `e`, a wait of rank `me` that a failure ended, as the failure of
+    /// the peer to blame ([`Error::PeerFailed`]), where one failed its call
+    /// after agreeing on it ([`Communicator::fail_agreed`]): named by its
+    /// record on the board (any process) or the clique's note (this
+    /// process); any other error as it is.
+    pub(crate) fn blamed(&self, me: u32, e: Error) -> Error {
+        let stopped = match &e {
+            Error::Wait(f) => f.cause != oxccl_core::FaultCause::Deadline,
+            Error::Aborted(_) | Error::Failed { .. } => true,
+            _ => false,
+        };
+        if !stopped {
+            return e;
+        }
+        // The board's record reaches ranks of other processes too; the
+        // clique's own note serves unchecked calls in this process.
+        if let Some(peer) = self.failed_after_agreement(me) {
+            let cause = self
+                .backend
+                .failure()
+                .map(|f| f.root_cause())
+                .unwrap_or_default();
+            let (call, reason) = cause
+                .strip_prefix(&format!("rank {peer} failed "))
+                .and_then(|rest| rest.split_once(AFTER_AGREEMENT))
+                .map_or_else(
+                    || {
+                        (
+                            "its call".to_string(),
+                            crate::check::refusal::phrase(crate::check::refusal::AGREED)
+                                .to_string(),
+                        )
+                    },
+                    |(c, r)| (c.to_string(), r.to_string()),
+                );
+            return Error::PeerFailed {
+                rank: me,
+                peer,
+                call,
+                reason,
+            };
+        }
+        match self.blame.lock().clone() {
+            Some(b) if b.rank != me => Error::PeerFailed {
+                rank: me,
+                peer: b.rank,
+                call: b.call,
+                reason: b.reason,
+            },
+            _ => e,
+        }
+    }
+
     /// The communicator's identity for tools: the bootstrap's magic where
     /// ranks are processes (equal in every process), else the clique's
     /// number.
@@ -1042,56 +1095,11 @@ impl Communicator {
     }
 
     /// `e`, a wait of this rank that a failure ended, as the failure of
-    /// the peer of this process to blame ([`Error::PeerFailed`]), where
-    /// one failed its call after agreeing on it
-    /// ([`Communicator::fail_agreed`]); any other error as it is.
+    /// the peer to blame ([`Error::PeerFailed`]), where one failed its call
+    /// after agreeing on it ([`Communicator::fail_agreed`]); any other
+    /// error as it is.
     pub(crate) fn blamed(&self, e: Error) -> Error {
-        let stopped = match &e {
-            Error::Wait(f) => f.cause != oxccl_core::FaultCause::Deadline,
-            Error::Aborted(_) | Error::Failed { .. } => true,
-            _ => false,
-        };
-        if !stopped {
-            return e;
-        }
-        // The board's record reaches ranks of other processes too; the
-        // clique's own note serves unchecked calls in this process.
-        if let Some(peer) = self.failed_after_agreement() {
-            let cause = self
-                .clique
-                .backend
-                .failure()
-                .map(|f| f.root_cause())
-                .unwrap_or_default();
-            let (call, reason) = cause
-                .strip_prefix(&format!("rank {peer} failed "))
-                .and_then(|rest| rest.split_once(AFTER_AGREEMENT))
-                .map_or_else(
-                    || {
-                        (
-                            "its call".to_string(),
-                            crate::check::refusal::phrase(crate::check::refusal::AGREED)
-                                .to_string(),
-                        )
-                    },
-                    |(c, r)| (c.to_string(), r.to_string()),
-                );
-            return Error::PeerFailed {
-                rank: self.rank,
-                peer,
-                call,
-                reason,
-            };
-        }
-        match self.clique.blame.lock().clone() {
-            Some(b) if b.rank != self.rank => Error::PeerFailed {
-                rank: self.rank,
-                peer: b.rank,
-                call: b.call,
-                reason: b.reason,
-            },
-            _ => e,
-        }
+        self.clique.blamed(self.rank, e)
     }
 
     /// Aborts the clique after `what` failed on this rank, and passes the

@@ -177,16 +177,23 @@ fn a_launch_failing_on_one_rank_fails_its_peers_naming_it() {
             .iter()
             .map(|c| c.alloc::<f32>(1024).unwrap())
             .collect();
+        let mut handle = comms[2].completion().unwrap();
         let errors: Vec<Error> = std::thread::scope(|s| {
-            let handles: Vec<_> = comms
-                .iter()
-                .zip(bufs)
-                .map(|(c, b)| s.spawn(move || c.all_reduce_in_place(&b, RedOp::Sum).unwrap_err()))
-                .collect();
+            let mut handles = Vec::new();
+            for (c, b) in comms.iter().zip(bufs) {
+                handles.push(s.spawn(move || c.all_reduce_in_place(&b, RedOp::Sum).unwrap_err()));
+            }
             handles.into_iter().map(|h| h.join().unwrap()).collect()
         });
         blame_the_flaky_rank(errors);
-        // The communicator's failure says the same to a later caller.
+        // The communicator's failure says the same to a later caller, and
+        // to a completion handle taken before.
+        let polled = handle.is_done().unwrap_err();
+        assert_eq!(
+            polled.blamed_rank(),
+            Some(FLAKY),
+            "checked {checked}: {polled}"
+        );
         let later = comms[0].async_error().unwrap();
         assert_eq!(
             later.blamed_rank(),
