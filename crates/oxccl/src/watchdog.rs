@@ -11,9 +11,13 @@
 //! its stream), so nothing in the wait can speak. Here each clique of this
 //! process gets one thread, started at its first enqueued call, that wakes
 //! a few times per warning period (at most once a second) and asks the
-//! backend, through [`crate::backend::Backend::completion`] (a CUDA event
-//! it records on the rank's stream and queries: `cuEventQuery`), whether
-//! the rank's work launched so far has completed. The launch path only
+//! backend, through [`crate::backend::Backend::probe`] (a CUDA event it
+//! records on the rank's stream and queries: `cuEventQuery`), whether the
+//! rank's work launched so far has completed. The thread is in relaxed
+//! capture mode, and a rank whose stream is being captured into a graph
+//! is not probed until the capture ends (an event recorded there would
+//! join the caller's graph); calls replayed from a captured graph do not
+//! pass through the library and are not watched. The launch path only
 //! bumps counters and stores the call's four fingerprint words (no lock,
 //! no synchronisation, nothing recorded on the stream); the caller is
 //! never blocked. The thread ends within one tick once every communicator
@@ -205,6 +209,10 @@ struct Probe {
 
 fn run(clique: &Weak<Clique>, tick: Duration) {
     let mut tracks: Vec<(u32, Track)> = Vec::new();
+    match clique.upgrade() {
+        Some(cl) => cl.backend.watchdog_thread(),
+        None => return,
+    }
     loop {
         std::thread::sleep(tick);
         let Some(cl) = clique.upgrade() else { return };
@@ -247,8 +255,10 @@ fn look(cl: &Clique, rank: u32, w: &Watch, all: &[(u32, Arc<Watch>)], t: &mut Tr
         if seen.launched <= t.done {
             return;
         }
-        match cl.backend.completion(rank) {
-            Ok(completion) => {
+        match cl.backend.probe(rank) {
+            // Not now (a graph capture): looked at again next tick.
+            Ok(None) => {}
+            Ok(Some(completion)) => {
                 t.probe = Some(Probe {
                     completion,
                     seen,
