@@ -1068,10 +1068,11 @@ impl Communicator {
     }
 
     /// Fails this rank's call `call` after its peers agreed on it (its
-    /// launch, its plan or its stream join failed here, with `e`): the
-    /// peers are already in the call's data waits, which only the
-    /// clique's failure ends, so the clique fails now, naming this rank,
-    /// the call and the reason. Ranks of this process then get
+    /// launch, its plan or its stream join failed here, with `e`; without
+    /// the call check, after its peers may have launched it): the peers
+    /// are then in the call's data waits, which only the clique's failure
+    /// ends, so the clique fails now, naming this rank, the call and the
+    /// reason. Ranks of this process then get
     /// [`Error::PeerFailed`] naming this rank (see [`Communicator::blamed`]);
     /// ranks in other processes an abort whose reason names it. Returns
     /// `e` (this rank's own error), or, when the clique had already
@@ -1085,7 +1086,7 @@ impl Communicator {
             call: call.to_string(),
             reason: e.to_string(),
         });
-        tracing::warn!(rank = self.rank, call, error = %e, "oxccl: a call failed after every rank agreed on it; failing the communicator so its peers stop waiting");
+        tracing::warn!(rank = self.rank, call, error = %e, "oxccl: a call its peers are committed to failed on this rank; failing the communicator so they stop waiting");
         // On the board first: a peer the abort wakes looks there.
         self.post_failed_after_agreement();
         let why = format!("rank {} failed {call}{AFTER_AGREEMENT}{e}", self.rank);
@@ -1263,7 +1264,7 @@ impl Communicator {
 /// How a failure after the agreement reads in the clique's failure: `rank
 /// R failed CALL{AFTER_AGREEMENT}REASON` (peers read the call and reason
 /// back from it, across processes too).
-const AFTER_AGREEMENT: &str = " after every rank agreed on it: ";
+const AFTER_AGREEMENT: &str = ", a call its peers were committed to: ";
 
 /// Whether `e` is a failure of this rank's own making, rather than a wait
 /// that a deadline, an abort or a peer's failure ended.
