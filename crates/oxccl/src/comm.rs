@@ -17,7 +17,7 @@ use crate::recent::{CallShape, Recent, Resolved};
 use crate::select::{self, Choice, Chooser, Transport};
 use crate::sink::Sinks;
 use crate::validate::{self, Checked, Owner};
-use crate::watchdog::Launched;
+use crate::watchdog::{Launched, Watched};
 
 /// What a split round hands each rank: its communicator (or none).
 pub(crate) type Outcome = std::result::Result<Vec<Option<Communicator>>, String>;
@@ -215,6 +215,28 @@ pub(crate) fn scalar_bits(op: RedOp) -> u64 {
     match op {
         RedOp::PreMulSum(s) => s.to_bits(),
         _ => 0,
+    }
+}
+
+/// What the watchdog of enqueued calls reads of its clique.
+impl Watched for Clique {
+    fn watchdog(&self) -> &crate::watchdog::Watchdog {
+        &self.watchdog
+    }
+    fn backend(&self) -> &dyn Backend {
+        self.backend.as_ref()
+    }
+    fn nranks(&self) -> u32 {
+        self.nranks
+    }
+    fn tool_id(&self) -> u64 {
+        Clique::tool_id(self)
+    }
+    fn wait_warn(&self) -> crate::config::branches::WaitWarn {
+        self.config.wait_warn
+    }
+    fn published(&self, rank: u32) -> Option<u64> {
+        (self.nranks > 1 && self.config.check_calls).then(|| self.board.published(rank))
     }
 }
 

@@ -37,9 +37,10 @@ use std::time::{Duration, Instant};
 
 use oxccl_core::DataType;
 
+use crate::backend::Backend;
 use crate::backend::Completion;
 use crate::check::Call;
-use crate::comm::Clique;
+use crate::config::branches::WaitWarn;
 use oxccl_core::ranks_with;
 
 /// What a launch was, as the watchdog names it.
@@ -149,6 +150,20 @@ impl Watch {
     }
 }
 
+/// What the watchdog reads of the clique it watches (the clique answers,
+/// in `comm.rs`).
+pub(crate) trait Watched: Send + Sync + 'static {
+    fn watchdog(&self) -> &Watchdog;
+    fn backend(&self) -> &dyn Backend;
+    fn nranks(&self) -> u32;
+    /// The communicator's identity, as tools see it.
+    fn tool_id(&self) -> u64;
+    fn wait_warn(&self) -> WaitWarn;
+    /// The latest collective call `rank` published on the call board;
+    /// `None` where calls are not checked.
+    fn published(&self, rank: u32) -> Option<u64>;
+}
+
 /// A clique's watchdog: the watches of its ranks in this process, and its
 /// thread, started at the first enqueued launch.
 #[derive(Debug, Default)]
@@ -167,13 +182,13 @@ impl Watchdog {
 
     /// Starts the clique's thread, once (after the first enqueued launch
     /// of any of its ranks). A clique whose backend blocks needs none.
-    pub fn start(&self, clique: &Arc<Clique>) {
-        if self.started.get().is_some() || clique.backend.blocking() {
+    pub fn start<C: Watched>(&self, clique: &Arc<C>) {
+        if self.started.get().is_some() || clique.backend().blocking() {
             return;
         }
         self.started.get_or_init(|| {
             let weak = Arc::downgrade(clique);
-            let tick = tick(clique.config.wait_warn);
+            let tick = tick(clique.wait_warn());
             let spawned = std::thread::Builder::new()
                 .name("oxccl-watchdog".into())
                 .spawn(move || run(&weak, tick));
@@ -186,7 +201,7 @@ impl Watchdog {
 
 /// How often the thread looks: a quarter of the shorter period, between
 /// 5 ms and 1 s.
-fn tick(w: crate::config::branches::WaitWarn) -> Duration {
+fn tick(w: WaitWarn) -> Duration {
     (w.first.min(w.every) / 4).clamp(Duration::from_millis(5), Duration::from_secs(1))
 }
 
@@ -207,19 +222,19 @@ struct Probe {
     next_warn: Duration,
 }
 
-fn run(clique: &Weak<Clique>, tick: Duration) {
+fn run<C: Watched>(clique: &Weak<C>, tick: Duration) {
     let mut tracks: Vec<(u32, Track)> = Vec::new();
     match clique.upgrade() {
-        Some(cl) => cl.backend.watchdog_thread(),
+        Some(cl) => cl.backend().watchdog_thread(),
         None => return,
     }
     loop {
         std::thread::sleep(tick);
         let Some(cl) = clique.upgrade() else { return };
-        if cl.backend.failure().is_some() {
+        if cl.backend().failure().is_some() {
             return;
         }
-        let watches: Vec<(u32, Arc<Watch>)> = cl.watchdog.ranks.lock().clone();
+        let watches: Vec<(u32, Arc<Watch>)> = cl.watchdog().ranks.lock().clone();
         if watches
             .iter()
             .all(|(_, w)| w.closed.load(Ordering::Acquire))
@@ -239,14 +254,14 @@ fn run(clique: &Weak<Clique>, tick: Duration) {
                     &mut tracks.last_mut().expect("just pushed").1
                 }
             };
-            look(&cl, *rank, w, &watches, t);
+            look(cl.as_ref(), *rank, w, &watches, t);
         }
     }
 }
 
 /// One look at `rank`: probe its launches not known complete, and warn
 /// when a probe has waited past its period.
-fn look(cl: &Clique, rank: u32, w: &Watch, all: &[(u32, Arc<Watch>)], t: &mut Track) {
+fn look(cl: &dyn Watched, rank: u32, w: &Watch, all: &[(u32, Arc<Watch>)], t: &mut Track) {
     if t.unsupported {
         return;
     }
@@ -255,7 +270,7 @@ fn look(cl: &Clique, rank: u32, w: &Watch, all: &[(u32, Arc<Watch>)], t: &mut Tr
         if seen.launched <= t.done {
             return;
         }
-        match cl.backend.probe(rank) {
+        match cl.backend().probe(rank) {
             // Not now (a graph capture): looked at again next tick.
             Ok(None) => {}
             Ok(Some(completion)) => {
@@ -263,7 +278,7 @@ fn look(cl: &Clique, rank: u32, w: &Watch, all: &[(u32, Arc<Watch>)], t: &mut Tr
                     completion,
                     seen,
                     since: Instant::now(),
-                    next_warn: cl.config.wait_warn.first,
+                    next_warn: cl.wait_warn().first,
                 });
             }
             Err(e) => {
@@ -283,7 +298,7 @@ fn look(cl: &Clique, rank: u32, w: &Watch, all: &[(u32, Arc<Watch>)], t: &mut Tr
         Ok(false) => {
             let waited = p.since.elapsed();
             if waited >= p.next_warn {
-                p.next_warn = waited + cl.config.wait_warn.every;
+                p.next_warn = waited + cl.wait_warn().every;
                 crate::debug::warn_loud(rank, &message(cl, rank, &p.seen, waited, all));
             }
         }
@@ -292,7 +307,7 @@ fn look(cl: &Clique, rank: u32, w: &Watch, all: &[(u32, Arc<Watch>)], t: &mut Tr
 
 /// The WARN line for `rank`'s launch `seen` pending for `waited`.
 fn message(
-    cl: &Clique,
+    cl: &dyn Watched,
     rank: u32,
     seen: &Seen,
     waited: Duration,
@@ -319,14 +334,14 @@ fn message(
             ));
         }
     }
-    let others: Vec<u32> = (0..cl.nranks).filter(|r| !local.contains(r)).collect();
+    let others: Vec<u32> = (0..cl.nranks()).filter(|r| !local.contains(r)).collect();
     if !others.is_empty() {
-        let mine = cl.board.published(rank);
-        if cl.config.check_calls && mine > 0 && !p2p {
+        let mine = cl.published(rank).unwrap_or(0);
+        if mine > 0 && !p2p {
             let behind: Vec<u32> = others
                 .iter()
                 .copied()
-                .filter(|&r| cl.board.published(r) < mine)
+                .filter(|&r| cl.published(r).unwrap_or(0) < mine)
                 .collect();
             let ahead: Vec<u32> = others
                 .iter()
@@ -363,7 +378,7 @@ fn message(
     format!(
         "oxccl: rank {rank} of communicator {:#x} ({} ranks): {what} has not completed after {waited:.1?}: {}",
         cl.tool_id(),
-        cl.nranks,
+        cl.nranks(),
         parts.join("; ")
     )
 }
@@ -404,21 +419,51 @@ mod tests {
         assert_eq!(w.seen().what, Some(Launched::Coll(c)));
     }
 
+    /// A clique of 4 ranks whose board holds `board[r]` for rank `r`.
+    #[derive(Debug)]
+    struct Fake {
+        dog: Watchdog,
+        backend: crate::backend::null::NullBackend,
+        board: parking_lot::Mutex<Vec<u64>>,
+    }
+
+    impl Watched for Fake {
+        fn watchdog(&self) -> &Watchdog {
+            &self.dog
+        }
+        fn backend(&self) -> &dyn Backend {
+            &self.backend
+        }
+        fn nranks(&self) -> u32 {
+            4
+        }
+        fn tool_id(&self) -> u64 {
+            0xab
+        }
+        fn wait_warn(&self) -> WaitWarn {
+            WaitWarn::default()
+        }
+        fn published(&self, rank: u32) -> Option<u64> {
+            self.board.lock().get(rank as usize).copied()
+        }
+    }
+
     /// Ranks not watched here stand for ranks of other processes: those
     /// behind on the board are named as not having reached the call, the
     /// others as unreadable; ranks watched here by their launches.
     #[test]
     fn the_warning_names_local_ranks_by_launches_and_others_by_the_board() {
-        let backend = Arc::new(crate::backend::null::NullBackend::new(4, 1 << 16));
-        let cl = Clique::new(4, backend, crate::Config::default(), None).unwrap();
-        let (w0, w1) = (cl.watchdog.watch(0), cl.watchdog.watch(1));
+        let cl = Fake {
+            dog: Watchdog::default(),
+            backend: crate::backend::null::NullBackend::new(4, 1 << 16),
+            board: parking_lot::Mutex::new(vec![1, 1, 0, 1]),
+        };
+        let (w0, w1) = (cl.dog.watch(0), cl.dog.watch(1));
         let c = Call::coll(CollKind::AllReduce, DataType::F32, 8, RedOp::Sum, 0);
         w0.note(Launched::Coll(c));
-        for r in [0, 1, 3] {
-            cl.board.publish(r, 1, [0; 4]);
-        }
-        let all = cl.watchdog.ranks.lock().clone();
+        let all = cl.dog.ranks.lock().clone();
         let line = message(&cl, 0, &w0.seen(), Duration::from_secs(10), &all);
+        assert!(line.contains("communicator 0xab (4 ranks)"), "{line}");
         assert!(
             line.contains("call #1 (allreduce(sum) of 8 x float)"),
             "{line}"
@@ -435,7 +480,7 @@ mod tests {
             "{line}"
         );
         w1.note(Launched::Coll(c));
-        cl.board.publish(2, 1, [0; 4]);
+        cl.board.lock()[2] = 1;
         let line = message(&cl, 0, &w0.seen(), Duration::from_secs(10), &all);
         assert!(
             !line.contains("not launched") && !line.contains("not reached"),
