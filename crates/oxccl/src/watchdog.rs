@@ -98,7 +98,9 @@ struct Seen {
 
 impl Watch {
     /// Notes one launch (after the backend enqueued it): a few relaxed
-    /// stores, then the counters, released.
+    /// stores, then the counters, released. Only the thread holding the
+    /// communicator's call lock launches, so the counters are bumped by a
+    /// load and a store, not a locked read-modify-write.
     pub fn note(&self, what: Launched) {
         let words = match what {
             Launched::Coll(c) => {
@@ -113,9 +115,11 @@ impl Watch {
             slot.store(w, Ordering::Relaxed);
         }
         if !matches!(what, Launched::Group { p2p_only: true, .. }) {
-            self.common.fetch_add(1, Ordering::Release);
+            let n = self.common.load(Ordering::Relaxed);
+            self.common.store(n + 1, Ordering::Release);
         }
-        self.launched.fetch_add(1, Ordering::Release);
+        let n = self.launched.load(Ordering::Relaxed);
+        self.launched.store(n + 1, Ordering::Release);
     }
 
     /// The communicator is gone: its watchdog stops watching it.
