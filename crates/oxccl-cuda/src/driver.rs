@@ -161,6 +161,24 @@ pub fn device_count() -> Result<i32> {
     result::device::get_count().map_err(|e| CudaError::driver("cuDeviceGetCount", e))
 }
 
+/// Puts the calling thread in relaxed stream-capture mode
+/// (`cuThreadExchangeStreamCaptureMode`), so that its event queries never
+/// invalidate a graph capture another thread runs in global mode (what
+/// `torch.cuda.graph` does by default): for a thread that only watches.
+pub fn relax_capture_mode() -> Result<()> {
+    init()?;
+    guarded("cuThreadExchangeStreamCaptureMode", || {
+        let mut mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
+        // SAFETY: valid in-out pointer.
+        unsafe {
+            check(
+                "cuThreadExchangeStreamCaptureMode",
+                sys::cuThreadExchangeStreamCaptureMode(&mut mode),
+            )
+        }
+    })
+}
+
 /// The device of the calling thread's current context (`cuCtxGetDevice`):
 /// the device the runtime made current (`cudaSetDevice`), which NCCL runs
 /// a rank on. `None` when no context is current (the runtime would then

@@ -17,6 +17,7 @@ use crate::recent::{CallShape, Recent, Resolved};
 use crate::select::{self, Choice, Chooser, Transport};
 use crate::sink::Sinks;
 use crate::validate::{self, Checked, Owner};
+use crate::watchdog::{Launched, Watched};
 
 /// What a split round hands each rank: its communicator (or none).
 pub(crate) type Outcome = std::result::Result<Vec<Option<Communicator>>, String>;
@@ -62,6 +63,21 @@ pub(crate) struct Clique {
     pub split: SplitBoard,
     /// The step trace, when `OXCCL_TRACE` asks for one.
     pub trace: Option<crate::observe::Tracer>,
+    /// Warns of enqueued calls that do not complete (`watchdog.rs`).
+    pub watchdog: crate::watchdog::Watchdog,
+    /// The first rank of this process whose call failed after the ranks
+    /// agreed on it (see [`Communicator::fail_agreed`]): the rank its
+    /// peers' failed waits blame.
+    pub blame: parking_lot::Mutex<Option<Blame>>,
+}
+
+/// A rank whose call failed after its peers agreed on it: who, which
+/// call, and why.
+#[derive(Clone, Debug)]
+pub(crate) struct Blame {
+    pub rank: u32,
+    pub call: String,
+    pub reason: String,
 }
 
 /// The step trace is written before the backend goes (fields drop after
@@ -96,6 +112,8 @@ pub struct Communicator {
     pub(crate) regs: parking_lot::RwLock<crate::registry::Registry>,
     /// This rank's context in the profiler plugin, if one is attached.
     pub(crate) prof: Option<std::sync::Arc<crate::observe::profiler::Ctx>>,
+    /// This rank's launches, as the clique's watchdog reads them.
+    watch: Arc<crate::watchdog::Watch>,
 }
 
 /// A dropped communicator, like a destroyed one, tells its peers (the
@@ -104,6 +122,7 @@ pub struct Communicator {
 /// fails at once naming it, instead of at its deadline.
 impl Drop for Communicator {
     fn drop(&mut self) {
+        self.watch.close();
         self.clique.board.leave(self.rank);
     }
 }
@@ -199,7 +218,82 @@ pub(crate) fn scalar_bits(op: RedOp) -> u64 {
     }
 }
 
+/// What the watchdog of enqueued calls reads of its clique.
+impl Watched for Clique {
+    fn watchdog(&self) -> &crate::watchdog::Watchdog {
+        &self.watchdog
+    }
+    fn backend(&self) -> &dyn Backend {
+        self.backend.as_ref()
+    }
+    fn nranks(&self) -> u32 {
+        self.nranks
+    }
+    fn tool_id(&self) -> u64 {
+        Clique::tool_id(self)
+    }
+    fn wait_warn(&self) -> crate::config::branches::WaitWarn {
+        self.config.wait_warn
+    }
+    fn published(&self, rank: u32) -> Option<u64> {
+        (self.nranks > 1 && self.config.check_calls).then(|| self.board.published(rank))
+    }
+}
+
 impl Clique {
+    /// `e`, a wait of rank `me` that a failure ended, as the failure of
+    /// the peer to blame ([`Error::PeerFailed`]), where one failed its call
+    /// after agreeing on it ([`Communicator::fail_agreed`]): named by its
+    /// record on the board (any process) or the clique's note (this
+    /// process); any other error as it is.
+    pub(crate) fn blamed(&self, me: u32, e: Error) -> Error {
+        let stopped = match &e {
+            Error::Wait(f) => f.cause != oxccl_core::FaultCause::Deadline,
+            Error::Aborted(_) | Error::Failed { .. } => true,
+            _ => false,
+        };
+        if !stopped {
+            return e;
+        }
+        // The board's record reaches ranks of other processes too; the
+        // clique's own note serves unchecked calls in this process.
+        if let Some(peer) = self.failed_after_agreement(me) {
+            let cause = self
+                .backend
+                .failure()
+                .map(|f| f.root_cause())
+                .unwrap_or_default();
+            let (call, reason) = cause
+                .strip_prefix(&format!("rank {peer} failed "))
+                .and_then(|rest| rest.split_once(AFTER_AGREEMENT))
+                .map_or_else(
+                    || {
+                        (
+                            "its call".to_string(),
+                            crate::check::refusal::phrase(crate::check::refusal::AGREED)
+                                .to_string(),
+                        )
+                    },
+                    |(c, r)| (c.to_string(), r.to_string()),
+                );
+            return Error::PeerFailed {
+                rank: me,
+                peer,
+                call,
+                reason,
+            };
+        }
+        match self.blame.lock().clone() {
+            Some(b) if b.rank != me => Error::PeerFailed {
+                rank: me,
+                peer: b.rank,
+                call: b.call,
+                reason: b.reason,
+            },
+            _ => e,
+        }
+    }
+
     /// The communicator's identity for tools: the bootstrap's magic where
     /// ranks are processes (equal in every process), else the clique's
     /// number.
@@ -244,6 +338,8 @@ impl Clique {
             board,
             boot,
             split: Default::default(),
+            watchdog: Default::default(),
+            blame: Default::default(),
         }))
     }
 }
@@ -384,6 +480,8 @@ struct RunAs {
     op: RedOp,
     proto: oxccl_core::Proto,
     p2p_only: bool,
+    /// A single collective's fingerprint (`None`: a group's launch).
+    call: Option<Call>,
 }
 
 /// The rank plan of a [`Prepared`]: a rank of a cached plan (nothing
@@ -419,6 +517,7 @@ impl Communicator {
             prof: crate::observe::profiler_ctx(clique.tool_id(), clique.nranks, rank)
                 .map(std::sync::Arc::new),
             sinks: parking_lot::Mutex::new(Sinks::new(clique.backend.clone(), rank)),
+            watch: clique.watchdog.watch(rank),
             clique,
             destroyed: AtomicBool::new(false),
             recent: parking_lot::Mutex::default(),
@@ -538,7 +637,10 @@ impl Communicator {
     /// (a no-op on the host backend, where calls complete on return).
     pub fn synchronize(&self) -> Result<()> {
         self.check_usable()?;
-        self.clique.backend.synchronize(self.rank)
+        self.clique
+            .backend
+            .synchronize(self.rank)
+            .map_err(|e| self.blamed(e))
     }
 
     /// Marks the communicator unusable: later calls return
@@ -546,6 +648,7 @@ impl Communicator {
     pub fn destroy(&self) {
         let _nvtx = crate::observe::range(crate::observe::Func::CommDestroy, || self.tool_args());
         self.destroyed.store(true, Ordering::Release);
+        self.watch.close();
         self.clique.board.leave(self.rank);
     }
 
@@ -558,9 +661,11 @@ impl Communicator {
         self.clique.board.abort(self.rank);
     }
 
-    /// The clique's failure, if it failed (NCCL's `ncclCommGetAsyncError`).
+    /// The clique's failure, if it failed (NCCL's `ncclCommGetAsyncError`):
+    /// [`Error::PeerFailed`] naming the rank of this process whose call
+    /// failed after its peers agreed on it, where one did.
     pub fn async_error(&self) -> Option<Error> {
-        self.clique.backend.failure()
+        self.clique.backend.failure().map(|e| self.blamed(e))
     }
 
     /// Algorithm, protocol and channels of the last collective this rank ran.
@@ -661,7 +766,16 @@ impl Communicator {
             // each input by its owner's (see `check::calls`).
             checked.backend_memory = false;
         }
-        let r = self.resolve(&checked, T::DTYPE.size())?;
+        let call = Call::coll(kind, T::DTYPE, checked.coll.count, op, checked.coll.root);
+        // Past the agreement, the peers are committed to the call: a plan
+        // this rank alone cannot make fails the communicator, naming it.
+        // No algorithm allowed is every rank's answer alike.
+        let r = self
+            .resolve(&checked, T::DTYPE.size())
+            .map_err(|e| match e {
+                e @ Error::NoAlgorithm { .. } => e,
+                e => self.fail_agreed(&call.to_string(), e),
+            })?;
         self.log(&checked, T::DTYPE, op, &r.choice);
         let rp = r.rank_plan(self.rank);
         // Collective plans have at most input, output and scratch: bind
@@ -683,6 +797,7 @@ impl Communicator {
             op,
             proto: r.choice.proto,
             p2p_only: false,
+            call: Some(call),
         };
         let _events = self.prof.as_ref().map(|p| {
             let part = profiler_part(&checked, T::DTYPE, &r.choice);
@@ -908,6 +1023,7 @@ impl Communicator {
             op,
             proto,
             p2p_only,
+            call: None,
         };
         self.run(p.plan.rank_plan(), &p.bufs, handle.as_ref(), how)
     }
@@ -927,6 +1043,7 @@ impl Communicator {
             op,
             proto,
             p2p_only,
+            call,
         } = how;
         let tracer = self.clique.trace.as_ref().filter(|t| t.wants(self.rank));
         let steps = tracer.map(|_| backend::StepSink::default());
@@ -962,7 +1079,60 @@ impl Communicator {
                 },
             );
         }
-        r.map_err(|e| self.fail("an operation", e))
+        let launched = match call {
+            Some(c) => Launched::Coll(c),
+            None => Launched::Group { dtype, p2p_only },
+        };
+        match r {
+            Ok(()) => {
+                self.watch.note(launched);
+                self.clique.watchdog.start(&self.clique);
+                Ok(())
+            }
+            // This rank's own launch failed (not a wait a failure ended):
+            // its peers are committed to the call.
+            Err(e) if own_fault(&e) => Err(self.fail_agreed(&launched.to_string(), e)),
+            Err(e) => {
+                let e = self.blamed(e);
+                Err(self.fail("an operation", e))
+            }
+        }
+    }
+
+    /// Fails this rank's call `call` after its peers agreed on it (its
+    /// launch, its plan or its stream join failed here, with `e`; without
+    /// the call check, after its peers may have launched it): the peers
+    /// are then in the call's data waits, which only the clique's failure
+    /// ends, so the clique fails now, naming this rank, the call and the
+    /// reason. Ranks of this process then get
+    /// [`Error::PeerFailed`] naming this rank (see [`Communicator::blamed`]);
+    /// ranks in other processes an abort whose reason names it. Returns
+    /// `e` (this rank's own error), or, when the clique had already
+    /// failed, what that failure says of it.
+    pub(crate) fn fail_agreed(&self, call: &str, e: Error) -> Error {
+        if self.clique.backend.failure().is_some() || !own_fault(&e) {
+            return self.blamed(e);
+        }
+        self.clique.blame.lock().get_or_insert_with(|| Blame {
+            rank: self.rank,
+            call: call.to_string(),
+            reason: e.to_string(),
+        });
+        tracing::warn!(rank = self.rank, call, error = %e, "oxccl: a call its peers are committed to failed on this rank; failing the communicator so they stop waiting");
+        // On the board first: a peer the abort wakes looks there.
+        self.post_failed_after_agreement();
+        let why = format!("rank {} failed {call}{AFTER_AGREEMENT}{e}", self.rank);
+        self.clique.backend.abort(&why);
+        self.clique.board.abort(self.rank);
+        e
+    }
+
+    /// `e`, a wait of this rank that a failure ended, as the failure of
+    /// the peer to blame ([`Error::PeerFailed`]), where one failed its call
+    /// after agreeing on it ([`Communicator::fail_agreed`]); any other
+    /// error as it is.
+    pub(crate) fn blamed(&self, e: Error) -> Error {
+        self.clique.blamed(self.rank, e)
     }
 
     /// Aborts the clique after `what` failed on this rank, and passes the
@@ -1121,4 +1291,23 @@ impl Communicator {
     ) -> Result<()> {
         self.collective(CollKind::Scatter, send, recv, RedOp::Sum, root)
     }
+}
+
+/// How a failure after the agreement reads in the clique's failure: `rank
+/// R failed CALL{AFTER_AGREEMENT}REASON` (peers read the call and reason
+/// back from it, across processes too).
+const AFTER_AGREEMENT: &str = ", a call its peers were committed to: ";
+
+/// Whether `e` is a failure of this rank's own making, rather than a wait
+/// that a deadline, an abort or a peer's failure ended.
+pub(crate) fn own_fault(e: &Error) -> bool {
+    !matches!(
+        e,
+        Error::Wait(_)
+            | Error::Aborted(_)
+            | Error::Failed { .. }
+            | Error::Timeout(_)
+            | Error::PeerFailed { .. }
+            | Error::Destroyed { .. }
+    )
 }

@@ -6,21 +6,22 @@
 
 use std::sync::Arc;
 
-use crate::backend::{self, Backend};
-use crate::comm::Communicator;
+use crate::backend;
+use crate::comm::{Clique, Communicator};
 use crate::error::{Error, Result};
 
 /// Done when the work its rank had issued at its making is done.
 #[derive(Debug)]
 pub struct Completion {
     inner: Box<dyn backend::Completion>,
-    backend: Arc<dyn Backend>,
+    clique: Arc<Clique>,
     rank: u32,
 }
 
 impl Completion {
     /// Whether the work has completed (never waits). A clique failure is
-    /// an error.
+    /// an error ([`Error::PeerFailed`] where a peer's call failed after
+    /// the ranks agreed on it).
     pub fn is_done(&mut self) -> Result<bool> {
         self.failed()?;
         self.inner.is_done()
@@ -34,11 +35,14 @@ impl Completion {
     }
 
     fn failed(&self) -> Result<()> {
-        match self.backend.failure() {
-            Some(e) => Err(Error::Failed {
-                rank: self.rank,
-                cause: e.root_cause(),
-            }),
+        match self.clique.backend.failure() {
+            Some(e) => Err(self.clique.blamed(
+                self.rank,
+                Error::Failed {
+                    rank: self.rank,
+                    cause: e.root_cause(),
+                },
+            )),
             None => Ok(()),
         }
     }
@@ -50,10 +54,9 @@ impl Communicator {
     /// while later ones keep running.
     pub fn completion(&self) -> Result<Completion> {
         self.check_usable()?;
-        let backend = self.clique().backend.clone();
         Ok(Completion {
-            inner: backend.completion(self.rank())?,
-            backend,
+            inner: self.clique().backend.completion(self.rank())?,
+            clique: self.clique().clone(),
             rank: self.rank(),
         })
     }

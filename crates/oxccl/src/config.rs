@@ -314,7 +314,9 @@ pub struct Config {
     /// (`OXCCL_WAIT_WARN_MS`, default 10 s), then how often it warns again
     /// (`OXCCL_WAIT_WARN_EVERY_MS`, default a minute). The warning goes to
     /// stderr whether or not logging was asked for, naming the absent
-    /// ranks and the call; it is printed with or without a deadline.
+    /// ranks and the call; it is printed with or without a deadline. Calls
+    /// a backend enqueues (CUDA) that have not completed by then get the
+    /// same warning from the clique's watchdog thread.
     pub wait_warn: WaitWarn,
     /// Piece size override in bytes (`OXCCL_CHUNK_BYTES`): FIFO messages
     /// (capped at the backend's slot) and registered direct plans' pieces.

@@ -423,11 +423,16 @@ impl<'a> Group<'a> {
         }
         let mut seqs: Vec<_> = locks.into_iter().flatten().collect();
         let agreed = check::group(&comms, &mut seqs)?;
+        // From here on every rank agreed on the group: a failure on this
+        // rank leaves its peers in their data waits, so it fails the
+        // communicators (naming this rank) instead of returning quietly.
+        let all: Vec<&Communicator> = comms.iter().map(|(c, _)| *c).collect();
         let jobs = comms
             .iter()
             .zip(agreed)
             .map(|((comm, entries), agreed)| Ok((*comm, build_jobs(comm, entries, &agreed)?)))
-            .collect::<Result<Vec<_>>>()?;
+            .collect::<Result<Vec<_>>>()
+            .map_err(|e| fail_unlaunched(&all, e))?;
         // A launch that waits for the other ranks of its GPU (CUDA past the
         // hardware queues) needs them on threads of their own, as a
         // blocking backend's plans do.
@@ -446,19 +451,57 @@ impl<'a> Group<'a> {
                     .collect();
                 handles
                     .into_iter()
-                    .map(|h| {
-                        h.join().unwrap_or_else(|_| {
-                            Err(Error::Internal("group thread panicked".into()))
-                        })
+                    .zip(&jobs)
+                    .map(|(h, (comm, _))| {
+                        h.join()
+                            .unwrap_or_else(|_| {
+                                Err(Error::Internal("group thread panicked".into()))
+                            })
+                            .map_err(|e| comm.fail_agreed(GROUP, e))
                     })
                     .collect::<Vec<_>>()
                     .into_iter()
                     .collect::<Result<()>>()
             })
         } else {
-            jobs.iter()
-                .try_for_each(|(comm, js)| run_jobs(comm, js, self.streams_of(comm)))
+            for (i, (comm, js)) in jobs.iter().enumerate() {
+                if let Err(e) = run_jobs(comm, js, self.streams_of(comm)) {
+                    let e = comm.fail_agreed(GROUP, e);
+                    let rest: Vec<&Communicator> = jobs[i + 1..].iter().map(|(c, _)| *c).collect();
+                    fail_unlaunched(&rest, e.clone());
+                    return Err(e);
+                }
+            }
+            Ok(())
         }
+    }
+}
+
+/// How a failed group names its call to the peers it fails.
+const GROUP: &str = "its group";
+
+/// Fails `comms`, a group's communicators that will not launch their part
+/// after their ranks agreed on it (because of `e`), so their peers stop
+/// waiting for it; returns `e` (as the failure of the rank to blame, see
+/// [`Communicator::blamed`], where it is a wait another rank ended). A refusal every rank reaches alike (no
+/// algorithm allowed for a call) leaves them usable.
+fn fail_unlaunched(comms: &[&Communicator], e: Error) -> Error {
+    if matches!(e, Error::NoAlgorithm { .. }) {
+        return e;
+    }
+    let why = if crate::comm::own_fault(&e) {
+        e.clone()
+    } else {
+        Error::InvalidUsage(format!(
+            "not launched: another part of its group failed: {e}"
+        ))
+    };
+    for c in comms {
+        c.fail_agreed(GROUP, why.clone());
+    }
+    match comms.first() {
+        Some(c) => c.blamed(e),
+        None => e,
     }
 }
 

@@ -217,9 +217,12 @@
 //! `WARN` events, with one exception printed to stderr even without a
 //! subscriber: a wait for peers that have not reached a call warns after
 //! 10 s and then every minute (`Config::wait_warn`), naming the ranks and
-//! the call. The error at the deadline itself is always returned; a peer
-//! whose call was refused (alone or inside a group) makes the others
-//! fail at once ([`Error::PeerFailed`], [`Error::blamed_rank`]). At `INFO` each call
+//! the call; calls a backend enqueues (CUDA) get the same warning from a
+//! watchdog thread when they have not completed by then. The error at the
+//! deadline itself is always returned; a peer whose call was refused
+//! (alone or inside a group), or failed on it after every rank agreed on
+//! the call (its launch), makes the others fail at once
+//! ([`Error::PeerFailed`], [`Error::blamed_rank`]). At `INFO` each call
 //! logs what it is and its choice: `oxccl: reduce(sum, root 2) of 1024 x
 //! float: algo ring proto simple channels 1 predicted 3.1 us`, marked
 //! `(override)` when the configuration restricted it and, on the host
@@ -260,6 +263,7 @@ mod shrink;
 mod sink;
 mod split_threads;
 mod validate;
+mod watchdog;
 mod window;
 
 pub use backend::{BackendKind, RawStream};

@@ -254,9 +254,11 @@ impl Communicator {
     ///   call has completed.
     pub unsafe fn collective_raw(&self, call: RawColl, stream: RawStream) -> Result<()> {
         let (send, recv) = self.raw_pair(&call).map_err(|e| self.refuse_call(e))?;
+        let reached = std::cell::Cell::new(false);
         // SAFETY: caller's contract.
-        unsafe {
+        let r = unsafe {
             self.on_stream(stream, || {
+                reached.set(true);
                 with_element!(call.dtype, T => self.collective::<T>(
                     call.kind,
                     In::from_arg(send),
@@ -265,6 +267,15 @@ impl Communicator {
                     call.root,
                 ))
             })
+        };
+        match r {
+            // Joining the caller's stream failed before the call was
+            // published: the peers are told in its place, as of a refusal.
+            Err(e) if !reached.get() && call.count > 0 && crate::comm::own_fault(&e) => {
+                self.post_refusal(crate::check::refusal::code(&e));
+                Err(e)
+            }
+            r => r,
         }
     }
 

@@ -473,6 +473,27 @@ impl Backend for CudaBackend {
         Ok(Box::new(CudaCompletion(ev)))
     }
 
+    fn probe(&self, rank: u32) -> Result<Option<Box<dyn Completion>>, Error> {
+        // An event recorded on a stream being captured would become a node
+        // of the caller's graph: such a rank is looked at later.
+        if self
+            .world
+            .stream(rank)
+            .map_err(map_error)?
+            .capturing()
+            .map_err(map_error)?
+        {
+            return Ok(None);
+        }
+        self.completion(rank).map(Some)
+    }
+
+    fn watchdog_thread(&self) {
+        if let Err(e) = oxccl_cuda::driver::relax_capture_mode() {
+            tracing::debug!(error = %e, "oxccl: the watchdog thread keeps the default capture mode");
+        }
+    }
+
     fn timer(&self, rank: u32) -> Result<Box<dyn Timer>, Error> {
         let mut t = CudaTimer {
             world: self.world.clone(),

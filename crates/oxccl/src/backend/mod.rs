@@ -560,6 +560,20 @@ pub trait Backend: Send + Sync + Debug {
         }
     }
 
+    /// A probe of everything issued on `rank` so far, for the watchdog of
+    /// enqueued calls (`watchdog.rs`), taken from its own thread once a
+    /// tick at most: `None` when the rank cannot be probed now (CUDA: its
+    /// stream is being captured into a graph, whose work runs only when
+    /// the graph is launched). The default is [`Backend::completion`].
+    fn probe(&self, rank: u32) -> Result<Option<Box<dyn Completion>>, Error> {
+        self.completion(rank).map(Some)
+    }
+
+    /// Readies the calling thread, the watchdog's, before its first probe
+    /// (CUDA: relaxed capture mode, so its queries never break a graph
+    /// capture another thread runs). The default does nothing.
+    fn watchdog_thread(&self) {}
+
     /// Makes every rank's pending and future waits fail promptly, with
     /// errors that tell `why` (which rank aborted, and for what).
     fn abort(&self, why: &str);

@@ -157,6 +157,12 @@ impl Board {
             .unwrap_or(0)
     }
 
+    /// The latest collective sequence number `rank` published, as this
+    /// process can read it (the watchdog's view of a peer's progress).
+    pub fn published(&self, rank: u32) -> u64 {
+        self.latest(rank)
+    }
+
     /// Wakes every sleeping waiter (after a publish, or an abort).
     pub fn wake_all(&self) {
         match self.mem.store() {

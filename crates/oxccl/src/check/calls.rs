@@ -171,6 +171,25 @@ impl Communicator {
         }
     }
 
+    /// Posts, in place of this rank's next collective call, that its call
+    /// failed after every rank agreed on it ([`Communicator::fail_agreed`]):
+    /// peers that reach their next call fail naming this rank, and peers
+    /// whose waits the failure ended find whom to blame
+    /// ([`crate::comm::Clique::failed_after_agreement`]), in this process or
+    /// another. Does nothing when calls are not checked.
+    pub(crate) fn post_failed_after_agreement(&self) {
+        if !self.checking() {
+            return;
+        }
+        let board = &self.clique().board;
+        let seq = board.published(self.rank()) + 1;
+        let [a, b, c] = Call::Refused {
+            reason: super::refusal::AGREED,
+        }
+        .encode(false);
+        board.publish(self.rank(), seq, [a, b, c, 0]);
+    }
+
     /// Publishes and compares a single collective (or barrier) call.
     pub(crate) fn agree(
         &self,
@@ -323,5 +342,27 @@ impl Communicator {
             e @ Error::Timeout(_) => self.fail("waiting for peers' calls", e),
             e => e,
         }
+    }
+}
+
+impl crate::comm::Clique {
+    /// The peer of `me` whose latest record on the board says its call
+    /// failed after every rank agreed on it, if one's does.
+    pub(crate) fn failed_after_agreement(&self, me: u32) -> Option<u32> {
+        if !(self.nranks > 1 && self.config.check_calls) {
+            return None;
+        }
+        let board = &self.board;
+        let failed = Call::Refused {
+            reason: super::refusal::AGREED,
+        };
+        (0..self.nranks).filter(|&r| r != me).find(|&r| {
+            let seq = board.published(r);
+            seq > 0
+                && board
+                    .record(r, seq)
+                    .and_then(|w| Call::decode([w[0], w[1], w[2]]))
+                    .is_some_and(|(c, _)| c == failed)
+        })
     }
 }

@@ -39,6 +39,10 @@
 //!   is one thread calling every rank in turn). A wait for a rank whose
 //!   communicator was destroyed or dropped fails at once, naming it, among
 //!   threads and across processes (a "gone" word per rank of the board).
+//!   A rank whose call fails after every rank agreed on it (its launch, its
+//!   plan, joining the caller's streams) posts that in place of its next
+//!   call before failing the clique, so peers whose data waits the failure
+//!   ends name it ([`crate::Error::PeerFailed`]), in any process.
 //!
 //! The exchange goes through [`Board`]. Ranks as threads keep it in this
 //! process's memory. Ranks as processes of one host (the host backend

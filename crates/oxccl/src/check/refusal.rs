@@ -14,8 +14,12 @@ pub(crate) const ARGUMENTS: u8 = 11;
 /// differ (found at the group's end, before anything is published).
 pub(crate) const SELF_PAIRS: u8 = 12;
 
+/// The code of a rank whose call failed after every rank agreed on it
+/// (its launch, plan or stream join), posted in place of its next call.
+pub(crate) const AGREED: u8 = 13;
+
 /// Phrases by code; code 0 is any other failure.
-const PHRASES: [&str; 13] = [
+const PHRASES: [&str; 14] = [
     "its call failed",
     "a buffer's length does not fit the count",
     "a buffer is longer than the call allows",
@@ -29,6 +33,7 @@ const PHRASES: [&str; 13] = [
     "a buffer belongs to another communicator or backend",
     "its arguments were refused",
     "its sends to itself and receives from itself do not match",
+    "its call failed after every rank agreed on it",
 ];
 
 /// Whether `e` is a refusal of the call's arguments (what validation
