@@ -547,7 +547,12 @@ impl Stream {
         self.ctx.bind()?;
         guarded("cuMemcpyAsync", || {
             // SAFETY: caller's contract.
-            unsafe { check("cuMemcpyAsync", sys::cuMemcpyAsync(dst, src, bytes, self.raw)) }
+            unsafe {
+                check(
+                    "cuMemcpyAsync",
+                    sys::cuMemcpyAsync(dst, src, bytes, self.raw),
+                )
+            }
         })
     }
 

@@ -159,9 +159,7 @@ fn merge(mut copies: Vec<Copy>) -> Vec<Copy> {
         if let Some(last) = out.last_mut() {
             let same = (last.src.rank, last.src.buf, last.dst.rank, last.dst.buf)
                 == (c.src.rank, c.src.buf, c.dst.rank, c.dst.buf);
-            if same
-                && last.src.off + last.len == c.src.off
-                && last.dst.off + last.len == c.dst.off
+            if same && last.src.off + last.len == c.src.off && last.dst.off + last.len == c.dst.off
             {
                 last.len += c.len;
                 continue;
@@ -326,7 +324,10 @@ impl World {
                 None => "the plan is not copy-only (FIFO, scratch staging or a mid-plan barrier)",
             }
         };
-        tracing::debug!(rank = rp.rank, "oxccl: copy-engine plan runs on the executor: {why}");
+        tracing::debug!(
+            rank = rp.rank,
+            "oxccl: copy-engine plan runs on the executor: {why}"
+        );
         None
     }
 
@@ -542,11 +543,8 @@ mod tests {
 
     #[test]
     fn plans_with_fifo_or_reductions_are_not_copy_only() {
-        let mut req = PlanRequest::new(
-            Collective::new(CollKind::AllGather, 1000, 0),
-            4,
-            Algo::Ring,
-        );
+        let mut req =
+            PlanRequest::new(Collective::new(CollKind::AllGather, 1000, 0), 4, Algo::Ring);
         req.channels = 2;
         let p = generate(&req).unwrap();
         assert!(p.ranks.iter().all(|rp| copy_list(rp).is_none()));
@@ -599,7 +597,9 @@ mod tests {
         all.sort_unstable();
         all.dedup();
         assert_eq!(all.len(), 3 * n);
-        assert!(all.iter().all(|&a| a + 4 <= flag_bytes(n) as u64 && a % 4 == 0));
+        assert!(all
+            .iter()
+            .all(|&a| a + 4 <= flag_bytes(n) as u64 && a % 4 == 0));
     }
 
     #[test]

@@ -143,15 +143,12 @@ impl World {
         }
         let h = plan_hash(rp);
         if let Some(list) = lock(&st.plans).get(&h) {
-            if let Some((_, p)) = list
-                .iter()
-                .find(|(q, p)| {
-                    q == rp
-                        && p.elem_size == elem_size
-                        && p.proto == proto
-                        && p.copies_asked == copies_asked
-                })
-            {
+            if let Some((_, p)) = list.iter().find(|(q, p)| {
+                q == rp
+                    && p.elem_size == elem_size
+                    && p.proto == proto
+                    && p.copies_asked == copies_asked
+            }) {
                 return Ok(p.clone());
             }
         }

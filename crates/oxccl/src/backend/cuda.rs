@@ -304,6 +304,10 @@ impl Backend for CudaBackend {
         Some(self.world.link_memory())
     }
 
+    fn copy_engines(&self) -> bool {
+        self.world.copy_engine_usable()
+    }
+
     fn launch_counts(&self) -> Option<super::LaunchCounts> {
         Some(super::LaunchCounts {
             kernels: self.world.kernel_launches(),

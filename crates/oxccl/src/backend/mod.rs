@@ -606,6 +606,13 @@ pub trait Backend: Send + Sync + Debug {
         0
     }
 
+    /// Whether plans of the copy-engine algorithm run on the copy
+    /// engines with no kernel (so the selector times them and may pick
+    /// them); `false` where they run as the backend's other plans.
+    fn copy_engines(&self) -> bool {
+        false
+    }
+
     /// How the backend ran this process's calls so far, all ranks
     /// together: device kernels launched and calls run as copy-engine
     /// copies with no kernel (`None`: a backend without kernels).
