@@ -405,9 +405,8 @@ impl World {
                 first.get_or_insert(e);
             }
         };
-        // SAFETY (every block below): the flag words lie in `flags`, which
-        // lives as long as the clique (longer than any stream's use);
-        // copies address what the caller vouches for.
+        // SAFETY: the flag words lie in `area` (aligned, host-mapped),
+        // which lives as long as the clique, longer than any stream's use.
         unsafe {
             note(s.write_value(a, 1));
             for q in peers.clone() {
@@ -429,7 +428,7 @@ impl World {
             }
             Err(e) => note(Err(CudaError::Invalid(e.to_string()))),
         }
-        // SAFETY: as above.
+        // SAFETY: as above (flag words of `area`).
         unsafe {
             note(s.write_value(b, 1));
             for q in peers.clone() {
