@@ -26,7 +26,7 @@
 //! **Ordering.** Three flag words per rank, `A`, `B`, `C`, in host-mapped
 //! memory every device of the clique maps (so ranks on several GPUs of
 //! the process see them, and nothing is allocated per call). Each call
-//! enqueues, on rank r's stream:
+//! enqueues, on rank r's stream ([`CALL`]):
 //!
 //! 1. `A[r] = 1`, wait until `A[p] ≥ 1` for every peer p, `C[r] = 0`
 //!    (every rank's earlier work on its buffers is done: inputs are ready
@@ -266,6 +266,31 @@ impl AddrExchange {
     }
 }
 
+/// One operation of a rank's copy-engine call on its stream: a store to
+/// one of its own flags (0 = A, 1 = B, 2 = C), a wait until that flag of
+/// every peer is at least 1, or the copies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Op {
+    Set(usize, u32),
+    WaitPeers(usize),
+    Copies,
+}
+
+/// The sequence every rank enqueues per call (module docs): the same
+/// constants every time, so a captured graph's replay is the same call.
+pub(super) const CALL: [Op; 10] = [
+    Op::Set(0, 1),
+    Op::WaitPeers(0),
+    Op::Set(2, 0),
+    Op::Copies,
+    Op::Set(1, 1),
+    Op::WaitPeers(1),
+    Op::Set(0, 0),
+    Op::Set(2, 1),
+    Op::WaitPeers(2),
+    Op::Set(1, 0),
+];
+
 /// The device addresses of `rank`'s three flags in a flag area of
 /// `n` ranks starting at `base`: `[A, B, C]`.
 pub(super) fn flags(base: u64, n: usize, rank: usize) -> [u64; 3] {
@@ -397,7 +422,7 @@ impl World {
             .collect();
         let s = &st.stream;
         let own = |r: usize| flags(area.dev_ptr, n, r);
-        let [a, b, c] = own(rank as usize);
+        let mine = own(rank as usize);
         let peers = (0..n).filter(|&q| q != rank as usize);
         let mut first: Option<CudaError> = None;
         let mut note = |r: Result<()>| {
@@ -405,41 +430,33 @@ impl World {
                 first.get_or_insert(e);
             }
         };
-        // SAFETY: the flag words lie in `area` (aligned, host-mapped),
-        // which lives as long as the clique, longer than any stream's use.
-        unsafe {
-            note(s.write_value(a, 1));
-            for q in peers.clone() {
-                note(s.wait_value_geq(own(q)[0], 1));
-            }
-            note(s.write_value(c, 0));
-        }
-        match &resolved {
-            Ok(list) => {
-                for &(dst, src, bytes) in list {
-                    // SAFETY: caller's contract (both ends are plan buffers
-                    // of the call, reachable from this device).
-                    let r = unsafe { s.copy_async(dst, src, bytes) };
-                    if r.is_err() {
-                        note(r);
-                        break;
+        for op in CALL {
+            match op {
+                // SAFETY: the flag words lie in `area` (aligned,
+                // host-mapped), which lives as long as the clique, longer
+                // than any stream's use.
+                Op::Set(f, v) => note(unsafe { s.write_value(mine[f], v) }),
+                Op::WaitPeers(f) => {
+                    for q in peers.clone() {
+                        // SAFETY: as above.
+                        note(unsafe { s.wait_value_geq(own(q)[f], 1) });
                     }
                 }
+                Op::Copies => match &resolved {
+                    Ok(list) => {
+                        for &(dst, src, bytes) in list {
+                            // SAFETY: caller's contract (both ends are plan
+                            // buffers of the call, reachable from here).
+                            let r = unsafe { s.copy_async(dst, src, bytes) };
+                            if r.is_err() {
+                                note(r);
+                                break;
+                            }
+                        }
+                    }
+                    Err(e) => note(Err(CudaError::Invalid(e.to_string()))),
+                },
             }
-            Err(e) => note(Err(CudaError::Invalid(e.to_string()))),
-        }
-        // SAFETY: as above (flag words of `area`).
-        unsafe {
-            note(s.write_value(b, 1));
-            for q in peers.clone() {
-                note(s.wait_value_geq(own(q)[1], 1));
-            }
-            note(s.write_value(a, 0));
-            note(s.write_value(c, 1));
-            for q in peers {
-                note(s.wait_value_geq(own(q)[2], 1));
-            }
-            note(s.write_value(b, 0));
         }
         match first {
             Some(e) => Err(e),
@@ -587,6 +604,72 @@ mod tests {
             Err(Missed::Absent(absent, _)) => assert_eq!(absent, vec![0, 2]),
             other => panic!("{other:?}"),
         }
+    }
+
+    /// The flag protocol of [`CALL`] with ranks as threads and flags as
+    /// atomics (a stream runs its operations in order, a store fenced
+    /// after everything before it, as the driver's default stream stores
+    /// are): over many calls with random delays, a rank copies in call k
+    /// only once every rank has finished call k−1's copies and started
+    /// call k (its earlier work on its buffers is done), and leaves call k
+    /// only once every rank finished call k's copies. A flag left at 1, or
+    /// cleared too early, would break one of those or hang (a wait of
+    /// more than 10 s fails).
+    #[test]
+    fn the_flag_protocol_orders_calls_repeated_with_the_same_values() {
+        use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::SeqCst};
+        const N: usize = 4;
+        const CALLS: u64 = 300;
+        let flags: Vec<AtomicU32> = (0..3 * N).map(|_| AtomicU32::new(0)).collect();
+        let started: Vec<AtomicU64> = (0..N).map(|_| AtomicU64::new(0)).collect();
+        let copied: Vec<AtomicU64> = (0..N).map(|_| AtomicU64::new(0)).collect();
+        std::thread::scope(|sc| {
+            for r in 0..N {
+                let (flags, started, copied) = (&flags, &started, &copied);
+                sc.spawn(move || {
+                    let mut seed = r as u64 * 7919 + 1;
+                    let mut jitter = || {
+                        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
+                        for _ in 0..(seed >> 60) {
+                            std::thread::yield_now();
+                        }
+                    };
+                    for k in 1..=CALLS {
+                        started[r].store(k, SeqCst);
+                        for op in CALL {
+                            jitter();
+                            match op {
+                                Op::Set(f, v) => flags[f * N + r].store(v, SeqCst),
+                                Op::WaitPeers(f) => {
+                                    for q in (0..N).filter(|&q| q != r) {
+                                        let t0 = Instant::now();
+                                        while flags[f * N + q].load(SeqCst) < 1 {
+                                            // A protocol that deadlocks fails
+                                            // (and so does a peer that panicked).
+                                            assert!(t0.elapsed().as_secs() < 10, "hung");
+                                            std::thread::yield_now();
+                                        }
+                                    }
+                                    if f == 1 {
+                                        for c in copied {
+                                            assert!(c.load(SeqCst) >= k, "left early");
+                                        }
+                                    }
+                                }
+                                Op::Copies => {
+                                    for (st, c) in started.iter().zip(copied) {
+                                        assert!(st.load(SeqCst) >= k, "copied early");
+                                        assert!(c.load(SeqCst) >= k - 1, "overlap");
+                                    }
+                                    copied[r].store(k, SeqCst);
+                                }
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        assert!(copied.iter().all(|c| c.load(SeqCst) == CALLS));
     }
 
     #[test]
