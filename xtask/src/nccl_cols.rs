@@ -410,6 +410,7 @@ mod tests {
             memory: "alloc".into(),
             wrong: 0,
             floor_ratio: None,
+            sm_free: None,
             nccl,
         }
     }

@@ -52,6 +52,13 @@
 //! receives at once, so where both directions share the cores (loopback)
 //! that is the most its busbw can reach.
 //!
+//! With `--sm-free` the last column says, out of place / in place,
+//! whether a row's calls ran with no SM: `yes` where this process's
+//! backend launched no kernel for them and ran them as copy-engine copies
+//! (`Communicator::launch_counts`, so a fallback to the kernel reads `no`),
+//! `-` where the backend counts no launches (host). `--sm-free-only`
+//! forces the copy-engine algorithm (`ce`) for every collective it serves.
+//!
 //! The modules, by job: `args` (the flags and what they expand to),
 //! `launch`, `launcher` and `procs` (where the ranks come from: threads,
 //! processes this sweep starts, or one rank of a launcher's, found without
@@ -206,6 +213,12 @@ impl Table<'_> {
         for (kind, dt, op) in cases {
             if last_kind != Some(kind) {
                 output::header(out, kind, self.ceiling.gbps.is_some(), self.nccl)?;
+                if a.sm_free || a.sm_free_only {
+                    writeln!(
+                        out,
+                        "# last column smfree: out-of-place/in-place calls that launched no kernel (copy engines only)"
+                    )?;
+                }
                 last_kind = Some(kind);
             }
             if sizes
@@ -236,6 +249,9 @@ impl Table<'_> {
                     if a.memory != [Memory::Alloc] {
                         line += &format!("  {:>8}", memory.name());
                     }
+                    if a.sm_free || a.sm_free_only {
+                        line += &output::sm_free_cell(&pair);
+                    }
                     bar.suspend(|| writeln!(out, "{line}"))?;
                     rows.extend(pair);
                 }
@@ -261,6 +277,8 @@ impl Table<'_> {
             if kind == CollKind::SendRecv && in_place {
                 continue;
             }
+            let counts = || comms.first().and_then(|c| c.launch_counts());
+            let before = counts();
             let m = with_dtype!(dt, T => {
                 let most = largest_elems(&self.plan.colls, &self.plan.sizes, dt.size(), n);
                 let pool = pools.get_for::<T>(comms, most, memory)?;
@@ -275,7 +293,14 @@ impl Table<'_> {
                     )
                 });
             }
-            pair.push(self.row(coll, dt, op, in_place, memory, m));
+            // SM-free: the row's calls launched no kernel and ran as
+            // copy-engine copies (counted by this process's backend).
+            let sm_free = before
+                .zip(counts())
+                .map(|(b, a)| a.kernels == b.kernels && a.copy_engine_calls > b.copy_engine_calls);
+            let mut row = self.row(coll, dt, op, in_place, memory, m);
+            row.sm_free = sm_free;
+            pair.push(row);
         }
         Ok(pair)
     }
@@ -326,6 +351,7 @@ impl Table<'_> {
                 fb / (2.0 * c * 1e9) / time
             }),
             nccl: self.nccl.cols(&m.nccl, bytes, kind.busbw_factor(n), busbw),
+            sm_free: None,
         }
     }
 }

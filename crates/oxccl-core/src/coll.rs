@@ -216,6 +216,14 @@ impl Algo {
         }
     }
 
+    /// Whether the algorithm's plans are copies only ([`Algo::CopyEngine`]),
+    /// which a GPU backend runs on its copy engines with no kernel, so
+    /// they use no SM (where the backend falls back to its executor they
+    /// do; `oxccl::Communicator::launch_counts` tells).
+    pub const fn sm_free(self) -> bool {
+        matches!(self, Algo::CopyEngine)
+    }
+
     /// Plan channels (thread blocks per rank on a GPU) that a request for
     /// `channels` generates: the double binary tree gives each of its two
     /// trees a channel of its own, so twice as many; the others one each.

@@ -294,6 +294,12 @@ impl RankPlan {
 }
 
 impl Plan {
+    /// Whether the plan is copies only, which a GPU backend runs on its
+    /// copy engines with no SM ([`crate::Algo::sm_free`]).
+    pub fn sm_free(&self) -> bool {
+        self.algo.sm_free()
+    }
+
     /// Combines several plans (a group) into one: buffers and channels of
     /// later plans are renumbered after those of earlier ones, so each
     /// operation keeps its own connections.

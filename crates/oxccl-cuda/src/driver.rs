@@ -550,6 +550,75 @@ impl Stream {
         }
     }
 
+    /// Enqueues a copy of `bytes` bytes from `src` to `dst`, any two
+    /// addresses of the unified address space (the driver infers the
+    /// kind: a device's own memory, a peer device's, or mapped host
+    /// memory), on the device's copy engines: no kernel of ours runs.
+    ///
+    /// # Safety
+    /// Both ranges must be valid memory of `bytes` bytes, reachable from
+    /// this stream's context, until the stream reaches the copy.
+    pub unsafe fn copy_async(&self, dst: u64, src: u64, bytes: usize) -> Result<()> {
+        if bytes == 0 {
+            return Ok(());
+        }
+        self.ctx.bind()?;
+        guarded("cuMemcpyAsync", || {
+            // SAFETY: caller's contract.
+            unsafe {
+                check(
+                    "cuMemcpyAsync",
+                    sys::cuMemcpyAsync(dst, src, bytes, self.raw),
+                )
+            }
+        })
+    }
+
+    /// Enqueues a 32-bit store of `v` at `addr` (a stream memory
+    /// operation, `cuStreamWriteValue32_v2`). With the default flags the
+    /// driver fences before the store (like `__threadfence_system()`,
+    /// scoped to the stream), so everything the stream wrote earlier,
+    /// copies included, is visible before the value is.
+    ///
+    /// # Safety
+    /// `addr` must be a 4-byte aligned device address (device memory, or
+    /// mapped host memory's device pointer; not managed memory) valid
+    /// until the stream reaches the store.
+    pub unsafe fn write_value(&self, addr: u64, v: u32) -> Result<()> {
+        self.ctx.bind()?;
+        let flags = sys::CUstreamWriteValue_flags::CU_STREAM_WRITE_VALUE_DEFAULT as u32;
+        guarded("cuStreamWriteValue32_v2", || {
+            // SAFETY: caller's contract.
+            unsafe {
+                check(
+                    "cuStreamWriteValue32_v2",
+                    sys::cuStreamWriteValue32_v2(self.raw, addr, v, flags),
+                )
+            }
+        })
+    }
+
+    /// Enqueues a wait until the 32-bit word at `addr` is at least `v`
+    /// (`cuStreamWaitValue32_v2` with `CU_STREAM_WAIT_VALUE_GEQ`, an
+    /// unsigned comparison): later work of the stream starts after it.
+    /// The wait has no deadline.
+    ///
+    /// # Safety
+    /// As [`Stream::write_value`].
+    pub unsafe fn wait_value_geq(&self, addr: u64, v: u32) -> Result<()> {
+        self.ctx.bind()?;
+        let flags = sys::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_GEQ as u32;
+        guarded("cuStreamWaitValue32_v2", || {
+            // SAFETY: caller's contract.
+            unsafe {
+                check(
+                    "cuStreamWaitValue32_v2",
+                    sys::cuStreamWaitValue32_v2(self.raw, addr, v, flags),
+                )
+            }
+        })
+    }
+
     /// Work enqueued here after this call waits (on the device) for
     /// everything before `ev`'s last record.
     pub fn wait_event(&self, ev: &Event) -> Result<()> {

@@ -32,6 +32,7 @@
 //! | all-pairs per-peer signal | 0.2 | assumed |
 //! | all-pairs bandwidth efficiency | 0.85 | assumed: many concurrent peer streams reach less of the port than a ring (why one-shot/two-shot kernels are used only for small and medium sizes) |
 //! | all-pairs (one/two-shot) minimum bytes per channel | 65536 | assumed: each channel is one more block per rank in every entry/exit barrier with all n − 1 peers, a cost the latency term does not grow with the channel count; 64 KiB is a few µs of copy for one block at its share of an H200 shared by 8 ranks (≈ 16 GB/s), well above a barrier's signals, so a channel is added only where it carries more copy than synchronisation (NCCL likewise drops channels below a bytes-per-thread threshold, 32 KiB per Simple channel) |
+//! | copy engines (`ce`): per-engine rate, engines, per-copy issue, per-call and per-peer barrier cost | 200 GB/s, 4, 3 µs, 12 µs, 1 µs | assumed, uncalibrated ([`CopyEngineModel::GUESS`]); only where the backend runs `ce` on copy engines |
 //! | ranks sharing one H200: per-collective corrections, avoided variants | fitted | `calib/h200-1gpu-8ranks.json` (device run 7, 2026-12-02, `cargo xtask sweep --backend cuda --ranks 8`, 256 MiB, 16 channels; loaded by [`crate::calibrate::builtin_for`]): registered two-shot AllReduce 1114.67 µs (96% of the HBM floor) vs ring 3101 µs; all-pairs ReduceScatter 594.51, Reduce 592.58, AllGather 679.35, Broadcast 677.72, AllToAll 1095.28 µs out of place; 8 B AllReduce (session 3 device run 1) direct one-shot 17.02 µs, FIFO one-shot LL 14.02, FIFO one-shot Simple 17.71 µs eager, launch floor 10.69 µs; nothing avoided |
 
 use oxccl_core::{Algo, CollKind, Proto};
@@ -258,6 +259,56 @@ pub struct Constants {
     /// selector never picks them (an override still can): variants known
     /// to hang or to be pathologically slow on the calibrated machine.
     pub avoid: Vec<(CollKind, Algo)>,
+    /// How the copy-engine algorithm runs, where a backend runs its plans
+    /// on the copy engines with no kernel; `None` (the default): it is not
+    /// timed, so the selector never picks it (forcing it still can).
+    pub copy_engine: Option<CopyEngineModel>,
+}
+
+/// The cost of the copy-engine algorithm (`ce`): each rank issues one
+/// `cuMemcpyAsync` per peer block, between three barriers of stream
+/// memory operations. **Every value is a guess, to be calibrated** with
+/// the sweep (`cargo xtask sweep --backend cuda --algo ce` against the
+/// kernel algorithms): nothing here has been measured yet.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CopyEngineModel {
+    /// Bytes one copy engine moves per second, GB/s (each byte read once
+    /// and written once). Guess: a fraction of an HBM3 GPU's copy rate.
+    pub engine_bw: f64,
+    /// Copy engines a GPU runs at once; ranks sharing a GPU share them.
+    pub engines: u32,
+    /// Host and device cost of one copy issued, µs (the driver call and
+    /// the engine's start).
+    pub issue_us: f64,
+    /// Fixed cost of a call, µs: the address exchange between the ranks'
+    /// threads and the first barrier.
+    pub base_us: f64,
+    /// Cost per peer of the three flag barriers, µs (a stream wait on
+    /// one flag each, in turn).
+    pub peer_us: f64,
+}
+
+impl CopyEngineModel {
+    /// The uncalibrated guess: 4 engines of 200 GB/s, 3 µs per copy,
+    /// 12 µs per call plus 1 µs per peer. A rank's copies run one after
+    /// another on its stream, so a rank gets one engine at most; at this
+    /// rate the kernels win everywhere (on one GPU they reach the HBM
+    /// floor, across NVLink the port), so `ce` is picked only once a
+    /// calibration finds the engines faster: conservative on purpose.
+    pub const GUESS: CopyEngineModel = CopyEngineModel {
+        engine_bw: 200.0,
+        engines: 4,
+        issue_us: 3.0,
+        base_us: 12.0,
+        peer_us: 1.0,
+    };
+
+    /// What one of `sharing` ranks on a GPU gets of its engines, GB/s:
+    /// one engine each while there are enough, else an equal share.
+    pub fn rank_bw(&self, sharing: u32) -> f64 {
+        let r = sharing.max(1);
+        self.engine_bw * f64::from(self.engines.min(r)) / f64::from(r)
+    }
 }
 
 impl Default for Constants {
@@ -280,6 +331,7 @@ impl Default for Constants {
             fitted: Vec::new(),
             fitted_coll: Vec::new(),
             avoid: Vec::new(),
+            copy_engine: None,
         }
     }
 }

@@ -142,12 +142,19 @@ impl Selector {
                 };
                 (lat, bw, data)
             }
-            // The copy-engine plans run as copies only where a backend
-            // issues them to copy engines; until then backends run them as
-            // their other plans (the host's memcpy, the GPU's executor
-            // kernel), slower than all-pairs' pushes, so they are not
-            // timed: they run only when forced.
-            Algo::CopyEngine => return None,
+            // Timed only where the backend runs the plans on its copy
+            // engines ([`Constants::copy_engine`]); elsewhere they run as
+            // the backend's other plans, slower than all-pairs' pushes.
+            // A rank issues one copy per peer block per channel (so one
+            // channel is best) and moves what all-pairs moves, at its
+            // share of the engines, at most the port's rate.
+            Algo::CopyEngine => {
+                let ce = c.copy_engine?;
+                let copies = f64::from(n) * f64::from(channels.max(1));
+                let lat = ce.base_us + f64::from(n - 1) * ce.peer_us + copies * ce.issue_us;
+                let bw = ce.rank_bw(s.ranks_per_gpu).min(s.direct_bw.max(1e-9));
+                (lat, bw, bytes * factor)
+            }
         };
         let (lat_add, bw_mul) = c.correction_for(kind, algo, proto);
         let bw = (bw * bw_mul).max(1e-9);

@@ -25,7 +25,7 @@
 use oxccl_core::{Algo, CollKind, Proto};
 
 use crate::calibrate::{builtin_for, carry, fit, fit_fifo, SHARED_GPU_MACHINE};
-use crate::consts::{copy_bw_for_sm, is_direct, Constants};
+use crate::consts::{copy_bw_for_sm, is_direct, Constants, CopyEngineModel};
 use crate::graph::Topology;
 use crate::select::{Choice, Selector, Transport};
 
@@ -429,6 +429,18 @@ impl Policy {
         } else {
             &self.fifo
         }
+    }
+
+    /// Times the copy-engine algorithm on registered buffers with `model`
+    /// (a backend that runs its plans on copy engines), or not (`None`:
+    /// the selector never picks it; forcing it still works).
+    pub fn with_copy_engines(mut self, model: Option<CopyEngineModel>) -> Policy {
+        let c = Constants {
+            copy_engine: model,
+            ..self.registered.constants().clone()
+        };
+        self.registered = self.registered.with_constants(c);
+        self
     }
 
     /// Replaces a selector (tests: constants a calibration would give).
@@ -897,5 +909,59 @@ mod tests {
             c.to_string(),
             "algo oneshot proto simple channels 1 predicted 14.0 us"
         );
+    }
+
+    /// The copy-engine algorithm is timed only with a model: without one
+    /// (the default, and every backend that does not run it on copy
+    /// engines) no call picks it. The guessed model (one engine per rank
+    /// at 200 GB/s) loses to the kernels at 2 and 8 ranks on one GPU and
+    /// across eight NVLink GPUs, so nothing changes until a calibration
+    /// says otherwise. With engines as fast as a calibration could find
+    /// them (2 TB/s), two ranks sharing a GPU get large AllGather and
+    /// Broadcast on the engines, on one channel (each channel is one more
+    /// copy per peer); small calls, unregistered buffers, eight ranks
+    /// sharing the engines and NVLink (the port caps both) do not.
+    #[test]
+    fn copy_engines_are_picked_only_where_modelled_to_win() {
+        let algos = Algo::ALL;
+        let protos = [Proto::Simple, Proto::LL];
+        let gpus: Vec<usize> = (0..8).collect();
+        let nvlink = Policy::gpu(&Topology::preset("hgx-h100", 1).unwrap(), &gpus, 32);
+        let one = Topology::preset("single-gpu", 1).unwrap();
+        let eight = Policy::gpu(&one, &[0; 8], 16);
+        let two = Policy::gpu(&one, &[0; 2], 32);
+        let kinds = [CollKind::AllGather, CollKind::Broadcast];
+        let never = |p: &Policy, what: &str| {
+            for kind in kinds {
+                for bytes in [8usize, 1 << 20, 256 << 20] {
+                    for registered in [true, false] {
+                        let c = p.best(kind, bytes, registered, &algos, &protos);
+                        assert_ne!(c.algo, Algo::CopyEngine, "{what}: {kind:?} {bytes}");
+                    }
+                }
+            }
+        };
+        let guess = Some(CopyEngineModel::GUESS);
+        for p in [&nvlink, &eight, &two] {
+            never(p, "no model");
+            never(&p.clone().with_copy_engines(guess), "guess");
+        }
+        let fast = Some(CopyEngineModel {
+            engine_bw: 2000.0,
+            ..CopyEngineModel::GUESS
+        });
+        never(&nvlink.with_copy_engines(fast), "NVLink, fast engines");
+        never(&eight.with_copy_engines(fast), "eight ranks, fast engines");
+        let two = two.with_copy_engines(fast);
+        for kind in kinds {
+            let big = two.best(kind, 256 << 20, true, &algos, &protos);
+            assert_eq!(big.algo, Algo::CopyEngine, "{kind:?}: {big:?}");
+            assert!(big.sm_free());
+            assert_eq!(big.channels, 1, "{big:?}");
+            let plain = two.best(kind, 256 << 20, false, &algos, &protos);
+            assert_ne!(plain.algo, Algo::CopyEngine, "unregistered: {plain:?}");
+            let small = two.best(kind, 8, true, &algos, &protos);
+            assert_ne!(small.algo, Algo::CopyEngine, "{kind:?} 8 B: {small:?}");
+        }
     }
 }

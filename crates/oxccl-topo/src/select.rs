@@ -60,6 +60,12 @@ impl Choice {
     pub fn is_direct(&self) -> bool {
         self.transport == Transport::Direct
     }
+
+    /// Whether the pick is copies only, run on a GPU's copy engines with
+    /// no SM ([`Algo::sm_free`]).
+    pub fn sm_free(&self) -> bool {
+        self.algo.sm_free()
+    }
 }
 
 impl std::fmt::Display for Choice {
@@ -204,6 +210,7 @@ impl Selector {
                 .map(|h| h.2.iter().map(Vec::len).sum::<usize>())
                 .max()
                 .unwrap_or(1) as u32,
+            ranks_per_gpu: per_gpu as u32,
             intra_bw,
             intra_hop: if ringset.nvlink_only {
                 HopClass::NvLink

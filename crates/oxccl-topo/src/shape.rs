@@ -10,6 +10,8 @@ pub struct Shape {
     pub nnodes: u32,
     /// Ranks on the busiest host.
     pub ranks_per_node: u32,
+    /// Ranks on the busiest GPU (they share its copy engines).
+    pub ranks_per_gpu: u32,
     /// Bus bandwidth rings reach inside a host with enough channels
     /// (GB/s per rank, shared among ranks of one GPU).
     pub intra_bw: f64,

@@ -668,6 +668,15 @@ impl Communicator {
         self.clique.backend.failure().map(|e| self.blamed(e))
     }
 
+    /// How this process's ranks of the clique ran their calls on the
+    /// device so far: executor kernels launched and calls run as
+    /// copy-engine copies with no kernel (`None` on the host backend).
+    /// A diagnostic: it shows whether the copy-engine algorithm really
+    /// kept its calls off the SMs.
+    pub fn launch_counts(&self) -> Option<backend::LaunchCounts> {
+        self.clique.backend.launch_counts()
+    }
+
     /// Algorithm, protocol and channels of the last collective this rank ran.
     pub fn last_choice(&self) -> Option<Choice> {
         self.recent.lock().last_choice

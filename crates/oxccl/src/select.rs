@@ -100,7 +100,15 @@ impl Chooser {
             (None, Some((topo, gpus))) => Policy::gpu(&topo, &gpus, max_channels),
             (None, None) => Policy::host(nranks, max_channels),
         }
-        .with_link_memory(backend.link_memory());
+        .with_link_memory(backend.link_memory())
+        // The copy-engine model's constants are guesses to calibrate
+        // (`CopyEngineModel::GUESS`); timed only where the backend really
+        // runs those plans on its copy engines.
+        .with_copy_engines(
+            backend
+                .copy_engines()
+                .then_some(oxccl_topo::consts::CopyEngineModel::GUESS),
+        );
         Ok(Chooser {
             policy,
             protos,

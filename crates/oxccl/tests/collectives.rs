@@ -256,6 +256,96 @@ fn host_copy_engine_every_case() {
     }
 }
 
+/// The copy-engine path on CUDA really runs without SMs: every
+/// collective it serves, forced, from 1 B to 8 MiB (odd sizes among
+/// them), out of place and in place, on 2, 3 and 8 ranks as threads,
+/// checked against the reference; while they run the clique launches no
+/// executor kernel and runs one copy-engine call per rank and call (the
+/// launch counters), so a silent fallback to the kernel fails the test.
+/// Then the in-place AllToAll, staged through scratch and so run on the
+/// executor, is still right and is counted as kernels.
+#[test]
+fn cuda_copy_engine_launches_no_kernel() {
+    if oxccl::backend::cuda::device_or_skip("cuda_copy_engine_launches_no_kernel").is_none() {
+        return;
+    }
+    let sizes = [1usize, 7, 1001, 65_537, (1 << 20) + 3, 8 << 20];
+    for n in [2u32, 3, 8] {
+        let config = copy_engine_config(oxccl::BackendKind::Cuda);
+        let comms = oxccl::init_all_with(n, config).expect("CUDA communicators");
+        let counts = || {
+            comms[0]
+                .launch_counts()
+                .expect("the CUDA backend counts launches")
+        };
+        let before = counts();
+        let mut calls = 0u64;
+        let mut failures = Vec::new();
+        let mut check = |what: String, (wrong, first): (u64, Option<String>)| {
+            for c in &comms {
+                let algo = c.last_choice().map(|ch| ch.algo);
+                assert_eq!(algo, Some(oxccl::Algo::CopyEngine), "{what} ran");
+            }
+            if wrong > 0 {
+                failures.push(format!(
+                    "{what}: {wrong} wrong, {}",
+                    first.unwrap_or_default()
+                ));
+            }
+        };
+        for kind in COPIED {
+            let root = if kind.has_root() { n - 1 } else { 0 };
+            for bytes in sizes {
+                for in_place in [false, true] {
+                    if in_place && kind == CollKind::AllToAll {
+                        continue;
+                    }
+                    let what = format!("ce {kind} {bytes} B in_place={in_place} on {n} ranks");
+                    check(
+                        what,
+                        run_case::<u8>(&comms, kind, bytes, RedOp::Sum, root, in_place),
+                    );
+                    calls += u64::from(n);
+                }
+            }
+            // Every element size at an odd count.
+            for dt in DataType::ALL {
+                let what = format!("ce {kind} {dt} 1001 elements on {n} ranks");
+                check(
+                    what,
+                    with_dtype!(dt, T => run_case::<T>(&comms, kind, 1001, RedOp::Sum, root, false)),
+                );
+                calls += u64::from(n);
+            }
+        }
+        let after = counts();
+        assert!(failures.is_empty(), "{}", failures.join("\n"));
+        assert_eq!(
+            after.kernels, before.kernels,
+            "{n} ranks: executor kernels were launched for copy-engine calls (they fell back \
+             to the SMs): {before:?} -> {after:?}"
+        );
+        assert_eq!(
+            after.copy_engine_calls - before.copy_engine_calls,
+            calls,
+            "{n} ranks: copy-engine calls counted"
+        );
+        let staged = run_case::<f32>(&comms, CollKind::AllToAll, 4099, RedOp::Sum, 0, true);
+        assert_eq!(
+            staged.0, 0,
+            "in-place AllToAll on the executor: {:?}",
+            staged.1
+        );
+        let last = counts();
+        assert_eq!(
+            last.kernels - after.kernels,
+            u64::from(n),
+            "staged AllToAll"
+        );
+        assert_eq!(last.copy_engine_calls, after.copy_engine_calls);
+    }
+}
+
 #[test]
 fn cuda_copy_engine_every_case() {
     if oxccl::backend::cuda::device_or_skip("cuda_copy_engine_every_case").is_none() {

@@ -110,6 +110,18 @@ pub struct SweepArgs {
     /// names it, and the worst external/alloc time ratio ends the table.
     #[arg(long, value_delimiter = ',', default_value = "alloc")]
     pub(crate) memory: Vec<Memory>,
+    /// Add a column saying, per row (out of place / in place), whether its
+    /// calls ran with no SM: `yes` where the backend launched no kernel
+    /// and ran them as copy-engine copies (the `ce` algorithm on CUDA),
+    /// `no` where it launched kernels, `-` where the backend does not
+    /// count launches (host). JSON rows get `sm_free` either way.
+    #[arg(long)]
+    pub(crate) sm_free: bool,
+    /// Force the SM-free algorithm (`ce`) for every collective it serves
+    /// (Broadcast, AllGather, Gather, Scatter, AllToAll), the others
+    /// keeping the selector's pick; implies `--sm-free`.
+    #[arg(long, conflicts_with = "algo")]
+    pub(crate) sm_free_only: bool,
     /// Write a step trace (Chrome trace JSON: every rank's calls and, on
     /// the host backend, every plan step) here, as `OXCCL_TRACE` does.
     #[arg(long)]
@@ -117,6 +129,17 @@ pub struct SweepArgs {
     /// Calls per rank the trace records (`OXCCL_TRACE_CALLS`).
     #[arg(long, requires = "trace")]
     pub(crate) trace_calls: Option<usize>,
+}
+
+/// The `NCCL_ALGO` filter of `--sm-free-only`: the copy-engine algorithm
+/// for each collective it serves (`broadcast:ce;allgather:ce;...`).
+pub(crate) fn sm_free_filter() -> String {
+    CollKind::ALL
+        .iter()
+        .filter(|&&k| oxccl::core::gen::supports(oxccl::Algo::CopyEngine, k))
+        .map(|k| format!("{}:{}", k.name(), oxccl::Algo::CopyEngine.name()))
+        .collect::<Vec<_>>()
+        .join(";")
 }
 
 /// `-o all`: the five built-ins and one (exact) PreMulSum, the testkit's
@@ -172,6 +195,9 @@ impl Plan {
         config.backend = a.backend.parse::<BackendKind>()?;
         if let Some(v) = &a.algo {
             config.algo = oxccl::config::parse_algo_filter("--algo", v)?;
+        }
+        if a.sm_free_only {
+            config.algo = oxccl::config::parse_algo_filter("--sm-free-only", &sm_free_filter())?;
         }
         if let Some(v) = &a.proto {
             config.proto = oxccl::config::parse_proto_filter("--proto", v)?;
@@ -317,5 +343,20 @@ mod tests {
         assert_eq!(count_for(CollKind::AllReduce, 64, 4, 4), Some(16));
         assert_eq!(count_for(CollKind::AllGather, 64, 4, 4), Some(4));
         assert_eq!(count_for(CollKind::AllGather, 8, 4, 4), None);
+    }
+
+    #[test]
+    fn sm_free_only_forces_copy_engines_where_served() {
+        let f = super::sm_free_filter();
+        assert_eq!(
+            f,
+            "broadcast:ce;allgather:ce;alltoall:ce;gather:ce;scatter:ce"
+        );
+        let filter = oxccl::config::parse_algo_filter("--sm-free-only", &f).unwrap();
+        for k in oxccl::CollKind::ALL {
+            let served = oxccl::core::gen::supports(oxccl::Algo::CopyEngine, k);
+            assert_eq!(filter.allows(k, oxccl::Algo::Ring), !served, "{k}");
+            assert!(filter.allows(k, oxccl::Algo::CopyEngine) || !served, "{k}");
+        }
     }
 }

@@ -218,6 +218,7 @@ mod tests {
             memory: memory.name().into(),
             wrong: 0,
             floor_ratio: None,
+            sm_free: None,
             nccl: Default::default(),
         }
     }

@@ -33,6 +33,9 @@ pub struct Row {
     pub wrong: u64,
     /// Floor time / measured time (with `--baseline`).
     pub floor_ratio: Option<f64>,
+    /// Whether the row's calls launched no kernel and ran as copy-engine
+    /// copies (`None`: the backend counts no launches).
+    pub sm_free: Option<bool>,
     /// NCCL on the same buffers (with `--nccl`).
     #[serde(flatten)]
     pub nccl: crate::nccl_cols::NcclCols,
@@ -183,6 +186,20 @@ pub(crate) fn format_row(
         s += &format!("  {:>9} {:>7} {:>7} {:>6}", "N/A", "N/A", "N/A", "N/A");
     }
     s
+}
+
+/// The `--sm-free` column of a table line: `yes`, `no` or `-` for each
+/// of its rows (out of place / in place).
+pub(crate) fn sm_free_cell(pair: &[Row]) -> String {
+    let cells: Vec<&str> = pair
+        .iter()
+        .map(|r| match r.sm_free {
+            Some(true) => "yes",
+            Some(false) => "no",
+            None => "-",
+        })
+        .collect();
+    format!("  {:>7}", cells.join("/"))
 }
 
 /// `hostname, N cores, CPU model`.

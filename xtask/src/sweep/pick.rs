@@ -374,7 +374,9 @@ fn once(
         } else {
             ""
         };
-        format!("{} {}{fifo} {}ch", c.algo, c.proto, c.channels)
+        // A pick of copies only names it: it leaves every SM to compute.
+        let sm = if c.sm_free() { " (sm-free)" } else { "" };
+        format!("{} {}{fifo} {}ch{sm}", c.algo, c.proto, c.channels)
     });
     Ok((m.time.as_secs_f64() * 1e6, choice))
 }

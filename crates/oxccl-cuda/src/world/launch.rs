@@ -104,7 +104,13 @@ impl World {
     /// have launched theirs).
     ///
     /// `trace`, unless 0, is where the kernel writes each step's
-    /// `%globaltimer` start and end (the step trace).
+    /// `%globaltimer` start and end (the step trace); a plan that runs as
+    /// copies ([`Prepared::sm_free`]) writes no stamps.
+    ///
+    /// A plan prepared with [`World::prepare_copies`] that runs as copies
+    /// enqueues them instead of the kernel (`copies`), after exchanging
+    /// buffer addresses with the peers' threads: every rank's launch of it
+    /// returns once all ranks have launched it.
     ///
     /// # Safety
     /// Each non-scratch address must be device memory of the rank (or
@@ -138,6 +144,11 @@ impl World {
                     "plan prepared for {}-byte elements, launched with {dtype}",
                     p.elem_size
                 )));
+            }
+            if let Some(copies) = p.copies.as_deref() {
+                // SAFETY: the caller's contract covers every buffer of the
+                // call (and the peers' through theirs).
+                return unsafe { self.run_copies(p, copies, rank, bufs) };
             }
             let scratch_base = if p.scratch_bytes > 0 {
                 self.scratch(rank, p.scratch_bytes)?
@@ -186,7 +197,10 @@ impl World {
             // SAFETY: `OxDesc` is the kernel's parameter type (crate::layout);
             // the plan blob, links and tables live as long as the clique; the
             // caller guarantees the buffers.
-            unsafe { f.launch_smem(p.nchannels, p.threads, self.cfg.block_smem, &st.stream, &d) }
+            unsafe { f.launch_smem(p.nchannels, p.threads, self.cfg.block_smem, &st.stream, &d)? };
+            self.kernel_launches
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            Ok(())
         })();
         self.in_step(rank, party, enqueued)
     }

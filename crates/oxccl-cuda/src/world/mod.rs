@@ -20,6 +20,7 @@
 //! processes: the caller's allocations shared per call) and `failure` (the
 //! device error records, abort and the failure word).
 
+mod copies;
 mod exports;
 mod external;
 mod failure;
@@ -44,6 +45,7 @@ use crate::error::{CudaError, Result};
 use crate::kernels;
 use crate::layout::MAX_BUFS;
 
+pub use copies::{copy_list, Copy, End};
 pub use exports::{Shared, EXPORT_BYTES, LAST_TAG, WINDOW_RECORD_BYTES};
 pub use gate::{GateMode, Party};
 pub use heap::{default_heap_bytes, HEAP_VAR};
@@ -189,6 +191,17 @@ pub struct World {
     /// Every launch is gated (a device past its hardware queues, or
     /// `GateMode::On`), not only those on a caller's stream.
     gate_always: bool,
+    /// The copy-engine path's flag words (`copies`), where this clique
+    /// can run it: `None` for ranks as processes, ungated threads, or a
+    /// device with more streams than hardware queues.
+    copy_flags: Option<HostMapped>,
+    /// Buffer addresses handed between the ranks' threads per
+    /// copy-engine call.
+    addrs: copies::AddrExchange,
+    /// Executor kernels enqueued so far (all ranks of this process).
+    kernel_launches: std::sync::atomic::AtomicU64,
+    /// Calls run as copies on the copy engines so far.
+    copy_calls: std::sync::atomic::AtomicU64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -334,6 +347,13 @@ impl World {
         // others elsewhere, so there is nothing to rendezvous with.
         let gate = (first.is_none() && nranks > 1 && cfg.launch_gate != GateMode::Off)
             .then(|| gate::Gate::new((0..nranks as u32).collect()));
+        let gate_always = gate_always && gate.is_some();
+        // The copy-engine path: ranks as threads of this process, each on
+        // its own thread (a gate, or one rank), every stream its own
+        // hardware queue (a stream waiting on a flag blocks its queue).
+        let copy_flags = (first.is_none() && (gate.is_some() || nranks == 1) && !gate_always)
+            .then(|| HostMapped::zeroed(&devices[0].ctx, copies::flag_bytes(nranks)))
+            .transpose()?;
         Ok(World {
             cfg,
             devices,
@@ -345,8 +365,12 @@ impl World {
             live: Mutex::new(HashMap::new()),
             leaked: Mutex::new(Vec::new()),
             shared: None,
-            gate_always: gate_always && gate.is_some(),
+            gate_always,
             gate,
+            copy_flags,
+            addrs: copies::AddrExchange::default(),
+            kernel_launches: std::sync::atomic::AtomicU64::new(0),
+            copy_calls: std::sync::atomic::AtomicU64::new(0),
         })
     }
 

@@ -33,6 +33,11 @@ pub struct Prepared {
     pub(super) proto: Proto,
     /// The ranks the plan exchanges with (`RankPlan::peers`), for the gate.
     pub(super) peers: Vec<u32>,
+    /// Whether the copy-engine path was asked for ([`World::prepare_copies`]).
+    pub(super) copies_asked: bool,
+    /// The plan as copies, where it runs on the copy engines (`copies`):
+    /// launches then enqueue these and no kernel.
+    pub(super) copies: Option<Vec<super::copies::Copy>>,
 }
 
 impl Prepared {
@@ -63,6 +68,12 @@ impl Prepared {
     pub fn peers(&self) -> &[u32] {
         &self.peers
     }
+
+    /// Whether launches of this plan run as copies on the copy engines,
+    /// with no kernel (and so no SM).
+    pub fn sm_free(&self) -> bool {
+        self.copies.is_some()
+    }
 }
 
 /// Uploaded plans by hash, with the plan itself to rule out collisions.
@@ -91,6 +102,31 @@ impl World {
         elem_size: usize,
         proto: Proto,
     ) -> Result<Arc<Prepared>> {
+        self.prepare_with(rp, elem_size, proto, false)
+    }
+
+    /// As [`World::prepare_proto`], for a plan of the copy-engine
+    /// algorithm: where the plan is copy-only and this clique can run
+    /// copies (`copies`), its launches enqueue one `cuMemcpyAsync` per
+    /// copy and no kernel ([`Prepared::sm_free`]); otherwise they run the
+    /// executor as any plan (a debug line says why). Every rank of a call
+    /// must prepare the plan the same way.
+    pub fn prepare_copies(
+        &self,
+        rp: &RankPlan,
+        elem_size: usize,
+        proto: Proto,
+    ) -> Result<Arc<Prepared>> {
+        self.prepare_with(rp, elem_size, proto, true)
+    }
+
+    fn prepare_with(
+        &self,
+        rp: &RankPlan,
+        elem_size: usize,
+        proto: Proto,
+        copies_asked: bool,
+    ) -> Result<Arc<Prepared>> {
         if !matches!(proto, Proto::Simple | Proto::LL) {
             return Err(CudaError::Invalid(format!(
                 "protocol {proto}: the CUDA executor runs simple and ll"
@@ -107,10 +143,12 @@ impl World {
         }
         let h = plan_hash(rp);
         if let Some(list) = lock(&st.plans).get(&h) {
-            if let Some((_, p)) = list
-                .iter()
-                .find(|(q, p)| q == rp && p.elem_size == elem_size && p.proto == proto)
-            {
+            if let Some((_, p)) = list.iter().find(|(q, p)| {
+                q == rp
+                    && p.elem_size == elem_size
+                    && p.proto == proto
+                    && p.copies_asked == copies_asked
+            }) {
                 return Ok(p.clone());
             }
         }
@@ -162,6 +200,11 @@ impl World {
         if off > 0 {
             self.scratch(r, off)?;
         }
+        let copies = if copies_asked {
+            self.copies_for(rp)
+        } else {
+            None
+        };
         let mut chans = [OxChan::default(); MAX_CHANNELS];
         chans[..enc.chans.len()].copy_from_slice(&enc.chans);
         let p = Arc::new(Prepared {
@@ -175,6 +218,8 @@ impl World {
             elem_size,
             proto,
             peers: rp.peers(),
+            copies_asked,
+            copies,
         });
         lock(&st.plans)
             .entry(h)

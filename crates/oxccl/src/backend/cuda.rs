@@ -304,6 +304,17 @@ impl Backend for CudaBackend {
         Some(self.world.link_memory())
     }
 
+    fn copy_engines(&self) -> bool {
+        self.world.copy_engine_usable()
+    }
+
+    fn launch_counts(&self) -> Option<super::LaunchCounts> {
+        Some(super::LaunchCounts {
+            kernels: self.world.kernel_launches(),
+            copy_engine_calls: self.world.copy_engine_calls(),
+        })
+    }
+
     fn protocols(&self) -> &'static [oxccl_core::Proto] {
         &[oxccl_core::Proto::Simple, oxccl_core::Proto::LL]
     }
@@ -317,7 +328,15 @@ impl Backend for CudaBackend {
             .iter()
             .map(|rp| {
                 mine(rp.rank)
-                    .then(|| self.world.prepare_proto(rp, elem_size, proto))
+                    .then(|| {
+                        // Copy-engine plans run as copies with no kernel
+                        // where the world can (else on the executor).
+                        if plan.algo == oxccl_core::Algo::CopyEngine {
+                            self.world.prepare_copies(rp, elem_size, proto)
+                        } else {
+                            self.world.prepare_proto(rp, elem_size, proto)
+                        }
+                    })
                     .transpose()
             })
             .collect::<Result<Vec<Option<Arc<Prepared>>>, CudaError>>()
@@ -378,8 +397,10 @@ impl Backend for CudaBackend {
         // reaches the kernel; the facade only picks plans with remote steps
         // for buffers every rank can address: from `alloc`, registered, or
         // shared for the call (`share_external`).
+        // A plan run as copies writes no step stamps.
         let traced = launch
             .steps
+            .filter(|_| !p.sm_free())
             .and_then(|sink| super::cuda_trace::buffer(w, p, launch.rank).map(|m| (sink, m)));
         let trace = traced.as_ref().map_or(0, |(_, m)| m.dev_ptr);
         // SAFETY: as above; `trace` is 0 or stamp memory of the plan's

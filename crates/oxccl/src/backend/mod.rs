@@ -159,6 +159,15 @@ pub struct Launch<'a> {
     pub steps: Option<&'a StepSink>,
 }
 
+/// What [`Backend::launch_counts`] reports: how calls ran on the device.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LaunchCounts {
+    /// Executor kernels launched.
+    pub kernels: u64,
+    /// Calls run as copies on the copy engines, with no kernel (no SM).
+    pub copy_engine_calls: u64,
+}
+
 /// A step record the device is still writing: read when the trace is
 /// written (every traced call launched by then).
 pub type LaterSteps = Box<dyn FnOnce() -> Vec<oxccl_core::trace::StepRecord> + Send>;
@@ -609,6 +618,20 @@ pub trait Backend: Send + Sync + Debug {
     /// it holds none: the host backend).
     fn device_bytes(&self) -> u64 {
         0
+    }
+
+    /// Whether plans of the copy-engine algorithm run on the copy
+    /// engines with no kernel (so the selector times them and may pick
+    /// them); `false` where they run as the backend's other plans.
+    fn copy_engines(&self) -> bool {
+        false
+    }
+
+    /// How the backend ran this process's calls so far, all ranks
+    /// together: device kernels launched and calls run as copy-engine
+    /// copies with no kernel (`None`: a backend without kernels).
+    fn launch_counts(&self) -> Option<LaunchCounts> {
+        None
     }
 
     /// Copy bandwidth ceiling in GB/s (bytes read + written counted once
