@@ -11,12 +11,7 @@
 #   bash device/acceptance-run.sh smem 128 64   # one block per SM against none (~200 s)
 #   bash device/acceptance-run.sh push 128      # outputs per pushing step; queues shared (~110 s)
 # Logs go to $OUT; the lines worth reading are printed.
-set -o pipefail
-G=$PWD/.gpu; O=${OUT:-/tmp/out}; mkdir -p "$O"
-export OXCCL_CACHE_DIR=/tmp/oxcache; mkdir -p $OXCCL_CACHE_DIR; cp $G/cache/* $OXCCL_CACHE_DIR/ 2>/dev/null
-export OXCCL_REQUIRE_GPU=1 NCCL_NVLS_ENABLE=0
-T0=$(date +%s)
-st() { echo "=== [$(( $(date +%s) - T0 )) s] $*"; }
+. "$(dirname "$0")/env.sh"
 rows() { grep -E "^ +[0-9]|^# (oxccl sweep|Collective|copy|spread)|Out of bounds|rror|pick" "$1" | cut -c1-170; }
 st "$(cat $G/COMMIT 2>/dev/null) on $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)"
 case "${1:-}" in

@@ -5,13 +5,7 @@
 # The CUDA test of ce with no kernel (2, 3 and 8 ranks, 1 B - 8 MiB), then
 # 256 MiB on 8 ranks: the selector's picks, then ce forced, with the floor
 # ratio and the sm-free column (docs/COPY_ENGINE.md).
-set -o pipefail
-G=$PWD/.gpu
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-export OXCCL_CACHE_DIR=/tmp/oxcache; mkdir -p $OXCCL_CACHE_DIR
-export OXCCL_REQUIRE_GPU=1
-cp $G/cache/* $OXCCL_CACHE_DIR/ 2>/dev/null
-step() { echo "=== $1 ($(date +%T))"; }
+. "$(dirname "$0")/env.sh"
 COLLS=broadcast,allgather,gather,scatter,alltoall
 {
   step "ce: every data-movement collective with no kernel, 2/3/8 ranks"

@@ -10,14 +10,9 @@
 #    ceiling, each of two streams at once (two-way), busbw and floor out of
 #    place / in place; then the layout the ranks agreed and the medians.
 # 2. 8 CUDA processes forced onto TCP (staged), every collective 8 B-4 MiB.
-set -o pipefail
-G=$PWD/.gpu; O=${OUT:-/tmp/out}; mkdir -p $O
-export OXCCL_CACHE_DIR=/tmp/oxcache; mkdir -p $OXCCL_CACHE_DIR; cp $G/cache/* $OXCCL_CACHE_DIR/ 2>/dev/null
-export OXCCL_REQUIRE_GPU=1 NCCL_NVLS_ENABLE=0
+. "$(dirname "$0")/env.sh"
 export NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_SOCKET_IFNAME=lo OXCCL_DEADLINE_MS=30000
-T0=$(date +%s)
 echo "binaries of $(cat $G/COMMIT 2>/dev/null || echo "an unknown commit (no .gpu/COMMIT)")"
-st() { echo "=== [$(( $(date +%s) - T0 )) s] $*"; }
 sum() { grep -E "^# oxccl sweep|Out of bounds|rror" "$1" | cut -c1-160 | head -6; }
 # One line per run: ceiling, two-way, busbw oop/ip, floor oop/ip, wrong.
 row() {

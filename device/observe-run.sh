@@ -5,12 +5,7 @@
 # call. Build here with device/build-binaries.sh, then on the device
 # machine with carry [".gpu"]:  bash device/observe-run.sh
 # About 120 s (without nsys, 60 s).
-set -o pipefail
-G=$PWD/.gpu; O=${OUT:-/tmp/out}; mkdir -p $O
-export OXCCL_CACHE_DIR=/tmp/oxcache; mkdir -p $OXCCL_CACHE_DIR; cp $G/cache/* $OXCCL_CACHE_DIR/ 2>/dev/null
-export OXCCL_REQUIRE_GPU=1 NCCL_NVLS_ENABLE=0
-T0=$(date +%s)
-st() { echo "=== [$(( $(date +%s) - T0 )) s] $*"; }
+. "$(dirname "$0")/env.sh"
 NSYS=$(command -v nsys || ls /opt/nvidia/nsight-systems/*/bin/nsys /usr/local/cuda*/bin/nsys 2>/dev/null | head -1)
 if [ -n "$NSYS" ]; then
   st "nsys profile of an 8-rank AllReduce sweep ($NSYS)"

@@ -3,12 +3,7 @@
 # network transport (what was once seen only on an older build): build here with device/build-binaries.sh, then on
 # the device machine with carry [".gpu"]:  bash device/recheck-run.sh
 # About 450 s. MPS is started for its own steps and quit after (watchdog).
-set -o pipefail
-G=$PWD/.gpu; O=${OUT:-/tmp/out}; mkdir -p $O
-export OXCCL_CACHE_DIR=/tmp/oxcache; mkdir -p $OXCCL_CACHE_DIR; cp $G/cache/* $OXCCL_CACHE_DIR/ 2>/dev/null
-export OXCCL_REQUIRE_GPU=1 NCCL_NVLS_ENABLE=0
-T0=$(date +%s)
-st() { echo "=== [$(( $(date +%s) - T0 )) s] $*"; }
+. "$(dirname "$0")/env.sh"
 sum() { grep -E "^# oxccl sweep|Out of bounds|rror" "$1" | cut -c1-160 | head -6; }
 sw="sweep --backend cuda -b 8 -e 1M -f 32 -d float --coll all -n 2 -w 1"
 st "external memory (36 calls x 3 kinds + ring) and graph capture, 2, 3, 4, 8 ranks"

@@ -2,14 +2,7 @@
 # The GPU validation run: build here first with device/build-binaries.sh,
 # then on the device machine with carry [".gpu"]:  bash device/validation-run.sh
 # Every step has its own timeout; logs go to $OUT/*.log, plots/JSON to $OUT.
-set -o pipefail
-G=$PWD/.gpu
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-export OXCCL_CACHE_DIR=/tmp/oxcache; mkdir -p $OXCCL_CACHE_DIR
-# A GPU test that finds no device fails instead of printing "skipped".
-export OXCCL_REQUIRE_GPU=1
-cp $G/cache/* $OXCCL_CACHE_DIR/ 2>/dev/null
-step() { echo "=== $1 ($(date +%T))"; }
+. "$(dirname "$0")/env.sh"
 {
   date -u
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv

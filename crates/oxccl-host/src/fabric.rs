@@ -437,30 +437,15 @@ impl HostFabric {
         op: &LoweredOp,
     ) -> Result<ExecStats, HostError> {
         // SAFETY: the caller keeps this function's contract, the same.
-        unsafe { self.execute_traced(plan, bufs, dtype, op, None) }
+        unsafe { self.execute_observed(plan, bufs, dtype, op, None, None) }
     }
 
     /// As [`HostFabric::execute`], appending a record of every step run
-    /// to `trace` when given (the step trace, `OXCCL_TRACE`).
-    ///
-    /// # Safety
-    /// As [`HostFabric::execute`].
-    pub unsafe fn execute_traced(
-        &self,
-        plan: &RankPlan,
-        bufs: &[HostBuf],
-        dtype: DataType,
-        op: &LoweredOp,
-        trace: Option<&mut Vec<oxccl_core::trace::StepRecord>>,
-    ) -> Result<ExecStats, HostError> {
-        // SAFETY: as the caller's.
-        unsafe { self.execute_observed(plan, bufs, dtype, op, trace, None) }
-    }
-
-    /// As [`HostFabric::execute_traced`], reporting the proxy's work on
-    /// this call's network links to `proxy` when given (NCCL's proxy
-    /// operation and step events; see [`crate::ProxyEvents`]). Without a
-    /// network there is nothing to report.
+    /// to `trace` when given (the step trace, `OXCCL_TRACE`), and reporting
+    /// the proxy's work on this call's network links to `proxy` when given
+    /// (NCCL's proxy operation and step events; see
+    /// [`crate::ProxyEvents`]). Without a network there is nothing to
+    /// report.
     ///
     /// # Safety
     /// As [`HostFabric::execute`].

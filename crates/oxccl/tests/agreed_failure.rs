@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 mod common;
 use common::on_ranks;
 
-use oxccl::backend::{Backend, BackendKind, Launch, RawBuf, RawStream, Timer};
-use oxccl::core::{CollKind, DataType, Plan, Proto};
+use oxccl::backend::{Backend, BackendKind, Launch, RawBuf, RawStream};
+use oxccl::core::{CollKind, DataType};
 use oxccl::{Communicator, Config, Error, RawColl, RedOp};
 
 /// What fails on rank [`FLAKY`].
@@ -42,17 +42,13 @@ fn injected(rank: u32) -> Error {
 }
 
 impl Backend for Flaky {
-    fn kind(&self) -> BackendKind {
-        self.inner.kind()
-    }
+    common::forward_to_inner!();
+    common::forward_plans_to_inner!();
     fn describe(&self) -> String {
         format!("{} with injected failures", self.inner.describe())
     }
     fn blocking(&self) -> bool {
         self.inner.blocking()
-    }
-    fn registered_alloc(&self) -> bool {
-        self.inner.registered_alloc()
     }
     fn registered_external(&self) -> bool {
         self.inner.registered_external()
@@ -62,20 +58,6 @@ impl Backend for Flaky {
     }
     fn check_external(&self, rank: u32, buf: RawBuf) -> Result<(), Error> {
         self.inner.check_external(rank, buf)
-    }
-    fn chunk_bytes(&self) -> usize {
-        self.inner.chunk_bytes()
-    }
-    fn max_channels(&self) -> u32 {
-        self.inner.max_channels()
-    }
-    fn prepare_plan(
-        &self,
-        plan: &Plan,
-        es: usize,
-        p: Proto,
-    ) -> Result<Option<oxccl::backend::PlanHandle>, Error> {
-        self.inner.prepare_plan(plan, es, p)
     }
     unsafe fn execute(&self, launch: &Launch<'_>) -> Result<(), Error> {
         if self.inject == Inject::Launch && launch.rank == FLAKY {
@@ -96,35 +78,11 @@ impl Backend for Flaky {
         // SAFETY: as above.
         unsafe { self.inner.follow_stream(rank, stream) }
     }
-    fn alloc(&self, rank: u32, bytes: usize) -> Result<RawBuf, Error> {
-        self.inner.alloc(rank, bytes)
-    }
-    unsafe fn free(&self, rank: u32, buf: RawBuf) {
-        // SAFETY: as above.
-        unsafe { self.inner.free(rank, buf) }
-    }
-    unsafe fn write(&self, rank: u32, dst: RawBuf, src: &[u8]) -> Result<(), Error> {
-        // SAFETY: as above.
-        unsafe { self.inner.write(rank, dst, src) }
-    }
-    unsafe fn read(&self, rank: u32, src: RawBuf, dst: &mut [u8]) -> Result<(), Error> {
-        // SAFETY: as above.
-        unsafe { self.inner.read(rank, src, dst) }
-    }
-    fn synchronize(&self, rank: u32) -> Result<(), Error> {
-        self.inner.synchronize(rank)
-    }
     fn abort(&self, why: &str) {
         self.inner.abort(why)
     }
     fn failure(&self) -> Option<Error> {
         self.inner.failure()
-    }
-    fn timer(&self, rank: u32) -> Result<Box<dyn Timer>, Error> {
-        self.inner.timer(rank)
-    }
-    fn copy_bandwidth(&self, bytes: usize) -> Result<f64, Error> {
-        self.inner.copy_bandwidth(bytes)
     }
 }
 

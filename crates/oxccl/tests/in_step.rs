@@ -8,9 +8,10 @@
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+mod common;
+
 use oxccl::backend::null::NullBackend;
-use oxccl::backend::{Backend, BackendKind, Launch, PlanHandle, RawBuf, Timer};
-use oxccl::core::{Plan, Proto};
+use oxccl::backend::{Backend, Launch};
 use oxccl::{Config, Error, RedOp};
 
 /// The null backend, with launches that wait (at most `WAIT`) until every
@@ -25,9 +26,8 @@ struct InStep {
 const WAIT: Duration = Duration::from_secs(5);
 
 impl Backend for InStep {
-    fn kind(&self) -> BackendKind {
-        self.inner.kind()
-    }
+    common::forward_to_inner!();
+    common::forward_plans_to_inner!();
     fn describe(&self) -> String {
         "null, launches in step".into()
     }
@@ -36,18 +36,6 @@ impl Backend for InStep {
     }
     fn launches_in_step(&self) -> bool {
         true
-    }
-    fn registered_alloc(&self) -> bool {
-        self.inner.registered_alloc()
-    }
-    fn chunk_bytes(&self) -> usize {
-        self.inner.chunk_bytes()
-    }
-    fn max_channels(&self) -> u32 {
-        self.inner.max_channels()
-    }
-    fn prepare_plan(&self, plan: &Plan, es: usize, p: Proto) -> Result<Option<PlanHandle>, Error> {
-        self.inner.prepare_plan(plan, es, p)
     }
     unsafe fn execute(&self, launch: &Launch<'_>) -> Result<(), Error> {
         let end = Instant::now() + WAIT;
@@ -67,33 +55,9 @@ impl Backend for InStep {
         }
         Ok(())
     }
-    fn alloc(&self, rank: u32, bytes: usize) -> Result<RawBuf, Error> {
-        self.inner.alloc(rank, bytes)
-    }
-    unsafe fn free(&self, rank: u32, buf: RawBuf) {
-        // SAFETY: passed on (the null backend touches nothing).
-        unsafe { self.inner.free(rank, buf) }
-    }
-    unsafe fn write(&self, rank: u32, dst: RawBuf, src: &[u8]) -> Result<(), Error> {
-        // SAFETY: as above.
-        unsafe { self.inner.write(rank, dst, src) }
-    }
-    unsafe fn read(&self, rank: u32, src: RawBuf, dst: &mut [u8]) -> Result<(), Error> {
-        // SAFETY: as above.
-        unsafe { self.inner.read(rank, src, dst) }
-    }
-    fn synchronize(&self, rank: u32) -> Result<(), Error> {
-        self.inner.synchronize(rank)
-    }
     fn abort(&self, _why: &str) {}
     fn failure(&self) -> Option<Error> {
         None
-    }
-    fn timer(&self, rank: u32) -> Result<Box<dyn Timer>, Error> {
-        self.inner.timer(rank)
-    }
-    fn copy_bandwidth(&self, bytes: usize) -> Result<f64, Error> {
-        self.inner.copy_bandwidth(bytes)
     }
 }
 

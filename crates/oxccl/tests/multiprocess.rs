@@ -12,7 +12,7 @@ mod common;
 mod plugins;
 use common::procs::{
     env_u32, every_rank_any, every_rank_first, finish, kill_once_all_say, spawn_ranks_live,
-    spawn_via, tagged, unhex, GUARD, ROLE,
+    spawn_via, tagged, unhex, GUARD,
 };
 
 use oxccl::core::testkit;
@@ -1540,22 +1540,17 @@ fn child_loop() {
 /// in a plain test run it has nothing to do.
 #[test]
 fn child() {
-    let Ok(role) = std::env::var(ROLE) else {
-        println!("child: runs only as a rank process the other tests spawn ({ROLE} unset)");
-        return;
-    };
-    match role.as_str() {
-        "all" => child_all(),
-        "external" => child_external(),
-        "windows" => child_windows(),
-        "split" => child_split(),
-        "env" => child_env(),
-        "loop" => child_loop(),
-        "abort" => child_abort(),
-        "init" => child_init(),
-        "tiny" => child_tiny(),
-        "send_exit" => child_send_exit(),
-        "ns" => child_ns(),
-        other => panic!("{ROLE}={other:?}: no such rank role"),
-    }
+    common::procs::run_role(&[
+        ("all", child_all),
+        ("external", child_external),
+        ("windows", child_windows),
+        ("split", child_split),
+        ("env", child_env),
+        ("loop", child_loop),
+        ("abort", child_abort),
+        ("init", child_init),
+        ("tiny", child_tiny),
+        ("send_exit", child_send_exit),
+        ("ns", child_ns),
+    ]);
 }

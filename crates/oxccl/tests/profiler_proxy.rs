@@ -9,7 +9,7 @@ use std::path::Path;
 use std::time::Duration;
 
 mod common;
-use common::procs::{child_rank, finish, spawn_ranks_live, ROLE};
+use common::procs::{child_rank, finish, spawn_ranks_live};
 
 use oxccl::{BackendKind, Config, RedOp};
 
@@ -219,12 +219,5 @@ fn child_reduce() {
 
 #[test]
 fn child() {
-    let Ok(role) = std::env::var(ROLE) else {
-        println!("child: runs only as a rank process the other tests spawn ({ROLE} unset)");
-        return;
-    };
-    match role.as_str() {
-        "reduce" => child_reduce(),
-        other => panic!("{ROLE}={other:?}: no such rank role"),
-    }
+    common::procs::run_role(&[("reduce", child_reduce)]);
 }

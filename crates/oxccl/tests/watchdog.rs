@@ -14,8 +14,7 @@ mod common;
 use common::Capture;
 
 use oxccl::backend::null::NullBackend;
-use oxccl::backend::{Backend, BackendKind, Completion, Launch, PlanHandle, RawBuf, Timer};
-use oxccl::core::{Plan, Proto};
+use oxccl::backend::{Backend, Completion, Launch};
 use oxccl::{Config, Error, RedOp};
 
 /// The null backend, enqueueing: a rank's launches complete when every
@@ -50,26 +49,13 @@ impl Completion for UntilAll {
 }
 
 impl Backend for Enqueues {
-    fn kind(&self) -> BackendKind {
-        self.inner.kind()
-    }
+    common::forward_to_inner!();
+    common::forward_plans_to_inner!();
     fn describe(&self) -> String {
         "null, enqueueing".into()
     }
     fn blocking(&self) -> bool {
         false
-    }
-    fn registered_alloc(&self) -> bool {
-        self.inner.registered_alloc()
-    }
-    fn chunk_bytes(&self) -> usize {
-        self.inner.chunk_bytes()
-    }
-    fn max_channels(&self) -> u32 {
-        self.inner.max_channels()
-    }
-    fn prepare_plan(&self, plan: &Plan, es: usize, p: Proto) -> Result<Option<PlanHandle>, Error> {
-        self.inner.prepare_plan(plan, es, p)
     }
     unsafe fn execute(&self, launch: &Launch<'_>) -> Result<(), Error> {
         self.launched.lock().unwrap()[launch.rank as usize] += 1;
@@ -82,33 +68,9 @@ impl Backend for Enqueues {
             upto,
         }))
     }
-    fn alloc(&self, rank: u32, bytes: usize) -> Result<RawBuf, Error> {
-        self.inner.alloc(rank, bytes)
-    }
-    unsafe fn free(&self, rank: u32, buf: RawBuf) {
-        // SAFETY: passed on (the null backend touches nothing).
-        unsafe { self.inner.free(rank, buf) }
-    }
-    unsafe fn write(&self, rank: u32, dst: RawBuf, src: &[u8]) -> Result<(), Error> {
-        // SAFETY: as above.
-        unsafe { self.inner.write(rank, dst, src) }
-    }
-    unsafe fn read(&self, rank: u32, src: RawBuf, dst: &mut [u8]) -> Result<(), Error> {
-        // SAFETY: as above.
-        unsafe { self.inner.read(rank, src, dst) }
-    }
-    fn synchronize(&self, rank: u32) -> Result<(), Error> {
-        self.inner.synchronize(rank)
-    }
     fn abort(&self, _why: &str) {}
     fn failure(&self) -> Option<Error> {
         None
-    }
-    fn timer(&self, rank: u32) -> Result<Box<dyn Timer>, Error> {
-        self.inner.timer(rank)
-    }
-    fn copy_bandwidth(&self, bytes: usize) -> Result<f64, Error> {
-        self.inner.copy_bandwidth(bytes)
     }
 }
 

@@ -105,3 +105,79 @@ impl std::io::Write for Capture {
         Ok(())
     }
 }
+
+/// The [`oxccl::backend::Backend`] methods a test backend passes on to
+/// its `inner` backend unchanged (memory, synchronisation, the timer and
+/// the copy ceiling), for wrappers that change only launches or failures.
+#[allow(unused_macros)] // only the test backends use it
+macro_rules! forward_to_inner {
+    () => {
+        fn alloc(&self, rank: u32, bytes: usize) -> Result<oxccl::backend::RawBuf, oxccl::Error> {
+            self.inner.alloc(rank, bytes)
+        }
+        unsafe fn free(&self, rank: u32, buf: oxccl::backend::RawBuf) {
+            // SAFETY: passed on under the caller's contract.
+            unsafe { self.inner.free(rank, buf) }
+        }
+        unsafe fn write(
+            &self,
+            rank: u32,
+            dst: oxccl::backend::RawBuf,
+            src: &[u8],
+        ) -> Result<(), oxccl::Error> {
+            // SAFETY: as above.
+            unsafe { self.inner.write(rank, dst, src) }
+        }
+        unsafe fn read(
+            &self,
+            rank: u32,
+            src: oxccl::backend::RawBuf,
+            dst: &mut [u8],
+        ) -> Result<(), oxccl::Error> {
+            // SAFETY: as above.
+            unsafe { self.inner.read(rank, src, dst) }
+        }
+        fn synchronize(&self, rank: u32) -> Result<(), oxccl::Error> {
+            self.inner.synchronize(rank)
+        }
+        fn timer(&self, rank: u32) -> Result<Box<dyn oxccl::backend::Timer>, oxccl::Error> {
+            self.inner.timer(rank)
+        }
+        fn copy_bandwidth(&self, bytes: usize) -> Result<f64, oxccl::Error> {
+            self.inner.copy_bandwidth(bytes)
+        }
+    };
+}
+#[allow(unused_imports)] // only the test backends use it
+pub(crate) use forward_to_inner;
+
+/// The [`oxccl::backend::Backend`] methods that describe the `inner`
+/// backend's kind and plans (kind, registered memory, chunk, channels,
+/// plan preparation), passed on unchanged.
+#[allow(unused_macros)] // only the test backends use it
+macro_rules! forward_plans_to_inner {
+    () => {
+        fn kind(&self) -> oxccl::backend::BackendKind {
+            self.inner.kind()
+        }
+        fn registered_alloc(&self) -> bool {
+            self.inner.registered_alloc()
+        }
+        fn chunk_bytes(&self) -> usize {
+            self.inner.chunk_bytes()
+        }
+        fn max_channels(&self) -> u32 {
+            self.inner.max_channels()
+        }
+        fn prepare_plan(
+            &self,
+            plan: &oxccl::core::Plan,
+            es: usize,
+            p: oxccl::core::Proto,
+        ) -> Result<Option<oxccl::backend::PlanHandle>, oxccl::Error> {
+            self.inner.prepare_plan(plan, es, p)
+        }
+    };
+}
+#[allow(unused_imports)] // only the test backends use it
+pub(crate) use forward_plans_to_inner;

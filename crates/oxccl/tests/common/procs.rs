@@ -198,3 +198,16 @@ pub fn kill_once_all_say(
     }
     (codes, lines)
 }
+
+/// The body of a test binary's `child` test: runs the role [`ROLE`] names
+/// among `roles`; in a plain test run (no role) it has nothing to do.
+pub fn run_role(roles: &[(&str, fn())]) {
+    let Ok(role) = std::env::var(ROLE) else {
+        println!("child: runs only as a rank process the other tests spawn ({ROLE} unset)");
+        return;
+    };
+    match roles.iter().find(|(name, _)| *name == role) {
+        Some((_, run)) => run(),
+        None => panic!("{ROLE}={role:?}: no such rank role"),
+    }
+}
