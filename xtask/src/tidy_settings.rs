@@ -99,12 +99,19 @@ pub fn env_read_violations(path: &str, text: &str) -> Vec<String> {
     out
 }
 
-/// Every `.rs` file under `dir`, recursively, skipping `target`.
-fn rust_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) -> anyhow::Result<()> {
+/// Folders no tidy rule reads Rust in: build output, the VCS, the device
+/// machine's carried binaries and hand-built clients.
+const SKIP_DIRS: &[&str] = &["target", ".git", ".gpu", ".gpu-nccl-tests", "node_modules"];
+
+/// Every `.rs` file under `dir`, recursively, skipping [`SKIP_DIRS`].
+pub fn rust_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) -> anyhow::Result<()> {
     for e in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
         let p = e?.path();
         if p.is_dir() {
-            if p.file_name().is_some_and(|n| n != "target" && n != ".git") {
+            if p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| !SKIP_DIRS.contains(&n))
+            {
                 rust_files(&p, out)?;
             }
         } else if p.extension().is_some_and(|x| x == "rs") {

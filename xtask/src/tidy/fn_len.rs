@@ -12,9 +12,6 @@ use std::path::Path;
 /// The longest a function may be, in lines.
 pub const MAX_FN_LINES: usize = 150;
 
-/// Folders never read (build output, VCS, the device's carried binaries).
-const SKIP_DIRS: &[&str] = &["target", ".git", ".gpu", ".gpu-nccl-tests", "node_modules"];
-
 /// `text` with comments and literals blanked (newlines kept, so line
 /// numbers hold): only code braces remain.
 pub fn code_only(text: &str) -> String {
@@ -186,23 +183,14 @@ pub fn long_functions(text: &str, max: usize) -> Vec<(usize, usize, String)> {
 /// Every function of the workspace's Rust files longer than
 /// [`MAX_FN_LINES`], as `path:line: fn name is N lines`.
 pub fn check(root: &Path) -> anyhow::Result<Vec<String>> {
+    let mut files = Vec::new();
+    crate::tidy_settings::rust_files(root, &mut files)?;
     let mut out = Vec::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        for e in std::fs::read_dir(&dir)? {
-            let p = e?.path();
-            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
-            if p.is_dir() {
-                if !SKIP_DIRS.contains(&name) {
-                    stack.push(p);
-                }
-            } else if name.ends_with(".rs") {
-                let text = std::fs::read_to_string(&p)?;
-                let rel = p.strip_prefix(root).unwrap_or(&p).display().to_string();
-                for (line, n, f) in long_functions(&text, MAX_FN_LINES) {
-                    out.push(format!("{rel}:{line}: fn {f} is {n} lines"));
-                }
-            }
+    for p in files {
+        let text = std::fs::read_to_string(&p)?;
+        let rel = p.strip_prefix(root).unwrap_or(&p).display().to_string();
+        for (line, n, f) in long_functions(&text, MAX_FN_LINES) {
+            out.push(format!("{rel}:{line}: fn {f} is {n} lines"));
         }
     }
     out.sort();
