@@ -609,10 +609,13 @@ impl Communicator {
     pub(crate) fn check_usable(&self) -> Result<()> {
         self.check_not_destroyed()?;
         if let Some(e) = self.clique.backend.failure() {
-            return Err(Error::Failed {
+            // A peer's failure after agreement stays that peer's fault for
+            // every later call, not an anonymous "failed earlier".
+            let failed = Error::Failed {
                 rank: self.rank,
                 cause: e.root_cause(),
-            });
+            };
+            return Err(self.clique.blamed(self.rank, failed));
         }
         Ok(())
     }

@@ -162,6 +162,13 @@ fn a_launch_failing_on_one_rank_fails_its_peers_naming_it() {
             later.to_string().contains("allreduce(sum) of 1024 x float"),
             "{later}"
         );
+        // A later call on a survivor is refused, still naming the rank.
+        let again = comms[0].alloc::<f32>(16).unwrap_err();
+        assert_eq!(
+            again.blamed_rank(),
+            Some(FLAKY),
+            "checked {checked}: {again}"
+        );
     }
 }
 
