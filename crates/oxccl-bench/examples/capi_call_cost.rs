@@ -6,6 +6,8 @@
 //! run by run (so a loaded machine slows each path alike):
 //!
 //! - `rust`: `Communicator::all_reduce` on buffers from `comm.alloc`.
+//! - `rust-unchecked`: the same on communicators made with
+//!   `check_calls(false)`: what the call check costs.
 //! - `rust-raw`: `Communicator::collective_raw` on plain host memory, the
 //!   facade entry the C ABI calls.
 //! - `capi`: `ncclAllReduce` through the built `libnccl.so.2` (loaded with
@@ -28,11 +30,17 @@
 //! else `liboxccl_capi.so` next to this program's folder is used. Reported
 //! per path: the median run's ns per call (slowest rank of each run) and
 //! the runs' spread (min..max). `OXCCL_CHECK_CALLS=0` turns the call check
-//! off in both libraries.
+//! off in both libraries. `OXCCL_CAPI_LIB_B` names a second build of the
+//! library (a copy of the file from before a change): its three C paths
+//! then run too, named with `.b`, interleaved with the others, which makes a
+//! before/after comparison on a loaded machine. `OXCCL_CALL_COST_PATHS`
+//! (names, comma-separated) runs only those paths: with `perf stat -e
+//! instructions:u` at two call counts, a path's instructions per call,
+//! which a loaded machine does not change.
 
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Barrier, Mutex};
 use std::time::{Duration, Instant};
 
@@ -69,15 +77,18 @@ struct Api {
 }
 
 impl Api {
-    fn load() -> Result<Api, String> {
-        let path = match std::env::var_os("OXCCL_CAPI_LIB") {
+    /// The library named by `var`, else (`default`) the build next to this
+    /// program's folder.
+    fn load(var: &str, default: bool) -> Result<Option<Api>, String> {
+        let path = match std::env::var_os(var) {
             Some(p) => PathBuf::from(p),
-            None => std::env::current_exe()
+            None if default => std::env::current_exe()
                 .map_err(|e| e.to_string())?
                 .parent()
                 .and_then(|d| d.parent())
                 .ok_or("no folder above this program")?
                 .join("liboxccl_capi.so"),
+            None => return Ok(None),
         };
         // SAFETY: the library is oxccl's own C ABI; its initialisers only
         // set up statics.
@@ -89,7 +100,7 @@ impl Api {
         })?;
         // SAFETY: each symbol has the type NCCL's header gives it.
         unsafe {
-            Ok(Api {
+            Ok(Some(Api {
                 init_all: *lib.get(b"ncclCommInitAll\0").map_err(|e| e.to_string())?,
                 all_reduce: *lib.get(b"ncclAllReduce\0").map_err(|e| e.to_string())?,
                 async_error: *lib
@@ -98,7 +109,7 @@ impl Api {
                 destroy: *lib.get(b"ncclCommDestroy\0").map_err(|e| e.to_string())?,
                 last_error: *lib.get(b"ncclGetLastError\0").map_err(|e| e.to_string())?,
                 _lib: lib,
-            })
+            }))
         }
     }
 
@@ -119,36 +130,71 @@ unsafe impl Send for Handle {}
 // SAFETY: as above.
 unsafe impl Sync for Handle {}
 
+/// A loaded library and its communicators (one per rank).
+struct Lib {
+    api: Api,
+    comms: Vec<Handle>,
+}
+
+/// A path; the C ones name their library (0, or 1 for `.b`).
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Path {
     Rust,
+    RustUnchecked,
     RustRaw,
-    Capi,
-    Torch,
-    TorchNb,
+    Capi(usize),
+    Torch(usize),
+    TorchNb(usize),
 }
 
-const PATHS: [Path; 5] = [
-    Path::Rust,
-    Path::RustRaw,
-    Path::Capi,
-    Path::Torch,
-    Path::TorchNb,
-];
-
 impl Path {
-    fn name(self) -> &'static str {
-        match self {
-            Path::Rust => "rust",
-            Path::RustRaw => "rust-raw",
-            Path::Capi => "capi",
-            Path::Torch => "torch",
-            Path::TorchNb => "torch-nb",
+    fn all(libs: usize) -> Vec<Path> {
+        let mut v = vec![Path::Rust, Path::RustUnchecked, Path::RustRaw];
+        for l in 0..libs {
+            v.extend([Path::Capi(l), Path::Torch(l), Path::TorchNb(l)]);
+        }
+        v
+    }
+
+    fn name(self) -> String {
+        let (name, lib) = match self {
+            Path::Rust => ("rust", 0),
+            Path::RustUnchecked => ("rust-unchecked", 0),
+            Path::RustRaw => ("rust-raw", 0),
+            Path::Capi(l) => ("capi", l),
+            Path::Torch(l) => ("torch", l),
+            Path::TorchNb(l) => ("torch-nb", l),
+        };
+        if lib == 0 {
+            name.into()
+        } else {
+            format!("{name}.b")
         }
     }
 
-    fn watchdog(self) -> bool {
-        matches!(self, Path::Torch | Path::TorchNb)
+    /// The library whose communicators the watchdog polls meanwhile.
+    fn watchdog(self) -> Option<usize> {
+        match self {
+            Path::Torch(l) | Path::TorchNb(l) => Some(l),
+            _ => None,
+        }
+    }
+}
+
+/// A rank's communicator of the Rust paths, and its buffers.
+struct Own<'a> {
+    comm: &'a Communicator,
+    send: oxccl::Buffer<f32>,
+    recv: oxccl::Buffer<f32>,
+}
+
+impl<'a> Own<'a> {
+    fn new(comm: &'a Communicator) -> Result<Own<'a>, String> {
+        Ok(Own {
+            comm,
+            send: comm.alloc::<f32>(2).map_err(|e| e.to_string())?,
+            recv: comm.alloc::<f32>(2).map_err(|e| e.to_string())?,
+        })
     }
 }
 
@@ -156,11 +202,10 @@ impl Path {
 fn calls_on(
     path: Path,
     calls: u32,
-    api: &Api,
-    rust: &Communicator,
-    bufs: (&oxccl::Buffer<f32>, &oxccl::Buffer<f32>),
+    libs: &[Lib],
+    rank: usize,
+    rust: &[Own<'_>; 2],
     host: &mut [f32; 4],
-    c: Handle,
 ) -> Result<(), String> {
     let (send, recv) = (
         host.as_ptr() as *const c_void,
@@ -168,9 +213,12 @@ fn calls_on(
     );
     for _ in 0..calls {
         match path {
-            Path::Rust => rust
-                .all_reduce(bufs.0, bufs.1, RedOp::Sum)
-                .map_err(|e| e.to_string())?,
+            Path::Rust | Path::RustUnchecked => {
+                let o = &rust[usize::from(path == Path::RustUnchecked)];
+                o.comm
+                    .all_reduce(&o.send, &o.recv, RedOp::Sum)
+                    .map_err(|e| e.to_string())?
+            }
             Path::RustRaw => {
                 let call = RawColl {
                     kind: CollKind::AllReduce,
@@ -183,10 +231,12 @@ fn calls_on(
                 };
                 // SAFETY: host memory of this thread, 2 f32 each way, alive
                 // across the call (the host backend completes it at once).
-                unsafe { rust.collective_raw(call, RawStream(0)) }.map_err(|e| e.to_string())?
+                unsafe { rust[0].comm.collective_raw(call, RawStream(0)) }
+                    .map_err(|e| e.to_string())?
             }
-            Path::Capi | Path::Torch | Path::TorchNb => {
-                if path == Path::TorchNb {
+            Path::Capi(l) | Path::Torch(l) | Path::TorchNb(l) => {
+                let (api, c) = (&libs[l].api, libs[l].comms[rank]);
+                if path == Path::TorchNb(l) {
                     let mut state: c_int = 0;
                     // SAFETY: a live handle and a writable result slot.
                     let r = unsafe { (api.async_error)(c.0, &mut state) };
@@ -223,26 +273,28 @@ struct Setup {
 
 /// Every path's ns per call, one entry per run (slowest rank of the run).
 fn measure(
-    api: &Api,
-    rust: &[Communicator],
-    c: &[Handle],
+    libs: &[Lib],
+    paths: &[Path],
+    rust: [&[Communicator]; 2],
     s: &Setup,
 ) -> Result<Vec<Vec<f64>>, String> {
-    let n = rust.len();
+    let n = rust[0].len();
     let bar = Barrier::new(n);
-    let polling = AtomicBool::new(false);
+    // 0: the watchdog rests; l + 1: it polls library l's communicators.
+    let polling = AtomicUsize::new(0);
     let stop = AtomicBool::new(false);
     // times[path][run][rank]
-    let times = Mutex::new(vec![vec![vec![0.0f64; n]; s.runs]; PATHS.len()]);
+    let times = Mutex::new(vec![vec![vec![0.0f64; n]; s.runs]; paths.len()]);
     std::thread::scope(|scope| -> Result<(), String> {
         scope.spawn(|| {
             // PyTorch's watchdog: polls each communicator's async error.
             while !stop.load(Ordering::Relaxed) {
-                if polling.load(Ordering::Relaxed) {
-                    for h in c {
+                let active = polling.load(Ordering::Relaxed).checked_sub(1);
+                if let Some(lib) = active.map(|l| &libs[l]) {
+                    for h in &lib.comms {
                         let mut state: c_int = 0;
                         // SAFETY: live handles, a writable slot.
-                        unsafe { (api.async_error)(h.0, &mut state) };
+                        unsafe { (lib.api.async_error)(h.0, &mut state) };
                     }
                 }
                 std::thread::sleep(s.watchdog);
@@ -252,22 +304,20 @@ fn measure(
             .map(|r| {
                 let (bar, polling, times) = (&bar, &polling, &times);
                 scope.spawn(move || -> Result<(), String> {
-                    let comm = &rust[r];
-                    let a = comm.alloc::<f32>(2).map_err(|e| e.to_string())?;
-                    let b = comm.alloc::<f32>(2).map_err(|e| e.to_string())?;
+                    let own = [Own::new(&rust[0][r])?, Own::new(&rust[1][r])?];
                     let mut host = [1.0f32; 4];
-                    for p in PATHS {
-                        calls_on(p, WARMUP, api, comm, (&a, &b), &mut host, c[r])?;
+                    for &p in paths {
+                        calls_on(p, WARMUP, libs, r, &own, &mut host)?;
                     }
                     for run in 0..s.runs {
-                        for (i, p) in PATHS.into_iter().enumerate() {
+                        for (i, &p) in paths.iter().enumerate() {
                             bar.wait();
                             if r == 0 {
-                                polling.store(p.watchdog(), Ordering::Relaxed);
+                                polling.store(p.watchdog().map_or(0, |l| l + 1), Ordering::Relaxed);
                             }
                             bar.wait();
                             let t = Instant::now();
-                            calls_on(p, s.calls, api, comm, (&a, &b), &mut host, c[r])?;
+                            calls_on(p, s.calls, libs, r, &own, &mut host)?;
                             let ns = t.elapsed().as_secs_f64() * 1e9 / f64::from(s.calls.max(1));
                             times.lock().map_err(|e| e.to_string())?[i][run][r] = ns;
                         }
@@ -312,21 +362,36 @@ fn main() -> Result<(), String> {
         // Before any thread starts: the C library reads it at init.
         std::env::set_var("OXCCL_BACKEND", "host");
     }
-    let api = Api::load()?;
     let mut config = Config::from_env().map_err(|e| e.to_string())?;
     config.backend = BackendKind::Host;
-    let rust = oxccl::init_all_with(n, config).map_err(|e| e.to_string())?;
-    let mut raw: Vec<Comm> = vec![std::ptr::null_mut(); n as usize];
-    // SAFETY: room for n handles; no device list (host backend).
-    let r = unsafe { (api.init_all)(raw.as_mut_ptr(), n as c_int, std::ptr::null()) };
-    if r != 0 {
-        return Err(api.fail("ncclCommInitAll", r, std::ptr::null_mut()));
+    let rust = oxccl::init_all_with(n, config.clone()).map_err(|e| e.to_string())?;
+    config.check_calls = false;
+    let unchecked = oxccl::init_all_with(n, config).map_err(|e| e.to_string())?;
+    let mut libs = Vec::new();
+    for (var, default) in [("OXCCL_CAPI_LIB", true), ("OXCCL_CAPI_LIB_B", false)] {
+        let Some(api) = Api::load(var, default)? else {
+            continue;
+        };
+        let mut raw: Vec<Comm> = vec![std::ptr::null_mut(); n as usize];
+        // SAFETY: room for n handles; no device list (host backend).
+        let r = unsafe { (api.init_all)(raw.as_mut_ptr(), n as c_int, std::ptr::null()) };
+        if r != 0 {
+            return Err(api.fail("ncclCommInitAll", r, std::ptr::null_mut()));
+        }
+        let comms = raw.into_iter().map(Handle).collect();
+        libs.push(Lib { api, comms });
     }
-    let c: Vec<Handle> = raw.iter().map(|&h| Handle(h)).collect();
-    let result = measure(&api, &rust, &c, &setup);
-    for h in &c {
-        // SAFETY: live handles, destroyed once.
-        unsafe { (api.destroy)(h.0) };
+    let mut paths = Path::all(libs.len());
+    if let Ok(only) = std::env::var("OXCCL_CALL_COST_PATHS") {
+        let only: Vec<&str> = only.split(',').collect();
+        paths.retain(|p| only.contains(&p.name().as_str()));
+    }
+    let result = measure(&libs, &paths, [&rust, &unchecked], &setup);
+    for lib in &libs {
+        for h in &lib.comms {
+            // SAFETY: live handles, destroyed once.
+            unsafe { (lib.api.destroy)(h.0) };
+        }
     }
     let per_path = result?;
     println!(
@@ -339,12 +404,12 @@ fn main() -> Result<(), String> {
         setup.calls
     );
     let base = median(per_path[0].clone());
-    for (p, runs) in PATHS.iter().zip(per_path) {
+    for (p, runs) in paths.iter().zip(per_path) {
         let lo = runs.iter().copied().fold(f64::INFINITY, f64::min);
         let hi = runs.iter().copied().fold(0.0, f64::max);
         let m = median(runs);
         println!(
-            "  {:<9} {m:>8.0}  [{lo:.0}..{hi:.0}]  {:+.0} over rust",
+            "  {:<14} {m:>8.0}  [{lo:.0}..{hi:.0}]  {:+.0} over rust",
             p.name(),
             m - base
         );
