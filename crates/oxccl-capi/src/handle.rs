@@ -535,7 +535,9 @@ mod tests {
 
     #[test]
     fn other_threads_see_a_destroy_at_once() {
-        let h = publish(comm()).unwrap() as usize;
+        // Held here throughout, as a call in flight would hold it.
+        let c = comm();
+        let h = publish(c.clone()).unwrap() as usize;
         let (looked, retired) = (std::sync::Barrier::new(2), std::sync::Barrier::new(2));
         std::thread::scope(|s| {
             s.spawn(|| {
@@ -548,6 +550,7 @@ mod tests {
             retire(h as NcclCommT).unwrap();
             retired.wait();
         });
+        drop(c);
     }
 
     #[test]
