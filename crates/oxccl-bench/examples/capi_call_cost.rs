@@ -21,6 +21,10 @@
 //!   `ncclCommGetAsyncError` on the calling thread before each collective
 //!   (PyTorch's comm getter waits for the communicator to be ready that way).
 //!
+//! - `grouped`: `capi` inside `ncclGroupStart`/`ncclGroupEnd`, as
+//!   PyTorch's `AutoNcclGroup` wraps coalesced and point-to-point calls
+//!   (and, in releases before 2.2, every collective).
+//!
 //! PyTorch's CUDA work per call (event records, stream waits) is not the
 //! library's and has nothing to run on here; it is left out.
 //!
@@ -59,6 +63,7 @@ type AllReduce = unsafe extern "C" fn(
     *mut c_void,
 ) -> c_int;
 type AsyncError = unsafe extern "C" fn(Comm, *mut c_int) -> c_int;
+type GroupCall = unsafe extern "C" fn() -> c_int;
 type Destroy = unsafe extern "C" fn(Comm) -> c_int;
 type LastError = unsafe extern "C" fn(Comm) -> *const c_char;
 
@@ -72,6 +77,8 @@ struct Api {
     init_all: InitAll,
     all_reduce: AllReduce,
     async_error: AsyncError,
+    group_start: GroupCall,
+    group_end: GroupCall,
     destroy: Destroy,
     last_error: LastError,
 }
@@ -106,6 +113,8 @@ impl Api {
                 async_error: *lib
                     .get(b"ncclCommGetAsyncError\0")
                     .map_err(|e| e.to_string())?,
+                group_start: *lib.get(b"ncclGroupStart\0").map_err(|e| e.to_string())?,
+                group_end: *lib.get(b"ncclGroupEnd\0").map_err(|e| e.to_string())?,
                 destroy: *lib.get(b"ncclCommDestroy\0").map_err(|e| e.to_string())?,
                 last_error: *lib.get(b"ncclGetLastError\0").map_err(|e| e.to_string())?,
                 _lib: lib,
@@ -145,13 +154,19 @@ enum Path {
     Capi(usize),
     Torch(usize),
     TorchNb(usize),
+    Grouped(usize),
 }
 
 impl Path {
     fn all(libs: usize) -> Vec<Path> {
         let mut v = vec![Path::Rust, Path::RustUnchecked, Path::RustRaw];
         for l in 0..libs {
-            v.extend([Path::Capi(l), Path::Torch(l), Path::TorchNb(l)]);
+            v.extend([
+                Path::Capi(l),
+                Path::Torch(l),
+                Path::TorchNb(l),
+                Path::Grouped(l),
+            ]);
         }
         v
     }
@@ -164,6 +179,7 @@ impl Path {
             Path::Capi(l) => ("capi", l),
             Path::Torch(l) => ("torch", l),
             Path::TorchNb(l) => ("torch-nb", l),
+            Path::Grouped(l) => ("grouped", l),
         };
         if lib == 0 {
             name.into()
@@ -234,7 +250,7 @@ fn calls_on(
                 unsafe { rust[0].comm.collective_raw(call, RawStream(0)) }
                     .map_err(|e| e.to_string())?
             }
-            Path::Capi(l) | Path::Torch(l) | Path::TorchNb(l) => {
+            Path::Capi(l) | Path::Torch(l) | Path::TorchNb(l) | Path::Grouped(l) => {
                 let (api, c) = (&libs[l].api, libs[l].comms[rank]);
                 if path == Path::TorchNb(l) {
                     let mut state: c_int = 0;
@@ -243,6 +259,11 @@ fn calls_on(
                     if r != 0 || state != 0 {
                         return Err(api.fail("ncclCommGetAsyncError", r.max(state), c.0));
                     }
+                }
+                let grouped = path == Path::Grouped(l);
+                // SAFETY: no arguments; this thread's group.
+                if grouped && unsafe { (api.group_start)() } != 0 {
+                    return Err(api.fail("ncclGroupStart", 1, c.0));
                 }
                 // SAFETY: as for RustRaw; the stream is ignored on host.
                 let r = unsafe {
@@ -258,6 +279,13 @@ fn calls_on(
                 };
                 if r != 0 {
                     return Err(api.fail("ncclAllReduce", r, c.0));
+                }
+                if grouped {
+                    // SAFETY: closes the group opened above.
+                    let r = unsafe { (api.group_end)() };
+                    if r != 0 {
+                        return Err(api.fail("ncclGroupEnd", r, c.0));
+                    }
                 }
             }
         }
