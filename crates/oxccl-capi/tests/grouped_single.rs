@@ -69,10 +69,8 @@ fn a_grouped_collective_matches_its_peers_lone_one() {
     std::env::set_var("OXCCL_BACKEND", "host");
     let mut comms: [NcclCommT; 2] = [std::ptr::null_mut(); 2];
     // SAFETY: two writable handles, no device list.
-    assert_eq!(
-        unsafe { ncclCommInitAll(comms.as_mut_ptr(), 2, std::ptr::null()) },
-        0
-    );
+    let r = unsafe { ncclCommInitAll(comms.as_mut_ptr(), 2, std::ptr::null()) };
+    assert_eq!(r, 0, "ncclCommInitAll");
     let hs = comms.map(Handle);
     let results: Vec<Vec<[f32; 4]>> = std::thread::scope(|s| {
         let t: Vec<_> = (0..2)
