@@ -21,9 +21,9 @@
 //!   `ncclCommGetAsyncError` on the calling thread before each collective
 //!   (PyTorch's comm getter waits for the communicator to be ready that way).
 //!
-//! - `grouped`: `capi` inside `ncclGroupStart`/`ncclGroupEnd`, as
-//!   PyTorch's `AutoNcclGroup` wraps coalesced and point-to-point calls
-//!   (and, in releases before 2.2, every collective).
+//! - `grouped`: `capi` inside `ncclGroupStart`/`ncclGroupEnd`, as PyTorch
+//!   groups coalesced calls (and, in older releases that drove several
+//!   devices per process, every collective).
 //!
 //! PyTorch's CUDA work per call (event records, stream waits) is not the
 //! library's and has nothing to run on here; it is left out.

@@ -1,6 +1,6 @@
 //! A group holding one collective runs as that collective alone (the
 //! group's end takes the lone call's path): one rank may issue it inside
-//! `ncclGroupStart`/`ncclGroupEnd` (as PyTorch's `AutoNcclGroup` does)
+//! `ncclGroupStart`/`ncclGroupEnd` (as PyTorch groups coalesced calls)
 //! while its peer issues it alone, and both complete with the right sums,
 //! under the call check (on by default).
 
