@@ -3,7 +3,9 @@
 //! measurement uses ([`latency`]); the one [`median`]. The experiments are
 //! its examples: `latency` (the executor's launch alone), `call_latency`
 //! (through the facade), `facade_overhead` (the facade's CPU cost on a
-//! backend that does nothing), `nccl_latency` (NCCL's figure) and
+//! backend that does nothing), `capi_call_cost` (what the C ABI and
+//! PyTorch's call pattern add over the Rust call, host backend, through
+//! the built `libnccl.so.2`), `nccl_latency` (NCCL's figure) and
 //! `sync_floor` (the hardware floor of one flag exchange, its kernels in
 //! `kernels/sync_floor.cu`). `cargo xtask sweep --nccl` uses [`nccl`] too.
 

@@ -8,14 +8,20 @@
 //! made-up handle is an `ncclInvalidArgument`, never a dereference, and a
 //! stale handle never reaches a communicator made after it was destroyed
 //! (as an address could, once its allocation was reused).
+//!
+//! Lookups run on every call, from every rank thread (and from a
+//! framework's watchdog polling `ncclCommGetAsyncError`), so the common
+//! case touches nothing shared: each thread remembers the few handles it
+//! looked up last (`recent`), and the table is behind a read-write lock
+//! that concurrent lookups share.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 
 use oxccl::{BackendKind, Communicator, RedOp};
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, RwLock};
 
 use crate::abi::{self, NcclCommT, NcclResult};
 use crate::error::{CError, CResult};
@@ -60,17 +66,22 @@ pub struct CComm {
     pub premul: Mutex<Vec<Option<PreMul>>>,
     /// `ncclCommRegister` records: handle address → the facade's.
     pub registered: Mutex<HashMap<usize, oxccl::Registration>>,
-    /// Nonblocking work on this communicator running in the background (a
-    /// split of it, a group end), and the first failure of one.
-    background: Mutex<Background>,
+    /// The first failure of nonblocking work on this communicator that ran
+    /// in the background (a split of it, a group end).
+    background: Mutex<Option<CError>>,
     background_done: Condvar,
-}
-
-/// See [`CComm::begin_background`].
-#[derive(Debug, Default)]
-struct Background {
-    running: u32,
-    error: Option<CError>,
+    /// How many such operations are running: read without the lock by
+    /// every call ([`CComm::callable`]) and by `ncclCommGetAsyncError`,
+    /// changed only while holding `background` (whose condition variable
+    /// waits for it to reach 0).
+    running: AtomicU32,
+    /// Set (under `background`, before `running` drops) once it holds an
+    /// error, so readers take the lock only then.
+    background_failed: AtomicBool,
+    /// Out of the handle table: destroyed, aborted, or its handle given to
+    /// another communicator (a split's stand-in). Threads' remembered
+    /// lookups of it are void from then on.
+    unlisted: AtomicBool,
 }
 
 /// Live handles, and the serial the next one gets.
@@ -80,7 +91,7 @@ struct Live {
     map: HashMap<usize, Arc<CComm>>,
 }
 
-static LIVE: Mutex<Option<Live>> = Mutex::new(None);
+static LIVE: RwLock<Option<Live>> = RwLock::new(None);
 
 /// Where handle values start: bits 52..56 set and 63..56 clear, so no
 /// handle is a canonical user-space address on x86-64 (47-bit) or AArch64
@@ -110,8 +121,11 @@ impl CComm {
             suspended: AtomicBool::new(false),
             premul: Mutex::new(Vec::new()),
             registered: Mutex::new(HashMap::new()),
-            background: Mutex::new(Background::default()),
+            background: Mutex::new(None),
             background_done: Condvar::new(),
+            running: AtomicU32::new(0),
+            background_failed: AtomicBool::new(false),
+            unlisted: AtomicBool::new(false),
         }
     }
 
@@ -119,26 +133,41 @@ impl CComm {
     /// background: until it ends, `ncclCommGetAsyncError` says
     /// `ncclInProgress` and calls are refused (NCCL's users poll first).
     pub fn begin_background(&self) {
-        self.background.lock().running += 1;
+        let _b = self.background.lock();
+        self.running.fetch_add(1, Ordering::AcqRel);
     }
 
     /// One background operation ended; its failure, if any, becomes the
     /// communicator's asynchronous error (the first one stays).
     pub fn end_background(&self, r: Result<(), &CError>) {
         let mut b = self.background.lock();
-        b.running = b.running.saturating_sub(1);
         if let Err(e) = r {
-            b.error.get_or_insert_with(|| e.clone());
+            b.get_or_insert_with(|| e.clone());
+            self.background_failed.store(true, Ordering::Release);
         }
+        // The error is visible before the count drops, so a reader that
+        // sees no operation running also sees its failure.
+        let _ = self
+            .running
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
         self.background_done.notify_all();
     }
 
     /// Waits for the background operations (finalize, destroy).
     pub fn wait_background(&self) {
         let mut b = self.background.lock();
-        while b.running > 0 {
+        while self.running.load(Ordering::Acquire) > 0 {
             self.background_done.wait(&mut b);
         }
+    }
+
+    /// The first background failure, if there was one (the lock is taken
+    /// only then).
+    fn background_error(&self) -> Option<CError> {
+        if !self.background_failed.load(Ordering::Acquire) {
+            return None;
+        }
+        self.background.lock().clone()
     }
 
     /// Records the end of initialisation.
@@ -186,7 +215,7 @@ impl CComm {
 
     /// Whether calls may be issued: not revoked, not suspended.
     pub fn callable(&self) -> CResult<()> {
-        if self.background.lock().running > 0 {
+        if self.running.load(Ordering::Acquire) > 0 {
             return Err(CError::usage(
                 "a nonblocking split or group end of this communicator is still running: poll ncclCommGetAsyncError until it is not ncclInProgress",
             ));
@@ -228,14 +257,11 @@ impl CComm {
             // Revoked and quiescent: the aborted work is not an error.
             return abi::SUCCESS;
         }
-        {
-            let b = self.background.lock();
-            if b.running > 0 {
-                return abi::IN_PROGRESS;
-            }
-            if let Some(e) = &b.error {
-                return e.code;
-            }
+        if self.running.load(Ordering::Acquire) > 0 {
+            return abi::IN_PROGRESS;
+        }
+        if let Some(e) = self.background_error() {
+            return e.code;
         }
         if let Some(c) = self.comm.get() {
             return c.async_error().map_or(abi::SUCCESS, |e| e.nccl_result());
@@ -253,14 +279,11 @@ impl CComm {
         if self.revoked.load(Ordering::Acquire) {
             return None;
         }
-        {
-            let b = self.background.lock();
-            if b.running > 0 {
-                return None;
-            }
-            if let Some(e) = &b.error {
-                return Some(e.msg.clone());
-            }
+        if self.running.load(Ordering::Acquire) > 0 {
+            return None;
+        }
+        if let Some(e) = self.background_error() {
+            return Some(e.msg);
         }
         if let Some(c) = self.comm.get() {
             return c.async_error().map(|e| e.to_string());
@@ -320,7 +343,7 @@ impl CComm {
 /// process had before. (After 2^48 of them, years of making one a
 /// microsecond, there are no more: an error rather than a repeat.)
 pub fn publish(c: Arc<CComm>) -> CResult<NcclCommT> {
-    let mut live = LIVE.lock();
+    let mut live = LIVE.write();
     let live = live.get_or_insert_with(Live::default);
     if live.next >= MAX_SERIAL {
         return Err(CError {
@@ -339,14 +362,83 @@ pub fn lookup(h: NcclCommT) -> CResult<Arc<CComm>> {
     if h.is_null() {
         return Err(CError::arg("comm is NULL"));
     }
-    LIVE.lock()
+    let key = h as usize;
+    if let Some(c) = recent::get(key) {
+        return Ok(c);
+    }
+    let c = LIVE
+        .read()
         .as_ref()
-        .and_then(|l| l.map.get(&(h as usize)).cloned())
+        .and_then(|l| l.map.get(&key).cloned())
         .ok_or_else(|| {
             CError::arg(format!(
                 "comm {h:p} is not a live communicator of this library (destroyed already, or not made by it)"
             ))
-        })
+        })?;
+    recent::put(key, &c);
+    Ok(c)
+}
+
+/// Each thread's last few lookups. An entry holds its communicator weakly
+/// (a thread that stops calling keeps nothing alive) and is good while
+/// the communicator is alive and still in the table under that handle:
+/// handles are never reused, so an entry can only go stale, never point
+/// to another communicator. A lookup racing a destroy returns the
+/// communicator as a lookup just before the destroy would.
+mod recent {
+    use std::cell::RefCell;
+    use std::sync::atomic::Ordering;
+    use std::sync::{Arc, Weak};
+
+    use super::CComm;
+
+    /// Enough for a thread that drives a few communicators in turn (the
+    /// groups of tensor and data parallelism).
+    const SLOTS: usize = 4;
+
+    #[derive(Default)]
+    struct Recent {
+        slots: [Option<(usize, Weak<CComm>)>; SLOTS],
+        next: usize,
+    }
+
+    thread_local! {
+        static RECENT: RefCell<Recent> = RefCell::new(Recent::default());
+    }
+
+    /// The communicator remembered for `key`, if it is still good (a
+    /// stale entry is dropped).
+    pub fn get(key: usize) -> Option<Arc<CComm>> {
+        RECENT
+            .try_with(|r| {
+                let mut r = r.try_borrow_mut().ok()?;
+                let slot = r
+                    .slots
+                    .iter_mut()
+                    .find(|s| s.as_ref().is_some_and(|(k, _)| *k == key))?;
+                let c = slot.as_ref().and_then(|(_, w)| w.upgrade());
+                match c {
+                    Some(c) if !c.unlisted.load(Ordering::Acquire) => Some(c),
+                    _ => {
+                        *slot = None;
+                        None
+                    }
+                }
+            })
+            .ok()
+            .flatten()
+    }
+
+    /// Remembers `c` as `key`'s communicator, in place of the oldest entry.
+    pub fn put(key: usize, c: &Arc<CComm>) {
+        let _ = RECENT.try_with(|r| {
+            if let Ok(mut r) = r.try_borrow_mut() {
+                let i = r.next;
+                r.slots[i] = Some((key, Arc::downgrade(c)));
+                r.next = (i + 1) % SLOTS;
+            }
+        });
+    }
 }
 
 /// Takes `h` out of the table (destroy, abort); later lookups fail.
@@ -354,9 +446,10 @@ pub fn retire(h: NcclCommT) -> CResult<Arc<CComm>> {
     if h.is_null() {
         return Err(CError::arg("comm is NULL"));
     }
-    LIVE.lock()
+    LIVE.write()
         .as_mut()
         .and_then(|l| l.map.remove(&(h as usize)))
+        .inspect(|c| c.unlisted.store(true, Ordering::Release))
         .ok_or_else(|| {
             CError::arg(format!(
                 "comm {h:p} is not a live communicator of this library (destroyed already, or not made by it)"
@@ -368,9 +461,10 @@ pub fn retire(h: NcclCommT) -> CResult<Arc<CComm>> {
 /// split's child replacing its stand-in). False, and nothing changed,
 /// when `h` was destroyed or aborted meanwhile.
 pub fn replace(h: usize, old: &Arc<CComm>, new: Arc<CComm>) -> bool {
-    let mut live = LIVE.lock();
+    let mut live = LIVE.write();
     match live.as_mut().and_then(|l| l.map.get_mut(&h)) {
         Some(slot) if Arc::ptr_eq(slot, old) => {
+            old.unlisted.store(true, Ordering::Release);
             *slot = new;
             true
         }
@@ -413,6 +507,81 @@ mod tests {
         }
         assert!(lookup(live).is_ok());
         retire(live).unwrap();
+    }
+
+    #[test]
+    fn a_remembered_lookup_goes_stale_with_its_handle() {
+        let c = comm();
+        let h = publish(c.clone()).unwrap();
+        // Twice: the second is answered from this thread's memory.
+        assert!(Arc::ptr_eq(&lookup(h).unwrap(), &c));
+        assert!(Arc::ptr_eq(&lookup(h).unwrap(), &c));
+        // Destroyed: refused, though this thread remembered it and the
+        // communicator is still alive (held here).
+        retire(h).unwrap();
+        assert_eq!(lookup(h).unwrap_err().code, abi::INVALID_ARGUMENT);
+        assert_eq!(Arc::strong_count(&c), 1, "nothing else keeps it alive");
+    }
+
+    #[test]
+    fn a_replaced_handle_leads_to_its_new_communicator() {
+        let (old, new) = (comm(), comm());
+        let h = publish(old.clone()).unwrap();
+        assert!(Arc::ptr_eq(&lookup(h).unwrap(), &old));
+        assert!(replace(h as usize, &old, new.clone()));
+        assert!(Arc::ptr_eq(&lookup(h).unwrap(), &new));
+        retire(h).unwrap();
+    }
+
+    #[test]
+    fn other_threads_see_a_destroy_at_once() {
+        // Held here throughout, as a call in flight would hold it.
+        let c = comm();
+        let h = publish(c.clone()).unwrap() as usize;
+        let (looked, retired) = (std::sync::Barrier::new(2), std::sync::Barrier::new(2));
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                assert!(lookup(h as NcclCommT).is_ok());
+                looked.wait();
+                retired.wait();
+                assert!(lookup(h as NcclCommT).is_err());
+            });
+            looked.wait();
+            retire(h as NcclCommT).unwrap();
+            retired.wait();
+        });
+        drop(c);
+    }
+
+    #[test]
+    fn more_communicators_than_remembered_all_resolve() {
+        let cs: Vec<_> = (0..10).map(|_| comm()).collect();
+        let hs: Vec<_> = cs.iter().map(|c| publish(c.clone()).unwrap()).collect();
+        for _ in 0..3 {
+            for (h, c) in hs.iter().zip(&cs) {
+                assert!(Arc::ptr_eq(&lookup(*h).unwrap(), c));
+            }
+        }
+        for h in hs {
+            retire(h).unwrap();
+        }
+    }
+
+    #[test]
+    fn background_work_is_seen_without_the_lock() {
+        let c = comm();
+        assert!(c.callable().is_ok());
+        c.begin_background();
+        assert_eq!(c.callable().unwrap_err().code, abi::INVALID_USAGE);
+        assert_eq!(c.async_result(), abi::IN_PROGRESS);
+        c.end_background(Err(&CError::arg("the split failed")));
+        assert!(c.callable().is_ok());
+        assert_eq!(c.async_result(), abi::INVALID_ARGUMENT);
+        assert_eq!(c.async_message().as_deref(), Some("the split failed"));
+        // The first failure stays; the count never goes below zero.
+        c.end_background(Err(&CError::usage("later")));
+        assert_eq!(c.async_result(), abi::INVALID_ARGUMENT);
+        c.wait_background();
     }
 
     #[test]
