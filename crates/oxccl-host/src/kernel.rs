@@ -15,6 +15,8 @@ use oxccl_core::{BaseOp, Element, LoweredOp};
 
 /// Elements per accumulator block (8 KiB for 8-byte types: stays in L1).
 const BLOCK: usize = 1024;
+/// The accumulator of calls of at most this many elements.
+const SMALL_BLOCK: usize = 64;
 
 /// Destinations written straight from the accumulator; more are copied.
 const MAX_DIRECT: usize = 4;
@@ -130,10 +132,32 @@ unsafe fn reduce_into<T: Element>(
     post: bool,
     op: &TypedOp<T>,
 ) {
-    let mut acc = [T::default(); BLOCK];
+    // A small call gets a small accumulator: filling all BLOCK elements
+    // of one was most of an 8-byte call's instructions.
+    if len <= SMALL_BLOCK {
+        // SAFETY: as this function's.
+        unsafe { reduce_blocks::<T, SMALL_BLOCK>(srcs, outs, len, post, op) }
+    } else {
+        // SAFETY: as this function's.
+        unsafe { reduce_blocks::<T, BLOCK>(srcs, outs, len, post, op) }
+    }
+}
+
+/// [`reduce_into`] through an accumulator of `B` elements.
+///
+/// # Safety
+/// As [`reduce_into`].
+unsafe fn reduce_blocks<T: Element, const B: usize>(
+    srcs: &[In<T>],
+    outs: &[*mut T],
+    len: usize,
+    post: bool,
+    op: &TypedOp<T>,
+) {
+    let mut acc = [T::default(); B];
     let mut start = 0;
     while start < len {
-        let n = BLOCK.min(len - start);
+        let n = B.min(len - start);
         let acc = &mut acc[..n];
         for (k, s) in srcs.iter().enumerate() {
             // SAFETY: the source is valid for `len` elements; no `&mut` to
