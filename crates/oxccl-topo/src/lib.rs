@@ -30,6 +30,9 @@
 //!   built-in calibration for a placement (today only ranks sharing one
 //!   H200, `calib/h200-1gpu-8ranks.json`).
 //! - [`search`]: ring search and the double binary tree.
+//! - [`netdev`]: a network device (a net plugin's, or the built-in TCP's
+//!   interface) as a NIC of the graph ([`Topology::with_net_device`]);
+//!   [`NetPlacement::device`] carries it into [`Policy::network`]'s prices.
 #![forbid(unsafe_code)]
 #![doc = include_str!("MODEL.md")]
 
