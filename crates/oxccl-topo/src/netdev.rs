@@ -122,10 +122,20 @@ impl Topology {
         let lat = self
             .nic_latency_us(nic)
             .map_or_else(|| "not stated".into(), |l| format!("{l} us"));
+        let stated = node
+            .nic
+            .as_ref()
+            .is_some_and(|i| i.nets.iter().any(|n| n.int("speed").is_some_and(|v| v > 0)));
+        // Without a stated speed `nic_bw` falls back to the PCIe link or
+        // a default; say so rather than print a figure nobody stated.
+        let speed = if stated {
+            format!("{:.1} GB/s", self.nic_bw(nic))
+        } else {
+            "speed not stated".into()
+        };
         format!(
-            "{} {name} (pci {pci} under {above}): {:.1} GB/s, latency {lat}",
-            self.label(nic),
-            self.nic_bw(nic)
+            "{} {name} (pci {pci} under {above}): {speed}, latency {lat}",
+            self.label(nic)
         )
     }
 }
@@ -207,6 +217,16 @@ mod tests {
         assert!(
             line.starts_with("NIC0 ofi0 (pci none under CPU0): 12.5 GB/s, latency 7.5 us"),
             "{line}"
+        );
+        let quiet = NetDevice {
+            speed_mbps: 0,
+            latency_us: 0.0,
+            ..dev(None)
+        };
+        let (t, nic) = Topology::empty().with_net_device(0, &quiet);
+        assert_eq!(
+            t.nic_line(nic),
+            "NIC0 ofi0 (pci none under CPU0): speed not stated, latency not stated"
         );
     }
 
