@@ -185,6 +185,7 @@ fn net_selector(nodes: u32, per_host: u32, bw: f64, hop_us: Option<f64>) -> Sele
         host_of,
         bw,
         hop_us,
+        device: None,
     };
     Policy::network(&p, oxccl_topo::policy::NET_CHANNELS_TO_FILL as u32)
         .selector(false, Algo::Ring, Transport::Fifo)

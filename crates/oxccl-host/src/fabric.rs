@@ -249,6 +249,13 @@ impl HostFabric {
         self.net.as_ref().map(|n| n.bw_gbps)
     }
 
+    /// Over the network: the device the chosen network runs on, as its
+    /// transport states it (a plugin's `properties`, the built-in TCP's
+    /// interface); `None` otherwise.
+    pub fn network_device(&self) -> Option<&oxccl_net::Properties> {
+        self.net.as_ref().and_then(|n| n.device.as_ref())
+    }
+
     /// Over the network: one hop's latency in µs (a message from one
     /// rank's executor to the next one's, through both proxies and the
     /// transport), measured at setup and agreed by every rank, and at

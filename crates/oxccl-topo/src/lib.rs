@@ -30,6 +30,9 @@
 //!   built-in calibration for a placement (today only ranks sharing one
 //!   H200, `calib/h200-1gpu-8ranks.json`).
 //! - [`search`]: ring search and the double binary tree.
+//! - [`netdev`]: a network device (a net plugin's, or the built-in TCP's
+//!   interface) as a NIC of the graph ([`Topology::with_net_device`]);
+//!   [`NetPlacement::device`] carries it into [`Policy::network`]'s prices.
 #![forbid(unsafe_code)]
 #![doc = include_str!("MODEL.md")]
 
@@ -40,6 +43,7 @@ pub mod driver;
 pub mod error;
 pub mod graph;
 pub mod model;
+pub mod netdev;
 pub mod paths;
 pub mod policy;
 pub mod presets;
@@ -52,6 +56,7 @@ pub mod xml;
 pub use driver::{DriverFacts, DriverGpu, P2pFacts};
 pub use error::{Result, TopoError};
 pub use graph::{Attrs, LinkKind, Node, NodeId, NodeKind, NvLinkGen, Topology};
+pub use netdev::NetDevice;
 pub use paths::{Path, PathClass};
 pub use policy::{NetPlacement, Policy};
 pub use select::{Choice, Selector, Transport};

@@ -26,7 +26,8 @@ use oxccl_core::{Algo, CollKind, Proto};
 
 use crate::calibrate::{builtin_for, carry, fit, fit_fifo, SHARED_GPU_MACHINE};
 use crate::consts::{copy_bw_for_sm, is_direct, Constants, CopyEngineModel};
-use crate::graph::Topology;
+use crate::graph::{NodeId, Topology};
+use crate::netdev::NetDevice;
 use crate::select::{Choice, Selector, Transport};
 
 /// Bandwidth of one memory pass (reading or writing each byte once) the
@@ -215,6 +216,50 @@ pub struct NetPlacement {
     pub bw: f64,
     /// One network hop's latency, µs (`None`: the model's constant).
     pub hop_us: Option<f64>,
+    /// The network's device as its transport states it (a net plugin's
+    /// device, the built-in TCP's interface), where known: its speed
+    /// stands in for an unknown `bw`, its latency floors the hop's, and
+    /// [`NetPlacement::nic`] places it in a topology.
+    pub device: Option<NetDevice>,
+}
+
+impl NetPlacement {
+    /// The device as a NIC of `base` (host 0, this machine), and its node:
+    /// the PCI device its path names, else a NIC under a CPU.
+    pub fn nic(&self, base: &Topology) -> Option<(Topology, NodeId)> {
+        self.device.as_ref().map(|d| base.with_net_device(0, d))
+    }
+
+    /// One hop's latency the model takes, µs: the measured hop, at least
+    /// the device's stated latency; `None` where neither is known.
+    pub fn hop_latency_us(&self) -> Option<f64> {
+        let stated = self
+            .device
+            .as_ref()
+            .map(|d| d.latency_us)
+            .filter(|l| *l > 0.0);
+        match (self.hop_us, stated) {
+            (Some(h), Some(s)) => Some(h.max(s)),
+            (h, s) => h.or(s),
+        }
+    }
+
+    /// The network's bandwidth per host the model takes, GB/s: the
+    /// placement's, else the device's stated speed, else the model's
+    /// default [`crate::consts::NET_DEFAULT_BW`].
+    pub fn bandwidth(&self) -> f64 {
+        let stated = self
+            .device
+            .as_ref()
+            .map_or(0.0, |d| f64::from(d.speed_mbps) / 8000.0);
+        if self.bw > 0.0 {
+            self.bw
+        } else if stated > 0.0 {
+            stated
+        } else {
+            crate::consts::NET_DEFAULT_BW
+        }
+    }
 }
 
 /// Channels a ring needs over the network to fill the link: a channel
@@ -249,7 +294,7 @@ pub fn net_constants(p: &NetPlacement) -> Constants {
         fifo_chan_min_bytes: NET_CHANNEL_MIN_BYTES,
         ..Constants::default()
     };
-    if let Some(h) = p.hop_us {
+    if let Some(h) = p.hop_latency_us() {
         for fam in &mut c.hop_lat {
             fam[2] = [h; 3];
         }
@@ -257,14 +302,9 @@ pub fn net_constants(p: &NetPlacement) -> Constants {
     c
 }
 
-/// The network's bandwidth per host, GB/s: the placement's, else the
-/// model's default [`crate::consts::NET_DEFAULT_BW`].
+/// The network's bandwidth per host, GB/s ([`NetPlacement::bandwidth`]).
 fn net_bw(p: &NetPlacement) -> f64 {
-    if p.bw > 0.0 {
-        p.bw
-    } else {
-        crate::consts::NET_DEFAULT_BW
-    }
+    p.bandwidth()
 }
 
 /// What a plan's FIFO connections take of a device's memory, and how much
@@ -665,6 +705,7 @@ mod tests {
             host_of: host_of.to_vec(),
             bw: 3.0,
             hop_us: Some(30.0),
+            device: None,
         };
         let pol = Policy::network(&p, 4);
         let rings = pol.rings();
@@ -685,6 +726,7 @@ mod tests {
                 host_of: vec![0; 4],
                 bw: 3.0,
                 hop_us: None,
+                device: None,
             },
             4,
         );
@@ -699,6 +741,55 @@ mod tests {
         assert!(at(1.0, 100.0, 8) > at(1.0, 10.0, 8) + 100.0);
     }
 
+    #[test]
+    fn the_network_device_prices_what_the_placement_leaves_unknown() {
+        let dev = NetDevice {
+            name: "ofi0".into(),
+            pci_path: None,
+            speed_mbps: 8_000,
+            latency_us: 500.0,
+        };
+        let place = |bw: f64, hop: Option<f64>, device: Option<NetDevice>| NetPlacement {
+            host_of: vec![0, 1],
+            bw,
+            hop_us: hop,
+            device,
+        };
+        // Nothing known: the model's constants.
+        let bare = place(0.0, None, None);
+        assert_eq!(bare.bandwidth(), crate::consts::NET_DEFAULT_BW);
+        assert_eq!(bare.hop_latency_us(), None);
+        // The device's 8 Gb/s (1 GB/s) and 500 µs stand in, and reach the
+        // model's per-channel caps and network hop.
+        let with = place(0.0, None, Some(dev.clone()));
+        assert_eq!(with.bandwidth(), 1.0);
+        assert_eq!(with.hop_latency_us(), Some(500.0));
+        let c = net_constants(&with);
+        assert_eq!(c.chan_cap, [1.0 / NET_CHANNELS_TO_FILL; 3]);
+        assert_eq!(c.hop_lat[1][2], [500.0; 3]);
+        assert_ne!(net_constants(&bare).hop_lat[1][2], [500.0; 3]);
+        // The ranks' agreed figure wins for bandwidth; the latency is the
+        // larger of the measured hop and the device's promise.
+        let agreed = place(2.0, Some(30.0), Some(dev.clone()));
+        assert_eq!(agreed.bandwidth(), 2.0);
+        assert_eq!(agreed.hop_latency_us(), Some(500.0));
+        assert_eq!(
+            place(2.0, Some(900.0), Some(dev)).hop_latency_us(),
+            Some(900.0)
+        );
+        // A latency-bound call gets dearer with the device's latency.
+        let small = |p: &NetPlacement| {
+            Policy::network(p, 4)
+                .best(CollKind::AllReduce, 8, false, &Algo::ALL, &[Proto::Simple])
+                .us()
+        };
+        assert!(small(&with) > small(&bare) + 400.0);
+        // The device enters a topology as a NIC under a CPU.
+        let (t, nic) = with.nic(&Topology::empty()).unwrap();
+        assert_eq!(t.nics(), vec![nic]);
+        assert_eq!(bare.nic(&Topology::empty()), None);
+    }
+
     /// The best AllReduce of `bytes` on 2 ranks over a network of `bw`
     /// GB/s and `hop` µs, at most `max` channels.
     fn two_hosts(bw: f64, hop: f64, max: u32, bytes: usize) -> Choice {
@@ -706,6 +797,7 @@ mod tests {
             host_of: vec![0, 1],
             bw,
             hop_us: Some(hop),
+            device: None,
         };
         let all = Algo::ALL;
         Policy::network(&placement, max).best(
@@ -769,6 +861,7 @@ mod tests {
                         host_of: vec![0, 1],
                         bw,
                         hop_us: Some(hop),
+                        device: None,
                     },
                     4,
                 )
@@ -827,6 +920,7 @@ mod tests {
                 host_of: (0..8).collect(),
                 bw: 1.4,
                 hop_us: Some(146.0),
+                device: None,
             },
             2,
         );

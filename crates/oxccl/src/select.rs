@@ -96,7 +96,10 @@ impl Chooser {
         ) {
             // Over the network the host backend runs every plan (staged
             // CUDA ranks too), between hosts at the network's speed.
-            (Some(net), _) => Policy::network(&net, max_channels),
+            (Some(net), topo) => {
+                log_network(&net, topo.map(|(t, _)| t));
+                Policy::network(&net, max_channels)
+            }
             (None, Some((topo, gpus))) => Policy::gpu(&topo, &gpus, max_channels),
             (None, None) => Policy::host(nranks, max_channels),
         }
@@ -229,6 +232,37 @@ pub(crate) fn fit_channels(algo: Algo, channels: u32, max: u32) -> u32 {
 /// device ordinal is taken as the topology's GPU index), else rank
 /// round-robin; `None` for the host backend (and Auto, which never
 /// reaches here).
+/// The network's device as a NIC of this machine's topology, and what the
+/// model prices the network at, under INIT (NCCL logs its NICs with the
+/// topology). `topo` is the GPU backend's; the host backend has none, so
+/// sysfs is read (no NVML) where the device names a PCI path to match.
+fn log_network(net: &oxccl_topo::NetPlacement, topo: Option<Topology>) {
+    let base = topo.unwrap_or_else(|| {
+        let has_pci = net
+            .device
+            .as_ref()
+            .and_then(|d| d.pci_path.as_deref())
+            .and_then(oxccl_topo::netdev::busid_of_path)
+            .is_some();
+        if has_pci {
+            oxccl_topo::detect::detect_with(std::path::Path::new("/sys"), false)
+        } else {
+            Topology::empty()
+        }
+    });
+    let nic = net
+        .nic(&base)
+        .map_or_else(|| "no device stated".into(), |(t, n)| t.nic_line(n));
+    let hop = net
+        .hop_latency_us()
+        .map_or_else(|| "the model's constant".into(), |h| format!("{h:.1} us"));
+    tracing::info!(
+        target: "oxccl::init",
+        "oxccl: Topology NET/0 : {nic}; the model prices the network at {:.2} GB/s per host, one hop {hop}",
+        net.bandwidth()
+    );
+}
+
 fn placement(
     config: &Config,
     kind: BackendKind,

@@ -789,6 +789,13 @@ fn every_collective_over_our_plugin_in_each_version() {
                 has("NET/Plugin: ours: plugin init"),
                 "v{v} rank {r}: {l:#?}"
             );
+            // The plugin's device is a NIC of the topology (no PCI path:
+            // under the CPU), with the speed and latency it states.
+            let lat = if v == 9 { "5000" } else { "3.5" };
+            let nic = format!(
+                "Topology NET/0 : NIC0 ours0 (pci none under CPU0): 3.1 GB/s, latency {lat} us"
+            );
+            assert!(has(&nic), "v{v} rank {r} never logged {nic:?}: {l:#?}");
             for p in (0..n as usize).filter(|&p| p != r) {
                 let want =
                     format!("Channel 00 : {r} -> {p} [send] via NET/ours/0 (plugin ours from ");

@@ -78,6 +78,10 @@ pub(crate) struct NetPart {
     /// The latency the network's device states, µs (0 where it states
     /// none, as the built-in TCP).
     pub device_latency_us: f64,
+    /// The network's device as its transport states it (for the
+    /// topology: name, PCI path, speed, latency); `None` where it failed
+    /// to say.
+    pub device: Option<oxccl_net::Properties>,
     /// Every connection's layout as the ranks agreed it: threads, and
     /// sockets per thread (the built-in TCP transport; `None` over a
     /// plugin, which lays out its own connections).
@@ -409,7 +413,7 @@ impl NetPart {
         let device_latency_us = props
             .as_ref()
             .map_or(0.0, |p| p.latency.as_secs_f64() * 1e6);
-        if let Some(p) = props {
+        if let Some(p) = &props {
             tracing::info!(
                 "oxccl-host: rank {me} uses NET/{}/0: {} (pci {}), {} Mb/s, latency {:?}{}",
                 net.name(),
@@ -477,6 +481,7 @@ impl NetPart {
             bw_gbps,
             hop_us: std::sync::OnceLock::new(),
             device_latency_us,
+            device: props,
             sockets: plugin
                 .is_none()
                 .then_some((tcfg.nthreads, tcfg.nsocks_per_thread)),

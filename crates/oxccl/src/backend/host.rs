@@ -354,6 +354,12 @@ impl Backend for HostBackend {
             host_of: self.host_of.clone(),
             bw: self.fabric.network_bandwidth()?,
             hop_us: self.fabric.network_hop_us(),
+            device: self.fabric.network_device().map(|d| oxccl_topo::NetDevice {
+                name: d.name.clone(),
+                pci_path: d.pci_path.clone(),
+                speed_mbps: d.speed_mbps,
+                latency_us: d.latency.as_secs_f64() * 1e6,
+            }),
         })
     }
 
