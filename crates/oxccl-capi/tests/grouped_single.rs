@@ -4,25 +4,14 @@
 //! while its peer issues it alone, and both complete with the right sums,
 //! under the call check (on by default).
 
-use std::ffi::{c_int, c_void};
+use std::ffi::c_int;
 
-use oxccl_capi::abi::{CudaStream, NcclCommT, NcclResult};
+use oxccl_capi::abi::NcclCommT;
 
-extern "C" {
-    fn ncclCommInitAll(comms: *mut NcclCommT, ndev: c_int, devlist: *const c_int) -> NcclResult;
-    fn ncclCommDestroy(comm: NcclCommT) -> NcclResult;
-    fn ncclGroupStart() -> NcclResult;
-    fn ncclGroupEnd() -> NcclResult;
-    fn ncclAllReduce(
-        send: *const c_void,
-        recv: *mut c_void,
-        count: usize,
-        dtype: c_int,
-        op: c_int,
-        comm: NcclCommT,
-        stream: CudaStream,
-    ) -> NcclResult;
-}
+mod common;
+use common::calls::{
+    ncclAllReduce, ncclCommDestroy, ncclCommInitAll, ncclGroupEnd, ncclGroupStart,
+};
 
 const FLOAT32: c_int = 7;
 const SUM: c_int = 0;

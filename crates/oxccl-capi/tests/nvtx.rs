@@ -5,25 +5,14 @@
 //! a collective outside a group, each once (a C entry's range holds the
 //! facade's). One test per binary: tools attach once per process.
 
-use std::ffi::{c_int, c_void};
+use std::ffi::c_int;
 
-use oxccl_capi::abi::{CudaStream, NcclCommT, NcclResult};
+use oxccl_capi::abi::NcclCommT;
 
-extern "C" {
-    fn ncclCommInitAll(comms: *mut NcclCommT, ndev: c_int, devlist: *const c_int) -> NcclResult;
-    fn ncclCommDestroy(comm: NcclCommT) -> NcclResult;
-    fn ncclGroupStart() -> NcclResult;
-    fn ncclGroupEnd() -> NcclResult;
-    fn ncclAllReduce(
-        send: *const c_void,
-        recv: *mut c_void,
-        count: usize,
-        dtype: c_int,
-        op: c_int,
-        comm: NcclCommT,
-        stream: CudaStream,
-    ) -> NcclResult;
-}
+mod common;
+use common::calls::{
+    ncclAllReduce, ncclCommDestroy, ncclCommInitAll, ncclGroupEnd, ncclGroupStart,
+};
 
 #[path = "../../oxccl/tests/c/nvtx_tool.rs"]
 mod nvtx_tool;

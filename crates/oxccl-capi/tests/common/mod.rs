@@ -2,6 +2,8 @@
 //! a C compiler from the `cc` crate, scratch folders.
 #![allow(dead_code)]
 
+pub mod calls;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
