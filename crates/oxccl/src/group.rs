@@ -97,7 +97,9 @@ pub(crate) struct Entry<'a> {
 /// ```
 #[derive(Debug, Default)]
 pub struct Group<'a> {
-    entries: Vec<Entry<'a>>,
+    /// Inline for one: a group of one collective, which runs as the lone
+    /// call, then allocates nothing.
+    entries: smallvec::SmallVec<[Entry<'a>; 1]>,
     /// The caller's streams of each communicator that has raw operations
     /// (`raw.rs`), each once, in first-use order: its launches are ordered
     /// on every one (joined by events on CUDA).
