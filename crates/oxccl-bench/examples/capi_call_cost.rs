@@ -10,6 +10,8 @@
 //!   `check_calls(false)`: what the call check costs.
 //! - `rust-raw`: `Communicator::collective_raw` on plain host memory, the
 //!   facade entry the C ABI calls.
+//! - `rust-grouped`: `rust` inside `oxccl::group` (a group of one
+//!   collective, which runs as the lone call).
 //! - `capi`: `ncclAllReduce` through the built `libnccl.so.2` (loaded with
 //!   `dlopen`, communicators from `ncclCommInitAll`), as nccl-tests calls it.
 //! - `torch`: `capi` under PyTorch's pattern with a blocking communicator
@@ -151,6 +153,7 @@ enum Path {
     Rust,
     RustUnchecked,
     RustRaw,
+    RustGrouped,
     Capi(usize),
     Torch(usize),
     TorchNb(usize),
@@ -159,7 +162,12 @@ enum Path {
 
 impl Path {
     fn all(libs: usize) -> Vec<Path> {
-        let mut v = vec![Path::Rust, Path::RustUnchecked, Path::RustRaw];
+        let mut v = vec![
+            Path::Rust,
+            Path::RustUnchecked,
+            Path::RustRaw,
+            Path::RustGrouped,
+        ];
         for l in 0..libs {
             v.extend([
                 Path::Capi(l),
@@ -176,6 +184,7 @@ impl Path {
             Path::Rust => ("rust", 0),
             Path::RustUnchecked => ("rust-unchecked", 0),
             Path::RustRaw => ("rust-raw", 0),
+            Path::RustGrouped => ("rust-grouped", 0),
             Path::Capi(l) => ("capi", l),
             Path::Torch(l) => ("torch", l),
             Path::TorchNb(l) => ("torch-nb", l),
@@ -248,6 +257,11 @@ fn calls_on(
                 // SAFETY: host memory of this thread, 2 f32 each way, alive
                 // across the call (the host backend completes it at once).
                 unsafe { rust[0].comm.collective_raw(call, RawStream(0)) }
+                    .map_err(|e| e.to_string())?
+            }
+            Path::RustGrouped => {
+                let o = &rust[0];
+                oxccl::group(|g| g.all_reduce(o.comm, &o.send, &o.recv, RedOp::Sum))
                     .map_err(|e| e.to_string())?
             }
             Path::Capi(l) | Path::Torch(l) | Path::TorchNb(l) | Path::Grouped(l) => {

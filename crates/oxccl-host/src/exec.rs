@@ -15,6 +15,7 @@ use crossbeam::utils::Backoff;
 use oxccl_core::plan::Rank;
 use oxccl_core::trace::{Stamp, StepRecord};
 use oxccl_core::{Awaited, Element, FaultCause, LoweredOp, WaitFault};
+use smallvec::SmallVec;
 
 use crate::compile::{ODst, OSrc, Op, Program, XOp};
 use crate::error::HostError;
@@ -54,12 +55,14 @@ struct Runner<'a, T, F> {
     calls: Calls,
     prog: &'a Program,
     op: TypedOp<T>,
-    srcs: Vec<In<T>>,
-    dsts: Vec<*mut T>,
+    // A step's operands, inline up to `OPERANDS` (no allocation per call
+    // for the common plans; more spill to the heap).
+    srcs: SmallVec<[In<T>; OPERANDS]>,
+    dsts: SmallVec<[*mut T; OPERANDS]>,
     /// Claimed messages `(link, seq)` of a step, and its claimed slots
     /// `(link, seq, peer, by reference from)`.
-    recvs: Vec<(usize, u64)>,
-    sends: Vec<(usize, u64, Rank, Option<usize>)>,
+    recvs: SmallVec<[(usize, u64); OPERANDS]>,
+    sends: SmallVec<[Claimed; OPERANDS]>,
     /// Messages published by reference and not yet sent: their bytes must
     /// not be written until they are.
     refs: Vec<Ref>,
@@ -81,6 +84,17 @@ struct Ref {
     hi: usize,
 }
 
+/// A claimed send slot: `(link, seq, peer, by reference from)`.
+type Claimed = (usize, u64, Rank, Option<usize>);
+
+/// When a channel's current step was first tried, and the peer it waited
+/// on (traced calls only).
+type Tried = Option<(Instant, Option<Rank>)>;
+
+/// Operands of a step and channels of a program kept inline by [`run`].
+const OPERANDS: usize = 8;
+const CHANNELS: usize = 16;
+
 /// The longest a blocked rank parks before it looks again by itself.
 const MAX_PARK: Duration = Duration::from_secs(1);
 
@@ -101,21 +115,22 @@ pub(crate) fn run<T: Element>(
         calls,
         prog,
         op: TypedOp::<T>::new(op),
-        srcs: Vec::new(),
-        dsts: Vec::new(),
-        recvs: Vec::new(),
-        sends: Vec::new(),
+        srcs: SmallVec::new(),
+        dsts: SmallVec::new(),
+        recvs: SmallVec::new(),
+        sends: SmallVec::new(),
         refs: Vec::new(),
         temp: Vec::new(),
         stats: ExecStats::default(),
         trace,
     };
     let nch = prog.channels.len();
-    let mut pc = vec![0usize; nch];
-    let mut since: Vec<Option<(Instant, Blocked)>> = vec![None; nch];
+    let mut pc: SmallVec<[usize; CHANNELS]> = smallvec::smallvec![0; nch];
+    let mut since: SmallVec<[Option<(Instant, Blocked)>; CHANNELS]> =
+        smallvec::smallvec![None; nch];
     // Traced only: when each channel's current step was first tried, and
     // the peer it waited on.
-    let mut tried: Vec<Option<(Instant, Option<Rank>)>> = vec![None; nch];
+    let mut tried: SmallVec<[Tried; CHANNELS]> = smallvec::smallvec![None; nch];
     let backoff = Backoff::new();
     let mut idle = 0u32;
     let mut next_warn = fab.config().warn_after;

@@ -11,7 +11,7 @@ use oxccl_core::plan::{Rank, RankPlan, Step};
 use oxccl_core::{with_dtype, Awaited, DataType, FaultCause, LoweredOp, WaitFault};
 use parking_lot::{Mutex, RwLock};
 
-use crate::compile::{compile, Scratch};
+use crate::compile::Scratch;
 use crate::config::HostConfig;
 use crate::error::HostError;
 use crate::exec::{run, ExecStats};
@@ -19,6 +19,7 @@ use crate::fifo::Link;
 use crate::landing::landings;
 use crate::net::NetPart;
 use crate::procs::Procs;
+use crate::program_cache::ProgramCache;
 use crate::remote::{RemoteAccess, RemoteFault};
 use crate::shm::RankCtl;
 use crate::view::{BlockedAt, Calls};
@@ -69,6 +70,7 @@ struct RankSlot {
 struct RankState {
     parker: Parker,
     scratch: Scratch,
+    programs: ProgramCache,
 }
 
 /// Whether a rank plan orders itself with peers through semaphores. Every
@@ -124,6 +126,7 @@ impl HostFabric {
                     state: Mutex::new(RankState {
                         parker,
                         scratch: Scratch::new(),
+                        programs: ProgramCache::default(),
                     }),
                     joined: AtomicU64::new(0),
                     synced: AtomicU64::new(0),
@@ -417,6 +420,13 @@ impl HostFabric {
         self.nranks
     }
 
+    /// Programs `rank` has compiled so far (calls that could not reuse
+    /// its last one).
+    #[cfg(test)]
+    pub(crate) fn programs_compiled(&self, rank: Rank) -> u64 {
+        self.ranks[rank as usize].state.lock().programs.compiles()
+    }
+
     /// Runs `plan` (the part of rank `plan.rank`) on `bufs`, blocking until
     /// it is done. Called concurrently from one thread per rank, each with
     /// its own `RankPlan` of the same `Plan` (or group plan); every rank
@@ -487,11 +497,13 @@ impl HostFabric {
             HostError::InvalidPlan(format!("rank {me} is already executing on this fabric"))
         })?;
         let state = &mut *state;
-        let prog = compile(self, plan, bufs, dtype.size(), &mut state.scratch)?;
+        let prog = state
+            .programs
+            .get(self, plan, bufs, dtype.size(), &mut state.scratch)?;
         if self.net.is_some() {
             // Before any step runs: the proxy may land this call's
             // messages as soon as they arrive.
-            for l in landings(&prog, dtype.size(), |k| prog.links[k].lands()) {
+            for l in landings(prog, dtype.size(), |k| prog.links[k].lands()) {
                 let link = &prog.links[l.link];
                 link.expect_landing(link.counters()[1] + l.nth, l.addr, l.bytes);
             }
@@ -500,7 +512,7 @@ impl HostFabric {
         // close once the call is over (`Windows` drops on every return).
         let _windows = match (proxy, &self.net) {
             (Some(ev), Some(net)) => {
-                net.open_windows(ev, &messages_per_link(&prog));
+                net.open_windows(ev, &messages_per_link(prog));
                 Some(Windows(net))
             }
             _ => None,
@@ -511,10 +523,11 @@ impl HostFabric {
             if let Some(p) = &self.procs {
                 p.publish(synced, &prog.bufs, dtype.size());
             } else {
-                *slot.published.lock() = Publication {
-                    call: synced,
-                    bufs: prog.bufs.clone(),
-                };
+                // In place: the list's memory is reused from call to call.
+                let mut publication = slot.published.lock();
+                publication.call = synced;
+                publication.bufs.clear();
+                publication.bufs.extend_from_slice(&prog.bufs);
             }
             synced
         } else {
@@ -525,7 +538,7 @@ impl HostFabric {
         }
         let calls = Calls { call, synced };
         let mut res =
-            with_dtype!(dtype, T => run::<T>(self, me, calls, &prog, op, &state.parker, trace));
+            with_dtype!(dtype, T => run::<T>(self, me, calls, prog, op, &state.parker, trace));
         if res.is_ok() && self.net.is_some() {
             res = self.flush(me, &state.parker).and(res);
         }

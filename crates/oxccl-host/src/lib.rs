@@ -33,6 +33,7 @@ mod kernel;
 mod landing;
 mod net;
 mod procs;
+mod program_cache;
 mod region;
 mod remote;
 mod shm;

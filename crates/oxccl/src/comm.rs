@@ -760,17 +760,30 @@ impl Communicator {
         root: u32,
     ) -> Result<()> {
         let _span = tracing::debug_span!("oxccl.collective", rank = self.rank, %kind).entered();
-        let (mut checked, op) = self
+        let (checked, op) = self
             .check_collective(kind, send.into(), recv.into(), op, root)
             .map_err(|e| self.refuse_call(e))?;
         let _nvtx = self.coll_range(&checked, T::DTYPE, op);
+        self.run_checked(checked, T::DTYPE, op)
+    }
+
+    /// Runs a collective whose arguments passed `check_collective`: the
+    /// lone call past its checks (also a group's lone collective, which is
+    /// that call: see `Group::end`).
+    pub(crate) fn run_checked(
+        &self,
+        mut checked: Checked,
+        dtype: DataType,
+        op: RedOp,
+    ) -> Result<()> {
+        let kind = checked.coll.kind;
         if checked.coll.count == 0 {
             return Ok(());
         }
         let mut seq = self.call.lock();
         if self.checking() {
             let c = &checked.coll;
-            let call = Call::coll(c.kind, T::DTYPE, c.count, op, c.root);
+            let call = Call::coll(c.kind, dtype, c.count, op, c.root);
             let agreed = self.agree(&mut seq, call, checked.backend_memory, scalar_bits(op))?;
             checked.backend_memory = agreed.registered;
         } else if matches!(op, RedOp::PreMulSum(_)) {
@@ -778,17 +791,15 @@ impl Communicator {
             // each input by its owner's (see `check::calls`).
             checked.backend_memory = false;
         }
-        let call = Call::coll(kind, T::DTYPE, checked.coll.count, op, checked.coll.root);
+        let call = Call::coll(kind, dtype, checked.coll.count, op, checked.coll.root);
         // Past the agreement, the peers are committed to the call: a plan
         // this rank alone cannot make fails the communicator, naming it.
         // No algorithm allowed is every rank's answer alike.
-        let r = self
-            .resolve(&checked, T::DTYPE.size())
-            .map_err(|e| match e {
-                e @ Error::NoAlgorithm { .. } => e,
-                e => self.fail_agreed(&call.to_string(), e),
-            })?;
-        self.log(&checked, T::DTYPE, op, &r.choice);
+        let r = self.resolve(&checked, dtype.size()).map_err(|e| match e {
+            e @ Error::NoAlgorithm { .. } => e,
+            e => self.fail_agreed(&call.to_string(), e),
+        })?;
+        self.log(&checked, dtype, op, &r.choice);
         let rp = r.rank_plan(self.rank);
         // Collective plans have at most input, output and scratch: bind
         // them on the stack; only an unusual plan allocates.
@@ -805,14 +816,14 @@ impl Communicator {
         };
         let how = RunAs {
             name: kind.name(),
-            dtype: T::DTYPE,
+            dtype,
             op,
             proto: r.choice.proto,
             p2p_only: false,
             call: Some(call),
         };
         let _events = self.prof.as_ref().map(|p| {
-            let part = profiler_part(&checked, T::DTYPE, &r.choice);
+            let part = profiler_part(&checked, dtype, &r.choice);
             crate::observe::profiler::Launch::start(p, &[part])
         });
         self.run(rp, bufs, r.handle.as_ref(), how)

@@ -97,7 +97,9 @@ pub(crate) struct Entry<'a> {
 /// ```
 #[derive(Debug, Default)]
 pub struct Group<'a> {
-    entries: Vec<Entry<'a>>,
+    /// Inline for one: a group of one collective, which runs as the lone
+    /// call, then allocates nothing.
+    entries: smallvec::SmallVec<[Entry<'a>; 1]>,
     /// The caller's streams of each communicator that has raw operations
     /// (`raw.rs`), each once, in first-use order: its launches are ordered
     /// on every one (joined by events on CUDA).
@@ -289,6 +291,15 @@ impl<'a> Group<'a> {
     /// receives from it differ (its Send/Recv plan could not be built):
     /// found before anything is published, so it is posted like a refusal.
     fn check_self_pairs(&mut self) {
+        // Collectives only (the common group): nothing to pair, and no
+        // list to build.
+        if !self
+            .entries
+            .iter()
+            .any(|e| matches!(e.pending, Pending::P2p { .. }))
+        {
+            return;
+        }
         let mut found = None;
         let mut seen: Vec<&Communicator> = Vec::new();
         for e in &self.entries {
@@ -392,6 +403,36 @@ impl<'a> Group<'a> {
         }
     }
 
+    /// A group of one collective is that collective, as in NCCL (the call
+    /// check compares it as the lone call already, so peers may make it
+    /// grouped or not): it runs as the lone call, on the stream its raw
+    /// form named, which spares it the group's locks, jobs and merged plan
+    /// (about as costly again as the call itself on the host backend).
+    /// `None`: the group holds anything else.
+    fn run_lone(&self) -> Option<Result<()>> {
+        let [Entry {
+            comm,
+            dtype,
+            pending: Pending::Coll { checked, op },
+        }] = &self.entries[..]
+        else {
+            return None;
+        };
+        let (comm, dtype, op, checked) = (*comm, *dtype, *op, *checked);
+        let count = checked.coll.count;
+        let call = move || comm.run_checked(checked, dtype, op);
+        Some(match *self.streams_of(comm) {
+            [] => call(),
+            // SAFETY: the group's raw operation's contract (`collective_raw`)
+            // holds for its stream until the stream has passed the group's end.
+            [stream] => unsafe { comm.call_on_stream(stream, count, call) },
+            // One operation names one stream.
+            _ => Err(Error::Internal(
+                "a group of one operation named several streams".into(),
+            )),
+        })
+    }
+
     /// Runs every operation of the group; returns when all are done (host)
     /// or enqueued (CUDA). A group holding a refused operation (or whose
     /// sends to a rank itself differ from its receives from itself) runs
@@ -403,6 +444,9 @@ impl<'a> Group<'a> {
         self.check_self_pairs();
         if let Some(e) = self.post_refusal() {
             return Err(e);
+        }
+        if let Some(r) = self.run_lone() {
+            return r;
         }
         // Communicators in first-use order, each with its operations.
         let mut comms: Vec<(&Communicator, Vec<&Entry<'_>>)> = Vec::new();

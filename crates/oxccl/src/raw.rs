@@ -254,11 +254,9 @@ impl Communicator {
     ///   call has completed.
     pub unsafe fn collective_raw(&self, call: RawColl, stream: RawStream) -> Result<()> {
         let (send, recv) = self.raw_pair(&call).map_err(|e| self.refuse_call(e))?;
-        let reached = std::cell::Cell::new(false);
         // SAFETY: caller's contract.
-        let r = unsafe {
-            self.on_stream(stream, || {
-                reached.set(true);
+        unsafe {
+            self.call_on_stream(stream, call.count, || {
                 with_element!(call.dtype, T => self.collective::<T>(
                     call.kind,
                     In::from_arg(send),
@@ -267,11 +265,32 @@ impl Communicator {
                     call.root,
                 ))
             })
+        }
+    }
+
+    /// Runs `call`, one collective of `count` elements whose arguments
+    /// passed their checks, ordered on the caller's `stream`. When joining
+    /// the stream fails before the call was published, the peers are told
+    /// in its place, as of a refusal.
+    ///
+    /// # Safety
+    /// As [`Communicator::on_stream`].
+    pub(crate) unsafe fn call_on_stream(
+        &self,
+        stream: RawStream,
+        count: usize,
+        call: impl FnOnce() -> Result<()>,
+    ) -> Result<()> {
+        let reached = std::cell::Cell::new(false);
+        // SAFETY: caller's contract.
+        let r = unsafe {
+            self.on_stream(stream, || {
+                reached.set(true);
+                call()
+            })
         };
         match r {
-            // Joining the caller's stream failed before the call was
-            // published: the peers are told in its place, as of a refusal.
-            Err(e) if !reached.get() && call.count > 0 && crate::comm::own_fault(&e) => {
+            Err(e) if !reached.get() && count > 0 && crate::comm::own_fault(&e) => {
                 self.post_refusal(crate::check::refusal::code(&e));
                 Err(e)
             }

@@ -172,25 +172,55 @@ fn a_launch_failing_on_one_rank_fails_its_peers_naming_it() {
     }
 }
 
+/// An in-place raw AllReduce of `data`.
+fn in_place(data: &mut [f32]) -> RawColl {
+    RawColl {
+        kind: CollKind::AllReduce,
+        send: data.as_ptr().cast(),
+        recv: data.as_mut_ptr().cast(),
+        count: data.len(),
+        dtype: DataType::F32,
+        op: RedOp::Sum,
+        root: 0,
+    }
+}
+
 #[test]
 fn a_stream_join_failing_after_a_group_agreed_fails_its_peers_naming_it() {
     let comms = flaky(3, Inject::Stream, true);
     let errors = on_ranks(&comms, |c| {
-        let mut data = vec![1.0f32; 256];
-        let call = RawColl {
-            kind: CollKind::AllReduce,
-            send: data.as_ptr().cast(),
-            recv: data.as_mut_ptr().cast(),
-            count: data.len(),
-            dtype: DataType::F32,
-            op: RedOp::Sum,
-            root: 0,
-        };
+        let (mut a, mut b) = (vec![1.0f32; 256], vec![1.0f32; 64]);
+        // Two collectives: a group of one runs as the lone call (below).
         let mut g = oxccl::Group::new();
         // SAFETY: host memory of this thread, alive until the group ends
         // (the host backend ignores the stream).
-        unsafe { g.collective_raw(c, call, RawStream(7)) }.unwrap();
+        unsafe { g.collective_raw(c, in_place(&mut a), RawStream(7)) }.unwrap();
+        // SAFETY: as above.
+        unsafe { g.collective_raw(c, in_place(&mut b), RawStream(7)) }.unwrap();
         g.end().unwrap_err()
     });
     blame_the_flaky_rank(errors);
+}
+
+/// A group of one collective is the lone call: its stream is joined
+/// before the call is published, so a failing join is posted as a
+/// refusal in its place, and the peers fail at once naming the rank.
+#[test]
+fn a_stream_join_failing_in_a_group_of_one_fails_its_peers_naming_it() {
+    let comms = flaky(3, Inject::Stream, true);
+    let errors = on_ranks(&comms, |c| {
+        let mut data = vec![1.0f32; 256];
+        let mut g = oxccl::Group::new();
+        // SAFETY: host memory of this thread, alive until the group ends
+        // (the host backend ignores the stream).
+        unsafe { g.collective_raw(c, in_place(&mut data), RawStream(7)) }.unwrap();
+        g.end().unwrap_err()
+    });
+    for (r, e) in errors.into_iter().enumerate() {
+        if r as u32 == FLAKY {
+            assert_eq!(e, injected(FLAKY), "rank {r}");
+        } else {
+            assert_eq!(e.blamed_rank(), Some(FLAKY), "rank {r}: {e}");
+        }
+    }
 }

@@ -231,7 +231,8 @@ impl Backend for HostBackend {
     }
 
     unsafe fn execute(&self, launch: &Launch<'_>) -> Result<(), Error> {
-        let bufs: Vec<HostBuf> = launch
+        // Inline: plans bind a handful of buffers, and a call allocates nothing.
+        let bufs: smallvec::SmallVec<[HostBuf; 4]> = launch
             .plan
             .bufs
             .iter()

@@ -235,13 +235,14 @@ impl Board {
     }
 
     /// Waits until every rank published call `seq`, then returns every
-    /// rank's words, in rank order.
+    /// rank's words, in rank order (inline up to 8 ranks: every call
+    /// gathers, and a call should allocate nothing).
     pub fn gather(
         &self,
         ctx: &WaitCtx<'_>,
         seq: u64,
         what: &dyn Fn() -> String,
-    ) -> Result<Vec<[u64; 4]>> {
+    ) -> Result<smallvec::SmallVec<[[u64; 4]; 8]>> {
         let ready = |r: u32| self.slot(r, seq).seq.load(Ordering::Acquire) >= seq;
         self.wait(
             ctx,
@@ -256,7 +257,7 @@ impl Board {
                 )
             },
         )?;
-        let mut out = Vec::with_capacity(self.nranks as usize);
+        let mut out = smallvec::SmallVec::with_capacity(self.nranks as usize);
         for r in 0..self.nranks {
             let slot = self.slot(r, seq);
             let w = [0, 1, 2, 3].map(|i| slot.words[i].load(Ordering::Relaxed));
@@ -587,7 +588,7 @@ mod tests {
                     board.publish(0, seq, [seq, 0, 0, 0]);
                     board.gather(&ctx, seq, &|| "call".into()).unwrap()
                 });
-                assert_eq!(got, vec![[seq, 0, 0, 0], [seq, 2, 3, 4]], "{spin:?}");
+                assert_eq!(got[..], [[seq, 0, 0, 0], [seq, 2, 3, 4]], "{spin:?}");
             }
             let ctx = WaitCtx {
                 deadline: Some(Duration::from_millis(50)),

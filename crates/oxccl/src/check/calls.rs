@@ -86,8 +86,12 @@ impl Communicator {
             .map_err(|e| self.fail_on_wait(e))?;
         let mut registered = true;
         let scalar = words[0][3];
-        let mut groups: Vec<(Call, Vec<u32>)> = Vec::new();
-        for (r, w) in words.into_iter().enumerate() {
+        // Every rank's call, compared with rank 0's; the groups of a
+        // mismatch are only built when there is one (no allocation on
+        // the path every agreeing call takes).
+        let mut first = None;
+        let mut agree = true;
+        for (r, &w) in words.iter().enumerate() {
             // Registered direct plans scale a peer's input with the
             // reading rank's scalar: ranks with different PreMulSum
             // scalars (NCCL allows it) take FIFO plans, where each input
@@ -108,18 +112,26 @@ impl Communicator {
                     reason: super::refusal::phrase(reason).to_string(),
                 });
             }
-            match groups.iter_mut().find(|(c, _)| *c == call) {
-                Some((_, ranks)) => ranks.push(r as u32),
-                None => groups.push((call, vec![r as u32])),
-            }
+            agree &= *first.get_or_insert(call) == call;
         }
-        if groups.len() == 1 {
+        if agree {
             tracing::trace!(
                 rank = self.rank(),
                 "oxccl: call #{} agreed on every rank: {mine}",
                 seq.seq
             );
             return Ok(Agreed { registered });
+        }
+        let mut groups: Vec<(Call, Vec<u32>)> = Vec::new();
+        for (r, w) in words.iter().enumerate() {
+            // Every record decoded above.
+            let Some((call, _)) = Call::decode([w[0], w[1], w[2]]) else {
+                continue;
+            };
+            match groups.iter_mut().find(|(c, _)| *c == call) {
+                Some((_, ranks)) => ranks.push(r as u32),
+                None => groups.push((call, vec![r as u32])),
+            }
         }
         let detail = groups
             .iter()
