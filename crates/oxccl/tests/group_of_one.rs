@@ -2,19 +2,10 @@
 //! call (the call check compares it as the lone call), so one rank may make
 //! it grouped while its peer makes it alone, typed or raw.
 
-use oxccl::{CollKind, Communicator, DataType, RawColl, RawStream, RedOp};
+use oxccl::{CollKind, DataType, RawColl, RawStream, RedOp};
 
 mod common;
-use common::host;
-
-fn each_rank(comms: &[Communicator], f: impl Fn(&Communicator) + Sync) {
-    std::thread::scope(|s| {
-        for c in comms {
-            let f = &f;
-            s.spawn(move || f(c));
-        }
-    });
-}
+use common::{host, on_ranks as each_rank};
 
 #[test]
 fn a_grouped_call_and_a_lone_call_meet() {

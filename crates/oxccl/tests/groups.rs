@@ -1,19 +1,10 @@
 //! Grouped Send/Recv, collectives in groups, and one thread driving every
 //! communicator of a clique.
 
-use oxccl::{Communicator, RedOp};
+use oxccl::RedOp;
 
 mod common;
-use common::host;
-
-fn each_rank(comms: &[Communicator], f: impl Fn(&Communicator) + Sync) {
-    std::thread::scope(|s| {
-        for c in comms {
-            let f = &f;
-            s.spawn(move || f(c));
-        }
-    });
-}
+use common::{host, on_ranks as each_rank};
 
 #[test]
 fn ring_exchange() {
