@@ -262,6 +262,7 @@ pub mod settings;
 mod shrink;
 mod sink;
 mod split_threads;
+mod typed;
 mod validate;
 mod watchdog;
 mod window;
