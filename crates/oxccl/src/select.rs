@@ -227,16 +227,16 @@ pub(crate) fn fit_channels(algo: Algo, channels: u32, max: u32) -> u32 {
     channels.min(algo.channels_within(max)).max(1)
 }
 
-/// The topology a GPU backend's model sees and each rank's GPU index in
-/// it: the device each rank runs on, where the backend knows them all (a
-/// device ordinal is taken as the topology's GPU index), else rank
-/// round-robin; `None` for the host backend (and Auto, which never
-/// reaches here).
 /// The network's device as a NIC of this machine's topology, and what the
 /// model prices the network at, under INIT (NCCL logs its NICs with the
 /// topology). `topo` is the GPU backend's; the host backend has none, so
 /// sysfs is read (no NVML) where the device names a PCI path to match.
 fn log_network(net: &oxccl_topo::NetPlacement, topo: Option<Topology>) {
+    // The placement is for this line alone (the model takes the device's
+    // figures from `net`): no sysfs walk at init unless it is printed.
+    if !tracing::enabled!(target: "oxccl::init", tracing::Level::INFO) {
+        return;
+    }
     let base = topo.unwrap_or_else(|| {
         let has_pci = net
             .device
@@ -263,6 +263,11 @@ fn log_network(net: &oxccl_topo::NetPlacement, topo: Option<Topology>) {
     );
 }
 
+/// The topology a GPU backend's model sees and each rank's GPU index in
+/// it: the device each rank runs on, where the backend knows them all (a
+/// device ordinal is taken as the topology's GPU index), else rank
+/// round-robin; `None` for the host backend (and Auto, which never
+/// reaches here).
 fn placement(
     config: &Config,
     kind: BackendKind,
