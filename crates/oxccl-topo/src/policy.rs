@@ -288,7 +288,7 @@ pub const NET_CHANNEL_MIN_BYTES: f64 = 1024.0 * 1024.0;
 /// 200 or 400 Gb/s NIC or a fast loopback probe, and the selector would
 /// stop there.) No plan is registered there: only FIFO plans are timed.
 pub fn net_constants(p: &NetPlacement) -> Constants {
-    let path = net_bw(p).min(HOST_FIFO_GBPS);
+    let path = p.bandwidth().min(HOST_FIFO_GBPS);
     let mut c = Constants {
         chan_cap: [path / NET_CHANNELS_TO_FILL; 3],
         fifo_chan_min_bytes: NET_CHANNEL_MIN_BYTES,
@@ -300,11 +300,6 @@ pub fn net_constants(p: &NetPlacement) -> Constants {
         }
     }
     c
-}
-
-/// The network's bandwidth per host, GB/s ([`NetPlacement::bandwidth`]).
-fn net_bw(p: &NetPlacement) -> f64 {
-    p.bandwidth()
 }
 
 /// What a plan's FIFO connections take of a device's memory, and how much
@@ -386,7 +381,7 @@ impl Policy {
         let n = p.host_of.len().max(1);
         let selector = Selector::new(&Topology::empty(), &vec![0; n])
             .with_max_channels(max_channels)
-            .with_hosts(&p.host_of, HOST_FIFO_GBPS, net_bw(p))
+            .with_hosts(&p.host_of, HOST_FIFO_GBPS, p.bandwidth())
             .with_constants(net_constants(p));
         Policy {
             registered: selector.clone(),
