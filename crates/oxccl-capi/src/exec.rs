@@ -241,17 +241,9 @@ impl Pending {
     }
 }
 
-/// Runs a group's operations together (one facade group). A group of one
-/// collective is that collective, as in NCCL (the call check compares it
-/// as the lone call already): it runs as a lone call, which spares it the
-/// facade group's machinery (per-group locks, jobs and plans), about as
-/// costly again as the call itself on the host backend.
+/// Runs a group's operations together (one facade group; a group of one
+/// collective runs there as the lone call, `Group::end`).
 pub fn run_group(ops: &[Pending]) -> CResult<()> {
-    if let [p] = ops {
-        if matches!(p.call.what, What::Coll(_)) {
-            return run(&p.comm, &p.call);
-        }
-    }
     let mut g = Group::new();
     for p in ops {
         let comm = p.comm.get()?;
