@@ -259,6 +259,13 @@ impl HostFabric {
         self.net.as_ref().and_then(|n| n.device.as_ref())
     }
 
+    /// Over the network: the latency the network's device states, µs, the
+    /// largest of every rank's (so every rank's model prices it alike); 0
+    /// where none states one, `None` off the network.
+    pub fn network_device_latency_us(&self) -> Option<f64> {
+        self.net.as_ref().map(|n| n.device_latency_us)
+    }
+
     /// Over the network: one hop's latency in µs (a message from one
     /// rank's executor to the next one's, through both proxies and the
     /// transport), measured at setup and agreed by every rank, and at

@@ -806,6 +806,29 @@ fn every_collective_over_our_plugin_in_each_version() {
 }
 
 #[test]
+fn ranks_whose_devices_state_different_latencies_price_the_largest() {
+    // Rank 1's device states 5 ms, rank 0's 3.5 µs: both ranks' models
+    // must take the same hop (the largest), or their selectors could pick
+    // different plans for one call.
+    let fast = our_plugin("v10", &["NET_VERSION=10"]);
+    let slow = our_plugin("v10-slow", &["NET_VERSION=10", "LATENCY_US=5000"]);
+    let (codes, lines) = spawn_ranks("all", 2, |r| {
+        let mut v = over_plugin(if r == 0 { &fast } else { &slow });
+        v.push(("OXCCL_CHECK_CALLS", "all".into()));
+        v
+    });
+    assert!(codes.iter().all(|c| *c == Some(0)), "{codes:?}\n{lines:#?}");
+    assert_eq!(ok_lines(&lines).len(), 2, "{lines:#?}");
+    for (r, l) in lines.iter().enumerate() {
+        let b = tagged(l, "BACKEND ");
+        assert!(
+            b.iter().any(|b| b.contains("one hop 5000 us")),
+            "rank {r} priced another hop: {b:?}"
+        );
+    }
+}
+
+#[test]
 fn libnccl_net_so_on_the_loader_path_is_used_when_no_plugin_is_named() {
     // NCCL_NET_PLUGIN unset: NCCL's default library name, found through
     // LD_LIBRARY_PATH.

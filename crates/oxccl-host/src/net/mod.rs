@@ -75,8 +75,8 @@ pub(crate) struct NetPart {
     /// One hop's latency in µs as every rank agreed it, measured once the
     /// fabric can run plans ([`hop::measure`]).
     pub hop_us: std::sync::OnceLock<f64>,
-    /// The latency the network's device states, µs (0 where it states
-    /// none, as the built-in TCP).
+    /// The latency the network's device states, µs, the largest of every
+    /// rank's (0 where none states one, as the built-in TCP).
     pub device_latency_us: f64,
     /// The network's device as its transport states it (for the
     /// topology: name, PCI path, speed, latency); `None` where it failed
@@ -201,10 +201,7 @@ fn iface_name(ip: std::net::IpAddr) -> String {
 fn slowest_bandwidth(all: &[Vec<u8>]) -> f64 {
     let bw = all
         .iter()
-        .map(|rec| {
-            rec.get(..8)
-                .map_or(0.0, |b| f64::from_le_bytes(b.try_into().expect("8 bytes")))
-        })
+        .map(|rec| word(rec, 0))
         .fold(f64::INFINITY, f64::min);
     if bw.is_finite() {
         bw.max(0.0)
@@ -212,6 +209,28 @@ fn slowest_bandwidth(all: &[Vec<u8>]) -> f64 {
         0.0
     }
 }
+
+/// The most latency any rank's network device states, µs: every rank
+/// prices the network alike, so every rank's selector picks the same plan
+/// (a device that states more on one host than on another would
+/// otherwise split the picks at the sizes where the latency decides).
+fn largest_latency(all: &[Vec<u8>]) -> f64 {
+    all.iter()
+        .map(|rec| word(rec, 1))
+        .filter(|l| l.is_finite())
+        .fold(0.0, f64::max)
+}
+
+/// Word `i` (an `f64`) of a rank's record; 0 where the record is short.
+fn word(rec: &[u8], i: usize) -> f64 {
+    rec.get(8 * i..8 * i + 8)
+        .and_then(|b| b.try_into().ok())
+        .map_or(0.0, f64::from_le_bytes)
+}
+
+/// Bytes before the handles in a rank's record: its link bandwidth and
+/// its device's stated latency.
+const RECORD_HEAD: usize = 16;
 
 /// Every `(channel, peer)` connection of a rank: sending and receiving ends.
 type Conns = (
@@ -282,8 +301,9 @@ fn connect_all(
 }
 
 /// Listens for every peer's `conns` connections, trades the handles
-/// (and each rank's measured link bandwidth) over `boot`, and connects:
-/// the slowest rank's bandwidth in GB/s, and every connection's ends.
+/// (and each rank's measured link bandwidth and its device's stated
+/// latency) over `boot`, and connects: the slowest rank's bandwidth in
+/// GB/s, the largest stated latency in µs, and every connection's ends.
 fn connect_peers(
     net: &dyn Net,
     boot: &Bootstrap,
@@ -291,11 +311,13 @@ fn connect_peers(
     peers: &[Rank],
     conns: usize,
     ip: std::net::IpAddr,
-) -> Result<(f64, Conns), HostError> {
+    latency_us: f64,
+) -> Result<(f64, f64, Conns), HostError> {
     let me = boot.rank();
     let mut listens = Vec::new();
-    let mut record = Vec::with_capacity(8 + peers.len() * conns * HANDLE_BYTES);
+    let mut record = Vec::with_capacity(RECORD_HEAD + peers.len() * conns * HANDLE_BYTES);
     record.extend_from_slice(&link_bandwidth(net, ip, cfg.deadline).to_le_bytes());
+    record.extend_from_slice(&latency_us.to_le_bytes());
     for &p in peers {
         for c in 0..conns {
             let (h, l) = net.listen(0).map_err(net_err)?;
@@ -306,13 +328,14 @@ fn connect_peers(
     let all = boot.all_gather(&record)?;
     let deadline = Instant::now() + cfg.deadline.min(oxccl_bootstrap::MAX_LIMIT);
     let bw_gbps = slowest_bandwidth(&all);
+    let latency_us = largest_latency(&all);
     let mut dials = Vec::new();
     for &q in peers {
         let rec = &all[q as usize];
         // Our place among q's peers (q lists every rank but itself).
         let slot = if me < q { me } else { me - 1 } as usize;
         for c in 0..conns {
-            let at = 8 + (slot * conns + c) * HANDLE_BYTES;
+            let at = RECORD_HEAD + (slot * conns + c) * HANDLE_BYTES;
             let bytes = rec.get(at..at + HANDLE_BYTES).unwrap_or_default();
             let h = NetHandle::from_bytes(bytes).map_err(|e| {
                 HostError::Net(format!("rank {q} sent a bad handle for channel {c}: {e}"))
@@ -320,7 +343,11 @@ fn connect_peers(
             dials.push(((c, q), h));
         }
     }
-    Ok((bw_gbps, connect_all(net, dials, listens, deadline, me)?))
+    Ok((
+        bw_gbps,
+        latency_us,
+        connect_all(net, dials, listens, deadline, me)?,
+    ))
 }
 
 /// NCCL's per-channel INFO lines: which network each connection takes.
@@ -427,7 +454,8 @@ impl NetPart {
                     .unwrap_or_default()
             );
         }
-        let (bw_gbps, (mut sends, mut recvs)) = connect_peers(&*net, boot, cfg, &peers, conns, ip)?;
+        let (bw_gbps, device_latency_us, (mut sends, mut recvs)) =
+            connect_peers(&*net, boot, cfg, &peers, conns, ip, device_latency_us)?;
         let ctl_sends: HashMap<Rank, SendComm> = peers
             .iter()
             .filter_map(|&p| sends.remove(&(nch, p)).map(|s| (p, s)))

@@ -359,7 +359,9 @@ impl Backend for HostBackend {
                 name: d.name.clone(),
                 pci_path: d.pci_path.clone(),
                 speed_mbps: d.speed_mbps,
-                latency_us: d.latency.as_secs_f64() * 1e6,
+                // Every rank's largest, not this rank's device's: the
+                // model's inputs must be the same on every rank.
+                latency_us: self.fabric.network_device_latency_us().unwrap_or(0.0),
             }),
         })
     }
