@@ -351,12 +351,24 @@ __device__ __forceinline__ char* ox_slot(const OxDesc& d, u64 conn, u64 count) {
   return (char*)conn + OX_CONN_HEADER + (count % d.nslots) * d.slot_bytes;
 }
 
+// Relaunch mode (OXD_RESUME): records where this block stopped, step `si`,
+// for the host, which launches the plan again; `peer` and `awaited` name
+// what it waits for (the host's deadline names them). Words of the
+// channel's progress record: step, peer, awaited.
+__device__ __forceinline__ void ox_stop_at(const OxDesc& d, u32 si, u32 peer, u32 awaited) {
+  volatile u32* p = d.progress + (u64)blockIdx.x * OX_PROGRESS_WORDS;
+  p[1] = peer;
+  p[2] = awaited;
+  p[0] = si;
+}
+
 // Defined in oxccl_ll.cuh, which follows this file in every module.
 __device__ __forceinline__ u32 ox_ll_flag(u64 count);
 template <typename T, int OP>
 __device__ bool ox_ll_reduce_copy(const OxDesc& d, char* const* src, const u8* pre, int nsrc,
                                   char* const* dst, int ndst, const u32* flags, const u32* peers,
                                   u64 n, T scale, u32 post, u32 step, volatile int* block_fail);
+__device__ int ox_ll_missing(char* const* src, int nsrc, const u32* flags, u64 nlines);
 
 template <typename T, int OP>
 __device__ void ox_exec(const OxDesc& d) {
@@ -368,6 +380,10 @@ __device__ void ox_exec(const OxDesc& d) {
   __shared__ u32 s_flag[2 * OX_MAX_OPERANDS];
   __shared__ u32 s_peer[2 * OX_MAX_OPERANDS];
   __shared__ int s_fail;
+  // Relaunch mode: the step this launch starts at, and 1 + the operand
+  // (or wait) that is not ready, once one is found (0: none).
+  __shared__ u32 s_from;
+  __shared__ int s_stop;
   __shared__ OxStep s_steps[OX_STAGE_STEPS];
   __shared__ OxOperand s_ops[OX_STAGE_OPS];
   const u32 tid = threadIdx.x;
@@ -378,6 +394,7 @@ __device__ void ox_exec(const OxDesc& d) {
                                          : ox_from_bits<T>(d.scale_bits);
   const bool sys = d.flags & OXD_SYS;
   const bool ll = d.flags & OXD_LL;
+  const bool resume = d.flags & OXD_RESUME;
 
   // Where this block's steps are: in the parameter, so the staging loads
   // below go out at once.
@@ -396,7 +413,11 @@ __device__ void ox_exec(const OxDesc& d) {
   // buffers (a flag set only by plans with remote steps left the root's
   // bases stale, and peers read through them). Every block of a call
   // writes the same values.
-  if (tid == 0) s_fail = 0;  // only ever set to 1 afterwards, with atomicExch, before a barrier
+  if (tid == 0) {
+    s_fail = 0;  // only ever set to 1 afterwards, with atomicExch, before a barrier
+    s_stop = 0;  // likewise (to 1 + an index)
+    s_from = resume ? d.progress[(u64)blockIdx.x * OX_PROGRESS_WORDS] : 0;
+  }
   if (tid < d.nbufs) *(volatile u64*)&d.ptr_table[d.rank * OX_MAX_BUFS + tid] = d.bufs[tid];
   // The channel's records, into shared memory when they fit: every load
   // in flight at once, so later steps find their records without a
@@ -412,7 +433,7 @@ __device__ void ox_exec(const OxDesc& d) {
   const OxOperand* ops = staged ? s_ops : d.ops + c.op_first;
   __syncthreads();
 
-  for (u32 si = 0; si < c.nsteps; ++si) {
+  for (u32 si = s_from; si < c.nsteps; ++si) {
     const OxStep st = steps[si];
     const u32 step = si;
     // Step trace (d.trace set only when asked for): thread 0 stamps the
@@ -444,17 +465,23 @@ __device__ void ox_exec(const OxDesc& d) {
       } else {
         nwait = st.nsrc > 0 ? st.nsrc : 1;
       }
+      OxSem* wsem = 0;
+      u64 want = 0;
       if (tid < nsig) {
         OxSem* sem = (OxSem*)steps[si + tid].len;
         ox_red_release_add(&sem->posted, 1ull, sys);
       } else if (tid >= wbase && tid < wbase + nwait) {
         const u32 k = nsig + (tid - wbase);
         const OxStep wt = steps[si + k];
-        OxSem* sem = (OxSem*)wt.len;
+        wsem = (OxSem*)wt.len;
         // Earlier waits of this run on the same semaphore come first.
-        u64 want = ox_ld_volatile(&sem->consumed) + 1 + wt.ndst;
-        if (ox_wait_geq(d, &sem->posted, want, wt.first, step + k, OXA_SIGNAL)) {
-          atomicMax(&sem->consumed, want);
+        want = ox_ld_volatile(&wsem->consumed) + 1 + wt.ndst;
+        if (resume) {
+          // Consumed below, once every wait of the run is ready: a
+          // relaunch redoes the whole run.
+          if (ox_ld_acquire(&wsem->posted, sys) < want) atomicExch(&s_stop, 1 + (int)k);
+        } else if (ox_wait_geq(d, &wsem->posted, want, wt.first, step + k, OXA_SIGNAL)) {
+          atomicMax(&wsem->consumed, want);
         } else {
           atomicExch(&s_fail, 1);
         }
@@ -462,6 +489,15 @@ __device__ void ox_exec(const OxDesc& d) {
       if (nwait > 0) {
         __syncthreads();
         if (s_fail) return;
+        if (resume) {
+          if (s_stop) {
+            // The signals went out; the waits start the next launch.
+            if (tid == 0) ox_stop_at(d, si + nsig, steps[si + s_stop - 1].first, OXA_SIGNAL);
+            return;
+          }
+          if (wsem != 0) atomicMax(&wsem->consumed, want);
+          __syncthreads();
+        }
       }
       si += nsig + nwait - 1;
     } else {
@@ -508,15 +544,24 @@ __device__ void ox_exec(const OxDesc& d) {
             const u64 head = ox_ld_volatile(&cn->head);
             if (!ll) {
               const u64 tail = ox_ld_acquire(&cn->tail, sys);
-              if (tail < head + 1) ok = ox_wait_geq(d, &cn->tail, head + 1, o.buf, step, OXA_MESSAGE);
+              if (tail < head + 1) {
+                if (resume)
+                  atomicExch(&s_stop, 1 + i);
+                else
+                  ok = ox_wait_geq(d, &cn->tail, head + 1, o.buf, step, OXA_MESSAGE);
+              }
             }
             p = ox_slot(d, (u64)cn, head);
             if (ll) s_flag[i] = ox_ll_flag(head);
           } else {
             const u64 tail = ox_ld_volatile(&cn->tail);
             const u64 head = ox_ld_acquire(&cn->head, sys);
-            if (tail + 1 > d.nslots && head < tail + 1 - d.nslots)
-              ok = ox_wait_geq(d, &cn->head, tail + 1 - d.nslots, o.buf, step, OXA_SLOT);
+            if (tail + 1 > d.nslots && head < tail + 1 - d.nslots) {
+              if (resume)
+                atomicExch(&s_stop, 1 + i);
+              else
+                ok = ox_wait_geq(d, &cn->head, tail + 1 - d.nslots, o.buf, step, OXA_SLOT);
+            }
             p = ox_slot(d, (u64)cn, tail);
             if (ll) s_flag[i] = ox_ll_flag(tail);
           }
@@ -532,6 +577,24 @@ __device__ void ox_exec(const OxDesc& d) {
       // The step moves LL lines when it has a FIFO operand under LL.
       const bool ll_step = __syncthreads_or(cn != 0) && ll;
       if (s_fail) return;
+      if (resume) {
+        // Nothing of the step has happened yet: stop before it when an
+        // operand is not ready, or (LL) a line of a source has not arrived.
+        int stop = s_stop;
+        u32 awaited = stop > 0 && stop - 1 < nsrc ? OXA_MESSAGE : OXA_SLOT;
+        if (stop == 0 && ll_step) {
+          const u64 bytes = st.len * sizeof(T);
+          const int missing = ox_ll_missing(s_src, nsrc, s_flag, bytes == 0 ? 1 : (bytes + 7) / 8);
+          if (missing > 0) {
+            stop = missing;
+            awaited = OXA_MESSAGE;
+          }
+        }
+        if (stop > 0) {
+          if (tid == 0) ox_stop_at(d, si, s_peer[stop - 1], awaited);
+          return;
+        }
+      }
       const u32 post = (st.flags & OXF_POST) ? d.post_div : 0;
       if (st.op == OXS_SWAP) {
         ox_swap<T>(s_src[0], s_src[1], st.len);
@@ -576,4 +639,5 @@ __device__ void ox_exec(const OxDesc& d) {
       }
     }
   }
+  if (resume && tid == 0) ox_stop_at(d, c.nsteps, d.rank, 0);
 }

@@ -127,6 +127,24 @@ __device__ __forceinline__ int ox_ll_valid(u64 n, u64 k, int E) {
   return n > i0 ? (n - i0 < (u64)E ? (int)(n - i0) : E) : 0;
 }
 
+// Relaunch mode: whether every line of every LL source (flags[s] != 0) of
+// an nlines-line message has arrived, by the whole block: 0 if so, else
+// 1 + a source with a line missing. Every thread reaches the barrier.
+__device__ int ox_ll_missing(char* const* src, int nsrc, const u32* flags, u64 nlines) {
+  __shared__ int s_missing;
+  if (threadIdx.x == 0) s_missing = 0;
+  __syncthreads();
+  for (int s = 0; s < nsrc; ++s) {
+    if (flags[s] == 0) continue;
+    for (u64 k = threadIdx.x; k < nlines; k += blockDim.x) {
+      const uint4 v = ox_ll_load(src[s] + k * 16);
+      if (v.y != flags[s] || v.w != flags[s]) atomicExch(&s_missing, 1 + s);
+    }
+  }
+  __syncthreads();
+  return s_missing;
+}
+
 // A small message from several sources: thread (k, s) fetches line k of
 // source s, so every source's line is polled at once and the step waits
 // for its last arrival once, not for each source in turn (a one-shot

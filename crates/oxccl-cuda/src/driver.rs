@@ -643,7 +643,7 @@ impl Stream {
 
     /// An error instead of a wait on a stream being captured into a graph
     /// (waiting there would fail and invalidate the caller's capture).
-    fn refuse_capture(&self, what: &str) -> Result<()> {
+    pub fn refuse_capture(&self, what: &str) -> Result<()> {
         if self.capturing()? {
             return Err(CudaError::Invalid(format!(
                 "{what} waits for the stream, which is being captured into a CUDA graph: \

@@ -65,6 +65,15 @@ pub const D_PRE_AT: u32 = 16;
 /// Descriptor flag: FIFO connections run LL (`conns` point at LL
 /// connections and `slot_bytes` is the LL slot stride).
 pub const D_LL: u32 = 8;
+/// Descriptor flag: relaunch mode (`world::relaunch`). No block waits for
+/// a peer: each starts at its channel's `progress` record, and where a
+/// step needs what a peer has not yet sent, signalled or freed, it writes
+/// that step (and the peer) there and returns, before the step has any
+/// effect; the host launches again until every channel is done.
+pub const D_RESUME: u32 = 32;
+/// `u32` words of a channel's `progress` record: the next step, the peer
+/// it waits for, what it waits for (`OXA_*`), one spare.
+pub const PROGRESS_WORDS: usize = 4;
 /// Error code: a wait passed its deadline.
 pub const E_TIMEOUT: u32 = 1;
 /// Error code: the host asked to abort.
@@ -140,6 +149,16 @@ pub const CONSTANTS: &[(&str, u64, &str)] = &[
         "OXD_LL",
         D_LL as u64,
         "FIFO connections run LL (kernels/oxccl_ll.cuh)",
+    ),
+    (
+        "OXD_RESUME",
+        D_RESUME as u64,
+        "relaunch mode: start at progress[], return instead of waiting for a peer",
+    ),
+    (
+        "OX_PROGRESS_WORDS",
+        PROGRESS_WORDS as u64,
+        "u32 words of a channel's progress record: step, peer, awaited, spare",
     ),
     (
         "OXE_TIMEOUT",
@@ -317,7 +336,9 @@ device_record! {
     /// they share, where its driver chose); `OX_UNMAPPED` where none is.
     /// `trace`: null unless a step trace is asked for, else two
     /// `%globaltimer` stamps (start, end) per step of the plan, indexed as
-    /// the steps are.
+    /// the steps are. `progress`: with `OXD_RESUME`, host-mapped,
+    /// `OX_PROGRESS_WORDS` words per channel (where its block starts, and
+    /// where and on whom it stopped); null otherwise.
     OxDesc {
         steps: u64 => "const OxStep* steps",
         ops: u64 => "const OxOperand* ops",
@@ -330,6 +351,7 @@ device_record! {
         slot_bytes: u64 => "u64 slot_bytes",
         heap_delta: u64 => "const i64* heap_delta",
         trace: u64 => "u64* trace",
+        progress: u64 => "volatile u32* progress",
         rank: u32 => "u32 rank",
         nranks: u32 => "u32 nranks",
         nbufs: u32 => "u32 nbufs",
@@ -402,6 +424,33 @@ impl OxOperand {
 }
 
 impl OxError {
+    /// The record's little-endian bytes, as the kernel writes them (the
+    /// host records a failure of its own there in relaunch mode).
+    pub fn to_le_bytes(&self) -> [u8; std::mem::size_of::<OxError>()] {
+        use std::mem::offset_of;
+        let mut b = [0u8; std::mem::size_of::<OxError>()];
+        put(&mut b, offset_of!(OxError, code), &self.code.to_le_bytes());
+        put(&mut b, offset_of!(OxError, rank), &self.rank.to_le_bytes());
+        put(&mut b, offset_of!(OxError, peer), &self.peer.to_le_bytes());
+        put(
+            &mut b,
+            offset_of!(OxError, channel),
+            &self.channel.to_le_bytes(),
+        );
+        put(&mut b, offset_of!(OxError, step), &self.step.to_le_bytes());
+        put(
+            &mut b,
+            offset_of!(OxError, awaited),
+            &self.awaited.to_le_bytes(),
+        );
+        put(
+            &mut b,
+            offset_of!(OxError, waited_ns),
+            &self.waited_ns.to_le_bytes(),
+        );
+        b
+    }
+
     /// Reads a record from the little-endian bytes the kernel wrote.
     pub fn from_le_bytes(b: &[u8; std::mem::size_of::<OxError>()]) -> OxError {
         use std::mem::offset_of;
@@ -536,11 +585,11 @@ mod tests {
         assert_eq!(check::<OxConn>(), CONN_HEADER);
         assert_eq!(check::<OxSem>(), SEM_BYTES);
         assert_eq!(check::<OxError>(), 32);
-        assert_eq!(check::<OxDesc>(), 1136);
+        assert_eq!(check::<OxDesc>(), 1144);
         // Offsets the host relies on when it reads device memory.
         assert_eq!(std::mem::offset_of!(OxConn, head), 128);
         assert_eq!(std::mem::offset_of!(OxError, waited_ns), 24);
-        assert_eq!(std::mem::offset_of!(OxDesc, chans), 624);
+        assert_eq!(std::mem::offset_of!(OxDesc, chans), 632);
     }
 
     #[test]
@@ -575,7 +624,7 @@ mod tests {
         for f in OxDesc::fields() {
             assert!(h.contains(&format!("  {};\n", f.c_decl)), "{}", f.name);
         }
-        assert!(h.contains("static_assert(sizeof(OxDesc) == 1136,"));
+        assert!(h.contains("static_assert(sizeof(OxDesc) == 1144,"));
     }
 
     #[test]
@@ -609,5 +658,17 @@ mod tests {
         rec[24..32].copy_from_slice(&3_000_000u64.to_le_bytes());
         let e = OxError::from_le_bytes(&rec);
         assert_eq!((e.peer, e.waited_ns, e.code), (5, 3_000_000, 0));
+        // The host's own record (relaunch mode) reads back as written.
+        let mine = OxError {
+            code: E_TIMEOUT,
+            rank: 3,
+            peer: 1,
+            channel: 2,
+            step: 41,
+            awaited: 2,
+            waited_ns: 7,
+        };
+        assert_eq!(OxError::from_le_bytes(&mine.to_le_bytes()), mine);
+        assert_eq!(mine.to_le_bytes()[8..12], 1u32.to_le_bytes());
     }
 }

@@ -36,6 +36,27 @@ impl World {
         self.host_words.load_u32(W_FAIL) != 0 || self.host_words.load_u32(W_ABORT) != 0
     }
 
+    /// Records `fault` as `rank`'s failure, as its kernel would have (its
+    /// error record, then the world's failure word), so peers stop and
+    /// name it: relaunch mode's host-side deadline.
+    pub(super) fn record_failure(&self, rank: u32, fault: &WaitFault) -> Result<()> {
+        let st = self.rank(rank)?;
+        let dev = self.dev(rank)?;
+        let rec = OxError {
+            code: E_TIMEOUT,
+            rank,
+            peer: fault.peer,
+            channel: fault.channel,
+            step: fault.step,
+            awaited: fault.awaited.code(),
+            waited_ns: u64::try_from(fault.waited.as_nanos()).unwrap_or(u64::MAX),
+        };
+        // SAFETY: `err` holds ERR_BYTES bytes, the size of the record.
+        unsafe { dev.setup.write_sync(st.err.ptr, &rec.to_le_bytes())? };
+        self.host_words.store_u32(W_FAIL, 1);
+        Ok(())
+    }
+
     /// The failure `rank` recorded, if any (reads its error record without
     /// waiting for its kernels).
     pub fn rank_failure(&self, rank: u32) -> Result<Option<CudaError>> {

@@ -6,7 +6,7 @@ use oxccl_core::{Awaited, BaseOp, DataType, FaultCause, LoweredOp, Proto, WaitFa
 use crate::driver::{Function, Module};
 use crate::error::{CudaError, Result};
 use crate::kernels::{self, Origin, THREADS};
-use crate::layout::{OxDesc, D_LL, D_PRE, D_PRE_AT, D_SYS, MAX_BUFS};
+use crate::layout::{OxDesc, D_LL, D_PRE, D_PRE_AT, D_RESUME, D_SYS, MAX_BUFS};
 
 use super::failure::{W_ABORT, W_FAIL};
 use super::gate::Party;
@@ -92,7 +92,8 @@ impl World {
     }
 
     /// Enqueues one rank's plan on its stream (one kernel launch; returns
-    /// at once). `bufs` has one device address per plan buffer; scratch
+    /// at once; in relaunch mode, `relaunch`, once the plan has run, after
+    /// as many launches as it took). `bufs` has one device address per plan buffer; scratch
     /// entries are ignored (the clique provides scratch).
     ///
     /// Where launches are gated (`gate`) it returns once the launches of
@@ -156,6 +157,12 @@ impl World {
                 0
             };
             let (f, _) = self.kernel(rank, dtype, op.base)?;
+            let relaunch = self.cfg.relaunch;
+            if relaunch {
+                // The host waits between launches, which a capture cannot.
+                st.stream
+                    .refuse_capture("a call in relaunch mode (OXCCL_RELAUNCH=1)")?;
+            }
             let mut d = OxDesc {
                 steps: p.blob.ptr,
                 ops: p.blob.ptr + p.layout.ops as u64,
@@ -172,6 +179,7 @@ impl World {
                 slot_bytes: self.fifo_slot_bytes(p.proto) as u64,
                 heap_delta: self.shared.as_ref().map_or(0, |s| s.delta.ptr),
                 trace,
+                progress: if relaunch { self.restart(rank)? } else { 0 },
                 rank,
                 nranks: self.nranks(),
                 nbufs: bufs.len() as u32,
@@ -182,7 +190,8 @@ impl World {
                         0
                     }
                     | if self.devices.len() > 1 { D_SYS } else { 0 }
-                    | if p.proto == Proto::LL { D_LL } else { 0 },
+                    | if p.proto == Proto::LL { D_LL } else { 0 }
+                    | if relaunch { D_RESUME } else { 0 },
                 post_div: op.post_div.unwrap_or(0),
                 nslots: self.cfg.nslots as u32,
                 bufs: [0; MAX_BUFS],
@@ -200,6 +209,10 @@ impl World {
             unsafe { f.launch_smem(p.nchannels, p.threads, self.cfg.block_smem, &st.stream, &d)? };
             self.kernel_launches
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if relaunch {
+                // SAFETY: as the launch above.
+                unsafe { self.relaunch_until_done(rank, &f, &d, p.nchannels, p.threads)? };
+            }
             Ok(())
         })();
         self.in_step(rank, party, enqueued)

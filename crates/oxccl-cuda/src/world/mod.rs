@@ -30,6 +30,7 @@ mod launch;
 mod links;
 mod memory;
 mod procs;
+mod relaunch;
 mod streams;
 mod upload;
 
@@ -97,6 +98,10 @@ pub struct WorldConfig {
     /// Where compiled kernels are cached (`OXCCL_CACHE_DIR`); `None`:
     /// [`kernels::cache_dir`]'s default.
     pub cache_dir: Option<std::path::PathBuf>,
+    /// Relaunch mode (`OXCCL_RELAUNCH`, for compute-sanitizer): no kernel
+    /// ever waits for a peer's; a launch returns once its plan has run,
+    /// relaunched until then (`relaunch`).
+    pub relaunch: bool,
 }
 
 /// Kernels a device runs at once ("maximum number of resident grids per
@@ -127,6 +132,7 @@ impl WorldConfig {
             block_smem: 0,
             co_resident: 0,
             cache_dir: None,
+            relaunch: false,
         }
     }
 }
@@ -144,6 +150,8 @@ struct RankState {
     /// Set from `follow_stream` on a caller's stream to `release_stream`:
     /// the launch between them is gated (`gate`).
     on_caller_stream: std::sync::atomic::AtomicBool,
+    /// Relaunch mode only: each channel's progress record (`relaunch`).
+    progress: Option<HostMapped>,
 }
 
 #[derive(Debug)]
@@ -329,7 +337,12 @@ impl World {
             let err = DevMem::zeroed(ctx, failure::ERR_BYTES)?;
             let stream =
                 stream.ok_or_else(|| CudaError::Invalid("a rank without a stream".into()))?;
+            let progress = cfg
+                .relaunch
+                .then(|| HostMapped::zeroed(ctx, relaunch::PROGRESS_BYTES))
+                .transpose()?;
             ranks.push(RankState {
+                progress,
                 stream,
                 err,
                 scratch: Mutex::new(None),
@@ -345,15 +358,20 @@ impl World {
         let host_words = HostMapped::zeroed(&devices[0].ctx, 64)?;
         // Ranks as processes (`first`): one rank of this process, the
         // others elsewhere, so there is nothing to rendezvous with.
-        let gate = (first.is_none() && nranks > 1 && cfg.launch_gate != GateMode::Off)
-            .then(|| gate::Gate::new((0..nranks as u32).collect()));
+        // Relaunch mode: no kernel waits for another, so nothing to gate.
+        let gate =
+            (first.is_none() && nranks > 1 && cfg.launch_gate != GateMode::Off && !cfg.relaunch)
+                .then(|| gate::Gate::new((0..nranks as u32).collect()));
         let gate_always = gate_always && gate.is_some();
         // The copy-engine path: ranks as threads of this process, each on
         // its own thread (a gate, or one rank), every stream its own
         // hardware queue (a stream waiting on a flag blocks its queue).
-        let copy_flags = (first.is_none() && (gate.is_some() || nranks == 1) && !gate_always)
-            .then(|| HostMapped::zeroed(&devices[0].ctx, copies::flag_bytes(nranks)))
-            .transpose()?;
+        // Not in relaunch mode: a copy-engine call's streams wait on each
+        // other's flags, the kind of wait that mode is there to avoid.
+        let copy_flags =
+            (first.is_none() && (gate.is_some() || nranks == 1) && !gate_always && !cfg.relaunch)
+                .then(|| HostMapped::zeroed(&devices[0].ctx, copies::flag_bytes(nranks)))
+                .transpose()?;
         Ok(World {
             cfg,
             devices,
@@ -420,10 +438,11 @@ impl World {
 
     /// Whether a launch may wait for other ranks of this process to
     /// launch the call (`gate`: always past a device's hardware queues, and
-    /// on a caller's stream): those ranks must then call from threads of
+    /// on a caller's stream; relaunch mode: every launch, which returns
+    /// once its plan has run): those ranks must then call from threads of
     /// their own.
     pub fn launches_in_step(&self) -> bool {
-        self.gate.is_some()
+        self.gate.is_some() || self.cfg.relaunch
     }
 
     /// Bytes per FIFO slot.

@@ -60,6 +60,9 @@ pub enum ProcsPath {
 pub struct CudaSettings {
     /// `OXCCL_LAUNCH_GATE` (an experiment).
     pub launch_gate: GateMode,
+    /// `OXCCL_RELAUNCH`: no kernel waits for a peer's (for
+    /// compute-sanitizer; `WorldConfig::relaunch`).
+    pub relaunch: bool,
     /// `OXCCL_BLOCK_SMEM` bytes (an experiment; 0 by default).
     pub block_smem: u32,
     /// `OXCCL_CACHE_DIR`: where compiled kernels are cached.
@@ -86,6 +89,7 @@ impl CudaSettings {
     /// processes only: their backend sets it).
     pub(crate) fn apply(&self, cfg: &mut WorldConfig) {
         cfg.launch_gate = self.launch_gate;
+        cfg.relaunch = self.relaunch;
         cfg.block_smem = self.block_smem;
         cfg.co_resident = self.co_resident;
         cfg.cache_dir.clone_from(&self.cache_dir);

@@ -231,6 +231,7 @@ fn cuda(get: Get<'_>) -> Result<CudaSettings> {
         Some(v) => return Err(bad("OXCCL_CUDA_PROCS", v, "expected device or staged")),
     };
     Ok(CudaSettings {
+        relaunch: flag(get, "OXCCL_RELAUNCH", None)?.unwrap_or(false),
         launch_gate: GateMode::parse(get("OXCCL_LAUNCH_GATE").as_deref()),
         block_smem,
         cache_dir: get("OXCCL_CACHE_DIR")
@@ -278,6 +279,7 @@ mod tests {
             ("NCCL_P2P_DISABLE", "1"),
             ("OXCCL_SHM_DISABLE", "1"),
             ("OXCCL_LAUNCH_GATE", "on"),
+            ("OXCCL_RELAUNCH", "1"),
             ("OXCCL_BLOCK_SMEM", "4096"),
             ("OXCCL_CACHE_DIR", "/tmp/k"),
             ("OXCCL_PROC_HEAP", "1G"),
@@ -307,6 +309,7 @@ mod tests {
         assert_eq!(c.host.sockets.nthreads, Some(3));
         assert!(c.host.force_network);
         assert_eq!(c.cuda.launch_gate, GateMode::On);
+        assert!(c.cuda.relaunch);
         assert_eq!(c.cuda.block_smem, 4096);
         assert_eq!(c.cuda.cache_dir, Some(PathBuf::from("/tmp/k")));
         assert_eq!(c.cuda.heap_bytes, 1 << 30);

@@ -114,6 +114,7 @@ pub static SETTINGS: &[Setting] = &[
     s("OXCCL_CUDA_PROCS", None, "from MPS and sharing", "device | staged", Experiment, "Forces the path of CUDA ranks as processes."),
     s("OXCCL_LAUNCH_GATE", None, "auto", "auto | on | off", Experiment, "Whether a launch waits for the launches its kernel depends on."),
     s("OXCCL_BLOCK_SMEM", None, "0", "bytes", Experiment, "Shared memory each executor block reserves and does not use."),
+    s("OXCCL_RELAUNCH", None, "0", "0 | 1", User, "CUDA kernels never wait for a peer's: a block stops where a peer is not ready and the host launches again until the call is done (for compute-sanitizer, which runs kernels one at a time); calls are synchronous and cannot be captured."),
     // Launchers (`init_from_env`).
     s("RANK", None, "", "integer", Launcher, "torchrun: this process's rank."),
     s("WORLD_SIZE", None, "", "integer", Launcher, "torchrun: the rank count."),
