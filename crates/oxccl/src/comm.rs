@@ -71,15 +71,6 @@ pub(crate) struct Clique {
     pub blame: parking_lot::Mutex<Option<Blame>>,
 }
 
-/// A rank whose call failed after its peers agreed on it: who, which
-/// call, and why.
-#[derive(Clone, Debug)]
-pub(crate) struct Blame {
-    pub rank: u32,
-    pub call: String,
-    pub reason: String,
-}
-
 /// The step trace is written before the backend goes (fields drop after
 /// this, in order): device stamps live in the backend's memory.
 impl Drop for Clique {
@@ -241,59 +232,6 @@ impl Watched for Clique {
 }
 
 impl Clique {
-    /// `e`, a wait of rank `me` that a failure ended, as the failure of
-    /// the peer to blame ([`Error::PeerFailed`]), where one failed its call
-    /// after agreeing on it ([`Communicator::fail_agreed`]): named by its
-    /// record on the board (any process) or the clique's note (this
-    /// process); any other error as it is.
-    pub(crate) fn blamed(&self, me: u32, e: Error) -> Error {
-        let stopped = match &e {
-            Error::Wait(f) => f.cause != oxccl_core::FaultCause::Deadline,
-            Error::Aborted(_) | Error::Failed { .. } => true,
-            _ => false,
-        };
-        if !stopped {
-            return e;
-        }
-        // The board's record reaches ranks of other processes too; the
-        // clique's own note serves unchecked calls in this process.
-        if let Some(peer) = self.failed_after_agreement(me) {
-            let cause = self
-                .backend
-                .failure()
-                .map(|f| f.root_cause())
-                .unwrap_or_default();
-            let (call, reason) = cause
-                .strip_prefix(&format!("rank {peer} failed "))
-                .and_then(|rest| rest.split_once(AFTER_AGREEMENT))
-                .map_or_else(
-                    || {
-                        (
-                            "its call".to_string(),
-                            crate::check::refusal::phrase(crate::check::refusal::AGREED)
-                                .to_string(),
-                        )
-                    },
-                    |(c, r)| (c.to_string(), r.to_string()),
-                );
-            return Error::PeerFailed {
-                rank: me,
-                peer,
-                call,
-                reason,
-            };
-        }
-        match self.blame.lock().clone() {
-            Some(b) if b.rank != me => Error::PeerFailed {
-                rank: me,
-                peer: b.rank,
-                call: b.call,
-                reason: b.reason,
-            },
-            _ => e,
-        }
-    }
-
     /// The communicator's identity for tools: the bootstrap's magic where
     /// ranks are processes (equal in every process), else the clique's
     /// number.
@@ -1122,52 +1060,6 @@ impl Communicator {
         }
     }
 
-    /// Fails this rank's call `call` after its peers agreed on it (its
-    /// launch, its plan or its stream join failed here, with `e`; without
-    /// the call check, after its peers may have launched it): the peers
-    /// are then in the call's data waits, which only the clique's failure
-    /// ends, so the clique fails now, naming this rank, the call and the
-    /// reason. Ranks of this process then get
-    /// [`Error::PeerFailed`] naming this rank (see [`Communicator::blamed`]);
-    /// ranks in other processes an abort whose reason names it. Returns
-    /// `e` (this rank's own error), or, when the clique had already
-    /// failed, what that failure says of it.
-    pub(crate) fn fail_agreed(&self, call: &str, e: Error) -> Error {
-        if self.clique.backend.failure().is_some() || !own_fault(&e) {
-            return self.blamed(e);
-        }
-        self.clique.blame.lock().get_or_insert_with(|| Blame {
-            rank: self.rank,
-            call: call.to_string(),
-            reason: e.to_string(),
-        });
-        tracing::warn!(rank = self.rank, call, error = %e, "oxccl: a call its peers are committed to failed on this rank; failing the communicator so they stop waiting");
-        // On the board first: a peer the abort wakes looks there.
-        self.post_failed_after_agreement();
-        let why = format!("rank {} failed {call}{AFTER_AGREEMENT}{e}", self.rank);
-        self.clique.backend.abort(&why);
-        self.clique.board.abort(self.rank);
-        e
-    }
-
-    /// `e`, a wait of this rank that a failure ended, as the failure of
-    /// the peer to blame ([`Error::PeerFailed`]), where one failed its call
-    /// after agreeing on it ([`Communicator::fail_agreed`]); any other
-    /// error as it is.
-    pub(crate) fn blamed(&self, e: Error) -> Error {
-        self.clique.blamed(self.rank, e)
-    }
-
-    /// Aborts the clique after `what` failed on this rank, and passes the
-    /// error on.
-    pub(crate) fn fail(&self, what: &str, e: Error) -> Error {
-        tracing::warn!(rank = self.rank, error = %e, "oxccl: {what} failed; aborting the communicator");
-        let why = format!("rank {}: {what} failed: {e}", self.rank);
-        self.clique.backend.abort(&why);
-        self.clique.board.abort(self.rank);
-        e
-    }
-
     /// The INFO line of a call: what it is (op and root only where the
     /// collective has them) and the choice; on the host backend the
     /// prediction is marked as the host model's estimate, not GPU time.
@@ -1190,10 +1082,19 @@ impl Communicator {
     }
 }
 
+/// A rank whose call failed after its peers agreed on it: who, which
+/// call, and why.
+#[derive(Clone, Debug)]
+pub(crate) struct Blame {
+    pub rank: u32,
+    pub call: String,
+    pub reason: String,
+}
+
 /// How a failure after the agreement reads in the clique's failure: `rank
 /// R failed CALL{AFTER_AGREEMENT}REASON` (peers read the call and reason
 /// back from it, across processes too).
-const AFTER_AGREEMENT: &str = ", a call its peers were committed to: ";
+pub(crate) const AFTER_AGREEMENT: &str = ", a call its peers were committed to: ";
 
 /// Whether `e` is a failure of this rank's own making, rather than a wait
 /// that a deadline, an abort or a peer's failure ended.

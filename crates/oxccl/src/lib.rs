@@ -234,6 +234,7 @@
 
 mod alltoallv;
 pub mod backend;
+mod blame;
 mod buffer;
 mod check;
 mod comm;
