@@ -41,8 +41,9 @@
 //! | Reduce | (M+1)·S (each reads S, root writes S) | same |
 //! | AllGather | M·(S/N + S) (each reads S/N, writes S) | M·S (writes the other N−1 blocks) |
 //! | ReduceScatter | M·(S + S/N) (each reads S, writes S/N) | same |
-//! | AllToAll, Send/Recv | 2·M·S | same |
-//! | Gather, Scatter | 2·S·M/N (the root's S once, the blocks once) | same |
+//! | AllToAll | 2·M·S | 2·M·S·(N−1)/N (each rank's own block stays) |
+//! | Send/Recv | 2·M·S | same |
+//! | Gather, Scatter | 2·S·M/N (the root's S once, the blocks once) | 2·S·M/N·(N−1)/N (the root's own block stays) |
 //!
 //! Over the network transport (ranks on several hosts, or
 //! `NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1`) the ceiling is one plain TCP

@@ -59,7 +59,10 @@ pub fn floor_bytes(kind: CollKind, n: u32, m: u32, s: f64, in_place: bool) -> f6
     let (n, m) = (f64::from(n.max(1)), f64::from(m.clamp(1, n.max(1))));
     match kind {
         // Read the input, write the output.
-        CollKind::AllReduce | CollKind::AllToAll | CollKind::SendRecv => 2.0 * m * s,
+        CollKind::AllReduce | CollKind::SendRecv => 2.0 * m * s,
+        // In place each rank's own block is already where it belongs.
+        CollKind::AllToAll if in_place => 2.0 * m * s * (n - 1.0) / n,
+        CollKind::AllToAll => 2.0 * m * s,
         // The root reads S once; every rank writes S (the root not in place).
         CollKind::Broadcast if in_place => s + (m - 1.0) * s,
         CollKind::Broadcast => s + m * s,
@@ -71,7 +74,9 @@ pub fn floor_bytes(kind: CollKind, n: u32, m: u32, s: f64, in_place: bool) -> f6
         // Each reads S and writes its S/N block.
         CollKind::ReduceScatter => m * (s + s / n),
         // The root's S is read (Scatter) or written (Gather) once and each
-        // block written or read once: 2·S over the whole clique, M/N of it here.
+        // block written or read once: 2·S over the whole clique, M/N of it
+        // here. In place the root's own block is already in place.
+        CollKind::Gather | CollKind::Scatter if in_place => 2.0 * s * m / n * (n - 1.0) / n,
         CollKind::Gather | CollKind::Scatter => 2.0 * s * m / n,
     }
 }
@@ -262,6 +267,12 @@ mod tests {
         assert_eq!(floor_bytes(CollKind::AllGather, 8, 8, s, true), 8.0 * s);
         assert_eq!(floor_bytes(CollKind::ReduceScatter, 8, 8, s, true), 9.0 * s);
         assert_eq!(floor_bytes(CollKind::Gather, 8, 8, s, false), 2.0 * s);
+        // In place the root's own block (Gather, Scatter) and each rank's
+        // own block (AllToAll) stay put: 7/8 of the traffic.
+        assert_eq!(floor_bytes(CollKind::Gather, 8, 8, s, true), 1.75 * s);
+        assert_eq!(floor_bytes(CollKind::Scatter, 8, 8, s, true), 1.75 * s);
+        assert_eq!(floor_bytes(CollKind::AllToAll, 8, 8, s, true), 14.0 * s);
+        assert_eq!(floor_bytes(CollKind::AllToAll, 8, 8, s, false), 16.0 * s);
         // Two GPUs of four ranks each: the busiest memory holds half.
         assert_eq!(floor_bytes(CollKind::AllReduce, 8, 4, s, false), 8.0 * s);
     }
