@@ -268,14 +268,12 @@ impl HostFabric {
 
     /// Over the network: one hop's latency in µs (a message from one
     /// rank's executor to the next one's, through both proxies and the
-    /// transport), measured at setup and agreed by every rank, and at
-    /// least the latency the network's device states (a plugin's
-    /// `latency`: what a fabric promises is priced even where loopback
-    /// measures less); `None` otherwise.
+    /// transport), measured at setup and agreed by every rank; `None`
+    /// otherwise. The cost model takes at least the device's stated
+    /// latency ([`HostFabric::network_device_latency_us`]) on top of it
+    /// (`oxccl_topo::NetPlacement::hop_latency_us`).
     pub fn network_hop_us(&self) -> Option<f64> {
-        self.net
-            .as_ref()
-            .and_then(|n| n.hop_us.get().map(|h| h.max(n.device_latency_us)))
+        self.net.as_ref().and_then(|n| n.hop_us.get().copied())
     }
 
     /// Over the network: the throughput in GB/s of one plain TCP stream

@@ -342,7 +342,8 @@ impl World {
     pub(super) fn copies_for(&self, rp: &RankPlan) -> Option<Vec<Copy>> {
         let why = if self.copy_flags.is_none() {
             "this clique cannot order copies without the executor (ranks as processes, \
-             launches not gated, or more streams than hardware queues on a device)"
+             launches not gated, more streams than hardware queues on a device, or \
+             relaunch mode)"
         } else {
             match copy_list(rp) {
                 Some(c) => return Some(c),

@@ -15,6 +15,26 @@ pub(super) const ERR_BYTES: usize = std::mem::size_of::<OxError>();
 pub(super) const W_ABORT: usize = 0;
 pub(super) const W_FAIL: usize = 1;
 
+/// The error record's code for a wait that ended for `cause` (the codes
+/// the kernels write, `kernels/oxccl_exec.cuh`).
+fn cause_code(cause: FaultCause) -> u32 {
+    match cause {
+        FaultCause::Deadline => E_TIMEOUT,
+        FaultCause::Aborted => E_ABORTED,
+        FaultCause::PeerFailed => E_PEER_FAILED,
+    }
+}
+
+/// The cause an error record's `code` names, if it names a wait's end.
+fn code_cause(code: u32) -> Option<FaultCause> {
+    match code {
+        E_TIMEOUT => Some(FaultCause::Deadline),
+        E_ABORTED => Some(FaultCause::Aborted),
+        E_PEER_FAILED => Some(FaultCause::PeerFailed),
+        _ => None,
+    }
+}
+
 impl World {
     /// Waits for the rank's stream and reports a device-side failure.
     pub fn synchronize(&self, rank: u32) -> Result<()> {
@@ -37,13 +57,14 @@ impl World {
     }
 
     /// Records `fault` as `rank`'s failure, as its kernel would have (its
-    /// error record, then the world's failure word), so peers stop and
-    /// name it: relaunch mode's host-side deadline.
+    /// error record, with the code of the fault's cause, then the world's
+    /// failure word), so peers stop and name it: relaunch mode's host-side
+    /// deadline.
     pub(super) fn record_failure(&self, rank: u32, fault: &WaitFault) -> Result<()> {
         let st = self.rank(rank)?;
         let dev = self.dev(rank)?;
         let rec = OxError {
-            code: E_TIMEOUT,
+            code: cause_code(fault.cause),
             rank,
             peer: fault.peer,
             channel: fault.channel,
@@ -71,12 +92,10 @@ impl World {
         // SAFETY: `err` holds ERR_BYTES bytes.
         unsafe { dev.setup.read_sync(st.err.ptr, &mut rec)? };
         let r = OxError::from_le_bytes(&rec);
-        let cause = match r.code {
-            0 => return Ok(None),
-            E_TIMEOUT => FaultCause::Deadline,
-            E_ABORTED => FaultCause::Aborted,
-            E_PEER_FAILED => FaultCause::PeerFailed,
-            E_UNMAPPED => {
+        let cause = match (r.code, code_cause(r.code)) {
+            (0, _) => return Ok(None),
+            (_, Some(cause)) => cause,
+            (E_UNMAPPED, None) => {
                 return Err(CudaError::Invalid(format!(
                     "rank {} (channel {}, step {}) could not reach a buffer of rank {}: its \
                      allocation was not mapped into this process (see the earlier warning \
@@ -84,7 +103,7 @@ impl World {
                     r.rank, r.channel, r.step, r.peer
                 )))
             }
-            other => {
+            (other, None) => {
                 return Err(CudaError::Invalid(format!(
                     "unknown device error code {other}"
                 )))
@@ -115,5 +134,23 @@ impl World {
                 .min_by_key(WaitFault::severity)
                 .map_or(CudaError::Aborted, CudaError::Wait),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_recorded_cause_reads_back_as_itself() {
+        for cause in [
+            FaultCause::Deadline,
+            FaultCause::Aborted,
+            FaultCause::PeerFailed,
+        ] {
+            assert_eq!(code_cause(cause_code(cause)), Some(cause));
+        }
+        assert_eq!(code_cause(0), None);
+        assert_eq!(code_cause(E_UNMAPPED), None);
     }
 }

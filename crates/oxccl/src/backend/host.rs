@@ -155,9 +155,11 @@ impl Backend for HostBackend {
     fn describe(&self) -> String {
         match (self.proc_rank, self.fabric.network()) {
             (Some(r), Some(via)) => {
+                // The hop the model prices (measured, at least the
+                // device's stated latency).
                 let hop = self
-                    .fabric
-                    .network_hop_us()
+                    .net_placement()
+                    .and_then(|p| p.hop_latency_us())
                     .map(|h| format!(", one hop {h:.0} us"))
                     .unwrap_or_default();
                 // The channels connected (the 2026-12-04 17:10 H200 run's log would have shown a
