@@ -24,12 +24,13 @@ for l in sys.stdin:
 }
 cargo build --release -p xtask
 cargo build --release -p oxccl-cuda --example compile_kernels
-cargo build --release -p oxccl-bench --example latency --example nccl_latency --example sync_floor --example call_latency --example sync_probe
+cargo build --release -p oxccl-bench --example latency --example nccl_latency --example sync_floor --example fanout_floor --example call_latency --example sync_probe
 cp $T/release/xtask $G/xtask
 cp $T/release/examples/latency $G/latency
 cp $T/release/examples/compile_kernels $G/compile_kernels
 cp $T/release/examples/nccl_latency $G/nccl_latency
 cp $T/release/examples/sync_floor $G/sync_floor
+cp $T/release/examples/fanout_floor $G/fanout_floor
 cp $T/release/examples/sync_probe $G/sync_probe
 cp "$(exe -p oxccl --test lifetimes)" $G/lifetimes
 cp "$(exe -p oxccl-cuda --test gpu)" $G/gpu-test
@@ -44,7 +45,7 @@ cp $T/release/examples/call_latency $G/call_latency
 cargo build --release -p oxccl-capi
 cp $T/release/liboxccl_capi.so $G/libnccl.so.2
 cp crates/oxccl-capi/tests/torch/check_torch.py $G/
-BINS="libnccl.so.2 call_latency xtask latency compile_kernels nccl_latency sync_floor sync_probe lifetimes gpu-test collectives external multiprocess mismatch deterministic split_threads"
+BINS="libnccl.so.2 call_latency xtask latency compile_kernels nccl_latency sync_floor fanout_floor sync_probe lifetimes gpu-test collectives external multiprocess mismatch deterministic split_threads"
 (cd $G && strip $BINS)
 # The kernel cache, compiled here by NVRTC 13.0 (the device's version) when it
 # is unpacked; it saves the device a cold compile (~70 s).

@@ -7,7 +7,10 @@
 //! PyTorch's call pattern add over the Rust call, host backend, through
 //! the built `libnccl.so.2`), `nccl_latency` (NCCL's figure) and
 //! `sync_floor` (the hardware floor of one flag exchange, its kernels in
-//! `kernels/sync_floor.cu`). `cargo xtask sweep --nccl` uses [`nccl`] too.
+//! `kernels/sync_floor.cu`) and `fanout_floor` (what the HBM allows one
+//! read written into several, as pushed Broadcast and AllGather move data,
+//! its kernels in `kernels/fanout_floor.cu`). `cargo xtask sweep --nccl`
+//! uses [`nccl`] too.
 
 pub mod error;
 pub mod latency;
