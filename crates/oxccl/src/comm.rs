@@ -3,6 +3,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
+use oxccl_core::gen;
 use oxccl_core::plan::{BufRole, RankPlan};
 use oxccl_core::{Algo, CollKind, Collective, CoreError, DataType, Element, RedOp};
 use oxccl_topo::consts::is_direct;
@@ -893,7 +894,18 @@ impl Communicator {
             // whose single channel does not fit is refused like a shape
             // its generator does not serve.
             let max = cl.chooser.max_channels();
-            let channels = select::fit_channels(algo, choice.channels, max);
+            // A staged copy-engine plan runs on the executor (see
+            // `gen::copy_engine_staged`): on every channel it may use, as
+            // the all-pairs swap it stands in for would, not on the one
+            // channel the copy-engine model chose (8 blocks for 8 ranks
+            // of a GPU: 12.7% of the floor at 256 MiB).
+            let channels = if algo == Algo::CopyEngine
+                && gen::copy_engine_staged(c.coll.kind, cl.nranks, c.in_place)
+            {
+                max
+            } else {
+                select::fit_channels(algo, choice.channels, max)
+            };
             let key = PlanKey {
                 coll: c.coll,
                 elem_size,

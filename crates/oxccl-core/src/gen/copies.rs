@@ -8,7 +8,9 @@
 //! its scratch, a barrier, then it copies block r of every peer q's
 //! scratch into its own block q, then a barrier (peers read its scratch
 //! until then). That moves twice the floor's bytes, the price of copies
-//! only.
+//! only. No backend issues that barrier between copies on its copy
+//! engines, so the staged plan runs on the executor, and the facade gives
+//! it every channel (`copy_engine_staged`).
 
 use super::{local, out, pieces, set_scratch, split, PlanRequest, Steps};
 use crate::error::CoreError;

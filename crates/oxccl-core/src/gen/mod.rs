@@ -143,7 +143,16 @@ pub fn reduces_in_rank_order(algo: Algo, kind: CollKind) -> bool {
 /// all-pairs plan runs as swaps and the copy-engine plan stages through
 /// scratch (`copies`).
 fn staged_all_to_all(req: &PlanRequest) -> bool {
-    req.in_place && req.coll.kind == CollKind::AllToAll && req.nranks > 1
+    copy_engine_staged(req.coll.kind, req.nranks, req.in_place)
+}
+
+/// Whether the copy-engine plan of such a call is staged through scratch
+/// with a barrier between its copies (the in-place AllToAll of several
+/// ranks): no backend issues that as copies alone, so it runs on the
+/// backend's executor, whose plans want the channels a kernel plan gets,
+/// not the one channel the copy-engine model prices best.
+pub fn copy_engine_staged(kind: CollKind, nranks: u32, in_place: bool) -> bool {
+    in_place && kind == CollKind::AllToAll && nranks > 1
 }
 
 /// Builds the plan `req` asks for.
