@@ -4,7 +4,7 @@
 
 use anyhow::Context as _;
 use oxccl_core::{Algo, CollKind, Proto};
-use oxccl_topo::policy::Policy;
+use oxccl_topo::policy::{Launcher, Policy};
 use oxccl_topo::search::{children, double_binary_tree};
 use oxccl_topo::select::Selector;
 use oxccl_topo::Topology;
@@ -35,6 +35,10 @@ pub struct TopoArgs {
     /// FIFO plans run.
     #[arg(long, requires = "explain")]
     pub plain: bool,
+    /// With `--explain`: each rank a process of its own (the CUDA
+    /// backend's process cliques), not threads of one process.
+    #[arg(long, requires = "explain")]
+    pub processes: bool,
 }
 
 /// SMs assumed for a GPU whose topology does not say (an NCCL XML file
@@ -174,12 +178,22 @@ pub fn run(a: TopoArgs) -> anyhow::Result<()> {
     if let Some(coll) = &a.explain {
         let kind: CollKind = coll.parse()?;
         let (cap, sms, known) = channel_cap(&t, a.ranks_per_gpu);
-        let policy = Policy::gpu(&t, &ranks, cap);
+        let launcher = if a.processes {
+            Launcher::ProcessPerRank
+        } else {
+            Launcher::OneProcess
+        };
+        let policy = Policy::gpu_launched(&t, &ranks, cap, launcher);
         print!("{}", explain(&policy, kind, nranks, !a.plain));
         println!(
-            "(channel cap {cap} per rank: {} SMs / {} rank(s) per GPU{}; {} buffers{})",
+            "(channel cap {cap} per rank: {} SMs / {} {} per GPU{}; {} buffers{})",
             sms,
             a.ranks_per_gpu.max(1),
+            if a.processes {
+                "rank process(es)"
+            } else {
+                "rank thread(s)"
+            },
             if known { "" } else { ", SM count assumed" },
             if a.plain {
                 "plain"

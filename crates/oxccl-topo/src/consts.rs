@@ -33,12 +33,37 @@
 //! | all-pairs bandwidth efficiency | 0.85 | assumed: many concurrent peer streams reach less of the port than a ring (why one-shot/two-shot kernels are used only for small and medium sizes) |
 //! | all-pairs (one/two-shot) minimum bytes per channel | 65536 | assumed: each channel is one more block per rank in every entry/exit barrier with all n − 1 peers, a cost the latency term does not grow with the channel count; 64 KiB is a few µs of copy for one block at its share of an H200 shared by 8 ranks (≈ 16 GB/s), well above a barrier's signals, so a channel is added only where it carries more copy than synchronisation (NCCL likewise drops channels below a bytes-per-thread threshold, 32 KiB per Simple channel) |
 //! | copy engines (`ce`): per-engine rate, engines, per-copy issue, per-call and per-peer barrier cost | 200 GB/s, 4, 3 µs, 12 µs, 1 µs | assumed, uncalibrated ([`CopyEngineModel::GUESS`]); only where the backend runs `ce` on copy engines |
+//! | hop that ranks as processes sharing one GPU pay beyond the shared-GPU calibration | 1.5 per sequential hop | measured (8 rank processes on an H100): [`PROCESS_HOP_US`] |
 //! | ranks sharing one H200: per-collective corrections, avoided variants | fitted | `calib/h200-1gpu-8ranks.json` (device run 7, 2026-12-02, `cargo xtask sweep --backend cuda --ranks 8`, 256 MiB, 16 channels; loaded by [`crate::calibrate::builtin_for`]): registered two-shot AllReduce 1114.67 µs (96% of the HBM floor) vs ring 3101 µs; all-pairs ReduceScatter 594.51, Reduce 592.58, AllGather 679.35, Broadcast 677.72, AllToAll 1095.28 µs out of place; 8 B AllReduce (session 3 device run 1) direct one-shot 17.02 µs, FIFO one-shot LL 14.02, FIFO one-shot Simple 17.71 µs eager, launch floor 10.69 µs; nothing avoided |
 
 use oxccl_core::{Algo, CollKind, Proto};
 
 /// Default bandwidth of a network port whose speed is not given.
 pub const NET_DEFAULT_BW: f64 = 12.0;
+
+/// Latency, µs, that each hop a message takes one after another costs
+/// ranks launched by processes of their own on a shared GPU, on top of the
+/// shared-GPU calibration ([`Constants::exposed_hop_us`]).
+///
+/// That calibration timed threads of one process, whose launches one
+/// driver context serializes: a chain's or tree's next rank is still
+/// being launched while the message travels, so the hops hide behind the
+/// launches and the fit prices them near zero. Processes launch at once
+/// and wait on every hop. Measured on one H100, 8 rank processes under
+/// MPS, nccl-tests 2.19.6 over `libnccl.so.2`, 8 B f32 AllReduce on plain
+/// buffers, `NCCL_ALGO` forced (2026-12-07): chain 29.63 µs, binary tree
+/// 24.58, one-shot 20.37 eager (23.38, 18.62, 14.67 replayed from a CUDA
+/// graph); at 512 B one-shot 19.62, tree 23.36, chain 28.31. Against the
+/// calibrated model's prices for the same plans (at 8 B chain 4.8 µs and
+/// tree 4.6 µs below the one-shot, at 512 B the tree 6.0 µs below), with
+/// 14 sequential hops for the chain, 6 for the tree and 1 for the
+/// one-shot, each hop cost (29.63 − 20.37 + 4.8) / 13 = 1.08 µs by the
+/// chain, (24.58 − 20.37 + 4.6) / 5 = 1.76 and (23.36 − 19.62 + 6.0) / 5 =
+/// 1.95 by the tree. 1.5 puts the one-shot ahead of both up to 1 KiB, as
+/// measured, and the tree next (4 and 32 KiB: within 5% of the one-shot).
+/// With 2 processes the chain and the one-shot ran within noise of each
+/// other (7.56 and 7.98 µs in a graph) and the model keeps the chain.
+pub const PROCESS_HOP_US: f64 = 1.5;
 
 /// Generation of an NVLink, which fixes its per-link bandwidth.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -263,6 +288,10 @@ pub struct Constants {
     /// on the copy engines with no kernel; `None` (the default): it is not
     /// timed, so the selector never picks it (forcing it still can).
     pub copy_engine: Option<CopyEngineModel>,
+    /// Latency added per hop a message takes one after another (µs; 0 by
+    /// default): [`PROCESS_HOP_US`] where ranks sharing a GPU are
+    /// processes, whose hops the shared-GPU calibration did not see.
+    pub exposed_hop_us: f64,
 }
 
 /// The cost of the copy-engine algorithm (`ce`): each rank issues one
@@ -332,6 +361,7 @@ impl Default for Constants {
             fitted_coll: Vec::new(),
             avoid: Vec::new(),
             copy_engine: None,
+            exposed_hop_us: 0.0,
         }
     }
 }

@@ -58,5 +58,5 @@ pub use error::{Result, TopoError};
 pub use graph::{Attrs, LinkKind, Node, NodeId, NodeKind, NvLinkGen, Topology};
 pub use netdev::NetDevice;
 pub use paths::{Path, PathClass};
-pub use policy::{NetPlacement, Policy};
+pub use policy::{Launcher, NetPlacement, Policy};
 pub use select::{Choice, Selector, Transport};

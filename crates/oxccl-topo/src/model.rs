@@ -74,7 +74,9 @@ impl Selector {
         let net_bw = if multi { s.inter_bw } else { f64::INFINITY };
         let factor = kind.busbw_factor(n);
         let pf = if direct { pf * c.direct_bw } else { pf };
-        let (lat, bw, data) = match algo {
+        // Each arm gives its latency, bandwidth, data and the hops a
+        // message takes one after another (for `Constants::exposed_hop_us`).
+        let (lat, bw, data, hops) = match algo {
             Algo::Ring | Algo::Chain => {
                 let (steps, inter) = match kind {
                     CollKind::AllReduce => (2 * (n - 1), 2 * (nn - 1)),
@@ -91,34 +93,36 @@ impl Selector {
                 } else {
                     factor
                 };
-                (lat, bw, bytes * f)
+                (lat, bw, bytes * f, f64::from(steps))
             }
             Algo::BinaryTree => {
                 let depth = log2_ceil(m) * hop_in + log2_ceil(nn) * hop_net;
-                let lat = base
-                    + if kind == CollKind::AllReduce {
-                        2.0
-                    } else {
-                        1.0
-                    } * depth;
+                let passes = if kind == CollKind::AllReduce {
+                    2.0
+                } else {
+                    1.0
+                };
+                let lat = base + passes * depth;
                 // An interior rank feeds two children from one port.
                 let bw = chan_bw.min(s.intra_bw).min(net_bw) * pf * c.tree_bw / 2.0;
-                (lat, bw, bytes * factor)
+                let hops = passes * (log2_ceil(m) + log2_ceil(nn));
+                (lat, bw, bytes * factor, hops)
             }
             Algo::DoubleBinaryTree => {
                 let lat = base + 2.0 * (f64::from(m - 1) * hop_in + log2_ceil(nn) * hop_net);
                 let bw = chan_bw.min(s.intra_bw).min(net_bw) * pf * c.tree_bw;
-                (lat, bw, bytes * factor)
+                let hops = 2.0 * (f64::from(m - 1) + log2_ceil(nn));
+                (lat, bw, bytes * factor, hops)
             }
             Algo::OneShot => {
                 let lat = base + hop_in + f64::from(n - 1) * c.direct_peer_lat;
                 let bw = chan_bw.min(s.direct_bw) * pf;
-                (lat, bw, bytes * f64::from(n - 1))
+                (lat, bw, bytes * f64::from(n - 1), 1.0)
             }
             Algo::TwoShot => {
                 let lat = base + 2.0 * hop_in + 2.0 * f64::from(n - 1) * c.direct_peer_lat;
                 let bw = chan_bw.min(s.direct_bw) * pf;
-                (lat, bw, bytes * factor)
+                (lat, bw, bytes * factor, 2.0)
             }
             Algo::AllPairs => {
                 let hop = if multi { hop_net } else { hop_in };
@@ -140,7 +144,7 @@ impl Selector {
                     }
                     _ => bytes * factor,
                 };
-                (lat, bw, data)
+                (lat, bw, data, 1.0)
             }
             // Timed only where the backend runs the plans on its copy
             // engines ([`Constants::copy_engine`]); elsewhere they run as
@@ -153,11 +157,14 @@ impl Selector {
                 let copies = f64::from(n) * f64::from(channels.max(1));
                 let lat = ce.base_us + f64::from(n - 1) * ce.peer_us + copies * ce.issue_us;
                 let bw = ce.rank_bw(s.ranks_per_gpu).min(s.direct_bw.max(1e-9));
-                (lat, bw, bytes * factor)
+                // Ordered by stream memory operations, not by kernels
+                // waiting on each other: no hop of the kind the term prices.
+                (lat, bw, bytes * factor, 0.0)
             }
         };
         let (lat_add, bw_mul) = c.correction_for(kind, algo, proto);
         let bw = (bw * bw_mul).max(1e-9);
-        Some((lat + lat_add).max(0.0) + data / (bw * 1000.0))
+        let exposed = hops * c.exposed_hop_us;
+        Some((lat + lat_add).max(0.0) + exposed + data / (bw * 1000.0))
     }
 }

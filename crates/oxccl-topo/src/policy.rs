@@ -25,7 +25,7 @@
 use oxccl_core::{Algo, CollKind, Proto};
 
 use crate::calibrate::{builtin_for, carry, fit, fit_fifo, SHARED_GPU_MACHINE};
-use crate::consts::{copy_bw_for_sm, is_direct, Constants, CopyEngineModel};
+use crate::consts::{copy_bw_for_sm, is_direct, Constants, CopyEngineModel, PROCESS_HOP_US};
 use crate::graph::{NodeId, Topology};
 use crate::netdev::NetDevice;
 use crate::select::{Choice, Selector, Transport};
@@ -136,7 +136,17 @@ fn plain_gpu_selectors(selector: Selector, max_channels: u32) -> (Selector, Sele
 /// 1115 µs at 256 MiB on 8 ranks of an H200, the FIFO ring about 5.5·S and
 /// 3101 µs, which the uncalibrated NVLink-era constants got the wrong way
 /// round.
-pub fn gpu_selectors(topo: &Topology, gpus: &[usize], max_channels: u32) -> (Selector, Selector) {
+///
+/// The calibration timed threads of one process; where `launcher` says
+/// each rank is a process of its own, every sequential hop also costs
+/// [`PROCESS_HOP_US`] (see there: the threads' serialized launches hid
+/// it).
+pub fn gpu_selectors(
+    topo: &Topology,
+    gpus: &[usize],
+    max_channels: u32,
+    launcher: Launcher,
+) -> (Selector, Selector) {
     let selector = Selector::new(topo, gpus).with_max_channels(max_channels);
     let (reg, fifo) = plain_gpu_selectors(selector, max_channels);
     let Some(sweep) = builtin_for(topo, gpus) else {
@@ -146,12 +156,33 @@ pub fn gpu_selectors(topo: &Topology, gpus: &[usize], max_channels: u32) -> (Sel
     let on_reference =
         Selector::new(&reference, &vec![0; gpus.len()]).with_max_channels(max_channels);
     let (reg_ref, fifo_ref) = plain_gpu_selectors(on_reference, max_channels);
-    let registered = carry(&fit(&reg_ref, &sweep), reg.constants());
-    let fifo_fitted = carry(&fit_fifo(&fifo_ref, &sweep), fifo.constants());
+    let exposed_hop_us = match launcher {
+        Launcher::OneProcess => 0.0,
+        Launcher::ProcessPerRank => PROCESS_HOP_US,
+    };
+    let registered = Constants {
+        exposed_hop_us,
+        ..carry(&fit(&reg_ref, &sweep), reg.constants())
+    };
+    let fifo_fitted = Constants {
+        exposed_hop_us,
+        ..carry(&fit_fifo(&fifo_ref, &sweep), fifo.constants())
+    };
     (
         reg.with_constants(registered),
         fifo.with_constants(fifo_fitted),
     )
+}
+
+/// Who launches the kernels of a GPU backend's ranks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Launcher {
+    /// Threads of one process (one driver context per device launches
+    /// them one after another).
+    #[default]
+    OneProcess,
+    /// Each rank is a process of its own, launching independently.
+    ProcessPerRank,
 }
 
 /// The (algorithm, protocol) pairs the selector of a call's buffers
@@ -397,9 +428,20 @@ impl Policy {
         self.fifo.hosts()
     }
 
-    /// A GPU backend's policy: rank `r` on GPU `gpus[r]` of `topo`.
+    /// A GPU backend's policy: rank `r` on GPU `gpus[r]` of `topo`, the
+    /// ranks threads of one process.
     pub fn gpu(topo: &Topology, gpus: &[usize], max_channels: u32) -> Policy {
-        let (registered, fifo) = gpu_selectors(topo, gpus, max_channels);
+        Policy::gpu_launched(topo, gpus, max_channels, Launcher::OneProcess)
+    }
+
+    /// [`Policy::gpu`] with the ranks launched as `launcher` says.
+    pub fn gpu_launched(
+        topo: &Topology,
+        gpus: &[usize],
+        max_channels: u32,
+        launcher: Launcher,
+    ) -> Policy {
+        let (registered, fifo) = gpu_selectors(topo, gpus, max_channels, launcher);
         Policy {
             registered,
             fifo,
@@ -681,7 +723,7 @@ mod tests {
         let topo = Topology::preset("hgx-h100", 1).unwrap();
         let gpus: Vec<usize> = (0..8).collect();
         let sel = Selector::new(&topo, &gpus).with_max_channels(16);
-        let (reg, fifo) = gpu_selectors(&topo, &gpus, 16);
+        let (reg, fifo) = gpu_selectors(&topo, &gpus, 16, Launcher::OneProcess);
         assert!(reg.constants().fitted.is_empty());
         assert_eq!(fifo.constants(), &gpu_constants(&sel, 16));
         // Registered calls differ only in timing direct plans FIFO-free.
@@ -1052,5 +1094,56 @@ mod tests {
             let small = two.best(kind, 8, true, &algos, &protos);
             assert_ne!(small.algo, Algo::CopyEngine, "{kind:?} 8 B: {small:?}");
         }
+    }
+
+    /// Ranks sharing a GPU as processes pay each sequential hop that the
+    /// shared-GPU calibration (threads) hid: 8 B AllReduce on plain buffers
+    /// moves from the chain (14 hops) to the one-shot (1) for 8 rank
+    /// processes, as the H100 measured (20.37 against 29.63 µs), while 8
+    /// threads and 2 processes (where both ran alike) keep the chain.
+    /// Where no calibration applies (one rank per GPU) the processes'
+    /// model is the plain one: its NCCL latencies already count each hop.
+    #[test]
+    fn rank_processes_sharing_a_gpu_pay_every_hop() {
+        let algos = Algo::ALL;
+        let protos = [Proto::Simple, Proto::LL];
+        let one = Topology::preset("single-gpu", 1).unwrap();
+        let pick = |n: usize, l: Launcher| {
+            let p = Policy::gpu_launched(&one, &vec![0; n], gpu_channel_cap(132, n as u32), l);
+            p.best(CollKind::AllReduce, 8, false, &algos, &protos)
+        };
+        assert_eq!(pick(8, Launcher::OneProcess).algo, Algo::Chain);
+        let procs = pick(8, Launcher::ProcessPerRank);
+        assert_eq!((procs.algo, procs.proto), (Algo::OneShot, Proto::LL));
+        assert_eq!(pick(2, Launcher::ProcessPerRank).algo, Algo::Chain);
+
+        let threads = pick(8, Launcher::OneProcess).predicted_us.unwrap();
+        let chain8 = |l: Launcher| {
+            let p = Policy::gpu_launched(&one, &[0; 8], 16, l);
+            p.selector(false, Algo::Chain, Transport::Fifo)
+                .predict(CollKind::AllReduce, Algo::Chain, Proto::LL, 1, 8, 8)
+                .unwrap()
+        };
+        let exposed = chain8(Launcher::ProcessPerRank) - chain8(Launcher::OneProcess);
+        assert!(
+            (exposed - 14.0 * PROCESS_HOP_US).abs() < 1e-9,
+            "{exposed} over {threads}"
+        );
+
+        let gpus: Vec<usize> = (0..8).collect();
+        let nvlink = Topology::preset("hgx-h100", 1).unwrap();
+        let across = |l: Launcher| {
+            Policy::gpu_launched(&nvlink, &gpus, 32, l).best(
+                CollKind::AllReduce,
+                8,
+                false,
+                &algos,
+                &protos,
+            )
+        };
+        assert_eq!(
+            across(Launcher::ProcessPerRank).predicted_us,
+            across(Launcher::OneProcess).predicted_us
+        );
     }
 }

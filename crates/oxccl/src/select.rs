@@ -100,7 +100,9 @@ impl Chooser {
                 log_network(&net, topo.map(|(t, _)| t));
                 Policy::network(&net, max_channels)
             }
-            (None, Some((topo, gpus))) => Policy::gpu(&topo, &gpus, max_channels),
+            (None, Some((topo, gpus))) => {
+                Policy::gpu_launched(&topo, &gpus, max_channels, backend.launcher())
+            }
             (None, None) => Policy::host(nranks, max_channels),
         }
         .with_link_memory(backend.link_memory())

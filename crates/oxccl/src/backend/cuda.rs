@@ -222,6 +222,13 @@ impl Backend for CudaBackend {
         self.world.launches_in_step()
     }
 
+    fn launcher(&self) -> oxccl_topo::Launcher {
+        match self.procs {
+            Some(_) => oxccl_topo::Launcher::ProcessPerRank,
+            None => oxccl_topo::Launcher::OneProcess,
+        }
+    }
+
     fn reads_device_scalars(&self) -> bool {
         true
     }

@@ -339,6 +339,14 @@ pub trait Backend: Send + Sync + Debug {
         false
     }
 
+    /// Who launches the ranks' kernels: threads of this process (the
+    /// default), or a process per rank (the CUDA backend's process
+    /// cliques), whose plans pay every sequential hop
+    /// ([`oxccl_topo::consts::PROCESS_HOP_US`]).
+    fn launcher(&self) -> oxccl_topo::Launcher {
+        oxccl_topo::Launcher::OneProcess
+    }
+
     /// Whether memory from [`Backend::alloc`] is registered, i.e. every rank
     /// can address every other rank's buffers, so plans with direct
     /// (remote get/put) steps may be used on it.
