@@ -16,8 +16,13 @@
 //!   each destination at a time, as a fill does.
 //! - `perdst`: one destination per block, the slice read once per
 //!   destination (L2 serves the repeats, or not).
-//! - `ranks8`: `slice4` launched as 8 ranks would: 8 streams, each 16
-//!   blocks over its eighth of the range.
+//! - `ranks8`: a pattern launched as 8 ranks would: 8 streams, each 16
+//!   blocks (the executor's channels for 8 ranks on 132 SMs; also 8 and
+//!   12) over its eighth of the range.
+//!
+//! The single-launch patterns run at 128 blocks (8 ranks × 16) and at 2
+//! per SM, `slice4` also at 64, 96 and one per SM: how the block count
+//! moves the rate says what channel count the executor should take.
 //!
 //! Each pattern: 2 warm-up runs, then the median of 10, timed with events
 //! on the streams. Ratio = the time the copy's rate allows for the bytes
@@ -262,6 +267,7 @@ fn main() {
         dev.name, dev.arch
     );
     let one = |blocks| Layout::One { blocks };
+    let ranks8 = |blocks| Layout::Ranks { ranks: 8, blocks };
     let fan = |name, symbol, layout| Pattern {
         name,
         symbol,
@@ -295,14 +301,18 @@ fn main() {
             "fo_fan_perdst",
             one((sms * 2 / ndst as u32).max(1) * ndst as u32),
         ),
-        fan(
-            "ranks8 (slice4, 8x16 blocks)",
-            "fo_fan_slice4",
-            Layout::Ranks {
-                ranks: 8,
-                blocks: 16,
-            },
-        ),
+        fan("slice4 (64 blocks)", "fo_fan_slice4", one(64)),
+        fan("slice4 (96 blocks)", "fo_fan_slice4", one(96)),
+        fan("slice4 (1 per SM)", "fo_fan_slice4", one(sms)),
+        fan("grid4_cs (128 blocks)", "fo_fan_grid4_cs", one(128)),
+        fan("ranks8 (slice4, 8x16 blocks)", "fo_fan_slice4", ranks8(16)),
+        // The executor's launch shape with fewer channels per rank, and
+        // with the two best single-launch patterns.
+        fan("ranks8 (slice4, 8x8 blocks)", "fo_fan_slice4", ranks8(8)),
+        fan("ranks8 (slice4, 8x12 blocks)", "fo_fan_slice4", ranks8(12)),
+        fan("ranks8 (slice4_cs, 8x16)", "fo_fan_slice4_cs", ranks8(16)),
+        fan("ranks8 (grid4_cs, 8x16)", "fo_fan_grid4_cs", ranks8(16)),
+        fan("ranks8 (grid4_cs, 8x12)", "fo_fan_grid4_cs", ranks8(12)),
     ];
     let mut copy_gbps = None;
     let mut ok = true;
