@@ -34,6 +34,7 @@ mod landing;
 mod net;
 mod procs;
 mod program_cache;
+mod reason;
 mod region;
 mod remote;
 mod shm;

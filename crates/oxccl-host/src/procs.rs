@@ -23,6 +23,10 @@ use crate::shm::{
 };
 use crate::HostConfig;
 
+/// How long [`Procs::reason`] waits for a failure record being written
+/// (a few stores; longer means its writer died between claim and publish).
+const REASON_WRITE_WAIT: Duration = Duration::from_millis(200);
+
 /// Tag of the segment descriptors in the bootstrap's fd mailbox.
 const SEG_TAG: u64 = 0x6f78_6363_6c73_6567;
 
@@ -289,24 +293,7 @@ impl Procs {
     /// Records the first failure's reason and marks every rank failed.
     pub fn fail(&self, reason: &str) {
         let g = self.global();
-        if g.reason_state
-            .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
-        {
-            let b = reason.as_bytes();
-            let n = b.len().min(g.reason.len() * 8);
-            for (i, w) in g.reason.iter().enumerate() {
-                let mut word = [0u8; 8];
-                for (k, x) in word.iter_mut().enumerate() {
-                    if let Some(&c) = b.get(i * 8 + k).filter(|_| i * 8 + k < n) {
-                        *x = c;
-                    }
-                }
-                w.store(u64::from_le_bytes(word), Ordering::Relaxed);
-            }
-            g.reason_len.store(n as u32, Ordering::Relaxed);
-            g.reason_state.store(2, Ordering::Release);
-        }
+        g.record_reason(reason);
         g.broken.store(1, Ordering::Release);
         for r in 0..self.segs.len() as Rank {
             self.wake(r);
@@ -319,18 +306,9 @@ impl Procs {
 
     /// The first failure's reason, once written.
     pub fn reason(&self) -> String {
-        let g = self.global();
-        if g.reason_state.load(Ordering::Acquire) != 2 {
-            return "a peer failed".into();
-        }
-        let n = g.reason_len.load(Ordering::Relaxed) as usize;
-        let bytes: Vec<u8> = g
-            .reason
-            .iter()
-            .flat_map(|w| w.load(Ordering::Relaxed).to_le_bytes())
-            .take(n)
-            .collect();
-        String::from_utf8_lossy(&bytes).into_owned()
+        self.global()
+            .recorded_reason(REASON_WRITE_WAIT)
+            .unwrap_or_else(|| "a peer failed".into())
     }
 
     /// Shared memory of this rank that peers can address.
