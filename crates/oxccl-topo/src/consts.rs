@@ -63,6 +63,10 @@ pub const NET_DEFAULT_BW: f64 = 12.0;
 /// measured, and the tree next (4 and 32 KiB: within 5% of the one-shot).
 /// With 2 processes the chain and the one-shot ran within noise of each
 /// other (7.56 and 7.98 µs in a graph) and the model keeps the chain.
+/// A registered direct plan's entry and exit barriers each count n − 1
+/// such hops (its registered two-shot ran 28.35 µs at 8 B, 56.29 at 512 B
+/// and 77.67 at 4 KiB on the caller's memory shared across the 8
+/// processes): it stays the pick from 512 KiB, as for threads.
 pub const PROCESS_HOP_US: f64 = 1.5;
 
 /// Generation of an NVLink, which fixes its per-link bandwidth.
