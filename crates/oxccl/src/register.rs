@@ -19,6 +19,12 @@
 //! (`Backend::share_external`; `cudaMalloc`/`cuMemAlloc` memory, not pool
 //! or VMM memory), registered or not (`docs/CUDA_PROCESSES.md`).
 //!
+//! Where peers cannot reach the caller's memory at all (ranks as
+//! processes of the host backend, and CUDA rank processes staged through
+//! host memory, as without MPS), registering still succeeds, as NCCL's
+//! does wherever its zero-copy paths are off: the backend checks that the
+//! memory is the rank's, and calls on the range run FIFO plans.
+//!
 //! A raw call uses a direct plan only where both of its buffers lie in
 //! ranges this rank registered and every rank agrees (the call check
 //! compares each rank's answer and falls back to the FIFO plan on every

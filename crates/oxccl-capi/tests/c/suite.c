@@ -335,7 +335,7 @@ static void scenario_colls(void) {
   run_colls(comm);
   /* A PreMulSum scalar read from memory at each call (ncclScalarDevice;
    * host memory on the host backend). */
-  float scalar = 3.0f, buf[8], want = 0;
+  float scalar = 3.0f, buf[8], in8[8], want = 0;
   ncclRedOp_t op;
   NCCL_OK(ncclRedOpCreatePreMulSum(&op, &scalar, ncclFloat32, ncclScalarDevice, comm));
   for (int r = 0; r < g_nranks; r++) want += 3.0f * (float)(r + 1);
@@ -343,6 +343,19 @@ static void scenario_colls(void) {
   NCCL_OK(ncclAllReduce(buf, buf, 8, ncclFloat32, op, comm, NULL));
   CHECK(buf[0] == want && buf[7] == want, "premul device scalar: %g want %g", buf[0], want);
   NCCL_OK(ncclRedOpDestroy(op, comm));
+  /* Registering the caller's memory succeeds wherever NCCL's does, also
+   * where peers cannot reach it (rank processes of the host backend): the
+   * calls on it then take the unregistered path, right all the same. */
+  void *hin = NULL, *hbuf = NULL;
+  NCCL_OK(ncclCommRegister(comm, in8, sizeof in8, &hin));
+  NCCL_OK(ncclCommRegister(comm, buf, sizeof buf, &hbuf));
+  for (int i = 0; i < 8; i++) in8[i] = (float)(g_rank + 1);
+  NCCL_OK(ncclAllReduce(in8, buf, 8, ncclFloat32, ncclSum, comm, NULL));
+  float sum = (float)(g_nranks * (g_nranks + 1) / 2);
+  CHECK(buf[0] == sum && buf[7] == sum, "allreduce on registered memory: %g want %g", buf[0], sum);
+  NCCL_OK(ncclCommDeregister(comm, hbuf));
+  NCCL_OK(ncclCommDeregister(comm, hin));
+  BAD(ncclCommDeregister(comm, hin), ncclInvalidArgument, "not a registration");
   NCCL_OK(ncclCommFinalize(comm));
   NCCL_OK(ncclCommDestroy(comm));
 }

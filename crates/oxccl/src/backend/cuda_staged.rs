@@ -170,6 +170,20 @@ impl Backend for CudaStaged {
         false
     }
 
+    fn registered_external(&self) -> bool {
+        // Peers reach only each other's host heaps: a registration of the
+        // caller's device memory is accepted and changes nothing.
+        false
+    }
+
+    fn check_external(&self, _rank: u32, buf: RawBuf) -> Result<(), Error> {
+        // Still the caller's device memory on this rank's device, as NCCL
+        // checks; the world holds this device only, so no peer is asked.
+        self.world
+            .check_external(ME, buf.addr, buf.bytes)
+            .map_err(map_error)
+    }
+
     fn chunk_bytes(&self) -> usize {
         self.host.chunk_bytes()
     }

@@ -198,17 +198,13 @@ impl Backend for HostBackend {
         self.proc_rank.is_none()
     }
 
-    fn check_external(&self, _rank: u32, buf: RawBuf) -> Result<(), Error> {
-        // Rank threads reach any memory of this process; rank processes
-        // reach only each other's shared heaps (`alloc` memory).
-        match self.proc_rank {
-            None => Ok(()),
-            Some(r) => Err(Error::InvalidUsage(format!(
-                "rank {r} runs as a process: only memory from comm.alloc() (its shared heap) \
-                 is reachable by the other processes, not {} bytes at {:#x}",
-                buf.bytes, buf.addr
-            ))),
-        }
+    fn check_external(&self, _rank: u32, _buf: RawBuf) -> Result<(), Error> {
+        // Rank threads reach any memory of this process. Rank processes
+        // reach only each other's shared heaps: their registrations are
+        // hints that change nothing (`registered_external`), accepted as
+        // NCCL accepts any of the caller's memory. Host memory has nothing
+        // to check.
+        Ok(())
     }
 
     fn host_addressable(&self) -> bool {

@@ -353,9 +353,12 @@ pub trait Backend: Send + Sync + Debug {
     fn registered_alloc(&self) -> bool;
 
     /// Whether memory registered with [`Backend::check_external`] may run
-    /// direct plans (every rank reaches it). Not for CUDA ranks as
-    /// processes: peers map each rank's `alloc` heap at creation, and the
-    /// caller's allocations per call ([`Backend::share_external`]).
+    /// direct plans (every rank reaches it). Not for ranks as processes:
+    /// CUDA peers map each rank's `alloc` heap at creation, and the
+    /// caller's allocations per call ([`Backend::share_external`]); host
+    /// and staged CUDA peers reach only each other's heaps. Where it is
+    /// false, a registration is accepted (as NCCL's is) and changes
+    /// nothing.
     fn registered_external(&self) -> bool {
         true
     }
@@ -552,8 +555,10 @@ pub trait Backend: Send + Sync + Debug {
     }
 
     /// Checks that memory the caller allocated (`buf`, of `rank`) can be
-    /// registered: that every rank of the clique may load and store it,
-    /// as the direct plans need. Nothing is changed. The default refuses.
+    /// registered: that it is memory of `rank`'s kind and place and, where
+    /// [`Backend::registered_external`] says registered memory runs direct
+    /// plans, that every rank of the clique may load and store it. Nothing
+    /// is changed. The default refuses.
     fn check_external(&self, rank: u32, buf: RawBuf) -> Result<(), Error> {
         let _ = (rank, buf);
         Err(Error::InvalidUsage(format!(
