@@ -179,6 +179,30 @@ pub fn relax_capture_mode() -> Result<()> {
     })
 }
 
+/// Runs `f` with the calling thread in relaxed stream-capture mode and
+/// then puts its mode back: for setup a captured call needs (page-locking
+/// host memory) made while the thread captures in global mode, where the
+/// driver may refuse such calls as unsafe during capture.
+pub fn relaxed_capture<R>(f: impl FnOnce() -> R) -> Result<R> {
+    init()?;
+    let exchange = |mode: &mut sys::CUstreamCaptureMode| {
+        guarded("cuThreadExchangeStreamCaptureMode", || {
+            // SAFETY: valid in-out pointer.
+            unsafe {
+                check(
+                    "cuThreadExchangeStreamCaptureMode",
+                    sys::cuThreadExchangeStreamCaptureMode(mode),
+                )
+            }
+        })
+    };
+    let mut mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
+    exchange(&mut mode)?;
+    let r = f();
+    exchange(&mut mode)?;
+    Ok(r)
+}
+
 /// The device of the calling thread's current context (`cuCtxGetDevice`):
 /// the device the runtime made current (`cudaSetDevice`), which NCCL runs
 /// a rank on. `None` when no context is current (the runtime would then
@@ -569,6 +593,32 @@ impl Stream {
                 check(
                     "cuMemcpyAsync",
                     sys::cuMemcpyAsync(dst, src, bytes, self.raw),
+                )
+            }
+        })
+    }
+
+    /// Enqueues `f(data)` on a host thread of the driver, after the
+    /// stream's earlier work and before its later work
+    /// (`cuLaunchHostFunc`); under capture it becomes a host node of the
+    /// graph, run at every replay.
+    ///
+    /// # Safety
+    /// `data` must stay valid for every run of `f` (every replay of a
+    /// graph the call is captured into); `f` must not call CUDA, and must
+    /// not unwind.
+    pub unsafe fn host_fn(
+        &self,
+        f: unsafe extern "C" fn(*mut std::ffi::c_void),
+        data: *mut std::ffi::c_void,
+    ) -> Result<()> {
+        self.ctx.bind()?;
+        guarded("cuLaunchHostFunc", || {
+            // SAFETY: caller's contract.
+            unsafe {
+                check(
+                    "cuLaunchHostFunc",
+                    sys::cuLaunchHostFunc(self.raw, Some(f), data),
                 )
             }
         })

@@ -465,6 +465,23 @@ fn every_collective_over_the_network_on_cuda() {
     );
 }
 
+/// CUDA ranks as processes on the staged path (as without MPS) capture
+/// calls into a CUDA graph and replay it with new inputs: each captured
+/// call is copies and a host node that runs the plan at every replay.
+/// (The device path's kernels capture as threads' do; nccl-tests `-G`
+/// under MPS runs them.)
+#[test]
+fn a_graph_captured_across_processes_replays_right_on_cuda() {
+    oxccl::backend::cuda::prefer_process_rank_queues();
+    let test = "a_graph_captured_across_processes_replays_right_on_cuda";
+    if oxccl::backend::cuda::device_or_skip(test).is_none() {
+        return;
+    }
+    let lines = run_ranks_with("graph", 2, "cuda", &[("OXCCL_CUDA_PROCS", "staged")]);
+    assert_eq!(ok_lines(&lines).len(), 2, "{lines:#?}");
+    every_rank_any(&lines, "BACKEND ", |b| b.contains("staged"));
+}
+
 /// Four processes standing for two hosts (`NCCL_HOSTID`, ranks 0 and 2
 /// on `a`, 1 and 3 on `b`): they talk over the network without being
 /// forced, plans follow the hosts (rings cross each boundary once per
@@ -1160,6 +1177,121 @@ impl WinMem {
     }
 }
 
+/// AllReduce and AllGather captured into a CUDA graph on the rank's own
+/// stream and replayed with new inputs each time (see
+/// `a_graph_captured_across_processes_replays_right_on_cuda`).
+fn child_graph() {
+    use cudarc::driver::sys;
+    use oxccl::RawStream;
+    let c = child_comm(Duration::from_secs(60));
+    println!("BACKEND {}", c.describe_backend());
+    let (n, me) = (c.nranks(), c.rank());
+    // Binds the device's context to this thread for the driver calls below.
+    c.barrier().unwrap();
+    let (mut cases, mut wrong, mut first) = (0usize, 0u64, None);
+    let count = 1000usize;
+    let (mut send, mut sum, mut all, mut raw) = (0u64, 0u64, 0u64, std::ptr::null_mut());
+    // SAFETY: plain allocations and a stream, kept to the end.
+    unsafe {
+        cu("cuMemAlloc", sys::cuMemAlloc_v2(&mut send, count * 4));
+        cu("cuMemAlloc", sys::cuMemAlloc_v2(&mut sum, count * 4));
+        cu(
+            "cuMemAlloc",
+            sys::cuMemAlloc_v2(&mut all, count * 4 * n as usize),
+        );
+        cu("cuStreamCreate", sys::cuStreamCreate(&mut raw, 1));
+    }
+    let stream = RawStream(raw as u64);
+    let calls = || {
+        let ar = common::raw::f32_call(CollKind::AllReduce, send, sum, count, RedOp::Sum, 0);
+        let ag = common::raw::f32_call(CollKind::AllGather, sum, all, count, RedOp::Sum, 0);
+        // SAFETY: the buffers live to the end; `stream` is this rank's.
+        unsafe {
+            c.collective_raw(ar, stream)
+                .and_then(|_| c.collective_raw(ag, stream))
+        }
+    };
+    let input = |k: u32, r: u32| -> Vec<f32> {
+        (0..count)
+            .map(|i| (i % 13) as f32 + (k * 10 + r) as f32)
+            .collect()
+    };
+    // Warm-up outside the capture (plans made), then the capture.
+    // SAFETY: `send` holds `count` f32s.
+    unsafe { to_device(send, &input(0, me)) };
+    calls().unwrap();
+    let (mut graph, mut exec) = (std::ptr::null_mut(), std::ptr::null_mut());
+    // SAFETY: capture of this rank's own live stream, instantiated once.
+    unsafe {
+        cu("cuStreamSynchronize", sys::cuStreamSynchronize(raw));
+        cu(
+            "cuStreamBeginCapture",
+            sys::cuStreamBeginCapture_v2(
+                raw,
+                sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL,
+            ),
+        );
+    }
+    let captured = calls();
+    // SAFETY: the capture begun above.
+    unsafe {
+        cu(
+            "cuStreamEndCapture",
+            sys::cuStreamEndCapture(raw, &mut graph),
+        )
+    };
+    captured.unwrap();
+    // SAFETY: `graph` was just captured.
+    unsafe {
+        cu(
+            "cuGraphInstantiate",
+            sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0),
+        )
+    };
+    for k in 1..4u32 {
+        // SAFETY: nothing runs on `send` (the stream is drained below).
+        unsafe { to_device(send, &input(k, me)) };
+        // SAFETY: a live executable graph and stream.
+        unsafe {
+            cu("cuGraphLaunch", sys::cuGraphLaunch(exec, raw));
+            cu("cuStreamSynchronize", sys::cuStreamSynchronize(raw));
+        }
+        let want: Vec<f32> = (0..count)
+            .map(|i| (0..n).map(|r| input(k, r)[i]).sum())
+            .collect();
+        // SAFETY: the replay completed.
+        let (got, gathered) = unsafe {
+            (
+                from_device(sum, count),
+                from_device(all, count * n as usize),
+            )
+        };
+        cases += 2;
+        if got != want {
+            wrong += 1;
+            first.get_or_insert_with(|| {
+                format!(
+                    "replay {k}: AllReduce {:?}.. want {:?}..",
+                    &got[..3],
+                    &want[..3]
+                )
+            });
+        }
+        if gathered.chunks(count).any(|ch| ch != want.as_slice()) {
+            wrong += 1;
+            first.get_or_insert_with(|| format!("replay {k}: AllGather of the sums differs"));
+        }
+    }
+    c.barrier().unwrap();
+    // SAFETY: every replay completed; nothing uses them any more.
+    unsafe {
+        cu("cuGraphExecDestroy", sys::cuGraphExecDestroy(exec));
+        cu("cuGraphDestroy", sys::cuGraphDestroy(graph));
+        cu("cuStreamDestroy", sys::cuStreamDestroy_v2(raw));
+    }
+    finish_child(me, cases, wrong, first);
+}
+
 /// Collectives on windows registered by every rank (see
 /// `windows_across_processes`).
 fn child_windows() {
@@ -1574,6 +1706,7 @@ fn child() {
         ("all", child_all),
         ("external", child_external),
         ("windows", child_windows),
+        ("graph", child_graph),
         ("split", child_split),
         ("env", child_env),
         ("loop", child_loop),

@@ -19,6 +19,8 @@
 //! each span gets a staging area in the shared heap (kept and reused,
 //! page-locked once), every span is copied in (an output's untouched bytes
 //! must come back unchanged), and the output buffers are copied out.
+//! Calls on a stream being captured into a graph run as graph nodes
+//! instead (`cuda_staged_capture.rs`).
 
 use std::sync::Arc;
 
@@ -29,6 +31,7 @@ use oxccl_cuda::{World, WorldConfig};
 use parking_lot::Mutex;
 
 use super::cuda::map_error;
+use super::cuda_staged_capture::{self as capture, Captured};
 use super::{Backend, BackendKind, BackendOptions, Launch, PreparedPlan, RawBuf, Timer};
 use crate::error::Error;
 
@@ -54,6 +57,8 @@ pub struct CudaStaged {
     /// Ranks of the clique on this rank's GPU (this one included).
     on_device: u32,
     stages: Mutex<Vec<Stage>>,
+    /// What calls captured into graphs keep until the backend drops.
+    captured: Mutex<Captured>,
 }
 
 /// Creates the staged backend of this process's rank on `device`.
@@ -76,6 +81,7 @@ pub fn create(
         device,
         on_device,
         stages: Mutex::new(Vec::new()),
+        captured: Mutex::new(Captured::default()),
     }))
 }
 
@@ -165,6 +171,13 @@ impl Backend for CudaStaged {
         unsafe { self.world.follow_stream(ME, stream.0) }.map_err(map_error)
     }
 
+    unsafe fn release_stream(&self, _rank: u32, stream: super::RawStream) -> Result<(), Error> {
+        // An eager call is complete already; a captured one left its nodes
+        // on the world's stream, which the capture must join back.
+        // SAFETY: the caller vouches for the handle (trait contract).
+        unsafe { self.world.release_stream(ME, stream.0) }.map_err(map_error)
+    }
+
     fn registered_alloc(&self) -> bool {
         // Peers never address this rank's device memory.
         false
@@ -215,10 +228,21 @@ impl Backend for CudaStaged {
             })
             .collect();
         let spans = spans(&live);
+        let s = self.world.stream(ME).map_err(map_error)?;
+        if s.capturing().map_err(map_error)? {
+            let call = capture::Call {
+                host: &self.host,
+                rank: self.rank,
+                launch,
+                live: &live,
+                spans: &spans,
+            };
+            // SAFETY: the caller's contract (trait) covers every replay.
+            return unsafe { capture::capture(s, &mut self.captured.lock(), call) };
+        }
         // Held for the whole call: the staging areas are this call's.
         let mut guard = self.stages.lock();
         let stages = self.grow(&mut guard, &spans)?;
-        let s = self.world.stream(ME).map_err(map_error)?;
         let at = |b: &RawBuf| {
             let i = spans
                 .iter()
@@ -328,6 +352,14 @@ impl Backend for CudaStaged {
             .time_copy(ME, bytes.max(1), 10)
             .map_err(map_error)?;
         Ok(bytes as f64 / secs.max(1e-12) / 1e9)
+    }
+}
+
+impl Drop for CudaStaged {
+    fn drop(&mut self) {
+        // No replay runs any more (the communicator is gone); the world's
+        // stream is drained by its own drop after this.
+        self.captured.get_mut().release(&*self.host, self.rank);
     }
 }
 

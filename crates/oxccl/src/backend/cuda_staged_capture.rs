@@ -1,0 +1,203 @@
+//! Staged calls captured into a CUDA graph (`cudaStreamBeginCapture`,
+//! nccl-tests `-G`, `torch.cuda.graph`).
+//!
+//! An eager staged call copies with host waits, which a capture forbids.
+//! Captured, the same call becomes three kinds of graph nodes on the
+//! rank's stream (joined to the caller's by [`super::Backend::follow_stream`]
+//! and `release_stream`): copies of every span device to host, a host
+//! node that runs the plan on the host backend, and copies of the outputs
+//! back. Every replay runs all three in order, so the host node sees the
+//! buffers as they are at that replay.
+//!
+//! Each captured call gets staging areas of its own, never the eager
+//! calls' (a replay runs on the driver's host thread, maybe while the
+//! rank's thread runs an eager call), and its host job: both are kept
+//! until the backend drops, since the caller may replay the graph any time
+//! until it destroys the communicator (as with NCCL, a graph must not be
+//! replayed after that).
+//!
+//! A host node cannot report an error: a plan that fails in one aborts the
+//! clique with the reason, so every rank's next call fails naming it.
+
+use std::ffi::c_void;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+
+use oxccl_core::plan::{BufRole, RankPlan};
+use oxccl_core::{DataType, LoweredOp, Proto};
+use oxccl_cuda::driver::{relaxed_capture, Stream};
+use oxccl_cuda::ipc::Pinned;
+
+use super::cuda::map_error;
+use super::{Backend, Launch, PlanHandle, RawBuf};
+use crate::error::Error;
+
+/// What a captured call's host node runs at each replay.
+#[derive(Debug)]
+pub(super) struct HostJob {
+    host: Arc<dyn Backend>,
+    rank: u32,
+    plan: RankPlan,
+    /// The plan's buffers, staged (scratch ones `RawBuf::NULL`).
+    bufs: Vec<RawBuf>,
+    dtype: DataType,
+    op: LoweredOp,
+    proto: Proto,
+    handle: Option<PlanHandle>,
+    p2p_only: bool,
+}
+
+impl HostJob {
+    fn run(&self) -> Result<(), Error> {
+        let l = Launch {
+            rank: self.rank,
+            plan: &self.plan,
+            bufs: &self.bufs,
+            dtype: self.dtype,
+            op: &self.op,
+            proto: self.proto,
+            handle: self.handle.as_ref(),
+            p2p_only: self.p2p_only,
+            steps: None,
+        };
+        // SAFETY: every staged buffer is page-locked heap memory of this
+        // process kept with the job (`Captured`), laid out as the
+        // originals; the graph's copies in finished before this node runs
+        // and the copies out start after it returns.
+        unsafe { self.host.execute(&l) }
+    }
+}
+
+/// The host node's entry: runs the job; a failure or a panic aborts the
+/// clique (a host node has no way to return an error, and must not
+/// unwind into the driver).
+unsafe extern "C" fn run_job(data: *mut c_void) {
+    // SAFETY: `data` is a `HostJob` kept by its backend
+    // (`Captured::jobs`) until the backend drops, after every replay.
+    let job = unsafe { &*(data as *const HostJob) };
+    let why = match std::panic::catch_unwind(AssertUnwindSafe(|| job.run())) {
+        Ok(Ok(())) => return,
+        Ok(Err(e)) => format!("a graph-captured call failed on rank {}: {e}", job.rank),
+        Err(_) => format!("a graph-captured call panicked on rank {}", job.rank),
+    };
+    tracing::error!(rank = job.rank, "oxccl: {why}");
+    job.host.abort(&why);
+}
+
+/// One captured call's staging area: host memory of the host backend's
+/// heap, page-locked.
+#[derive(Debug)]
+struct Area {
+    buf: RawBuf,
+    _pin: Pinned,
+}
+
+/// What captured calls keep alive: their staging areas and host jobs.
+#[derive(Debug, Default)]
+pub(super) struct Captured {
+    areas: Vec<Area>,
+    /// Shared, not boxed, only for a stable address the graph holds.
+    jobs: Vec<Arc<HostJob>>,
+}
+
+impl Captured {
+    /// Returns every staging area to `host` (the jobs hold no memory of
+    /// their own). Only once no replay can run: the backend's drop.
+    pub(super) fn release(&mut self, host: &dyn Backend, rank: u32) {
+        self.jobs.clear();
+        for a in self.areas.drain(..) {
+            drop(a._pin);
+            // SAFETY: the area came from `host.alloc` and no replay runs
+            // any more (the communicator is gone).
+            unsafe { host.free(rank, a.buf) };
+        }
+    }
+}
+
+/// The pieces of one staged call that [`capture`] needs.
+pub(super) struct Call<'a> {
+    pub host: &'a Arc<dyn Backend>,
+    pub rank: u32,
+    pub launch: &'a Launch<'a>,
+    /// The plan's buffers as the caller passed them (scratch ones NULL).
+    pub live: &'a [RawBuf],
+    /// Non-overlapping spans covering `live`, in address order.
+    pub spans: &'a [(u64, u64)],
+}
+
+/// Enqueues `call` on `s`, a stream being captured: copies in, the host
+/// node, copies out. Nothing runs now.
+///
+/// # Safety
+/// As [`Backend::execute`] for `call.launch`'s buffers, at every replay
+/// of the graph.
+pub(super) unsafe fn capture(s: &Stream, cap: &mut Captured, call: Call<'_>) -> Result<(), Error> {
+    let first = cap.areas.len();
+    for &(lo, hi) in call.spans {
+        let buf = call.host.alloc(call.rank, (hi - lo) as usize)?;
+        let ctx = s.ctx().clone();
+        // SAFETY: `buf` is mapped heap memory of this process, kept (with
+        // this registration, dropped first) in `cap` until `release`.
+        let pin = relaxed_capture(|| unsafe {
+            Pinned::register(&ctx, buf.addr as usize as *mut u8, buf.bytes)
+        })
+        .and_then(|r| r)
+        .map_err(map_error);
+        match pin {
+            Ok(pin) => cap.areas.push(Area { buf, _pin: pin }),
+            Err(e) => {
+                // SAFETY: just allocated, used by nothing.
+                unsafe { call.host.free(call.rank, buf) };
+                return Err(e);
+            }
+        }
+    }
+    let areas = &cap.areas[first..];
+    let staged: Vec<RawBuf> = call
+        .live
+        .iter()
+        .map(|b| {
+            let i = call
+                .spans
+                .iter()
+                .position(|&(s, e)| b.bytes > 0 && b.addr >= s && b.end() <= e);
+            match i {
+                Some(i) => RawBuf {
+                    addr: areas[i].buf.addr + (b.addr - call.spans[i].0),
+                    bytes: b.bytes,
+                },
+                None => RawBuf::NULL,
+            }
+        })
+        .collect();
+    for (&(lo, hi), a) in call.spans.iter().zip(areas) {
+        // SAFETY: the span lies in the caller's device buffers (valid at
+        // every replay: the caller's contract) and the area holds it.
+        unsafe { s.copy_async(a.buf.addr, lo, (hi - lo) as usize) }.map_err(map_error)?;
+    }
+    let l = call.launch;
+    let job = Arc::new(HostJob {
+        host: call.host.clone(),
+        rank: call.rank,
+        plan: l.plan.clone(),
+        bufs: staged.clone(),
+        dtype: l.dtype,
+        op: *l.op,
+        proto: l.proto,
+        handle: l.handle.cloned(),
+        p2p_only: l.p2p_only,
+    });
+    let data = Arc::as_ptr(&job) as *mut c_void;
+    cap.jobs.push(job);
+    // SAFETY: the job stays in `cap` until `release` (after every
+    // replay); `run_job` calls no CUDA and catches panics.
+    unsafe { s.host_fn(run_job, data) }.map_err(map_error)?;
+    for ((d, b), h) in l.plan.bufs.iter().zip(call.live).zip(&staged) {
+        if d.role != BufRole::Output || b.bytes == 0 {
+            continue;
+        }
+        // SAFETY: as the copies in.
+        unsafe { s.copy_async(b.addr, h.addr, b.bytes) }.map_err(map_error)?;
+    }
+    Ok(())
+}
