@@ -36,7 +36,9 @@ pub struct HostFabric {
     ranks: Box<[RankSlot]>,
     /// Set once, by the first deadline, mismatch or abort.
     broken: AtomicBool,
-    aborted: AtomicBool,
+    /// Set once by [`HostFabric::abort`]: its reason, published with the
+    /// flag itself, so no rank sees the abort without why.
+    aborted: std::sync::OnceLock<String>,
     reason: Mutex<Option<String>>,
     /// Ranks currently inside `execute`.
     active: AtomicU32,
@@ -142,7 +144,7 @@ impl HostFabric {
             links: RwLock::new(HashMap::new()),
             ranks,
             broken: AtomicBool::new(false),
-            aborted: AtomicBool::new(false),
+            aborted: std::sync::OnceLock::new(),
             reason: Mutex::new(None),
             active: AtomicU32::new(0),
             procs: None,
@@ -619,7 +621,9 @@ impl HostFabric {
     /// [`HostError::Aborted`], which tells `why` (who aborted, and for
     /// what). The fabric stays unusable.
     pub fn abort(&self, why: &str) {
-        self.aborted.store(true, Ordering::Release);
+        // The first abort's reason is the flag: a flag set before its
+        // reason let a woken peer report "aborted ()".
+        let _ = self.aborted.set(why.to_string());
         self.fail(why.to_string());
     }
 
@@ -727,8 +731,9 @@ impl HostFabric {
 
     /// The error rank `me` returns if the fabric is failed.
     pub(crate) fn stop_error(&self, me: Rank) -> Option<HostError> {
-        if self.aborted.load(Ordering::Acquire) {
-            let why = self.reason.lock().clone().unwrap_or_default();
+        if let Some(why) = self.aborted.get() {
+            // The first failure's reason where one came before the abort.
+            let why = self.reason.lock().clone().unwrap_or_else(|| why.clone());
             return Some(HostError::Aborted { rank: me, why });
         }
         self.failure()
@@ -829,4 +834,31 @@ fn messages_per_link(prog: &crate::compile::Program) -> Vec<(Arc<Link>, u64)> {
         }
     }
     prog.links.iter().cloned().zip(n).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A rank polling for the stop reads the abort's reason whenever it
+    /// sees the abort (it once read an empty one between the flag and
+    /// the reason: "the communicator was aborted ()"; now the reason is
+    /// the flag, and this checks it under racing threads).
+    #[test]
+    fn an_abort_is_never_seen_without_its_reason() {
+        for _ in 0..300 {
+            let fab = HostFabric::new(2, HostConfig::default());
+            let seen = std::thread::scope(|s| {
+                let watcher = s.spawn(|| loop {
+                    if let Some(e) = fab.stop_error(1) {
+                        return e.to_string();
+                    }
+                    std::hint::spin_loop();
+                });
+                fab.abort("rank 0 gave up");
+                watcher.join().unwrap()
+            });
+            assert!(seen.contains("rank 0 gave up"), "{seen}");
+        }
+    }
 }
