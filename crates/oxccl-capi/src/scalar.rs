@@ -17,9 +17,9 @@ pub enum Space {
 }
 
 /// A PreMulSum scalar at `addr` (`ncclScalarDevice`) read on the host at
-/// call time, for communicators whose kernels do not read it themselves
-/// (see `Communicator::reads_device_scalars`; CUDA kernels do, as NCCL's):
-/// on the host backend directly; for CUDA ranks staged through the host,
+/// call time, for communicators that do not read it themselves (see
+/// `Communicator::reads_device_scalars`; every CUDA backend does, as
+/// NCCL's kernels do): on the host backend directly; in device memory,
 /// after the work issued on the call's `stream` (the scalar is often
 /// computed there), which this waits for (a call on a stream being
 /// captured into a graph is refused there).

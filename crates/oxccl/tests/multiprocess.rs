@@ -1177,8 +1177,9 @@ impl WinMem {
     }
 }
 
-/// AllReduce and AllGather captured into a CUDA graph on the rank's own
-/// stream and replayed with new inputs each time (see
+/// AllReduce, AllGather and an AllReduce scaled by a PreMulSum scalar in
+/// device memory captured into a CUDA graph on the rank's own stream and
+/// replayed with new inputs and scalars each time (see
 /// `a_graph_captured_across_processes_replays_right_on_cuda`).
 fn child_graph() {
     use cudarc::driver::sys;
@@ -1190,11 +1191,14 @@ fn child_graph() {
     c.barrier().unwrap();
     let (mut cases, mut wrong, mut first) = (0usize, 0u64, None);
     let count = 1000usize;
-    let (mut send, mut sum, mut all, mut raw) = (0u64, 0u64, 0u64, std::ptr::null_mut());
+    let (mut send, mut sum, mut all, mut scaled, mut scalar) = (0u64, 0u64, 0u64, 0u64, 0u64);
+    let mut raw = std::ptr::null_mut();
     // SAFETY: plain allocations and a stream, kept to the end.
     unsafe {
         cu("cuMemAlloc", sys::cuMemAlloc_v2(&mut send, count * 4));
         cu("cuMemAlloc", sys::cuMemAlloc_v2(&mut sum, count * 4));
+        cu("cuMemAlloc", sys::cuMemAlloc_v2(&mut scaled, count * 4));
+        cu("cuMemAlloc", sys::cuMemAlloc_v2(&mut scalar, 4));
         cu(
             "cuMemAlloc",
             sys::cuMemAlloc_v2(&mut all, count * 4 * n as usize),
@@ -1205,10 +1209,14 @@ fn child_graph() {
     let calls = || {
         let ar = common::raw::f32_call(CollKind::AllReduce, send, sum, count, RedOp::Sum, 0);
         let ag = common::raw::f32_call(CollKind::AllGather, sum, all, count, RedOp::Sum, 0);
-        // SAFETY: the buffers live to the end; `stream` is this rank's.
+        let op = RedOp::PreMulSumDevice(scalar);
+        let pm = common::raw::f32_call(CollKind::AllReduce, send, scaled, count, op, 0);
+        // SAFETY: the buffers and the scalar live to the end; `stream` is
+        // this rank's.
         unsafe {
             c.collective_raw(ar, stream)
                 .and_then(|_| c.collective_raw(ag, stream))
+                .and_then(|_| c.collective_raw(pm, stream))
         }
     };
     let input = |k: u32, r: u32| -> Vec<f32> {
@@ -1216,9 +1224,16 @@ fn child_graph() {
             .map(|i| (i % 13) as f32 + (k * 10 + r) as f32)
             .collect()
     };
+    let factor = |k: u32, r: u32| (k + 1 + r) as f32;
     // Warm-up outside the capture (plans made), then the capture.
-    // SAFETY: `send` holds `count` f32s.
-    unsafe { to_device(send, &input(0, me)) };
+    // SAFETY: `send` holds `count` f32s, `scalar` one.
+    unsafe {
+        to_device(send, &input(0, me));
+        to_device(scalar, &[factor(0, me)]);
+    }
+    // The legacy stream's copies land before the warm-up on `stream`.
+    // SAFETY: no argument.
+    cu("cuCtxSynchronize", unsafe { sys::cuCtxSynchronize() });
     calls().unwrap();
     let (mut graph, mut exec) = (std::ptr::null_mut(), std::ptr::null_mut());
     // SAFETY: capture of this rank's own live stream, instantiated once.
@@ -1241,6 +1256,38 @@ fn child_graph() {
         )
     };
     captured.unwrap();
+    // The calls were captured, not run at capture time: the graph holds
+    // the staged path's host nodes (one per call).
+    let mut count_nodes = 0usize;
+    // SAFETY: `graph` was just captured; a null array asks for the count.
+    unsafe {
+        cu(
+            "cuGraphGetNodes",
+            sys::cuGraphGetNodes(graph, std::ptr::null_mut(), &mut count_nodes),
+        )
+    };
+    let mut nodes = vec![std::ptr::null_mut(); count_nodes];
+    // SAFETY: `nodes` holds `count_nodes` entries.
+    unsafe {
+        cu(
+            "cuGraphGetNodes",
+            sys::cuGraphGetNodes(graph, nodes.as_mut_ptr(), &mut count_nodes),
+        )
+    };
+    let hosts = nodes
+        .iter()
+        .filter(|&&nd| {
+            let mut t = sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_EMPTY;
+            // SAFETY: a node of `graph`.
+            unsafe { cu("cuGraphNodeGetType", sys::cuGraphNodeGetType(nd, &mut t)) };
+            t == sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_HOST
+        })
+        .count();
+    println!("NODES rank {me}: {count_nodes} nodes, {hosts} host nodes");
+    if c.describe_backend().contains("staged") && hosts != 3 {
+        wrong += 1;
+        first = Some(format!("{hosts} host nodes captured for 3 staged calls"));
+    }
     // SAFETY: `graph` was just captured.
     unsafe {
         cu(
@@ -1249,10 +1296,23 @@ fn child_graph() {
         )
     };
     for k in 1..4u32 {
-        // SAFETY: nothing runs on `send` (the stream is drained below).
-        unsafe { to_device(send, &input(k, me)) };
-        // SAFETY: a live executable graph and stream.
+        // Uploaded on the graph's own stream: a synchronous copy from
+        // pageable memory on the legacy stream may still be landing when
+        // the replay on this non-blocking stream reads `send` (a first
+        // version of this test read each replay's previous input so).
+        let (data, f) = (input(k, me), [factor(k, me)]);
+        // SAFETY: `send` holds `count` f32s, `scalar` one; `data` and `f`
+        // outlive the copies (the stream is drained below); a live
+        // executable graph and stream.
         unsafe {
+            cu(
+                "cuMemcpyHtoDAsync",
+                sys::cuMemcpyHtoDAsync_v2(send, data.as_ptr().cast(), count * 4, raw),
+            );
+            cu(
+                "cuMemcpyHtoDAsync",
+                sys::cuMemcpyHtoDAsync_v2(scalar, f.as_ptr().cast(), 4, raw),
+            );
             cu("cuGraphLaunch", sys::cuGraphLaunch(exec, raw));
             cu("cuStreamSynchronize", sys::cuStreamSynchronize(raw));
         }
@@ -1280,6 +1340,23 @@ fn child_graph() {
         if gathered.chunks(count).any(|ch| ch != want.as_slice()) {
             wrong += 1;
             first.get_or_insert_with(|| format!("replay {k}: AllGather of the sums differs"));
+        }
+        // Small integers: exact in f32 in any order of summation.
+        let want_scaled: Vec<f32> = (0..count)
+            .map(|i| (0..n).map(|r| factor(k, r) * input(k, r)[i]).sum())
+            .collect();
+        // SAFETY: the replay completed.
+        let got_scaled = unsafe { from_device(scaled, count) };
+        cases += 1;
+        if got_scaled != want_scaled {
+            wrong += 1;
+            first.get_or_insert_with(|| {
+                format!(
+                    "replay {k}: PreMulSum (device scalar) {:?}.. want {:?}..",
+                    &got_scaled[..3],
+                    &want_scaled[..3]
+                )
+            });
         }
     }
     c.barrier().unwrap();

@@ -178,6 +178,12 @@ impl Backend for CudaStaged {
         unsafe { self.world.release_stream(ME, stream.0) }.map_err(map_error)
     }
 
+    fn reads_device_scalars(&self) -> bool {
+        // Read by `execute` (eager) or by a captured call's copy at each
+        // replay, then handed to the host plan as a value.
+        true
+    }
+
     fn registered_alloc(&self) -> bool {
         // Peers never address this rank's device memory.
         false
@@ -240,6 +246,21 @@ impl Backend for CudaStaged {
             // SAFETY: the caller's contract (trait) covers every replay.
             return unsafe { capture::capture(s, &mut self.captured.lock(), call) };
         }
+        // A PreMulSum scalar in device memory, read after the caller's
+        // earlier work (the world's stream follows it): the host plan is
+        // handed its value.
+        let op = match launch.op.pre_scale_at {
+            Some(at) => {
+                let mut word = [0u8; 8];
+                let size = launch.dtype.size();
+                // SAFETY: the scalar is one element of the call's type in
+                // device memory the caller keeps valid (raw call contract).
+                unsafe { s.read_sync(at, &mut word[..size]) }.map_err(map_error)?;
+                capture::with_scale(launch.op, launch.dtype, word)
+            }
+            None => *launch.op,
+        };
+        let launch = &Launch { op: &op, ..*launch };
         // Held for the whole call: the staging areas are this call's.
         let mut guard = self.stages.lock();
         let stages = self.grow(&mut guard, &spans)?;

@@ -16,6 +16,10 @@
 //! until it destroys the communicator (as with NCCL, a graph must not be
 //! replayed after that).
 //!
+//! A PreMulSum scalar in device memory (`ncclScalarDevice`) is copied
+//! into a page-locked cell of the call's own before the host node, which
+//! hands the host plan the value of that replay.
+//!
 //! A host node cannot report an error: a plan that fails in one aborts the
 //! clique with the reason, so every rank's next call fails naming it.
 
@@ -45,16 +49,27 @@ pub(super) struct HostJob {
     proto: Proto,
     handle: Option<PlanHandle>,
     p2p_only: bool,
+    /// Where the replay's copy left a device scalar's bytes.
+    scalar: Option<u64>,
 }
 
 impl HostJob {
     fn run(&self) -> Result<(), Error> {
+        let op = match self.scalar {
+            Some(cell) => {
+                // SAFETY: an 8-byte page-locked cell of this job's areas,
+                // written by the copy this node follows.
+                let word = unsafe { std::ptr::read_volatile(cell as usize as *const [u8; 8]) };
+                with_scale(&self.op, self.dtype, word)
+            }
+            None => self.op,
+        };
         let l = Launch {
             rank: self.rank,
             plan: &self.plan,
             bufs: &self.bufs,
             dtype: self.dtype,
-            op: &self.op,
+            op: &op,
             proto: self.proto,
             handle: self.handle.as_ref(),
             p2p_only: self.p2p_only,
@@ -65,6 +80,22 @@ impl HostJob {
         // originals; the graph's copies in finished before this node runs
         // and the copies out start after it returns.
         unsafe { self.host.execute(&l) }
+    }
+}
+
+/// `op` with its device scalar replaced by the value whose bytes
+/// (little-endian, one element of `dtype`) are in `word`.
+pub(super) fn with_scale(op: &LoweredOp, dtype: DataType, word: [u8; 8]) -> LoweredOp {
+    let v = oxccl_core::with_dtype!(dtype, T => {
+        // SAFETY: `word` holds at least one `T` (at most 8 bytes); read
+        // unaligned.
+        let x: T = unsafe { std::ptr::read_unaligned(word.as_ptr().cast::<T>()) };
+        oxccl_core::Element::to_f64(x)
+    });
+    LoweredOp {
+        pre_scale: Some(v),
+        pre_scale_at: None,
+        ..*op
     }
 }
 
@@ -125,6 +156,37 @@ pub(super) struct Call<'a> {
     pub spans: &'a [(u64, u64)],
 }
 
+/// A new page-locked area of `bytes` bytes of `host`'s heap, kept in
+/// `cap`; its address.
+fn pinned_area(
+    s: &Stream,
+    cap: &mut Captured,
+    host: &Arc<dyn Backend>,
+    rank: u32,
+    bytes: usize,
+) -> Result<u64, Error> {
+    let buf = host.alloc(rank, bytes)?;
+    let ctx = s.ctx().clone();
+    // SAFETY: `buf` is mapped heap memory of this process, kept (with this
+    // registration, dropped first) in `cap` until `release`.
+    let pin = relaxed_capture(|| unsafe {
+        Pinned::register(&ctx, buf.addr as usize as *mut u8, buf.bytes)
+    })
+    .and_then(|r| r)
+    .map_err(map_error);
+    match pin {
+        Ok(pin) => {
+            cap.areas.push(Area { buf, _pin: pin });
+            Ok(buf.addr)
+        }
+        Err(e) => {
+            // SAFETY: just allocated, used by nothing.
+            unsafe { host.free(rank, buf) };
+            Err(e)
+        }
+    }
+}
+
 /// Enqueues `call` on `s`, a stream being captured: copies in, the host
 /// node, copies out. Nothing runs now.
 ///
@@ -134,23 +196,7 @@ pub(super) struct Call<'a> {
 pub(super) unsafe fn capture(s: &Stream, cap: &mut Captured, call: Call<'_>) -> Result<(), Error> {
     let first = cap.areas.len();
     for &(lo, hi) in call.spans {
-        let buf = call.host.alloc(call.rank, (hi - lo) as usize)?;
-        let ctx = s.ctx().clone();
-        // SAFETY: `buf` is mapped heap memory of this process, kept (with
-        // this registration, dropped first) in `cap` until `release`.
-        let pin = relaxed_capture(|| unsafe {
-            Pinned::register(&ctx, buf.addr as usize as *mut u8, buf.bytes)
-        })
-        .and_then(|r| r)
-        .map_err(map_error);
-        match pin {
-            Ok(pin) => cap.areas.push(Area { buf, _pin: pin }),
-            Err(e) => {
-                // SAFETY: just allocated, used by nothing.
-                unsafe { call.host.free(call.rank, buf) };
-                return Err(e);
-            }
-        }
+        pinned_area(s, cap, call.host, call.rank, (hi - lo) as usize)?;
     }
     let areas = &cap.areas[first..];
     let staged: Vec<RawBuf> = call
@@ -176,6 +222,16 @@ pub(super) unsafe fn capture(s: &Stream, cap: &mut Captured, call: Call<'_>) -> 
         unsafe { s.copy_async(a.buf.addr, lo, (hi - lo) as usize) }.map_err(map_error)?;
     }
     let l = call.launch;
+    let scalar = match l.op.pre_scale_at {
+        Some(at) => {
+            let cell = pinned_area(s, cap, call.host, call.rank, 8)?;
+            // SAFETY: the scalar is one element in device memory valid at
+            // every replay (the caller's contract); the cell holds 8 bytes.
+            unsafe { s.copy_async(cell, at, l.dtype.size()) }.map_err(map_error)?;
+            Some(cell)
+        }
+        None => None,
+    };
     let job = Arc::new(HostJob {
         host: call.host.clone(),
         rank: call.rank,
@@ -186,6 +242,7 @@ pub(super) unsafe fn capture(s: &Stream, cap: &mut Captured, call: Call<'_>) -> 
         proto: l.proto,
         handle: l.handle.cloned(),
         p2p_only: l.p2p_only,
+        scalar,
     });
     let data = Arc::as_ptr(&job) as *mut c_void;
     cap.jobs.push(job);

@@ -425,10 +425,11 @@ pub trait Backend: Send + Sync + Debug {
         false
     }
 
-    /// Whether the executor reads a PreMulSum scalar from device memory
-    /// itself when the call runs ([`RedOp::PreMulSumDevice`]): only a
-    /// backend whose plans run in device kernels says yes; the others are
-    /// handed the value instead.
+    /// Whether the backend reads a PreMulSum scalar from device memory
+    /// itself when the call runs ([`RedOp::PreMulSumDevice`], ordered
+    /// after the caller's earlier work, at every replay of a captured
+    /// graph): CUDA kernels read it, the staged CUDA path copies it in
+    /// with the buffers; the host backend is handed the value instead.
     ///
     /// [`RedOp::PreMulSumDevice`]: oxccl_core::RedOp::PreMulSumDevice
     fn reads_device_scalars(&self) -> bool {
