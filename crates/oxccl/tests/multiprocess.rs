@@ -1117,6 +1117,77 @@ unsafe fn from_device(p: u64, len: usize) -> Vec<f32> {
     out
 }
 
+/// Captures `f`'s work on `raw` into a graph (global mode, as
+/// `torch.cuda.graph` and nccl-tests do) and instantiates it.
+///
+/// # Safety
+/// `raw` is a live, idle stream of the current context.
+unsafe fn capture_on(
+    raw: cudarc::driver::sys::CUstream,
+    f: impl FnOnce(),
+) -> (
+    cudarc::driver::sys::CUgraph,
+    cudarc::driver::sys::CUgraphExec,
+) {
+    use cudarc::driver::sys;
+    let (mut graph, mut exec) = (std::ptr::null_mut(), std::ptr::null_mut());
+    let mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL;
+    // SAFETY: caller's contract.
+    unsafe {
+        cu("cuStreamSynchronize", sys::cuStreamSynchronize(raw));
+        cu(
+            "cuStreamBeginCapture",
+            sys::cuStreamBeginCapture_v2(raw, mode),
+        );
+    }
+    f();
+    // SAFETY: the capture begun above; `graph` is then a captured graph.
+    unsafe {
+        cu(
+            "cuStreamEndCapture",
+            sys::cuStreamEndCapture(raw, &mut graph),
+        );
+        cu(
+            "cuGraphInstantiate",
+            sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0),
+        );
+    }
+    (graph, exec)
+}
+
+/// How many host nodes `graph` holds.
+///
+/// # Safety
+/// `graph` is a live graph.
+unsafe fn host_nodes(graph: cudarc::driver::sys::CUgraph) -> usize {
+    use cudarc::driver::sys;
+    let mut n = 0usize;
+    // SAFETY: caller's contract; a null array asks for the count.
+    unsafe {
+        cu(
+            "cuGraphGetNodes",
+            sys::cuGraphGetNodes(graph, std::ptr::null_mut(), &mut n),
+        )
+    };
+    let mut nodes = vec![std::ptr::null_mut(); n];
+    // SAFETY: `nodes` holds `n` entries.
+    unsafe {
+        cu(
+            "cuGraphGetNodes",
+            sys::cuGraphGetNodes(graph, nodes.as_mut_ptr(), &mut n),
+        )
+    };
+    nodes
+        .iter()
+        .filter(|&&nd| {
+            let mut t = sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_EMPTY;
+            // SAFETY: a node of `graph`.
+            unsafe { cu("cuGraphNodeGetType", sys::cuGraphNodeGetType(nd, &mut t)) };
+            t == sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_HOST
+        })
+        .count()
+}
+
 /// Memory of one window of [`child_windows`]: `ncclMemAlloc`'s on CUDA
 /// (the current context is the rank's: `barrier` bound it), host memory
 /// otherwise.
@@ -1235,66 +1306,17 @@ fn child_graph() {
     // SAFETY: no argument.
     cu("cuCtxSynchronize", unsafe { sys::cuCtxSynchronize() });
     calls().unwrap();
-    let (mut graph, mut exec) = (std::ptr::null_mut(), std::ptr::null_mut());
-    // SAFETY: capture of this rank's own live stream, instantiated once.
-    unsafe {
-        cu("cuStreamSynchronize", sys::cuStreamSynchronize(raw));
-        cu(
-            "cuStreamBeginCapture",
-            sys::cuStreamBeginCapture_v2(
-                raw,
-                sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL,
-            ),
-        );
-    }
-    let captured = calls();
-    // SAFETY: the capture begun above.
-    unsafe {
-        cu(
-            "cuStreamEndCapture",
-            sys::cuStreamEndCapture(raw, &mut graph),
-        )
-    };
-    captured.unwrap();
+    // SAFETY: `raw` is this rank's live stream, idle.
+    let (graph, exec) = unsafe { capture_on(raw, || calls().unwrap()) };
     // The calls were captured, not run at capture time: the graph holds
     // the staged path's host nodes (one per call).
-    let mut count_nodes = 0usize;
-    // SAFETY: `graph` was just captured; a null array asks for the count.
-    unsafe {
-        cu(
-            "cuGraphGetNodes",
-            sys::cuGraphGetNodes(graph, std::ptr::null_mut(), &mut count_nodes),
-        )
-    };
-    let mut nodes = vec![std::ptr::null_mut(); count_nodes];
-    // SAFETY: `nodes` holds `count_nodes` entries.
-    unsafe {
-        cu(
-            "cuGraphGetNodes",
-            sys::cuGraphGetNodes(graph, nodes.as_mut_ptr(), &mut count_nodes),
-        )
-    };
-    let hosts = nodes
-        .iter()
-        .filter(|&&nd| {
-            let mut t = sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_EMPTY;
-            // SAFETY: a node of `graph`.
-            unsafe { cu("cuGraphNodeGetType", sys::cuGraphNodeGetType(nd, &mut t)) };
-            t == sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_HOST
-        })
-        .count();
-    println!("NODES rank {me}: {count_nodes} nodes, {hosts} host nodes");
+    // SAFETY: `graph` was just captured.
+    let hosts = unsafe { host_nodes(graph) };
+    println!("NODES rank {me}: {hosts} host nodes");
     if c.describe_backend().contains("staged") && hosts != 3 {
         wrong += 1;
         first = Some(format!("{hosts} host nodes captured for 3 staged calls"));
     }
-    // SAFETY: `graph` was just captured.
-    unsafe {
-        cu(
-            "cuGraphInstantiate",
-            sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0),
-        )
-    };
     for k in 1..4u32 {
         // Uploaded on the graph's own stream: a synchronous copy from
         // pageable memory on the legacy stream may still be landing when
@@ -1326,37 +1348,35 @@ fn child_graph() {
                 from_device(all, count * n as usize),
             )
         };
-        cases += 2;
-        if got != want {
-            wrong += 1;
-            first.get_or_insert_with(|| {
-                format!(
-                    "replay {k}: AllReduce {:?}.. want {:?}..",
-                    &got[..3],
-                    &want[..3]
-                )
-            });
-        }
-        if gathered.chunks(count).any(|ch| ch != want.as_slice()) {
-            wrong += 1;
-            first.get_or_insert_with(|| format!("replay {k}: AllGather of the sums differs"));
-        }
         // Small integers: exact in f32 in any order of summation.
         let want_scaled: Vec<f32> = (0..count)
             .map(|i| (0..n).map(|r| factor(k, r) * input(k, r)[i]).sum())
             .collect();
         // SAFETY: the replay completed.
         let got_scaled = unsafe { from_device(scaled, count) };
-        cases += 1;
-        if got_scaled != want_scaled {
-            wrong += 1;
-            first.get_or_insert_with(|| {
-                format!(
-                    "replay {k}: PreMulSum (device scalar) {:?}.. want {:?}..",
-                    &got_scaled[..3],
-                    &want_scaled[..3]
-                )
-            });
+        let gathered_ok = gathered.chunks(count).all(|ch| ch == want.as_slice());
+        let head = |v: &[f32]| format!("{:?}..", &v[..3]);
+        let checks = [
+            ("AllReduce", got == want, head(&got), head(&want)),
+            (
+                "AllGather of the sums",
+                gathered_ok,
+                head(&gathered),
+                head(&want),
+            ),
+            (
+                "PreMulSum (device scalar)",
+                got_scaled == want_scaled,
+                head(&got_scaled),
+                head(&want_scaled),
+            ),
+        ];
+        for (what, ok, saw, expected) in checks {
+            cases += 1;
+            if !ok {
+                wrong += 1;
+                first.get_or_insert_with(|| format!("replay {k}: {what} {saw} want {expected}"));
+            }
         }
     }
     c.barrier().unwrap();
