@@ -167,13 +167,18 @@ pub fn device_count() -> Result<i32> {
 /// `torch.cuda.graph` does by default): for a thread that only watches.
 pub fn relax_capture_mode() -> Result<()> {
     init()?;
+    exchange_capture_mode(&mut sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
+}
+
+/// Sets the calling thread's stream-capture mode to `mode` and leaves the
+/// previous one there (`cuThreadExchangeStreamCaptureMode`).
+fn exchange_capture_mode(mode: &mut sys::CUstreamCaptureMode) -> Result<()> {
     guarded("cuThreadExchangeStreamCaptureMode", || {
-        let mut mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
         // SAFETY: valid in-out pointer.
         unsafe {
             check(
                 "cuThreadExchangeStreamCaptureMode",
-                sys::cuThreadExchangeStreamCaptureMode(&mut mode),
+                sys::cuThreadExchangeStreamCaptureMode(mode),
             )
         }
     })
@@ -185,21 +190,10 @@ pub fn relax_capture_mode() -> Result<()> {
 /// driver may refuse such calls as unsafe during capture.
 pub fn relaxed_capture<R>(f: impl FnOnce() -> R) -> Result<R> {
     init()?;
-    let exchange = |mode: &mut sys::CUstreamCaptureMode| {
-        guarded("cuThreadExchangeStreamCaptureMode", || {
-            // SAFETY: valid in-out pointer.
-            unsafe {
-                check(
-                    "cuThreadExchangeStreamCaptureMode",
-                    sys::cuThreadExchangeStreamCaptureMode(mode),
-                )
-            }
-        })
-    };
     let mut mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
-    exchange(&mut mode)?;
+    exchange_capture_mode(&mut mode)?;
     let r = f();
-    exchange(&mut mode)?;
+    exchange_capture_mode(&mut mode)?;
     Ok(r)
 }
 

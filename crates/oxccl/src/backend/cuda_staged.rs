@@ -26,25 +26,17 @@ use std::sync::Arc;
 
 use oxccl_core::plan::BufRole;
 use oxccl_core::{Plan, Proto};
-use oxccl_cuda::ipc::Pinned;
 use oxccl_cuda::{World, WorldConfig};
 use parking_lot::Mutex;
 
 use super::cuda::map_error;
 use super::cuda_staged_capture::{self as capture, Captured};
+use super::cuda_staging::{self as staging, spans, Stage};
 use super::{Backend, BackendKind, BackendOptions, Launch, PreparedPlan, RawBuf, Timer};
 use crate::error::Error;
 
 /// This process's rank as the world's only rank.
 const ME: u32 = 0;
-
-/// One staging area: host memory from the host backend's shared heap,
-/// page-locked.
-#[derive(Debug)]
-struct Stage {
-    buf: RawBuf,
-    _pin: Pinned,
-}
 
 /// A CUDA rank whose collectives run through host staging.
 #[derive(Debug)]
@@ -85,25 +77,6 @@ pub fn create(
     }))
 }
 
-/// Non-overlapping spans `(start, end)` covering `bufs` (empty ones left
-/// out), in address order.
-fn spans(bufs: &[RawBuf]) -> Vec<(u64, u64)> {
-    let mut v: Vec<(u64, u64)> = bufs
-        .iter()
-        .filter(|b| b.bytes > 0)
-        .map(|b| (b.addr, b.end()))
-        .collect();
-    v.sort_unstable();
-    let mut out: Vec<(u64, u64)> = Vec::with_capacity(v.len());
-    for (s, e) in v {
-        match out.last_mut() {
-            Some(last) if s < last.1 => last.1 = last.1.max(e),
-            _ => out.push((s, e)),
-        }
-    }
-    out
-}
-
 impl CudaStaged {
     /// Staging areas of at least the spans' sizes (grown as needed).
     fn grow(&self, st: &mut Vec<Stage>, spans: &[(u64, u64)]) -> Result<Vec<RawBuf>, Error> {
@@ -113,18 +86,12 @@ impl CudaStaged {
             if st.get(i).is_some_and(|g| g.buf.bytes >= need) {
                 continue;
             }
-            let buf = self.host.alloc(self.rank, need.next_power_of_two())?;
-            // SAFETY: `buf` is mapped heap memory of this process, kept
-            // until the Stage (and its registration, dropped first) goes.
-            let pin = unsafe { Pinned::register(&ctx, buf.addr as usize as *mut u8, buf.bytes) }
-                .map_err(map_error)?;
-            let stage = Stage { buf, _pin: pin };
+            let stage = Stage::new(&self.host, self.rank, &ctx, need.next_power_of_two())?;
             if i < st.len() {
                 let old = std::mem::replace(&mut st[i], stage);
-                drop(old._pin);
-                // SAFETY: the old area came from `host.alloc` and no call
-                // uses it any more (calls hold the `stages` lock).
-                unsafe { self.host.free(self.rank, old.buf) };
+                // SAFETY: no call uses the old area any more (calls hold
+                // the `stages` lock).
+                unsafe { old.free(&*self.host, self.rank) };
             } else {
                 st.push(stage);
             }
@@ -264,12 +231,6 @@ impl Backend for CudaStaged {
         // Held for the whole call: the staging areas are this call's.
         let mut guard = self.stages.lock();
         let stages = self.grow(&mut guard, &spans)?;
-        let at = |b: &RawBuf| {
-            let i = spans
-                .iter()
-                .position(|&(s, e)| b.addr >= s && b.end() <= e)?;
-            Some((i, b.addr - spans[i].0))
-        };
         for (&(lo, hi), st) in spans.iter().zip(&stages) {
             // SAFETY: the stage holds at least `hi - lo` bytes of this
             // process's memory, used by nothing else while `guard` is held.
@@ -280,16 +241,8 @@ impl Backend for CudaStaged {
             // contract), valid for the call.
             unsafe { s.read_sync(lo, dst) }.map_err(map_error)?;
         }
-        let staged: Vec<RawBuf> = live
-            .iter()
-            .map(|b| match at(b) {
-                Some((i, off)) if b.bytes > 0 => RawBuf {
-                    addr: stages[i].addr + off,
-                    bytes: b.bytes,
-                },
-                _ => RawBuf::NULL,
-            })
-            .collect();
+        let bases: Vec<u64> = stages.iter().map(|b| b.addr).collect();
+        let staged = staging::staged(&live, &spans, &bases);
         let hl = Launch {
             bufs: &staged,
             ..*launch
@@ -381,26 +334,5 @@ impl Drop for CudaStaged {
         // No replay runs any more (the communicator is gone); the world's
         // stream is drained by its own drop after this.
         self.captured.get_mut().release(&*self.host, self.rank);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn b(addr: u64, bytes: usize) -> RawBuf {
-        RawBuf { addr, bytes }
-    }
-
-    #[test]
-    fn spans_merge_overlaps_only() {
-        // Out of place: two spans; in-place AllGather: the input inside
-        // the output is one span; adjacent buffers stay apart; empty ones
-        // are left out.
-        assert_eq!(spans(&[b(100, 10), b(200, 10)]), [(100, 110), (200, 210)]);
-        assert_eq!(spans(&[b(120, 10), b(100, 40)]), [(100, 140)]);
-        assert_eq!(spans(&[b(100, 10), b(110, 10)]), [(100, 110), (110, 120)]);
-        assert_eq!(spans(&[b(100, 0), RawBuf::NULL, b(5, 5)]), [(5, 10)]);
-        assert_eq!(spans(&[b(0, 50), b(10, 5), b(40, 20)]), [(0, 60)]);
     }
 }

@@ -29,10 +29,10 @@ use std::sync::Arc;
 
 use oxccl_core::plan::{BufRole, RankPlan};
 use oxccl_core::{DataType, LoweredOp, Proto};
-use oxccl_cuda::driver::{relaxed_capture, Stream};
-use oxccl_cuda::ipc::Pinned;
+use oxccl_cuda::driver::Stream;
 
 use super::cuda::map_error;
+use super::cuda_staging::{staged, Stage};
 use super::{Backend, Launch, PlanHandle, RawBuf};
 use crate::error::Error;
 
@@ -115,18 +115,10 @@ unsafe extern "C" fn run_job(data: *mut c_void) {
     job.host.abort(&why);
 }
 
-/// One captured call's staging area: host memory of the host backend's
-/// heap, page-locked.
-#[derive(Debug)]
-struct Area {
-    buf: RawBuf,
-    _pin: Pinned,
-}
-
 /// What captured calls keep alive: their staging areas and host jobs.
 #[derive(Debug, Default)]
 pub(super) struct Captured {
-    areas: Vec<Area>,
+    areas: Vec<Stage>,
     /// Shared, not boxed, only for a stable address the graph holds.
     jobs: Vec<Arc<HostJob>>,
 }
@@ -137,10 +129,8 @@ impl Captured {
     pub(super) fn release(&mut self, host: &dyn Backend, rank: u32) {
         self.jobs.clear();
         for a in self.areas.drain(..) {
-            drop(a._pin);
-            // SAFETY: the area came from `host.alloc` and no replay runs
-            // any more (the communicator is gone).
-            unsafe { host.free(rank, a.buf) };
+            // SAFETY: no replay runs any more (the communicator is gone).
+            unsafe { a.free(host, rank) };
         }
     }
 }
@@ -156,8 +146,7 @@ pub(super) struct Call<'a> {
     pub spans: &'a [(u64, u64)],
 }
 
-/// A new page-locked area of `bytes` bytes of `host`'s heap, kept in
-/// `cap`; its address.
+/// A new staging area of `bytes` bytes, kept in `cap`; its address.
 fn pinned_area(
     s: &Stream,
     cap: &mut Captured,
@@ -165,26 +154,10 @@ fn pinned_area(
     rank: u32,
     bytes: usize,
 ) -> Result<u64, Error> {
-    let buf = host.alloc(rank, bytes)?;
-    let ctx = s.ctx().clone();
-    // SAFETY: `buf` is mapped heap memory of this process, kept (with this
-    // registration, dropped first) in `cap` until `release`.
-    let pin = relaxed_capture(|| unsafe {
-        Pinned::register(&ctx, buf.addr as usize as *mut u8, buf.bytes)
-    })
-    .and_then(|r| r)
-    .map_err(map_error);
-    match pin {
-        Ok(pin) => {
-            cap.areas.push(Area { buf, _pin: pin });
-            Ok(buf.addr)
-        }
-        Err(e) => {
-            // SAFETY: just allocated, used by nothing.
-            unsafe { host.free(rank, buf) };
-            Err(e)
-        }
-    }
+    let st = Stage::new(host, rank, s.ctx(), bytes)?;
+    let addr = st.buf.addr;
+    cap.areas.push(st);
+    Ok(addr)
 }
 
 /// Enqueues `call` on `s`, a stream being captured: copies in, the host
@@ -199,23 +172,8 @@ pub(super) unsafe fn capture(s: &Stream, cap: &mut Captured, call: Call<'_>) -> 
         pinned_area(s, cap, call.host, call.rank, (hi - lo) as usize)?;
     }
     let areas = &cap.areas[first..];
-    let staged: Vec<RawBuf> = call
-        .live
-        .iter()
-        .map(|b| {
-            let i = call
-                .spans
-                .iter()
-                .position(|&(s, e)| b.bytes > 0 && b.addr >= s && b.end() <= e);
-            match i {
-                Some(i) => RawBuf {
-                    addr: areas[i].buf.addr + (b.addr - call.spans[i].0),
-                    bytes: b.bytes,
-                },
-                None => RawBuf::NULL,
-            }
-        })
-        .collect();
+    let bases: Vec<u64> = areas.iter().map(|a| a.buf.addr).collect();
+    let staged = staged(call.live, call.spans, &bases);
     for (&(lo, hi), a) in call.spans.iter().zip(areas) {
         // SAFETY: the span lies in the caller's device buffers (valid at
         // every replay: the caller's contract) and the area holds it.

@@ -25,6 +25,7 @@ pub(crate) mod cuda_exports;
 pub(crate) mod cuda_procs;
 pub mod cuda_staged;
 mod cuda_staged_capture;
+mod cuda_staging;
 mod cuda_trace;
 pub mod host;
 pub mod null;
