@@ -11,14 +11,17 @@
 //! process), and copies the outputs back. It is correct with or without
 //! MPS and on any number of GPUs; its cost is the copies over PCIe and the
 //! host's reductions (the selector sees the host backend's costs, since
-//! that is what runs the plan). Calls block until done, like the host
-//! backend's.
+//! that is what runs the plan). A call blocks while its plan runs, like
+//! the host backend's; its copies out are left queued on the rank's
+//! stream, which the caller's stream then follows, as after a kernel.
 //!
 //! Staging: the call's non-scratch buffers are merged into spans
 //! (in-place forms overlap, e.g. AllGather's input inside its output),
 //! each span gets a staging area in the shared heap (kept and reused,
 //! page-locked once), every span is copied in (an output's untouched bytes
-//! must come back unchanged), and the output buffers are copied out.
+//! must come back unchanged) with one wait for all of them, and the output
+//! buffers are copied out. One wait per call, not two per copy: without
+//! MPS a wait for the device can wait for another process's time slice.
 //! Calls on a stream being captured into a graph run as graph nodes
 //! instead (`cuda_staged_capture.rs`).
 
@@ -88,6 +91,9 @@ impl CudaStaged {
             }
             let stage = Stage::new(&self.host, self.rank, &ctx, need.next_power_of_two())?;
             if i < st.len() {
+                // The previous call's copies out of the old area may not
+                // have run yet.
+                self.world.synchronize(ME).map_err(map_error)?;
                 let old = std::mem::replace(&mut st[i], stage);
                 // SAFETY: no call uses the old area any more (calls hold
                 // the `stages` lock).
@@ -213,36 +219,43 @@ impl Backend for CudaStaged {
             // SAFETY: the caller's contract (trait) covers every replay.
             return unsafe { capture::capture(s, &mut self.captured.lock(), call) };
         }
-        // A PreMulSum scalar in device memory, read after the caller's
-        // earlier work (the world's stream follows it): the host plan is
-        // handed its value.
-        let op = match launch.op.pre_scale_at {
-            Some(at) => {
-                let mut word = [0u8; 8];
-                let size = launch.dtype.size();
-                // SAFETY: the scalar is one element of the call's type in
-                // device memory the caller keeps valid (raw call contract).
-                unsafe { s.read_sync(at, &mut word[..size]) }.map_err(map_error)?;
+        // Held for the whole call: the staging areas are this call's. A
+        // PreMulSum scalar in device memory gets an 8-byte area after the
+        // spans' (the host plan is handed its value).
+        let mut guard = self.stages.lock();
+        let scalar = launch.op.pre_scale_at;
+        let mut want = spans.clone();
+        if scalar.is_some() {
+            want.push((0, 8));
+        }
+        let stages = self.grow(&mut guard, &want)?;
+        // Every copy in, then one wait: without MPS each wait for the
+        // device may wait for a time slice of another process's context,
+        // so a call waits once, not once per copy.
+        for (&(lo, hi), st) in spans.iter().zip(&stages) {
+            // SAFETY: the span lies in the caller's device buffers (trait
+            // contract), valid for the call; the page-locked area holds
+            // `hi - lo` bytes, used by nothing else while `guard` is held
+            // (the previous call's copies out of it come first on `s`).
+            unsafe { s.copy_async(st.addr, lo, (hi - lo) as usize) }.map_err(map_error)?;
+        }
+        if let (Some(at), Some(cell)) = (scalar, stages.get(spans.len())) {
+            // SAFETY: one element of the call's type in device memory the
+            // caller keeps valid (raw call contract); the cell holds 8 bytes.
+            unsafe { s.copy_async(cell.addr, at, launch.dtype.size()) }.map_err(map_error)?;
+        }
+        s.synchronize().map_err(map_error)?;
+        let op = match (scalar, stages.get(spans.len())) {
+            (Some(_), Some(cell)) => {
+                // SAFETY: the cell's 8 bytes, written by the copy just waited for.
+                let word = unsafe { std::ptr::read_volatile(cell.addr as usize as *const [u8; 8]) };
                 capture::with_scale(launch.op, launch.dtype, word)
             }
-            None => *launch.op,
+            _ => *launch.op,
         };
         let launch = &Launch { op: &op, ..*launch };
-        // Held for the whole call: the staging areas are this call's.
-        let mut guard = self.stages.lock();
-        let stages = self.grow(&mut guard, &spans)?;
-        for (&(lo, hi), st) in spans.iter().zip(&stages) {
-            // SAFETY: the stage holds at least `hi - lo` bytes of this
-            // process's memory, used by nothing else while `guard` is held.
-            let dst = unsafe {
-                std::slice::from_raw_parts_mut(st.addr as usize as *mut u8, (hi - lo) as usize)
-            };
-            // SAFETY: the span lies in the caller's device buffers (trait
-            // contract), valid for the call.
-            unsafe { s.read_sync(lo, dst) }.map_err(map_error)?;
-        }
         let bases: Vec<u64> = stages.iter().map(|b| b.addr).collect();
-        let staged = staging::staged(&live, &spans, &bases);
+        let staged = staging::staged(&live, &spans, &bases[..spans.len()]);
         let hl = Launch {
             bufs: &staged,
             ..*launch
@@ -250,14 +263,17 @@ impl Backend for CudaStaged {
         // SAFETY: every staged buffer is heap memory of this process of the
         // original's length, laid out (and aliased) as the originals are.
         unsafe { self.host.execute(&hl)? };
+        // The copies out are enqueued, not waited for: the caller's stream
+        // follows them (`release_stream`), and the next call's copies into
+        // the same areas follow them on `s`.
         for ((d, b), h) in launch.plan.bufs.iter().zip(&live).zip(&staged) {
             if d.role != BufRole::Output || b.bytes == 0 {
                 continue;
             }
-            // SAFETY: `h` holds `b.bytes` bytes of staging memory (above).
-            let src = unsafe { std::slice::from_raw_parts(h.addr as usize as *const u8, b.bytes) };
-            // SAFETY: `b` is the caller's device buffer (trait contract).
-            unsafe { s.write_sync(b.addr, src) }.map_err(map_error)?;
+            // SAFETY: `b` is the caller's device buffer (trait contract);
+            // `h` holds `b.bytes` bytes of page-locked staging, unchanged
+            // until the next call, which waits for `s` before writing it.
+            unsafe { s.copy_async(b.addr, h.addr, b.bytes) }.map_err(map_error)?;
         }
         drop(guard);
         Ok(())
@@ -331,8 +347,12 @@ impl Backend for CudaStaged {
 
 impl Drop for CudaStaged {
     fn drop(&mut self) {
-        // No replay runs any more (the communicator is gone); the world's
-        // stream is drained by its own drop after this.
+        // The last eager call's copies out of the staging areas may still
+        // be queued: they finish before the areas are unpinned. No replay
+        // runs any more (the communicator is gone).
+        if let Err(e) = self.world.synchronize(ME) {
+            tracing::warn!(rank = self.rank, error = %e, "oxccl: staged copies did not finish");
+        }
         self.captured.get_mut().release(&*self.host, self.rank);
     }
 }
