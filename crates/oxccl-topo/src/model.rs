@@ -61,12 +61,16 @@ impl Selector {
         if direct && !s.direct_ok && !(algo == Algo::AllPairs && wide_open) {
             return None;
         }
-        if n == 1 {
-            // Nothing crosses a link: a local copy at most.
-            return Some(bytes / (s.intra_bw.max(1.0) * 1000.0));
-        }
         let pf = c.proto_factor(proto);
         let chan_bw = f64::from(channels.max(1)) * c.channel_cap(proto);
+        if n == 1 {
+            // Nothing crosses a link: a local copy at most, at what its
+            // channels (blocks) move (one block alone copied 256 MiB at
+            // about 38 GB/s on an H100), after the launch's base latency
+            // (so a small copy keeps one channel).
+            let bw = chan_bw.min(s.intra_bw).max(1e-9) * pf;
+            return Some(c.base(algo, proto) + bytes / (bw * 1000.0));
+        }
         let hop_in = c.hop(algo, proto, s.intra_hop);
         let hop_net = c.hop(algo, proto, HopClass::Net);
         let base = c.base(algo, proto);

@@ -1096,6 +1096,23 @@ mod tests {
         }
     }
 
+    /// One rank's call is a local copy, priced at what its channels move:
+    /// a large one spreads over every channel (one block alone copied 256
+    /// MiB in 7.1 ms on an H100), a small one keeps one.
+    #[test]
+    fn one_rank_copies_on_every_channel_only_when_large() {
+        let algos = Algo::ALL;
+        let protos = [Proto::Simple, Proto::LL];
+        let one = Topology::preset("single-gpu", 1).unwrap();
+        let p = Policy::gpu(&one, &[0], gpu_channel_cap(132, 1));
+        for registered in [false, true] {
+            let big = p.best(CollKind::AllReduce, 256 << 20, registered, &algos, &protos);
+            assert_eq!(big.channels, 32, "{big:?}");
+            let small = p.best(CollKind::AllReduce, 8, registered, &algos, &protos);
+            assert_eq!(small.channels, 1, "{small:?}");
+        }
+    }
+
     /// Ranks sharing a GPU as processes pay each sequential hop that the
     /// shared-GPU calibration (threads) hid: 8 B AllReduce on plain buffers
     /// moves from the chain (14 hops) to the one-shot (1) for 8 rank

@@ -123,6 +123,49 @@ fn host_every_case_1_rank() {
     all_cases(&host(1), 5);
 }
 
+/// One rank in place runs no plan (the output is the input) except for
+/// PreMulSum, which scales it; out of place it copies. Every collective
+/// in place leaves the buffer as it was, checked element by element, and
+/// no plan is chosen for it (`last_choice` stays empty), so a copy of the
+/// buffer onto itself (a whole buffer through one block on a GPU) cannot
+/// come back unnoticed.
+fn one_rank_in_place_runs_nothing(c: &Communicator) {
+    let data: Vec<f32> = (0..4096).map(|i| (i % 97) as f32 - 40.0).collect();
+    let buf = c.alloc::<f32>(data.len()).unwrap();
+    buf.copy_from_slice(&data).unwrap();
+    for op in [RedOp::Sum, RedOp::Prod, RedOp::Max, RedOp::Min, RedOp::Avg] {
+        c.all_reduce(&buf, &buf, op).unwrap();
+        assert_eq!(buf.to_vec().unwrap(), data, "{op:?}");
+    }
+    c.reduce(&buf, &buf, RedOp::Sum, 0).unwrap();
+    c.broadcast(&buf, &buf, 0).unwrap();
+    c.all_gather(&buf, &buf).unwrap();
+    c.reduce_scatter(&buf, &buf, RedOp::Max).unwrap();
+    c.all_to_all(&buf, &buf).unwrap();
+    assert_eq!(buf.to_vec().unwrap(), data);
+    assert_eq!(c.last_choice(), None, "an in-place call ran a plan");
+    c.all_reduce(&buf, &buf, RedOp::PreMulSum(2.0)).unwrap();
+    let twice: Vec<f32> = data.iter().map(|x| 2.0 * x).collect();
+    assert_eq!(buf.to_vec().unwrap(), twice);
+    assert!(c.last_choice().is_some(), "PreMulSum must scale");
+    let out = c.alloc::<f32>(data.len()).unwrap();
+    c.all_reduce(&buf, &out, RedOp::Sum).unwrap();
+    assert_eq!(out.to_vec().unwrap(), twice);
+}
+
+#[test]
+fn host_one_rank_in_place_runs_nothing() {
+    one_rank_in_place_runs_nothing(&host(1)[0]);
+}
+
+#[test]
+fn cuda_one_rank_in_place_runs_nothing() {
+    let Some(comms) = common::cuda("cuda_one_rank_in_place_runs_nothing", 1) else {
+        return;
+    };
+    one_rank_in_place_runs_nothing(&comms[0]);
+}
+
 /// Every collective, out of and in place, f32 Sum, small counts: the
 /// many-ranks check (up to 128 ranks per GPU), fast enough for
 /// CI; one wrong element fails it.
