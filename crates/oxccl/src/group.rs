@@ -599,6 +599,8 @@ fn build_jobs(
     let mut by_key: Launches<'_, '_> = BTreeMap::new();
     for (e, &direct) in entries.iter().zip(&agreed.direct) {
         let (dt, op) = match &e.pending {
+            // Left out of the launches, as a lone call runs no plan.
+            Pending::Coll { checked, op } if comm.nothing_to_move(checked, *op) => continue,
             Pending::Coll { op, .. } => (e.dtype, Some(*op)),
             Pending::P2p { .. } => (e.dtype, None),
         };

@@ -133,6 +133,11 @@ fn one_rank_in_place_runs_nothing(c: &Communicator) {
     let data: Vec<f32> = (0..4096).map(|i| (i % 97) as f32 - 40.0).collect();
     let buf = c.alloc::<f32>(data.len()).unwrap();
     buf.copy_from_slice(&data).unwrap();
+    let plans = || {
+        let l = c.launch_counts().expect("the backend counts its plans");
+        l.kernels + l.copy_engine_calls
+    };
+    let before = plans();
     for op in [RedOp::Sum, RedOp::Prod, RedOp::Max, RedOp::Min, RedOp::Avg] {
         c.all_reduce(&buf, &buf, op).unwrap();
         assert_eq!(buf.to_vec().unwrap(), data, "{op:?}");
@@ -143,8 +148,33 @@ fn one_rank_in_place_runs_nothing(c: &Communicator) {
     c.reduce_scatter(&buf, &buf, RedOp::Max).unwrap();
     c.all_to_all(&buf, &buf).unwrap();
     assert_eq!(buf.to_vec().unwrap(), data);
+    // A group of in-place calls, and one with a copy beside them: only
+    // the copy runs.
+    let other = c.alloc::<f32>(data.len()).unwrap();
+    other.copy_from_slice(&data).unwrap();
+    oxccl::group(|g| {
+        g.all_reduce(c, &buf, &buf, RedOp::Sum)?;
+        g.all_reduce(c, &other, &other, RedOp::Min)
+    })
+    .unwrap();
+    assert_eq!(buf.to_vec().unwrap(), data);
+    assert_eq!(other.to_vec().unwrap(), data);
     assert_eq!(c.last_choice(), None, "an in-place call ran a plan");
+    assert_eq!(
+        plans(),
+        before,
+        "an in-place call (or group of them) ran a plan"
+    );
+    let copy = c.alloc::<f32>(data.len()).unwrap();
+    oxccl::group(|g| {
+        g.all_reduce(c, &buf, &buf, RedOp::Sum)?;
+        g.all_gather(c, &other, &copy)
+    })
+    .unwrap();
+    assert_eq!(copy.to_vec().unwrap(), data);
+    assert_eq!(plans(), before + 1, "the group's copy");
     c.all_reduce(&buf, &buf, RedOp::PreMulSum(2.0)).unwrap();
+    assert_eq!(plans(), before + 2, "PreMulSum must scale");
     let twice: Vec<f32> = data.iter().map(|x| 2.0 * x).collect();
     assert_eq!(buf.to_vec().unwrap(), twice);
     assert!(c.last_choice().is_some(), "PreMulSum must scale");

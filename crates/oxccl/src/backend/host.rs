@@ -5,6 +5,7 @@
 //! Calls block until done, so "streams" are trivial: `synchronize` has
 //! nothing to wait for and the timer is an `Instant`.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -32,6 +33,8 @@ pub struct HostBackend {
     /// Ranks as processes: each rank's host, from the bootstrap (labels
     /// in order of first appearance).
     host_of: Vec<u32>,
+    /// Plans run, every rank's ([`Backend::launch_counts`]).
+    plans_run: AtomicU64,
 }
 
 /// Each rank's host as a label (in order of first appearance) from the
@@ -69,6 +72,7 @@ pub fn create(opts: &BackendOptions) -> Result<Arc<dyn Backend>, Error> {
         proc_rank: None,
         shared: false,
         host_of: Vec::new(),
+        plans_run: AtomicU64::new(0),
     }))
 }
 
@@ -92,6 +96,7 @@ pub fn create_procs(
         fabric,
         nranks: opts.nranks,
         proc_rank: Some(boot.rank()),
+        plans_run: AtomicU64::new(0),
     }))
 }
 
@@ -228,6 +233,13 @@ impl Backend for HostBackend {
         &[Proto::Simple]
     }
 
+    fn launch_counts(&self) -> Option<super::LaunchCounts> {
+        Some(super::LaunchCounts {
+            kernels: self.plans_run.load(Ordering::Relaxed),
+            copy_engine_calls: 0,
+        })
+    }
+
     unsafe fn execute(&self, launch: &Launch<'_>) -> Result<(), Error> {
         // Inline: plans bind a handful of buffers, and a call allocates nothing.
         let bufs: smallvec::SmallVec<[HostBuf; 4]> = launch
@@ -242,6 +254,7 @@ impl Backend for HostBackend {
         // non-scratch buffer is valid host memory of its length for the
         // call, aliased only as the plan's in-place layout says; the
         // facade aligned allocations and checked element alignment.
+        self.plans_run.fetch_add(1, Ordering::Relaxed);
         let mut steps = launch.steps.map(|s| s.now.lock());
         // A profiler plugin that asked for proxy events hears of the
         // network links' work (nothing to hear without a network).

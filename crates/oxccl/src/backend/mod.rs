@@ -164,7 +164,8 @@ pub struct Launch<'a> {
 /// What [`Backend::launch_counts`] reports: how calls ran on the device.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LaunchCounts {
-    /// Executor kernels launched.
+    /// Plans the executor ran: kernels launched on a GPU, plans run by
+    /// the host backend's ranks (this process's).
     pub kernels: u64,
     /// Calls run as copies on the copy engines, with no kernel (no SM).
     pub copy_engine_calls: u64,
