@@ -741,9 +741,9 @@ impl Communicator {
             // each input by its owner's (see `check::calls`).
             checked.backend_memory = false;
         }
+        let call = Call::coll(kind, dtype, checked.coll.count, op, checked.coll.root);
         if self.nothing_to_move(&checked, op) {
             if tracing::enabled!(target: "oxccl::coll", tracing::Level::INFO) {
-                let call = Call::coll(kind, dtype, checked.coll.count, op, checked.coll.root);
                 tracing::info!(
                     target: "oxccl::coll",
                     rank = self.rank,
@@ -753,7 +753,6 @@ impl Communicator {
             }
             return Ok(());
         }
-        let call = Call::coll(kind, dtype, checked.coll.count, op, checked.coll.root);
         // Past the agreement, the peers are committed to the call: a plan
         // this rank alone cannot make fails the communicator, naming it.
         // No algorithm allowed is every rank's answer alike.

@@ -239,19 +239,18 @@ impl Backend for CudaStaged {
             // (the previous call's copies out of it come first on `s`).
             unsafe { s.copy_async(st.addr, lo, (hi - lo) as usize) }.map_err(map_error)?;
         }
-        if let (Some(at), Some(cell)) = (scalar, stages.get(spans.len())) {
+        // The scalar's cell: the area after the spans' (`want`).
+        let cell = scalar.zip(stages.get(spans.len()).map(|c| c.addr));
+        if let Some((at, cell)) = cell {
             // SAFETY: one element of the call's type in device memory the
             // caller keeps valid (raw call contract); the cell holds 8 bytes.
-            unsafe { s.copy_async(cell.addr, at, launch.dtype.size()) }.map_err(map_error)?;
+            unsafe { s.copy_async(cell, at, launch.dtype.size()) }.map_err(map_error)?;
         }
         s.synchronize().map_err(map_error)?;
-        let op = match (scalar, stages.get(spans.len())) {
-            (Some(_), Some(cell)) => {
-                // SAFETY: the cell's 8 bytes, written by the copy just waited for.
-                let word = unsafe { std::ptr::read_volatile(cell.addr as usize as *const [u8; 8]) };
-                capture::with_scale(launch.op, launch.dtype, word)
-            }
-            _ => *launch.op,
+        let op = match cell {
+            // SAFETY: the cell's 8 bytes, written by the copy just waited for.
+            Some((_, cell)) => unsafe { capture::with_scale_in(launch.op, launch.dtype, cell) },
+            None => *launch.op,
         };
         let launch = &Launch { op: &op, ..*launch };
         let bases: Vec<u64> = stages.iter().map(|b| b.addr).collect();

@@ -56,12 +56,9 @@ pub(super) struct HostJob {
 impl HostJob {
     fn run(&self) -> Result<(), Error> {
         let op = match self.scalar {
-            Some(cell) => {
-                // SAFETY: an 8-byte page-locked cell of this job's areas,
-                // written by the copy this node follows.
-                let word = unsafe { std::ptr::read_volatile(cell as usize as *const [u8; 8]) };
-                with_scale(&self.op, self.dtype, word)
-            }
+            // SAFETY: an 8-byte page-locked cell of this job's areas,
+            // written by the copy this node follows.
+            Some(cell) => unsafe { with_scale_in(&self.op, self.dtype, cell) },
             None => self.op,
         };
         let l = Launch {
@@ -83,9 +80,14 @@ impl HostJob {
     }
 }
 
-/// `op` with its device scalar replaced by the value whose bytes
-/// (little-endian, one element of `dtype`) are in `word`.
-pub(super) fn with_scale(op: &LoweredOp, dtype: DataType, word: [u8; 8]) -> LoweredOp {
+/// `op` with its device scalar replaced by the value a copy left in
+/// `cell` (little-endian, one element of `dtype`).
+///
+/// # Safety
+/// `cell` is 8 bytes of host memory, which the copy has finished writing.
+pub(super) unsafe fn with_scale_in(op: &LoweredOp, dtype: DataType, cell: u64) -> LoweredOp {
+    // SAFETY: the caller's contract.
+    let word = unsafe { std::ptr::read_volatile(cell as usize as *const [u8; 8]) };
     let v = oxccl_core::with_dtype!(dtype, T => {
         // SAFETY: `word` holds at least one `T` (at most 8 bytes); read
         // unaligned.
