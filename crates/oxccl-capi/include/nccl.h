@@ -6,7 +6,7 @@
  * and programs compiled against NVIDIA's header both run on oxccl's
  * library. Every function has NCCL's profiling twin (`pncclX` for
  * `ncclX`). What oxccl does not support yet (device communicators,
- * symmetric windows, one-sided calls) is declared and returns
+ * one-sided calls) is declared and returns
  * ncclInvalidUsage with a message for ncclGetLastError; see
  * crates/oxccl-capi/README.md.
  *
