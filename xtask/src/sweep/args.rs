@@ -78,8 +78,8 @@ pub struct SweepArgs {
     /// Protocol filter, NCCL_PROTO syntax.
     #[arg(long)]
     pub(crate) proto: Option<String>,
-    /// Channel count.
-    #[arg(long)]
+    /// Channel count (at least 1; leave it out for the selector's).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) channels: Option<u32>,
     /// Deterministic reductions (as `OXCCL_DETERMINISTIC=1`): reductions
     /// run only plans that reduce in rank order.
@@ -343,6 +343,19 @@ mod tests {
         assert_eq!(count_for(CollKind::AllReduce, 64, 4, 4), Some(16));
         assert_eq!(count_for(CollKind::AllGather, 64, 4, 4), Some(4));
         assert_eq!(count_for(CollKind::AllGather, 8, 4, 4), None);
+    }
+
+    #[test]
+    fn zero_channels_is_refused() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            sweep: SweepArgs,
+        }
+        let parse = |v: &str| <Cli as clap::Parser>::try_parse_from(["sweep", "--channels", v]);
+        let e = parse("0").err().expect("--channels 0 parsed");
+        assert!(e.to_string().contains("--channels"), "{e}");
+        assert_eq!(parse("2").map(|c| c.sweep.channels).ok(), Some(Some(2)));
     }
 
     #[test]
