@@ -317,10 +317,27 @@ impl LaunchEnv {
         let (launcher, [rv, nv, lv]) = LAUNCHERS
             .into_iter()
             .find(|(_, [r, n, _])| get(r).is_some() && get(n).is_some())
-            .ok_or_else(|| Error::Config {
-                var: "RANK/WORLD_SIZE".into(),
-                value: String::new(),
-                reason: "no launcher's variables are set (torchrun's RANK and WORLD_SIZE, Open MPI's OMPI_COMM_WORLD_RANK and _SIZE, PMI's PMI_RANK and PMI_SIZE, or Slurm's SLURM_PROCID and SLURM_NTASKS)".into(),
+            .ok_or_else(|| {
+                // A launcher's rank without its size (or the size alone).
+                let half = LAUNCHERS.into_iter().find_map(|(_, [r, n, _])| {
+                    match (get(r), get(n)) {
+                        (Some(v), None) => Some((r, v, n)),
+                        (None, Some(v)) => Some((n, v, r)),
+                        _ => None,
+                    }
+                });
+                match half {
+                    Some((set, value, unset)) => Error::Config {
+                        var: set.into(),
+                        value,
+                        reason: format!("{set} is set but {unset} is not: set both"),
+                    },
+                    None => Error::Config {
+                        var: "RANK/WORLD_SIZE".into(),
+                        value: String::new(),
+                        reason: "no launcher's variables are set (torchrun's RANK and WORLD_SIZE, Open MPI's OMPI_COMM_WORLD_RANK and _SIZE, PMI's PMI_RANK and PMI_SIZE, or Slurm's SLURM_PROCID and SLURM_NTASKS)".into(),
+                    },
+                }
             })?;
         let rank = num(rv, get(rv).unwrap_or_default())?;
         let nranks = num(nv, get(nv).unwrap_or_default())?;
@@ -551,6 +568,18 @@ mod tests {
                 "{kv:?}"
             );
         }
+        // Half a convention is named, not taken for no launcher at all.
+        let e = LaunchEnv::from_vars(vars(&[("RANK", "0")])).unwrap_err();
+        assert!(
+            e.to_string().contains("RANK is set but WORLD_SIZE is not"),
+            "{e}"
+        );
+        let e = LaunchEnv::from_vars(vars(&[("OMPI_COMM_WORLD_SIZE", "4")])).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("OMPI_COMM_WORLD_SIZE is set but OMPI_COMM_WORLD_RANK is not"),
+            "{e}"
+        );
         // One rank needs no root address.
         assert!(
             LaunchEnv::from_vars(vars(&[("SLURM_PROCID", "0"), ("SLURM_NTASKS", "1")])).is_ok()
