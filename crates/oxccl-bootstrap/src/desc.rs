@@ -42,6 +42,8 @@ pub struct DeviceInfo {
     pub host_id: Option<String>,
     /// The interface ring listeners use when the root is not on loopback.
     pub iface: crate::iface::IfaceSettings,
+    /// When a root this rank runs warns that ranks have not joined.
+    pub wait_warn: crate::WaitWarn,
 }
 
 impl RankDesc {

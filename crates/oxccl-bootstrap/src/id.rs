@@ -79,7 +79,7 @@ impl UniqueId {
         let addr = l
             .local_addr()
             .map_err(|e| BootstrapError::io(u32::MAX, "reading the root's address", &e))?;
-        root::spawn(l, magic, key, limit)?;
+        root::spawn(l, magic, key, limit, s.wait_warn)?;
         Ok(UniqueId::encode(magic, key, addr, 0))
     }
 

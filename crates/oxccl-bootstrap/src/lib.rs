@@ -86,7 +86,7 @@ pub use id::{IdInfo, UniqueId, COMM_ID_MAGIC};
 pub use ring::{Bootstrap, MAX_RECORD};
 pub use root::service_running;
 pub use scalable::{root_block, root_of};
-pub use settings::BootstrapSettings;
+pub use settings::{BootstrapSettings, WaitWarn};
 pub use watch::PeerWatch;
 
 /// The wait deadline every layer takes unless configured otherwise (the

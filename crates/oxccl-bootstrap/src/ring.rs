@@ -44,6 +44,8 @@ pub struct Bootstrap {
     /// Subset rendezvous started so far, per member list (part of their
     /// magics).
     subsets: Mutex<HashMap<Vec<u32>, u64>>,
+    /// When a subset rendezvous this rank serves warns of absent ranks.
+    pub(crate) warn: crate::WaitWarn,
 }
 
 /// How long a rank waits for the root's table past its own deadline, to
@@ -85,13 +87,14 @@ impl Bootstrap {
                 mailbox: FdMailbox::bind(&key, 0, rank)?.with_limit(limit),
                 listener: None,
                 subsets: Mutex::new(HashMap::new()),
+                warn: dev.wait_warn,
             });
         }
         let info = id.info()?;
         let (magic, key) = (info.magic, info.key);
         if info.root_in_rank0 && rank == 0 {
             let l = sock::listen(info.root, rank)?;
-            root::spawn(l, magic, key, limit)?;
+            root::spawn(l, magic, key, limit, dev.wait_warn)?;
         }
         let (listener, desc) = listen_like(info.root, rank, dev)?;
         // A little past this rank's own deadline: a root that gives up at
@@ -121,7 +124,9 @@ impl Bootstrap {
         let mailbox = FdMailbox::bind(&key, info.root.port(), rank)?
             .with_limit(limit)
             .with_senders(&descs);
-        Bootstrap::linked(magic, key, limit, deadline, descs, rank, listener, mailbox)
+        let mut b = Bootstrap::linked(magic, key, limit, deadline, descs, rank, listener, mailbox)?;
+        b.warn = dev.wait_warn;
+        Ok(b)
     }
 
     /// Rank `rank` of the ranks `descs` describes (each listening at its
@@ -184,6 +189,7 @@ impl Bootstrap {
             mailbox,
             listener: Some(listener),
             subsets: Mutex::new(HashMap::new()),
+            warn: crate::WaitWarn::default(),
         })
     }
 
@@ -359,7 +365,7 @@ impl Bootstrap {
             let l = l
                 .try_clone()
                 .map_err(|e| BootstrapError::io(self.rank, "sharing the ring listener", &e))?;
-            root::spawn(l, magic, key, self.limit)?;
+            root::spawn(l, magic, key, self.limit, self.warn)?;
         }
         Ok(UniqueId::for_root(magic, key, at))
     }

@@ -14,7 +14,10 @@
 //! and every one that joins afterwards, until the deadline: never a hang.
 //! Sending the table (or the reason for failing) to the ranks runs on a
 //! short-lived thread of its own, so a slow rank never holds up the
-//! other roots.
+//! other roots. A rendezvous still waiting after [`WaitWarn::first`]
+//! says so on stderr (logging set up or not), naming the ranks not yet
+//! joined, and again every [`WaitWarn::every`]: with no deadline (the C
+//! ABI's default) a rank that never starts is otherwise silence.
 
 use std::net::TcpListener;
 use std::os::fd::OwnedFd;
@@ -29,6 +32,7 @@ use crate::error::BootstrapError;
 use crate::handshake::{Gate, Verified};
 use crate::sock::Conn;
 use crate::wire::Kind;
+use crate::WaitWarn;
 
 /// The root's own "rank" in errors and logs.
 pub(crate) const ROOT: u32 = u32::MAX;
@@ -51,6 +55,10 @@ struct Root {
     slots: Vec<Option<Joined>>,
     joined: u32,
     failed: Option<String>,
+    started: Instant,
+    warn: WaitWarn,
+    /// When the next warning is due.
+    next_warn: Instant,
 }
 
 /// What a finished root leaves to send.
@@ -87,6 +95,51 @@ impl Root {
             return Some(Finish::Fail(joined, why));
         }
         None
+    }
+
+    /// Who has not joined yet, for the warning of a long wait.
+    fn waiting_for(&self) -> String {
+        let n = match (self.nranks, &self.failed) {
+            (_, Some(why)) => return format!("it failed ({why}) and waits for its deadline"),
+            (None, _) => return "no rank has joined yet".to_string(),
+            (Some(n), None) => n,
+        };
+        let missing: Vec<u32> = (0..n)
+            .filter(|&r| self.slots.get(r as usize).is_none_or(Option::is_none))
+            .collect();
+        format!(
+            "{} of {n} ranks joined; {} not yet (its init has not reached this root){}",
+            self.joined,
+            oxccl_core::ranks_named(&missing),
+            self.gate.starved_note()
+        )
+    }
+
+    /// Warns once the wait has gone on past `next_warn`.
+    fn warn_if_due(&mut self, now: Instant) {
+        if now < self.next_warn {
+            return;
+        }
+        self.next_warn = now + self.warn.every;
+        let limit = if self.limit >= crate::MAX_LIMIT {
+            "no deadline".to_string()
+        } else {
+            format!("deadline {:?}", self.limit)
+        };
+        let at = self
+            .l
+            .local_addr()
+            .map_or_else(|_| "?".to_string(), |a| a.to_string());
+        let msg = format!(
+            "oxccl: the bootstrap root at {at} still waits after {:.1} s ({limit}): {}",
+            now.duration_since(self.started).as_secs_f64(),
+            self.waiting_for()
+        );
+        if tracing::enabled!(tracing::Level::WARN) {
+            tracing::warn!("{msg}");
+        } else {
+            eprintln!("oxccl WARN {msg}");
+        }
     }
 
     /// A hello whose proof held.
@@ -178,6 +231,7 @@ pub(crate) fn spawn(
     magic: u64,
     key: Key,
     limit: Duration,
+    warn: WaitWarn,
 ) -> Result<(), BootstrapError> {
     let limit = crate::clamp(limit);
     let io = |what: &str, e: std::io::Error| BootstrapError::io(ROOT, what.to_string(), &e);
@@ -192,6 +246,9 @@ pub(crate) fn spawn(
         slots: Vec::new(),
         joined: 0,
         failed: None,
+        started: Instant::now(),
+        warn,
+        next_warn: Instant::now() + warn.first,
     };
     let mut s = SERVICE.lock().unwrap_or_else(|p| p.into_inner());
     let bell = match &s.bell {
@@ -234,8 +291,8 @@ fn serve(bell: &OwnedFd) {
         let mut until = roots
             .iter()
             .map(|r| match r.gate.next_wake() {
-                Some(w) => w.min(r.deadline),
-                None => r.deadline,
+                Some(w) => w.min(r.deadline).min(r.next_warn),
+                None => r.deadline.min(r.next_warn),
             })
             .min()
             .unwrap_or(now);
@@ -282,7 +339,10 @@ fn serve(bell: &OwnedFd) {
                         .name("oxccl-root-send".into())
                         .spawn(move || f.send());
                 }
-                None => i += 1,
+                None => {
+                    roots[i].warn_if_due(now);
+                    i += 1;
+                }
             }
         }
     }

@@ -134,7 +134,9 @@ impl Bootstrap {
             .with_limit(limit)
             .with_senders(&descs);
         let deadline = Instant::now() + limit;
-        Bootstrap::linked(magic, key, limit, deadline, descs, rank, listener, mailbox)
+        let mut b = Bootstrap::linked(magic, key, limit, deadline, descs, rank, listener, mailbox)?;
+        b.warn = dev.wait_warn;
+        Ok(b)
     }
 }
 

@@ -4,8 +4,29 @@
 //! `NCCL_SOCKET_FAMILY` and `NCCL_HOSTID` with its other settings and
 //! passes them here.
 
+use std::time::Duration;
+
 use crate::iface::IfaceSettings;
 use crate::DeviceInfo;
+
+/// When a rendezvous still waiting for ranks says so on stderr (the
+/// facade's `OXCCL_WAIT_WARN_MS` and `OXCCL_WAIT_WARN_EVERY_MS`): first
+/// after `first`, then every `every`, naming the ranks not yet joined.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WaitWarn {
+    pub first: Duration,
+    pub every: Duration,
+}
+
+impl Default for WaitWarn {
+    /// 10 s, then every minute.
+    fn default() -> WaitWarn {
+        WaitWarn {
+            first: Duration::from_secs(10),
+            every: Duration::from_secs(60),
+        }
+    }
+}
 
 /// The bootstrap's settings (defaults: a fresh root in this process, any
 /// interface, the machine's own identity).
@@ -22,6 +43,8 @@ pub struct BootstrapSettings {
     /// `OXCCL_HOSTID`/`NCCL_HOSTID`: replaces the machine's identity
     /// ([`crate::host_identity`]).
     pub host_id: Option<String>,
+    /// When a root still waiting for ranks warns.
+    pub wait_warn: WaitWarn,
 }
 
 impl BootstrapSettings {
@@ -33,6 +56,7 @@ impl BootstrapSettings {
             bus_id,
             host_id: self.host_id.clone(),
             iface: self.iface.clone(),
+            wait_warn: self.wait_warn,
         }
     }
 }

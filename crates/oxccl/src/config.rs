@@ -372,7 +372,8 @@ pub struct Config {
     pub host: HostSettings,
     /// The CUDA backend's settings (kernel cache, heap, experiments).
     pub cuda: CudaSettings,
-    /// The rendezvous's settings (`NCCL_COMM_ID`, interface, host id).
+    /// The rendezvous's settings (`NCCL_COMM_ID`, interface, host id; its
+    /// `wait_warn` is this configuration's `wait_warn` at init).
     pub bootstrap: oxccl_bootstrap::BootstrapSettings,
     /// The step trace (`OXCCL_TRACE`, `OXCCL_TRACE_CALLS`); `None`: off.
     pub trace: Option<TraceSettings>,
@@ -406,6 +407,15 @@ impl Default for Config {
 }
 
 impl Config {
+    /// The rendezvous's settings, with this configuration's wait warnings
+    /// (a root still waiting for ranks warns as a call's wait does).
+    pub(crate) fn bootstrap_settings(&self) -> oxccl_bootstrap::BootstrapSettings {
+        oxccl_bootstrap::BootstrapSettings {
+            wait_warn: self.wait_warn,
+            ..self.bootstrap.clone()
+        }
+    }
+
     /// The options of a backend for a clique of `nranks` ranks configured
     /// by `self`.
     pub fn backend_options(&self, nranks: u32) -> crate::backend::BackendOptions {

@@ -46,7 +46,7 @@ impl UniqueId {
     /// runs the root there, and the key comes from `comm_secret`
     /// (`OXCCL_COMM_SECRET`; public without it, as NCCL's trust model).
     pub fn with_config(config: &Config) -> Result<UniqueId> {
-        oxccl_bootstrap::UniqueId::new_with(config.deadline, &config.bootstrap)
+        oxccl_bootstrap::UniqueId::new_with(config.deadline, &config.bootstrap_settings())
             .map(UniqueId)
             .map_err(map_bootstrap)
     }
@@ -107,7 +107,7 @@ impl Communicator {
         // (each connection's transport) log at INFO.
         crate::debug::init(config.debug, config.debug_subsys);
         let ids: Vec<oxccl_bootstrap::UniqueId> = ids.iter().map(|i| i.0).collect();
-        let dev = config.bootstrap.device_info(None, String::new());
+        let dev = config.bootstrap_settings().device_info(None, String::new());
         let boot = Bootstrap::init_scalable(&ids, nranks, rank, &dev, config.deadline)
             .map_err(map_bootstrap)?;
         Communicator::on_bootstrap(Arc::new(boot), config)
@@ -230,7 +230,7 @@ impl Communicator {
                     cl.config.deadline,
                     &oxccl_bootstrap::BootstrapSettings {
                         comm_id: None,
-                        ..cl.config.bootstrap.clone()
+                        ..cl.config.bootstrap_settings()
                     },
                 )
                 .map_err(map_bootstrap)?,
@@ -249,7 +249,9 @@ impl Communicator {
             &id.0,
             n,
             new_rank as u32,
-            &cl.config.bootstrap.device_info(None, String::new()),
+            &cl.config
+                .bootstrap_settings()
+                .device_info(None, String::new()),
             cl.config.deadline,
         )
         .map_err(map_bootstrap)?;

@@ -171,7 +171,7 @@
 //! | `algo`, `proto` | every algorithm and protocol | the selector chooses among what they allow |
 //! | `channels` | `None` | the selector chooses, capped by the backend |
 //! | `deadline` | 300 s | every wait gives up with an error after it ([`config::NO_DEADLINE`]: never) |
-//! | `wait_warn` | 10 s, then every minute | a wait for absent peers warns on stderr, naming them and the call |
+//! | `wait_warn` | 10 s, then every minute | a wait for absent peers (in a call, or at init's rendezvous) warns on stderr, naming them and the call |
 //! | `chunk_bytes` | `None` | the backend's FIFO slot; larger pieces for direct plans |
 //! | `debug` | `None` | no log subscriber is installed (see Logging below) |
 //! | `check_calls` | `true` | every call is compared with the peers' first |

@@ -59,7 +59,9 @@ impl Communicator {
             &id,
             members.len() as u32,
             new_rank as u32,
-            &cl.config.bootstrap.device_info(None, String::new()),
+            &cl.config
+                .bootstrap_settings()
+                .device_info(None, String::new()),
             cl.config.deadline,
         )
         .map_err(map_bootstrap)?;

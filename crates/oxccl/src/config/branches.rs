@@ -2,7 +2,6 @@
 //! crates at init, each applied to that crate's own configuration.
 
 use std::path::PathBuf;
-use std::time::Duration;
 
 use oxccl_cuda::{GateMode, WorldConfig};
 use oxccl_host::HostConfig;
@@ -97,18 +96,6 @@ impl CudaSettings {
 }
 
 /// When a long wait for peers warns: first after `first`, then every
-/// `every`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct WaitWarn {
-    pub first: Duration,
-    pub every: Duration,
-}
-
-impl Default for WaitWarn {
-    fn default() -> Self {
-        WaitWarn {
-            first: Duration::from_secs(10),
-            every: Duration::from_secs(60),
-        }
-    }
-}
+/// `every` (10 s and a minute by default). The bootstrap's own type: the
+/// rendezvous at init warns on the same schedule as a call's wait.
+pub use oxccl_bootstrap::WaitWarn;

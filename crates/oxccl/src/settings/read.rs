@@ -258,6 +258,8 @@ fn bootstrap(get: Get<'_>) -> Result<BootstrapSettings> {
         iface,
         host_id: pick_set(get, "OXCCL_HOSTID", Some("NCCL_HOSTID"))
             .map(|(_, v)| v.trim().to_string()),
+        // `Config::wait_warn` decides (`Config::bootstrap_settings`).
+        ..BootstrapSettings::default()
     })
 }
 
