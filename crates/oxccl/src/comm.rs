@@ -605,9 +605,16 @@ impl Communicator {
 
     /// The clique's failure, if it failed (NCCL's `ncclCommGetAsyncError`):
     /// [`Error::PeerFailed`] naming the rank of this process whose call
-    /// failed after its peers agreed on it, where one did.
+    /// failed after its peers agreed on it, where one did; else, once a
+    /// call of this process found a peer lost before any data moved (its
+    /// process exited, it aborted, or its communicator is gone: the
+    /// communicators are unusable), that call's [`Error::Aborted`].
     pub fn async_error(&self) -> Option<Error> {
-        self.clique.backend.failure().map(|e| self.blamed(e))
+        self.clique
+            .backend
+            .failure()
+            .map(|e| self.blamed(e))
+            .or_else(|| self.clique.board.peer_lost())
     }
 
     /// How this process's ranks of the clique ran their calls on the

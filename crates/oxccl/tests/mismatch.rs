@@ -337,6 +337,16 @@ fn gone_peers(backend: BackendKind) {
             "{m}"
         );
     }
+    // The communicators are unusable now, and a watchdog that polls the
+    // async error (NCCL's `ncclCommGetAsyncError`) learns it, and why.
+    for c in &set {
+        let e = c.async_error().expect("a lost peer is an async error");
+        assert!(matches!(e, Error::Aborted(_)), "{e}");
+        assert!(
+            e.to_string().contains("peer rank 2 destroyed or dropped"),
+            "{e}"
+        );
+    }
     let pair = comms(backend, 2);
     pair[1].destroy();
     let b = pair[0].alloc::<f32>(8).unwrap();

@@ -59,6 +59,11 @@ pub(crate) struct Board {
     /// How long a waiter spins before sleeping ([`SPIN`], or none where
     /// rank threads share cores).
     spin: Duration,
+    /// The first lost peer a wait of this process found (why, as
+    /// [`Board::lost`] said it): the clique is not failed for it (every
+    /// rank finds it alike), but the communicators are unusable, and
+    /// `async_error` says so.
+    lost_seen: std::sync::OnceLock<String>,
 }
 
 /// Where the records live.
@@ -130,6 +135,7 @@ impl Board {
         Board {
             nranks,
             mem,
+            lost_seen: std::sync::OnceLock::new(),
             spin: spin_for(
                 nranks,
                 std::thread::available_parallelism().map_or(1, |n| n.get()),
@@ -439,6 +445,9 @@ impl Board {
             // have failed from another rank's report of the same death.
             // Each rank reports it alike, so the clique is not failed here.
             if let Some(e) = self.lost(ctx.rank, waits_on, &pending) {
+                if let Error::Aborted(why) = &e {
+                    let _ = self.lost_seen.set(why.clone());
+                }
                 return Err(e);
             }
             if let Some(e) = (ctx.failure)() {
@@ -473,6 +482,13 @@ impl Board {
 }
 
 impl Board {
+    /// The first lost peer (exited, aborted, or gone) a wait of this
+    /// process returned, as that wait's error: what `async_error` reports
+    /// once the communicators are unusable for it.
+    pub fn peer_lost(&self) -> Option<Error> {
+        self.lost_seen.get().map(|why| Error::Aborted(why.clone()))
+    }
+
     /// The error for a rank this wait needs that will never publish, the
     /// likeliest root cause first: across processes, one that aborted, or
     /// whose process exited; one whose communicator is gone
