@@ -240,6 +240,25 @@ fn storms_of_garbage_and_silence_leave_the_connection_intact() {
     }
 }
 
+/// With no deadline (`Duration::MAX`, what the C ABI configures as NCCL
+/// has none), connecting and accepting work as with one.
+#[test]
+fn no_deadline_connects_and_accepts() {
+    let mk = || {
+        let cfg = TcpConfig {
+            nthreads: 1,
+            nsocks_per_thread: 2,
+            min_chunk: 4096,
+            deadline: Duration::MAX,
+        };
+        TcpNet::new(cfg, 6, key_of(6), "lo", LO.parse::<IpAddr>().unwrap(), None)
+    };
+    let (a, b) = (mk(), mk());
+    let (s, r) = pair(&a, &b);
+    a.close_send(s).unwrap();
+    b.close_recv(r).unwrap();
+}
+
 #[test]
 fn bad_arguments_are_typed_errors() {
     let (a, b) = (net(3, 1, 1), net(3, 1, 1));

@@ -260,7 +260,7 @@ pub(crate) fn connect(
     key: &Key,
     deadline: Duration,
 ) -> Result<Vec<TcpStream>, NetError> {
-    let until = Instant::now() + deadline;
+    let until = Instant::now() + deadline.min(oxccl_bootstrap::MAX_LIMIT);
     let conn = format!("connection to {}", handle.addr);
     let mut socks = Vec::with_capacity(handle.nsocks as usize);
     for index in 0..handle.nsocks {
