@@ -240,6 +240,36 @@ fn storms_of_garbage_and_silence_leave_the_connection_intact() {
     }
 }
 
+/// A storm that arrives after the peer's sockets, before the listener
+/// looks again (more strangers than may wait), does not push the peer's
+/// hellos out: they came first and were whole, and no connector sends
+/// them twice.
+#[test]
+fn a_storm_behind_the_peers_sockets_does_not_evict_them() {
+    let b = net(5, 1, 2);
+    let peer = net(5, 1, 2);
+    for _ in 0..3 {
+        let (h, l) = b.listen(0).unwrap();
+        let _s = peer.connect(0, &h).unwrap().unwrap();
+        let storm: Vec<std::net::TcpStream> = (0..100)
+            .filter_map(|_| std::net::TcpStream::connect(h.addr).ok())
+            .collect();
+        assert!(storm.len() > 64, "only {} strangers connected", storm.len());
+        let t = Instant::now();
+        loop {
+            if b.accept(l).unwrap().is_some() {
+                break;
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(5),
+                "the peer's sockets were dropped for the strangers behind them"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        b.close_listen(l).unwrap();
+    }
+}
+
 /// With no deadline (`Duration::MAX`, what the C ABI configures as NCCL
 /// has none), connecting and accepting work as with one.
 #[test]

@@ -4,7 +4,8 @@
 //! Accepting never waits on one socket: accepted sockets are non-blocking
 //! and their hellos are read as bytes arrive, each within [`HELLO_WAIT`];
 //! at most [`MAX_WAITING`] wait at once (the oldest is dropped for a new
-//! one). A socket whose hello is garbage, of another communicator or
+//! one, unless its hello has come whole: it is read first, so a storm
+//! behind a peer's sockets does not push them out). A socket whose hello is garbage, of another communicator or
 //! listener, does not prove the transport's key, repeats an index already
 //! taken, or never comes, is dropped with a warning naming its address,
 //! and the listener goes on waiting for the real peer. When `accept` runs
@@ -123,7 +124,9 @@ impl Listener {
         let wait = HELLO_WAIT.min(deadline.max(Duration::from_millis(1)));
         while self.waiting.front().is_some_and(|w| now >= w.since + wait) {
             let w = self.waiting.pop_front().expect("a front");
-            self.drop_one(w, &format!("no whole hello within {wait:?}"));
+            if let Some(w) = self.read(w) {
+                self.drop_one(w, &format!("no whole hello within {wait:?}"));
+            }
         }
         if self.resume.is_some_and(|t| now >= t) {
             self.resume = None;
@@ -131,25 +134,9 @@ impl Listener {
         if self.resume.is_none() {
             self.accept_all(now, deadline)?;
         }
-        let mut i = 0;
-        while i < self.waiting.len() {
-            let w = &mut self.waiting[i];
-            match fill(&w.s, &mut w.buf, &mut w.got) {
-                Fill::More => i += 1,
-                Fill::Drop(why) => {
-                    let w = self.waiting.remove(i).expect("in range");
-                    self.drop_one(w, &why);
-                }
-                Fill::Full => {
-                    let w = self.waiting.remove(i).expect("in range");
-                    match self.take(&w) {
-                        Err(why) => self.drop_one(w, &why),
-                        Ok(index) => match w.s.set_nonblocking(false) {
-                            Ok(()) => self.pending[index] = Some(w.s),
-                            Err(e) => self.drop_one(w, &format!("set_nonblocking: {e}")),
-                        },
-                    }
-                }
+        for w in std::mem::take(&mut self.waiting) {
+            if let Some(w) = self.read(w) {
+                self.waiting.push_back(w);
             }
         }
         if self.pending.iter().all(Option::is_some) {
@@ -161,6 +148,35 @@ impl Listener {
             return Ok(Some(socks));
         }
         Ok(None)
+    }
+
+    /// Reads what `w` has sent so far: a whole hello is taken (its socket
+    /// joins the connection) or dropped, as is a socket that failed; one
+    /// still short of its hello comes back.
+    fn read(&mut self, mut w: Waiting) -> Option<Waiting> {
+        match fill(&w.s, &mut w.buf, &mut w.got) {
+            Fill::More => return Some(w),
+            Fill::Drop(why) => self.drop_one(w, &why),
+            Fill::Full => match self.take(&w) {
+                Err(why) => self.drop_one(w, &why),
+                Ok(index) => match w.s.set_nonblocking(false) {
+                    Ok(()) => self.pending[index] = Some(w.s),
+                    Err(e) => self.drop_one(w, &format!("set_nonblocking: {e}")),
+                },
+            },
+        }
+        None
+    }
+
+    /// Makes room for one more waiting socket: the oldest goes, unless
+    /// its hello has come whole meanwhile (a peer writes it right after
+    /// connecting), so strangers arriving behind a peer's sockets never
+    /// push them out unread.
+    fn shed_oldest(&mut self, why: &str) {
+        let w = self.waiting.pop_front().expect("a waiting socket");
+        if let Some(w) = self.read(w) {
+            self.drop_one(w, why);
+        }
     }
 
     /// Whether a whole hello is for this listener, proves the key and
@@ -195,8 +211,7 @@ impl Listener {
                         continue;
                     }
                     if self.waiting.len() >= self.cap {
-                        let w = self.waiting.pop_front().expect("at the cap");
-                        self.drop_one(w, &format!("{} connections wait for their hello", self.cap));
+                        self.shed_oldest(&format!("{} connections wait for their hello", self.cap));
                     }
                     self.waiting.push_back(Waiting {
                         s,
@@ -240,8 +255,7 @@ impl Listener {
                         // Keep fewer waiting from now on and free some now.
                         self.cap = (self.waiting.len() / 2).clamp(2, MAX_WAITING);
                         while self.waiting.len() > self.cap {
-                            let w = self.waiting.pop_front().expect("over the cap");
-                            self.drop_one(w, "descriptors ran out; shedding the oldest");
+                            self.shed_oldest("descriptors ran out; shedding the oldest");
                         }
                     }
                     self.resume = Some(now + BACKOFF);
