@@ -235,6 +235,7 @@ pub(super) fn launch(list: &str) -> anyhow::Result<()> {
     let exe = std::env::current_exe().context("finding this program")?;
     for n in counts {
         let port = free_port()?;
+        let secret = launch_secret()?;
         let mut kids: Vec<(u32, Child)> = Vec::new();
         for r in 0..n {
             let mut cmd = Command::new(&exe);
@@ -243,18 +244,13 @@ pub(super) fn launch(list: &str) -> anyhow::Result<()> {
             for v in oxccl::LaunchEnv::vars() {
                 cmd.env_remove(v);
             }
-            let env = oxccl::LaunchEnv {
-                launcher: "torchrun",
-                rank: r,
-                nranks: n,
-                local_rank: r,
-                root: format!("127.0.0.1:{port}"),
-            };
-            cmd.args(&args).envs(env.to_vars()?).stdout(if r == 0 {
-                Stdio::inherit()
-            } else {
-                Stdio::null()
-            });
+            cmd.args(&args)
+                .envs(child_env(r, n, port, &secret)?)
+                .stdout(if r == 0 {
+                    Stdio::inherit()
+                } else {
+                    Stdio::null()
+                });
             let kid = cmd
                 .spawn()
                 .with_context(|| format!("starting rank {r} of {n}"))?;
@@ -263,6 +259,39 @@ pub(super) fn launch(list: &str) -> anyhow::Result<()> {
         wait_all(n, kids)?;
     }
     Ok(())
+}
+
+/// Rank `r` of `n`'s variables: torchrun's, with the root at
+/// 127.0.0.1:`port`, and the launch's `secret` as `OXCCL_COMM_SECRET`.
+fn child_env(
+    r: u32,
+    n: u32,
+    port: u16,
+    secret: &str,
+) -> anyhow::Result<Vec<(&'static str, String)>> {
+    let env = oxccl::LaunchEnv {
+        launcher: "torchrun",
+        rank: r,
+        nranks: n,
+        local_rank: r,
+        root: format!("127.0.0.1:{port}"),
+    };
+    let mut v = env.to_vars()?;
+    v.push(("OXCCL_COMM_SECRET", secret.to_string()));
+    Ok(v)
+}
+
+/// A fresh secret for one launch's rendezvous: its root's address is
+/// fixed (torchrun's convention, no id is passed), so without a secret its
+/// key would be the public one and any user of this host could join the
+/// ranks, or claim a rank before they do.
+fn launch_secret() -> anyhow::Result<String> {
+    use std::io::Read;
+    let mut b = [0u8; 16];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut b))
+        .context("drawing the launch's secret")?;
+    Ok(b.iter().map(|x| format!("{x:02x}")).collect())
 }
 
 /// This program's arguments for a child: `--procs` removed, `--from-env`
@@ -358,6 +387,23 @@ mod tests {
             ["sweep", "-e", "1M", "--from-env"]
         );
         assert_eq!(a(&["sweep", "--procs=8"]), ["sweep", "--from-env"]);
+    }
+
+    #[test]
+    fn children_share_a_fresh_secret_for_the_rendezvous() {
+        let (a, b) = (launch_secret().unwrap(), launch_secret().unwrap());
+        assert_eq!(a.len(), 32);
+        assert_ne!(a, b, "two launches drew the same secret");
+        for r in 0..2 {
+            let env = child_env(r, 2, 29_500, &a).unwrap();
+            assert!(
+                env.contains(&("OXCCL_COMM_SECRET", a.clone())),
+                "rank {r}: {env:?}"
+            );
+            let get = |k: &str| env.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone());
+            let c = oxccl::Config::from_vars(get).unwrap();
+            assert_eq!(c.bootstrap.comm_secret.as_deref(), Some(a.as_str()));
+        }
     }
 
     #[test]
