@@ -45,7 +45,7 @@ pub struct Bootstrap {
     /// magics).
     subsets: Mutex<HashMap<Vec<u32>, u64>>,
     /// When a subset rendezvous this rank serves warns of absent ranks.
-    pub(crate) warn: crate::WaitWarn,
+    warn: crate::WaitWarn,
 }
 
 /// How long a rank waits for the root's table past its own deadline, to
@@ -124,14 +124,23 @@ impl Bootstrap {
         let mailbox = FdMailbox::bind(&key, info.root.port(), rank)?
             .with_limit(limit)
             .with_senders(&descs);
-        let mut b = Bootstrap::linked(magic, key, limit, deadline, descs, rank, listener, mailbox)?;
-        b.warn = dev.wait_warn;
-        Ok(b)
+        Bootstrap::linked(
+            magic,
+            key,
+            limit,
+            deadline,
+            descs,
+            rank,
+            listener,
+            mailbox,
+            dev.wait_warn,
+        )
     }
 
     /// Rank `rank` of the ranks `descs` describes (each listening at its
     /// `listen`, this one on `listener`), once connected in a ring: to its
-    /// successor, and accepting its predecessor.
+    /// successor, and accepting its predecessor. A subset rendezvous it
+    /// serves later warns of absent ranks on `warn`'s schedule.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn linked(
         magic: u64,
@@ -142,6 +151,7 @@ impl Bootstrap {
         rank: u32,
         listener: TcpListener,
         mailbox: FdMailbox,
+        warn: crate::WaitWarn,
     ) -> Result<Bootstrap, BootstrapError> {
         let nranks = descs.len() as u32;
         let next_rank = (rank + 1) % nranks;
@@ -189,7 +199,7 @@ impl Bootstrap {
             mailbox,
             listener: Some(listener),
             subsets: Mutex::new(HashMap::new()),
-            warn: crate::WaitWarn::default(),
+            warn,
         })
     }
 

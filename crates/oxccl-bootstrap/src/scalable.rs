@@ -134,9 +134,17 @@ impl Bootstrap {
             .with_limit(limit)
             .with_senders(&descs);
         let deadline = Instant::now() + limit;
-        let mut b = Bootstrap::linked(magic, key, limit, deadline, descs, rank, listener, mailbox)?;
-        b.warn = dev.wait_warn;
-        Ok(b)
+        Bootstrap::linked(
+            magic,
+            key,
+            limit,
+            deadline,
+            descs,
+            rank,
+            listener,
+            mailbox,
+            dev.wait_warn,
+        )
     }
 }
 
