@@ -18,9 +18,12 @@
 //! - [`Bootstrap::mesh`]: a connection between every pair of ranks, for a
 //!   layer that keeps talking to each peer (the call check across hosts).
 //! - [`PeerWatch`]: a thread that notices a peer process's exit.
-//! - [`FdMailbox`]: file descriptors between processes of one machine
-//!   (`SCM_RIGHTS` over abstract Unix sockets named from the key), taken
-//!   only from the rank table's pid for the sending rank, with our uid.
+//! - [`FdMailbox`]: file descriptors between ranks of one machine: for
+//!   ranks in other processes, `SCM_RIGHTS` over one connected datagram
+//!   socket per pair of ranks (abstract names derived from the key; the
+//!   kernel refuses any other sender once connected), checked against the
+//!   rank table's pid with our uid; for threads of one process, duplicated
+//!   in place.
 //!
 //! Every connection starts with the magic and speaks [`wire`]'s frames;
 //! garbage, a wrong magic, truncated or oversized frames, a duplicate rank
@@ -63,6 +66,7 @@ pub mod auth;
 mod desc;
 pub mod env;
 mod error;
+mod fdlocal;
 mod fdpass;
 #[doc(hidden)]
 pub mod fuzz;

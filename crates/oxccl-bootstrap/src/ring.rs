@@ -76,15 +76,16 @@ impl Bootstrap {
         if nranks == 1 {
             let magic = crate::id::random_magic();
             let key = Key::random()?;
+            let descs = vec![my_desc(rank, dev)];
             return Ok(Bootstrap {
                 rank,
                 nranks,
                 magic,
                 key,
                 limit,
-                descs: vec![my_desc(rank, dev)],
+                mailbox: FdMailbox::new(&key, 0, rank, &descs)?.with_limit(limit),
+                descs,
                 ring: Mutex::new(None),
-                mailbox: FdMailbox::bind(&key, 0, rank)?.with_limit(limit),
                 listener: None,
                 subsets: Mutex::new(HashMap::new()),
                 warn: dev.wait_warn,
@@ -121,9 +122,7 @@ impl Bootstrap {
         drop(root);
         // Bound only once the root has vouched that this rank is unique
         // (peers' sends retry until it is bound).
-        let mailbox = FdMailbox::bind(&key, info.root.port(), rank)?
-            .with_limit(limit)
-            .with_senders(&descs);
+        let mailbox = FdMailbox::new(&key, info.root.port(), rank, &descs)?.with_limit(limit);
         Bootstrap::linked(
             magic,
             key,

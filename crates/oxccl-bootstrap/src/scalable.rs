@@ -130,9 +130,7 @@ impl Bootstrap {
             "scalable ring",
             &[&nranks.to_le_bytes(), &nroots.to_le_bytes()],
         );
-        let mailbox = FdMailbox::bind(&key, root0.root.port(), rank)?
-            .with_limit(limit)
-            .with_senders(&descs);
+        let mailbox = FdMailbox::new(&key, root0.root.port(), rank, &descs)?.with_limit(limit);
         let deadline = Instant::now() + limit;
         Bootstrap::linked(
             magic,

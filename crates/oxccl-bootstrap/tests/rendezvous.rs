@@ -7,7 +7,7 @@ use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 use oxccl_bootstrap::wire::{frame, Kind};
-use oxccl_bootstrap::{Bootstrap, BootstrapError, DeviceInfo, FdMailbox, Key, UniqueId, WireError};
+use oxccl_bootstrap::{Bootstrap, BootstrapError, DeviceInfo, UniqueId, WireError};
 
 const LIMIT: Duration = Duration::from_secs(20);
 
@@ -335,69 +335,6 @@ fn random_bytes_at_a_listening_root_do_not_stop_the_rendezvous() {
     let bs = ok_all(id, 3);
     assert_eq!(bs[2].descs().len(), 3);
     drop(strangers);
-}
-
-#[test]
-fn file_descriptors_travel_between_mailboxes() {
-    let key = Key::random().unwrap();
-    let a = FdMailbox::bind(&key, 1, 0).unwrap();
-    let b = FdMailbox::bind(&key, 1, 1).unwrap();
-    let fd = rustix::fs::memfd_create("oxccl-test", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
-    rustix::io::write(&fd, b"shared bytes").unwrap();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    use std::os::fd::AsFd;
-    a.send(1, 7, &[fd.as_fd()], deadline).unwrap();
-    a.send(1, 8, &[], deadline).unwrap();
-    // Tags are matched: 8 first, 7 kept meanwhile.
-    assert!(b.recv(0, 8, deadline).unwrap().is_empty());
-    let got = b.recv(0, 7, deadline).unwrap();
-    assert_eq!(got.len(), 1);
-    let mut buf = [0u8; 12];
-    rustix::io::pread(&got[0], &mut buf, 0).unwrap();
-    assert_eq!(&buf, b"shared bytes");
-    // Nothing more: a bounded wait.
-    let r = b.recv(0, 9, Instant::now() + Duration::from_millis(200));
-    // The message names the time waited, not what was left of it.
-    let Err(BootstrapError::Timeout { limit, .. }) = r else {
-        panic!("{r:?}")
-    };
-    assert!(limit >= Duration::from_millis(200), "{limit:?}");
-    // A second mailbox under one name is refused.
-    assert!(FdMailbox::bind(&key, 1, 1).is_err());
-}
-
-/// Every mailbox sends a descriptor to every peer before receiving any
-/// (the host fabric's segment exchange): more peers than a socket's queue
-/// holds (`net.unix.max_dgram_qlen`, 10 by default) used to wait on each
-/// other's full queues until the deadline.
-#[test]
-fn every_mailbox_sends_to_every_peer_before_receiving() {
-    use std::os::fd::AsFd;
-    let n = 32u32;
-    let key = Key::random().unwrap();
-    let boxes: Vec<FdMailbox> = (0..n)
-        .map(|r| FdMailbox::bind(&key, 2, r).unwrap())
-        .collect();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    std::thread::scope(|s| {
-        for (me, b) in boxes.iter().enumerate() {
-            let me = me as u32;
-            s.spawn(move || {
-                let fd = rustix::fs::memfd_create("oxccl-test", rustix::fs::MemfdFlags::CLOEXEC)
-                    .unwrap();
-                rustix::io::write(&fd, &me.to_le_bytes()).unwrap();
-                for p in (0..n).filter(|&p| p != me) {
-                    b.send(p, 3, &[fd.as_fd()], deadline).unwrap();
-                }
-                for p in (0..n).filter(|&p| p != me) {
-                    let got = b.recv(p, 3, deadline).unwrap();
-                    let mut buf = [0u8; 4];
-                    rustix::io::pread(&got[0], &mut buf, 0).unwrap();
-                    assert_eq!(u32::from_le_bytes(buf), p);
-                }
-            });
-        }
-    });
 }
 
 /// A subset rendezvous among `members` of `bs` (those ranks' threads only).

@@ -790,9 +790,11 @@ fn every_collective_over_our_plugin_in_each_version() {
                 b.iter().any(|b| b.contains("over NET/ours/0 (4 channels)")),
                 "v{v} rank {r}: {b:?}"
             );
+            // The stated 5 ms is a floor under the measured hop (which a
+            // loaded machine may stretch past it).
             assert_eq!(
                 v == 9,
-                b.iter().any(|b| b.contains("one hop 5000 us")),
+                priced_hop_us(&b).is_some_and(|h| h >= 5000.0),
                 "v{v} rank {r}: {b:?}"
             );
             // NCCL_DEBUG=INFO names the plugin, its version, and each
@@ -836,13 +838,23 @@ fn ranks_whose_devices_state_different_latencies_price_the_largest() {
     });
     assert!(codes.iter().all(|c| *c == Some(0)), "{codes:?}\n{lines:#?}");
     assert_eq!(ok_lines(&lines).len(), 2, "{lines:#?}");
-    for (r, l) in lines.iter().enumerate() {
-        let b = tagged(l, "BACKEND ");
-        assert!(
-            b.iter().any(|b| b.contains("one hop 5000 us")),
-            "rank {r} priced another hop: {b:?}"
-        );
-    }
+    let hops: Vec<Option<f64>> = lines
+        .iter()
+        .map(|l| priced_hop_us(&tagged(l, "BACKEND ")))
+        .collect();
+    assert!(
+        hops.iter().all(|h| h.is_some_and(|h| h >= 5000.0)) && hops[0] == hops[1],
+        "the ranks priced other hops: {hops:?}"
+    );
+}
+
+/// The hop (µs) a rank's backend line says the model prices (at least the
+/// largest stated latency; more where the measured hop is longer).
+fn priced_hop_us(backend: &[String]) -> Option<f64> {
+    backend.iter().find_map(|b| {
+        let rest = &b[b.find(", one hop ")? + ", one hop ".len()..];
+        rest.split_whitespace().next()?.parse().ok()
+    })
 }
 
 #[test]
