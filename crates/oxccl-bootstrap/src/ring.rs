@@ -19,6 +19,7 @@ use crate::id::UniqueId;
 use crate::root;
 use crate::sock::{self, Conn};
 use crate::wire::{Kind, Reader, Writer};
+use crate::WaitWarn;
 
 /// The role string of ring hellos' proofs.
 const RING: &str = "ring";
@@ -117,6 +118,7 @@ impl Bootstrap {
             Kind::Hello,
             &Hello::new(nranks, desc).encode(),
         )?;
+        wait_for_table(&mut root, rank, limit, grace, dev.wait_warn);
         let table = root.recv_kind(Kind::Table, grace)?;
         let descs = decode_table(&table, nranks).map_err(|e| root.wire(e))?;
         drop(root);
@@ -401,6 +403,27 @@ pub(crate) fn check_ranks(nranks: u32, rank: u32) -> Result<(), BootstrapError> 
 }
 
 /// This process's descriptor as `rank` (not listening yet).
+/// Waits until the root starts sending the rank table (or `grace`),
+/// warning on `warn`'s schedule: the root sends it once every rank has
+/// joined, and only the root's process knows who has not (it warns too).
+fn wait_for_table(root: &mut Conn, rank: u32, limit: Duration, grace: Instant, warn: WaitWarn) {
+    let started = Instant::now();
+    let mut next = started + warn.first;
+    while next < grace && !root.wait_readable(next) {
+        let limit = if limit >= crate::MAX_LIMIT {
+            "no deadline".to_string()
+        } else {
+            format!("deadline {limit:?}")
+        };
+        WaitWarn::say(&format!(
+            "oxccl: rank {rank} still waits for the rank table from the bootstrap {} after {:.1} s ({limit}): the root sends it once every rank has joined; the root's process names the ranks missing",
+            root.peer,
+            started.elapsed().as_secs_f64()
+        ));
+        next += warn.every;
+    }
+}
+
 fn my_desc(rank: u32, dev: &DeviceInfo) -> RankDesc {
     RankDesc {
         rank,

@@ -135,11 +135,7 @@ impl Root {
             now.duration_since(self.started).as_secs_f64(),
             self.waiting_for()
         );
-        if tracing::enabled!(tracing::Level::WARN) {
-            tracing::warn!("{msg}");
-        } else {
-            eprintln!("oxccl WARN {msg}");
-        }
+        WaitWarn::say(&msg);
     }
 
     /// A hello whose proof held.

@@ -18,6 +18,18 @@ pub struct WaitWarn {
     pub every: Duration,
 }
 
+impl WaitWarn {
+    /// Says `msg` as a WARN where tracing shows warnings, else on stderr:
+    /// a wait with no deadline must never be silent.
+    pub(crate) fn say(msg: &str) {
+        if tracing::enabled!(tracing::Level::WARN) {
+            tracing::warn!("{msg}");
+        } else {
+            eprintln!("oxccl WARN {msg}");
+        }
+    }
+}
+
 impl Default for WaitWarn {
     /// 10 s, then every minute.
     fn default() -> WaitWarn {

@@ -105,6 +105,23 @@ impl Conn {
         Ok(Got::Full)
     }
 
+    /// Whether bytes (or the end of the stream) arrive before `until`;
+    /// reads nothing, so a frame is never cut by this wait.
+    pub fn wait_readable(&mut self, until: Instant) -> bool {
+        let Some(t) = left(until) else {
+            return false;
+        };
+        let _ = self.stream.set_read_timeout(Some(t));
+        let mut b = [0u8; 1];
+        match self.stream.peek(&mut b) {
+            Ok(_) => true,
+            Err(e) => !matches!(
+                e.kind(),
+                ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
+            ),
+        }
+    }
+
     /// Receives one frame (any kind), bounded by `deadline`.
     pub fn recv(&mut self, deadline: Instant) -> Result<(Kind, Vec<u8>), BootstrapError> {
         let mut h = [0u8; HEADER];

@@ -1,5 +1,6 @@
 //! A rendezvous that waits for a rank that never comes says so while it
-//! waits, naming that rank: with no deadline (the C ABI's default) it
+//! waits, at the root naming that rank, and at every rank waiting for the
+//! table: with no deadline (the C ABI's default) it
 //! would otherwise be silence. Its own test binary: the root runs on a
 //! thread of its own, so its log is caught by a global subscriber.
 
@@ -49,7 +50,11 @@ fn a_root_waiting_for_a_rank_warns_naming_it_until_its_deadline() {
         let hs: Vec<_> = (0..2)
             .map(|r| {
                 let id = &id;
-                sc.spawn(move || Bootstrap::init(id, 3, r, &DeviceInfo::default(), limit))
+                let dev = DeviceInfo {
+                    wait_warn: warn,
+                    ..DeviceInfo::default()
+                };
+                sc.spawn(move || Bootstrap::init(id, 3, r, &dev, limit))
             })
             .collect();
         hs.into_iter().map(|h| h.join().unwrap()).collect()
@@ -77,5 +82,22 @@ fn a_root_waiting_for_a_rank_warns_naming_it_until_its_deadline() {
     assert!(
         last.contains("2 of 3 ranks joined; rank 2 not yet"),
         "{last}"
+    );
+    // The ranks waiting for the table say so too, in their own processes
+    // (here threads), pointing at the root's process for who is missing.
+    for r in 0..2 {
+        let mine = text
+            .lines()
+            .filter(|l| {
+                l.contains(&format!(
+                    "rank {r} still waits for the rank table from the bootstrap root"
+                ))
+            })
+            .count();
+        assert!(mine >= 2, "rank {r} warned {mine} times:\n{text}");
+    }
+    assert!(
+        text.contains("deadline 2.5s): the root sends it once every rank has joined"),
+        "{text}"
     );
 }
