@@ -300,6 +300,26 @@ fn the_builder_sets_typed_values_and_refuses_what_cannot_work() {
     ] {
         assert!(matches!(bad.build(), Err(Error::Config { .. })));
     }
+    // A negative device ordinal, by either setter, names the device.
+    for bad in [
+        Config::builder().device(-1),
+        Config::builder().cuda(oxccl::settings::CudaSettings {
+            device: Some(i32::MIN),
+            ..Default::default()
+        }),
+    ] {
+        match bad.build() {
+            Err(Error::Config { var, reason, .. }) => {
+                assert_eq!(var, "device");
+                assert!(reason.contains("0 or more"), "{reason}");
+            }
+            other => panic!("a negative device built: {other:?}"),
+        }
+    }
+    assert_eq!(
+        Config::builder().device(0).build().unwrap().cuda.device,
+        Some(0)
+    );
 }
 
 #[test]
