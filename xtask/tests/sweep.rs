@@ -95,3 +95,19 @@ fn bad_algorithm_is_a_clear_error() {
         "nothing should run"
     );
 }
+
+/// nccl-tests' `-c` is 0 or 1 here; `-c 2` was taken silently as a check.
+#[test]
+fn check_other_than_0_or_1_is_a_clear_error() {
+    let out = sweep(&["--ranks", "2", "-b", "8", "-e", "8", "-c", "2"]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--check") && stderr.contains("'2'") && stderr.contains("0 (do not check"),
+        "{stderr}"
+    );
+    assert!(
+        rows(&String::from_utf8_lossy(&out.stdout)).is_empty(),
+        "nothing should run"
+    );
+}

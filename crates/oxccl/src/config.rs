@@ -26,9 +26,9 @@
 //! configuration is read, before any communicator exists.
 //!
 //! Other variables: `OXCCL_CHANNELS` (else `NCCL_MAX_NCHANNELS`) caps the
-//! channel count; `OXCCL_DEADLINE_MS` sets the wait deadline (`0` or `off`:
-//! none; default 300 s, none through the C ABI; a wait for absent peers
-//! warns on stderr after `OXCCL_WAIT_WARN_MS`, default 10 s, then every
+//! channel count; `OXCCL_DEADLINE_MS` sets the wait deadline (`0`, `off` or
+//! `none`: none; default 300 s, none through the C ABI; a wait for absent
+//! peers warns on stderr after `OXCCL_WAIT_WARN_MS`, default 10 s, then every
 //! `OXCCL_WAIT_WARN_EVERY_MS`, default a minute);
 //! `OXCCL_DETERMINISTIC=1` keeps reductions to plans that reduce in rank
 //! order ([`Config::deterministic`]);
@@ -308,7 +308,7 @@ pub struct Config {
     /// maximum caps it either way.
     pub channels: Option<u32>,
     /// Every wait gives up after this long; [`NO_DEADLINE`] (from
-    /// `OXCCL_DEADLINE_MS=0` or `off`) waits for ever.
+    /// `OXCCL_DEADLINE_MS=0`, `off` or `none`) waits for ever.
     pub deadline: Duration,
     /// When a wait for peers that have not reached a call first warns
     /// (`OXCCL_WAIT_WARN_MS`, default 10 s), then how often it warns again

@@ -221,6 +221,30 @@ fn every_nccl_debug_level_is_accepted() {
     assert!(DebugLevel::Trace > DebugLevel::Info && DebugLevel::Abort > DebugLevel::Warn);
 }
 
+/// A deadline that is neither milliseconds nor a way to switch it off
+/// is refused with a message listing everything that is accepted.
+#[test]
+fn a_bad_deadline_says_what_is_accepted() {
+    for v in ["abc", "-5", "1.5", "4294967296"] {
+        match Config::from_vars(vars(&[("OXCCL_DEADLINE_MS", v)])) {
+            Err(e @ Error::Config { .. }) => {
+                let msg = e.to_string();
+                assert!(
+                    msg.contains("OXCCL_DEADLINE_MS")
+                        && msg.contains("milliseconds")
+                        && msg.contains("0, off or none for no deadline"),
+                    "{v}: {msg}"
+                );
+            }
+            other => panic!("OXCCL_DEADLINE_MS={v}: {other:?}"),
+        }
+    }
+    for v in ["0", "off", "OFF", "none", " None "] {
+        let c = Config::from_vars(vars(&[("OXCCL_DEADLINE_MS", v)])).unwrap();
+        assert_eq!(c.deadline, NO_DEADLINE, "{v:?}");
+    }
+}
+
 #[test]
 fn the_deadline_can_be_switched_off() {
     for v in ["0", "off", "OFF"] {
@@ -300,6 +324,26 @@ fn the_builder_sets_typed_values_and_refuses_what_cannot_work() {
     ] {
         assert!(matches!(bad.build(), Err(Error::Config { .. })));
     }
+    // A negative device ordinal, by either setter, names the device.
+    for bad in [
+        Config::builder().device(-1),
+        Config::builder().cuda(oxccl::settings::CudaSettings {
+            device: Some(i32::MIN),
+            ..Default::default()
+        }),
+    ] {
+        match bad.build() {
+            Err(Error::Config { var, reason, .. }) => {
+                assert_eq!(var, "device");
+                assert!(reason.contains("0 or more"), "{reason}");
+            }
+            other => panic!("a negative device built: {other:?}"),
+        }
+    }
+    assert_eq!(
+        Config::builder().device(0).build().unwrap().cuda.device,
+        Some(0)
+    );
 }
 
 #[test]

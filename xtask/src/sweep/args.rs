@@ -12,6 +12,16 @@ use oxccl::{BackendKind, CollKind, Config, DataType, RedOp};
 
 use super::external::Memory;
 
+/// `-c`: 0 (no check) or 1 (check one call per size); anything else is
+/// refused rather than read as a check.
+fn parse_check(v: &str) -> Result<u32, String> {
+    match v.trim() {
+        "0" => Ok(0),
+        "1" => Ok(1),
+        _ => Err("takes 0 (do not check the results) or 1 (check one call per size)".into()),
+    }
+}
+
 /// Flags follow nccl-tests' letters.
 #[derive(Debug, clap::Args)]
 pub struct SweepArgs {
@@ -30,8 +40,8 @@ pub struct SweepArgs {
     /// Warm-up iterations per size.
     #[arg(short = 'w', long = "warmup_iters", default_value_t = 1)]
     pub(crate) warmup: u32,
-    /// Check results (1) or not (0).
-    #[arg(short = 'c', long = "check", default_value_t = 1)]
+    /// Check results (1) or not (0); nothing else is taken.
+    #[arg(short = 'c', long = "check", default_value_t = 1, value_parser = parse_check)]
     pub(crate) check: u32,
     /// Reduction op: sum, prod, max, min, avg, premulsum or all.
     #[arg(short = 'o', long = "op", default_value = "sum")]
@@ -356,6 +366,28 @@ mod tests {
         let e = parse("0").err().expect("--channels 0 parsed");
         assert!(e.to_string().contains("--channels"), "{e}");
         assert_eq!(parse("2").map(|c| c.sweep.channels).ok(), Some(Some(2)));
+    }
+
+    #[test]
+    fn check_takes_only_0_or_1() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            sweep: SweepArgs,
+        }
+        let parse = |v: &str| <Cli as clap::Parser>::try_parse_from(["sweep", "-c", v]);
+        for bad in ["2", "10", "yes", ""] {
+            let e = parse(bad)
+                .err()
+                .unwrap_or_else(|| panic!("-c {bad:?} parsed"));
+            let e = e.to_string();
+            assert!(
+                e.contains("--check") && e.contains("0 (do not check"),
+                "{e}"
+            );
+        }
+        assert_eq!(parse("0").map(|c| c.sweep.check).ok(), Some(0));
+        assert_eq!(parse("1").map(|c| c.sweep.check).ok(), Some(1));
     }
 
     #[test]

@@ -7,11 +7,18 @@
 //! one, unless its hello has come whole: it is read first, so a storm
 //! behind a peer's sockets does not push them out). A socket whose hello is garbage, of another communicator or
 //! listener, does not prove the transport's key, repeats an index already
-//! taken, or never comes, is dropped with a warning naming its address,
-//! and the listener goes on waiting for the real peer. When `accept` runs
-//! out of descriptors (`EMFILE`/`ENFILE`) the listener sheds its oldest
-//! waiting sockets, backs off and tries again; only if that persists
-//! (half the deadline, at most 10 s) is it an error, and the error says so.
+//! taken, or never comes, is dropped, and the listener goes on waiting for
+//! the real peer. When `accept` runs out of descriptors (`EMFILE`/`ENFILE`)
+//! the listener sheds its oldest waiting sockets, backs off and tries
+//! again; only if that persists (half the deadline, at most 10 s) is it an
+//! error, and the error says so.
+//!
+//! Each listener warns of the first dropped connection in full (its
+//! address and why), then at most once per [`WARN_EVERY`], counting the
+//! drops since and naming the latest, and once more when it closes if
+//! drops went untold; every drop is logged at debug level. A storm of
+//! strangers thus gives a few lines, not one per connection. Failing
+//! `accept`s are told the same way.
 
 use std::collections::VecDeque;
 use std::io::Write;
@@ -31,6 +38,75 @@ const HELLO_WAIT: Duration = Duration::from_secs(4);
 const MAX_WAITING: usize = 64;
 /// Wait between `accept`s once it failed for a reason of the system's.
 const BACKOFF: Duration = Duration::from_millis(10);
+/// Shortest time between two warnings of one kind at one listener.
+const WARN_EVERY: Duration = Duration::from_secs(5);
+
+/// One kind of a listener's warnings: the first in full, then at most
+/// one line per [`WARN_EVERY`] counting those held back meanwhile (each
+/// still logged at debug level), and a last count when the listener
+/// closes.
+#[derive(Debug)]
+struct Quiet {
+    /// What is counted, plural ("dropped connections").
+    what: &'static str,
+    /// When the last warning was written.
+    warned: Option<Instant>,
+    /// Events since, not yet in a warning.
+    held: u64,
+    /// The latest of those.
+    latest: String,
+}
+
+impl Quiet {
+    const fn new(what: &'static str) -> Quiet {
+        Quiet {
+            what,
+            warned: None,
+            held: 0,
+            latest: String::new(),
+        }
+    }
+
+    /// One event at listener `at`, told by `line`.
+    fn note(&mut self, at: SocketAddr, line: String) {
+        let now = Instant::now();
+        if self.warned.is_none() {
+            tracing::warn!(
+                "oxccl-net: listener {at} {line} (further {} are logged at debug level and counted in one warning at most every {WARN_EVERY:?})",
+                self.what
+            );
+            self.warned = Some(now);
+            return;
+        }
+        tracing::debug!("oxccl-net: listener {at} {line}");
+        self.held += 1;
+        self.latest = line;
+        self.tick(at, now);
+    }
+
+    /// Warns of the events held back once [`WARN_EVERY`] has passed.
+    fn tick(&mut self, at: SocketAddr, now: Instant) {
+        if self.warned.is_some_and(|t| now >= t + WARN_EVERY) {
+            self.tell(at, now);
+        }
+    }
+
+    /// Warns of the events held back, if any.
+    fn tell(&mut self, at: SocketAddr, now: Instant) {
+        let Some(since) = self.warned.filter(|_| self.held > 0) else {
+            return;
+        };
+        tracing::warn!(
+            "oxccl-net: listener {at}: {} more {} in the last {:.1?}; the latest: {}",
+            self.held,
+            self.what,
+            now.duration_since(since),
+            self.latest
+        );
+        self.warned = Some(now);
+        self.held = 0;
+    }
+}
 
 /// A socket that has not finished its hello.
 #[derive(Debug)]
@@ -56,6 +132,18 @@ pub(crate) struct Listener {
     starved: Option<(Instant, String)>,
     /// No `accept` before this (backing off).
     resume: Option<Instant>,
+    /// Warnings of dropped connections.
+    drops: Quiet,
+    /// Warnings of `accept` failing.
+    stalls: Quiet,
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        let now = Instant::now();
+        self.drops.tell(self.handle.addr, now);
+        self.stalls.tell(self.handle.addr, now);
+    }
 }
 
 fn io(conn: &str, what: &'static str, e: std::io::Error) -> NetError {
@@ -105,14 +193,15 @@ impl Listener {
             cap: MAX_WAITING,
             starved: None,
             resume: None,
+            drops: Quiet::new("dropped connections"),
+            stalls: Quiet::new("failed accepts"),
         })
     }
 
-    fn drop_one(&self, w: Waiting, why: &str) {
-        tracing::warn!(
-            "oxccl-net: listener {} dropped a connection from {}: {why}",
+    fn drop_one(&mut self, w: Waiting, why: &str) {
+        self.drops.note(
             self.handle.addr,
-            w.from
+            format!("dropped a connection from {}: {why}", w.from),
         );
     }
 
@@ -121,6 +210,8 @@ impl Listener {
     /// dropped). An error only when `accept` itself keeps failing.
     pub fn accept(&mut self, deadline: Duration) -> Result<Option<Vec<TcpStream>>, NetError> {
         let now = Instant::now();
+        self.drops.tick(self.handle.addr, now);
+        self.stalls.tick(self.handle.addr, now);
         let wait = HELLO_WAIT.min(deadline.max(Duration::from_millis(1)));
         while self.waiting.front().is_some_and(|w| now >= w.since + wait) {
             let w = self.waiting.pop_front().expect("a front");
@@ -207,7 +298,10 @@ impl Listener {
                 Accepted::Conn(s, from) => {
                     self.starved = None;
                     if let Err(e) = s.set_nonblocking(true) {
-                        tracing::warn!("oxccl-net: dropped a connection from {from}: {e}");
+                        self.drops.note(
+                            self.handle.addr,
+                            format!("dropped a connection from {from}: set_nonblocking: {e}"),
+                        );
                         continue;
                     }
                     if self.waiting.len() >= self.cap {
@@ -227,9 +321,9 @@ impl Listener {
                     let since = match &self.starved {
                         Some((t, _)) => *t,
                         None => {
-                            tracing::warn!(
-                                "oxccl-net: listener {}: accept failed ({e}); backing off",
-                                self.handle.addr
+                            self.stalls.note(
+                                self.handle.addr,
+                                format!("accept failed ({e}); backing off"),
                             );
                             self.starved = Some((now, e.to_string()));
                             now

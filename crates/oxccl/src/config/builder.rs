@@ -85,6 +85,7 @@ impl ConfigBuilder {
 
     /// The CUDA device this process's rank runs on (ranks as processes);
     /// without it ranks of one host take the visible devices round-robin.
+    /// A negative ordinal is refused by [`ConfigBuilder::build`].
     pub fn device(mut self, ordinal: i32) -> Self {
         self.0.cuda.device = Some(ordinal);
         self
@@ -151,8 +152,8 @@ impl ConfigBuilder {
     }
 
     /// The configuration, or the first value that cannot work: a zero
-    /// channel count, chunk or deadline, an empty algorithm or protocol
-    /// list.
+    /// channel count, chunk or deadline, a negative device ordinal, an
+    /// empty algorithm or protocol list.
     pub fn build(self) -> Result<Config> {
         let c = self.0;
         let bad = |var: &str, value: String, reason: &str| Error::Config {
@@ -168,6 +169,13 @@ impl ConfigBuilder {
                 "chunk_bytes",
                 "0".into(),
                 "expected a positive byte count",
+            ));
+        }
+        if let Some(d) = c.cuda.device.filter(|&d| d < 0) {
+            return Err(bad(
+                "device",
+                d.to_string(),
+                "a CUDA device ordinal is 0 or more",
             ));
         }
         if c.deadline.is_zero() {

@@ -78,7 +78,17 @@ fn facade(get: Get<'_>) -> Result<Config> {
     if let Some((var, v)) = pick(get, "OXCCL_DEADLINE_MS", None) {
         c.deadline = match v.trim().to_ascii_lowercase().as_str() {
             "0" | "off" | "none" => NO_DEADLINE,
-            _ => Duration::from_millis(parse_positive(var, &v)?.into()),
+            _ => Duration::from_millis(
+                parse_positive(var, &v)
+                    .map_err(|_| {
+                        bad(
+                            var,
+                            &v,
+                            "expected milliseconds (1 to 4294967295), or 0, off or none for no deadline",
+                        )
+                    })?
+                    .into(),
+            ),
         };
     }
     if let Some((var, v)) = pick(get, "OXCCL_WAIT_WARN_MS", None) {

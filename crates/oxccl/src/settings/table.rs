@@ -75,7 +75,7 @@ pub static SETTINGS: &[Setting] = &[
     s("OXCCL_ALGO", Some("NCCL_ALGO"), "all", "NCCL_ALGO syntax", User, "Algorithms the selector may choose, per collective (`ring,tree`, `^ring`, `allreduce:tree`); NCCL's `nvls`, `collnet*`, `pat` are ignored with a warning."),
     s("OXCCL_PROTO", Some("NCCL_PROTO"), "all", "NCCL_PROTO syntax", User, "Protocols the selector may choose (`simple`, `ll`; NCCL's `ll128` is ignored with a warning), per collective."),
     s("OXCCL_CHANNELS", Some("NCCL_MAX_NCHANNELS"), "the selector's", "count", User, "Caps the channel count of every call."),
-    s("OXCCL_DEADLINE_MS", None, "300000 (none through the C ABI)", "ms, 0 or off", User, "Every wait gives up after this long with an error naming rank, peer and step; 0 or off waits for ever."),
+    s("OXCCL_DEADLINE_MS", None, "300000 (none through the C ABI)", "ms, 0, off or none", User, "Every wait gives up after this long with an error naming rank, peer and step; 0, off or none waits for ever."),
     s("OXCCL_WAIT_WARN_MS", None, "10000", "ms", User, "A wait for peers that have not reached a call, a call enqueued on a GPU that has not completed, or a rendezvous at init whose ranks have not all joined, warns on stderr after this long, naming them and the call."),
     s("OXCCL_WAIT_WARN_EVERY_MS", None, "60000", "ms", User, "How often that warning repeats while the wait goes on."),
     s("OXCCL_CHUNK_BYTES", None, "the backend's slot", "bytes (64K, 1M)", User, "Piece size plans pipeline in."),
