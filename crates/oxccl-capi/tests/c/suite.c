@@ -748,10 +748,10 @@ static void scenario_abort_thread(void) {
   if (f) fclose(f);
   CHECK(r != ncclSuccess && r != ncclInProgress, "allreduce ended by abort returned %d", (int)r);
   CHECK(aborted_at > 0, "%s", "the call returned before the abort: a deadline ended it");
-  /* The abort wakes the wait at once; the call returns within about 0.2 s
-   * (freeing the communicator stops peer-watch threads that look at their
-   * stop flag every 100 ms). 3 s leaves room for a loaded machine while
-   * still telling a missed abort (a hang) apart. */
+  /* The abort wakes the wait at once, and freeing the communicator wakes
+   * its peer-watch threads: the call returns within milliseconds. 3 s
+   * leaves room for a loaded machine while still telling a missed abort
+   * (a hang) apart. */
   CHECK(ended - aborted_at < 3.0, "the call took %.2f s after the abort", ended - aborted_at);
   fprintf(stderr, "rank 0: the call returned %.3f s after the abort\n", ended - aborted_at);
   char text[16384] = {0};
