@@ -790,13 +790,16 @@ fn every_collective_over_our_plugin_in_each_version() {
                 b.iter().any(|b| b.contains("over NET/ours/0 (4 channels)")),
                 "v{v} rank {r}: {b:?}"
             );
-            // The stated 5 ms is a floor under the measured hop (which a
-            // loaded machine may stretch past it).
-            assert_eq!(
-                v == 9,
-                priced_hop_us(&b).is_some_and(|h| h >= 5000.0),
-                "v{v} rank {r}: {b:?}"
-            );
+            // v9's stated 5 ms is a floor under the measured hop. Other
+            // versions state 3.5 us, and their measured hop (a loaded
+            // machine has stretched a loopback hop past 5 ms) says nothing
+            // about the floor: their stated latency is checked on the NIC
+            // line below.
+            let hop = priced_hop_us(&b);
+            assert!(hop.is_some(), "v{v} rank {r} priced no hop: {b:?}");
+            if v == 9 {
+                assert!(hop.is_some_and(|h| h >= 5000.0), "v9 rank {r}: {b:?}");
+            }
             // NCCL_DEBUG=INFO names the plugin, its version, and each
             // connection's network.
             let has = |want: &str| l.iter().any(|x| x.contains(want));
