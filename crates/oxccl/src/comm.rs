@@ -626,9 +626,7 @@ impl Communicator {
         self.clique.backend.launch_counts()
     }
 
-    /// Algorithm, protocol and channels of the last collective this rank
-    /// ran; `None` before any, and after one that ran no plan (zero
-    /// elements, or one rank in place: nothing to move).
+    /// Algorithm, protocol and channels of the last collective this rank ran.
     pub fn last_choice(&self) -> Option<Choice> {
         self.recent.lock().last_choice
     }
@@ -737,7 +735,6 @@ impl Communicator {
     ) -> Result<()> {
         let kind = checked.coll.kind;
         if checked.coll.count == 0 {
-            self.recent.lock().last_choice = None;
             return Ok(());
         }
         let mut seq = self.call.lock();
@@ -761,7 +758,6 @@ impl Communicator {
                     "oxccl: {call}: nothing to move (one rank, in place)"
                 );
             }
-            self.recent.lock().last_choice = None;
             return Ok(());
         }
         // Past the agreement, the peers are committed to the call: a plan
