@@ -189,10 +189,18 @@ pub enum Algo {
     /// transfer is one copy from one buffer to one other, so a backend may
     /// run each as a plain memory copy (the GPU's copy engines, no SMs).
     CopyEngine,
+    /// One-step AllReduce for small messages through LL slots ("LL
+    /// one-shot", the shape of NCCL's symmetric kernels): every rank
+    /// stores its input, as LL words tagged with a per-call epoch, into a
+    /// slot of every peer, then reduces the n slots in rank order. No
+    /// barrier besides the data itself; no exit synchronisation (parity
+    /// slots, see the backends). Its plan is the FIFO one-shot's, which a
+    /// backend runs where it has no LL one-shot path for the call.
+    OneShotLl,
 }
 
 impl Algo {
-    pub const ALL: [Algo; 8] = [
+    pub const ALL: [Algo; 9] = [
         Algo::Ring,
         Algo::Chain,
         Algo::BinaryTree,
@@ -201,6 +209,7 @@ impl Algo {
         Algo::TwoShot,
         Algo::AllPairs,
         Algo::CopyEngine,
+        Algo::OneShotLl,
     ];
 
     pub const fn name(self) -> &'static str {
@@ -213,6 +222,7 @@ impl Algo {
             Algo::TwoShot => "twoshot",
             Algo::AllPairs => "allpairs",
             Algo::CopyEngine => "ce",
+            Algo::OneShotLl => "ll1",
         }
     }
 
@@ -263,11 +273,12 @@ impl FromStr for Algo {
             "twoshot" | "two_shot" => Algo::TwoShot,
             "allpairs" | "all_pairs" | "direct" => Algo::AllPairs,
             "ce" | "copyengine" | "copy_engine" => Algo::CopyEngine,
+            "ll1" | "oneshotll" | "oneshot_ll" | "one_shot_ll" => Algo::OneShotLl,
             _ => {
                 return Err(CoreError::Parse {
                     what: "algorithm",
                     value: s.to_string(),
-                    expected: "ring chain btree tree(dbtree) oneshot twoshot allpairs ce",
+                    expected: "ring chain btree tree(dbtree) oneshot twoshot allpairs ce ll1",
                 })
             }
         })

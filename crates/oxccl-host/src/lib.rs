@@ -32,6 +32,7 @@ pub mod fuzz;
 mod kernel;
 mod landing;
 mod net;
+mod oneshot;
 mod procs;
 mod program_cache;
 mod reason;
@@ -51,6 +52,7 @@ pub use error::HostError;
 pub use exec::ExecStats;
 pub use fabric::HostFabric;
 pub use net::{ProxyEvents, StepState};
+pub use oneshot::{ll_flag, OneShotLl};
 /// The network transport's settings and errors, as [`HostConfig`] takes them.
 pub use oxccl_net::{config::SocketSettings, NetError};
 pub use region::SharedRegion;

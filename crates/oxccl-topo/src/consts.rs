@@ -292,6 +292,10 @@ pub struct Constants {
     /// on the copy engines with no kernel; `None` (the default): it is not
     /// timed, so the selector never picks it (forcing it still can).
     pub copy_engine: Option<CopyEngineModel>,
+    /// How the one-step LL AllReduce runs, where a backend has that path;
+    /// `None` (the default): it is not timed, so the selector never picks
+    /// it (forcing `ll1` still can).
+    pub oneshot_ll: Option<OneShotLlModel>,
     /// Latency added per hop a message takes one after another (µs; 0 by
     /// default): [`PROCESS_HOP_US`] where ranks sharing a GPU are
     /// processes, whose hops the shared-GPU calibration did not see.
@@ -344,6 +348,65 @@ impl CopyEngineModel {
     }
 }
 
+/// The cost of the one-step LL AllReduce (`ll1`): one launch, one
+/// all-to-all exchange of LL lines (which is the barrier: each rank waits
+/// for every peer's flags once), and the lines one block per rank writes
+/// to every peer and reads back. **Only `barrier_us` was measured** (a
+/// bare barrier kernel, about 1.5 µs per step on an H100 with 8 rank
+/// threads); the rest are guesses, and `margin_us` is added so the path
+/// is picked only where the model says it wins by that much. Calibrate
+/// with the sweep (`--algo ll1` against the selector's pick).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct OneShotLlModel {
+    /// A launch and the kernel's start, µs (unmeasured).
+    pub launch_us: f64,
+    /// One cross-rank exchange, µs (measured as a bare barrier's step).
+    pub barrier_us: f64,
+    /// GB/s of LL lines one block per rank stores and loads (unmeasured).
+    pub line_gbps: f64,
+    /// Added to every prediction, µs: the margin the path must win by
+    /// while its constants are guesses.
+    pub margin_us: f64,
+    /// Largest payload per rank, bytes, the backend's path serves.
+    pub max_bytes: usize,
+}
+
+impl OneShotLlModel {
+    /// The guess for a GPU (see the type's docs); `max_bytes` is the
+    /// backend's.
+    pub const GUESS: OneShotLlModel = OneShotLlModel {
+        launch_us: 5.0,
+        barrier_us: 1.5,
+        line_gbps: 100.0,
+        margin_us: 2.0,
+        max_bytes: 0,
+    };
+
+    /// The guess serving calls of at most `max_bytes` per rank.
+    pub const fn serving(max_bytes: usize) -> OneShotLlModel {
+        OneShotLlModel {
+            max_bytes,
+            ..Self::GUESS
+        }
+    }
+
+    /// µs for an AllReduce of `bytes` per rank on `n` ranks, `None` past
+    /// `max_bytes`. Each rank stores its payload as LL lines (twice the
+    /// bytes) to n slots and loads n such slots back.
+    pub fn time_us(&self, n: u32, bytes: f64) -> Option<f64> {
+        if bytes > self.max_bytes as f64 {
+            return None;
+        }
+        let lines = 2.0 * 2.0 * bytes * f64::from(n.max(1));
+        Some(
+            self.launch_us
+                + self.barrier_us
+                + self.margin_us
+                + lines / (self.line_gbps.max(1e-9) * 1000.0),
+        )
+    }
+}
+
 impl Default for Constants {
     fn default() -> Self {
         Constants {
@@ -365,6 +428,7 @@ impl Default for Constants {
             fitted_coll: Vec::new(),
             avoid: Vec::new(),
             copy_engine: None,
+            oneshot_ll: None,
             exposed_hop_us: 0.0,
         }
     }

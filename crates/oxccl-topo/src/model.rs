@@ -42,6 +42,42 @@ impl Selector {
         bytes: usize,
         nranks: u32,
     ) -> Option<f64> {
+        if algo == Algo::OneShotLl {
+            return self.predict_oneshot_ll(kind, proto, bytes, nranks);
+        }
+        self.predict_plan(kind, algo, proto, channels, bytes, nranks)
+    }
+
+    /// The one-step LL AllReduce: its own model, where the backend has
+    /// the path ([`crate::consts::OneShotLlModel`]). It is the LL
+    /// protocol, so it is timed (and reported) under LL only; ranks on
+    /// several hosts never share its slots.
+    fn predict_oneshot_ll(
+        &self,
+        kind: CollKind,
+        proto: Proto,
+        bytes: usize,
+        nranks: u32,
+    ) -> Option<f64> {
+        let (c, s) = (self.constants(), self.shape());
+        if !serves(Algo::OneShotLl, kind) || c.avoids(kind, Algo::OneShotLl) {
+            return None;
+        }
+        c.oneshot_ll
+            .filter(|_| proto == Proto::LL && s.nnodes <= 1)
+            .and_then(|m| m.time_us(nranks.max(1), bytes as f64))
+    }
+
+    /// [`Selector::predict`] for the plan-running algorithms.
+    fn predict_plan(
+        &self,
+        kind: CollKind,
+        algo: Algo,
+        proto: Proto,
+        channels: u32,
+        bytes: usize,
+        nranks: u32,
+    ) -> Option<f64> {
         let (c, s) = (self.constants(), self.shape());
         if !serves(algo, kind) || c.avoids(kind, algo) {
             return None;
@@ -156,6 +192,7 @@ impl Selector {
             // A rank issues one copy per peer block per channel (so one
             // channel is best) and moves what all-pairs moves, at its
             // share of the engines, at most the port's rate.
+            Algo::OneShotLl => return None, // timed by `predict`
             Algo::CopyEngine => {
                 let ce = c.copy_engine?;
                 let copies = f64::from(n) * f64::from(channels.max(1));

@@ -25,7 +25,9 @@
 use oxccl_core::{Algo, CollKind, Proto};
 
 use crate::calibrate::{builtin_for, carry, fit, fit_fifo, SHARED_GPU_MACHINE};
-use crate::consts::{copy_bw_for_sm, is_direct, Constants, CopyEngineModel, PROCESS_HOP_US};
+use crate::consts::{
+    copy_bw_for_sm, is_direct, Constants, CopyEngineModel, OneShotLlModel, PROCESS_HOP_US,
+};
 use crate::graph::{NodeId, Topology};
 use crate::netdev::NetDevice;
 use crate::select::{Choice, Selector, Transport};
@@ -517,6 +519,21 @@ impl Policy {
             ..self.registered.constants().clone()
         };
         self.registered = self.registered.with_constants(c);
+        self
+    }
+
+    /// Times the one-step LL AllReduce with `model` (a backend that has
+    /// the path, for calls up to its `max_bytes`), on registered buffers
+    /// and plain ones alike (it copies into its own slots), or not
+    /// (`None`: the selector never picks it; forcing it still works).
+    pub fn with_oneshot_ll(mut self, model: Option<OneShotLlModel>) -> Policy {
+        for sel in [&mut self.registered, &mut self.fifo] {
+            let c = Constants {
+                oneshot_ll: model,
+                ..sel.constants().clone()
+            };
+            *sel = sel.clone().with_constants(c);
+        }
         self
     }
 

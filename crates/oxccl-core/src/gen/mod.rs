@@ -88,7 +88,7 @@ pub fn supports(algo: Algo, kind: CollKind) -> bool {
         Algo::Ring => kind != SendRecv,
         Algo::Chain | Algo::BinaryTree => matches!(kind, AllReduce | Reduce | Broadcast),
         Algo::DoubleBinaryTree => matches!(kind, AllReduce),
-        Algo::OneShot | Algo::TwoShot => matches!(kind, AllReduce),
+        Algo::OneShot | Algo::TwoShot | Algo::OneShotLl => matches!(kind, AllReduce),
         Algo::AllPairs => matches!(
             kind,
             AllGather | ReduceScatter | AllToAll | Gather | Scatter | Broadcast | Reduce
@@ -131,7 +131,7 @@ pub fn reduces_in_rank_order(algo: Algo, kind: CollKind) -> bool {
         return true;
     }
     match algo {
-        Algo::OneShot | Algo::TwoShot => kind == CollKind::AllReduce,
+        Algo::OneShot | Algo::TwoShot | Algo::OneShotLl => kind == CollKind::AllReduce,
         Algo::AllPairs => matches!(kind, CollKind::Reduce | CollKind::ReduceScatter),
         Algo::Ring | Algo::Chain | Algo::BinaryTree | Algo::DoubleBinaryTree => false,
         // Serves no reduction (checked above).
@@ -191,6 +191,18 @@ pub fn generate(req: &PlanRequest) -> Result<Plan, CoreError> {
                 Algo::OneShot | Algo::TwoShot if req.registered => direct::build(req, r, &mut rp),
                 Algo::AllPairs if req.registered => direct_allpairs::build(req, r, &mut rp),
                 Algo::OneShot | Algo::TwoShot | Algo::AllPairs => allpairs::build(req, r, &mut rp),
+                // The FIFO one-shot's plan: what a backend without an LL
+                // one-shot path for the call runs, and what the checker
+                // proves (the LL path computes the same rank-order sums).
+                Algo::OneShotLl => allpairs::build(
+                    &PlanRequest {
+                        algo: Algo::OneShot,
+                        registered: false,
+                        ..req.clone()
+                    },
+                    r,
+                    &mut rp,
+                ),
             }?;
             Ok(rp)
         })
