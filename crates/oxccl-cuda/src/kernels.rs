@@ -23,6 +23,7 @@ pub const COMMON_SRC: &str = include_str!("../../../kernels/oxccl_common.cuh");
 pub const NUM_SRC: &str = include_str!("../../../kernels/oxccl_num.cuh");
 pub const EXEC_SRC: &str = include_str!("../../../kernels/oxccl_exec.cuh");
 pub const LL_SRC: &str = include_str!("../../../kernels/oxccl_ll.cuh");
+pub const LL1_SRC: &str = include_str!("../../../kernels/oxccl_ll1.cuh");
 
 pub use crate::layout::THREADS;
 
@@ -67,7 +68,14 @@ pub fn module_source(dtype: DataType) -> String {
         .find(|d| d.0 == dtype)
         .map_or("float", |d| d.1);
     let header = crate::layout::header();
-    let parts = [header.as_str(), COMMON_SRC, NUM_SRC, EXEC_SRC, LL_SRC];
+    let parts = [
+        header.as_str(),
+        COMMON_SRC,
+        NUM_SRC,
+        EXEC_SRC,
+        LL_SRC,
+        LL1_SRC,
+    ];
     let mut s = String::with_capacity(parts.iter().map(|p| p.len() + 1).sum::<usize>() + 1024);
     for part in parts {
         s.push_str(part);
@@ -76,7 +84,7 @@ pub fn module_source(dtype: DataType) -> String {
     s.push_str("// Instantiations (generated from kernels.rs' table).\n");
     for (op, constant, _) in OPS {
         s.push_str(&format!(
-            "extern \"C\" __global__ void __launch_bounds__(OX_THREADS) {}(const __grid_constant__ OxDesc d) {{ ox_exec<{ctype}, {constant}>(d); }}\n",
+            "extern \"C\" __global__ void __launch_bounds__(OX_THREADS) {}(const __grid_constant__ OxDesc d) {{ if (d.flags & OXD_LL1) ox_ll1<{ctype}, {constant}>(d); else ox_exec<{ctype}, {constant}>(d); }}\n",
             kernel_name(dtype, op)
         ));
     }

@@ -71,6 +71,10 @@ pub const D_LL: u32 = 8;
 /// that step (and the peer) there and returns, before the step has any
 /// effect; the host launches again until every channel is done.
 pub const D_RESUME: u32 = 32;
+/// Descriptor flag: the launch is the one-step LL AllReduce
+/// (`kernels/oxccl_ll1.cuh`), not a plan: `ll1_*` say where its slots and
+/// epoch are, `bufs[0]` and `bufs[1]` are the input and the output.
+pub const D_LL1: u32 = 64;
 /// `u32` words of a channel's `progress` record: the next step, the peer
 /// it waits for, what it waits for (`OXA_*`), one spare.
 pub const PROGRESS_WORDS: usize = 4;
@@ -154,6 +158,11 @@ pub const CONSTANTS: &[(&str, u64, &str)] = &[
         "OXD_RESUME",
         D_RESUME as u64,
         "relaunch mode: start at progress[], return instead of waiting for a peer",
+    ),
+    (
+        "OXD_LL1",
+        D_LL1 as u64,
+        "the one-step LL AllReduce (kernels/oxccl_ll1.cuh), not a plan",
     ),
     (
         "OX_PROGRESS_WORDS",
@@ -352,6 +361,10 @@ device_record! {
         heap_delta: u64 => "const i64* heap_delta",
         trace: u64 => "u64* trace",
         progress: u64 => "volatile u32* progress",
+        ll1_slots: u64 => "const u64* ll1_slots",
+        ll1_epoch: u64 => "u64* ll1_epoch",
+        ll1_count: u64 => "u64 ll1_count",
+        ll1_lines: u64 => "u64 ll1_lines",
         rank: u32 => "u32 rank",
         nranks: u32 => "u32 nranks",
         nbufs: u32 => "u32 nbufs",

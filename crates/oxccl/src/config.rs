@@ -296,6 +296,10 @@ impl DebugLevel {
 /// hang, still warned about periodically; see [`Config::wait_warn`]).
 pub const NO_DEADLINE: Duration = Duration::MAX;
 
+/// The one-step LL AllReduce's largest payload by default (64 KiB per
+/// rank: 128 KiB of LL lines per sender and parity).
+pub const DEFAULT_LL1_BYTES: usize = 64 << 10;
+
 /// How a clique is set up and how it chooses plans.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -323,6 +327,11 @@ pub struct Config {
     /// `None`: the backend's slot for FIFO plans, larger pieces for direct
     /// ones.
     pub chunk_bytes: Option<usize>,
+    /// Largest AllReduce, in bytes per rank, the one-step LL path
+    /// (`ll1`, [`Algo::OneShotLl`]) serves (`OXCCL_LL1_BYTES`, default
+    /// [`DEFAULT_LL1_BYTES`]); each rank's LL slots take 2 × ranks × twice
+    /// this. 0 turns the path off (`ll1` then runs the FIFO one-shot).
+    pub ll1_bytes: usize,
     /// Logging requested through the environment.
     pub debug: Option<DebugLevel>,
     /// Whose INFO and TRACE lines show (`OXCCL_DEBUG_SUBSYS`, else
@@ -389,6 +398,7 @@ impl Default for Config {
             deadline: oxccl_bootstrap::DEFAULT_DEADLINE,
             wait_warn: WaitWarn::default(),
             chunk_bytes: None,
+            ll1_bytes: DEFAULT_LL1_BYTES,
             debug: None,
             debug_subsys: Subsystems::default(),
             deterministic: false,
@@ -423,6 +433,7 @@ impl Config {
             nranks,
             deadline: self.deadline,
             wait_warn: self.wait_warn,
+            ll1_bytes: self.ll1_bytes,
             host: self.host.clone(),
             cuda: self.cuda.clone(),
         }

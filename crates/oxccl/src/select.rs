@@ -25,7 +25,7 @@ use crate::error::{Error, Result};
 
 /// Algorithms in the order ties are broken and fallbacks are tried: ring
 /// serves every collective, then the direct ones, then trees.
-const ALGO_ORDER: [Algo; 8] = [
+const ALGO_ORDER: [Algo; 9] = [
     Algo::Ring,
     Algo::AllPairs,
     Algo::DoubleBinaryTree,
@@ -34,6 +34,7 @@ const ALGO_ORDER: [Algo; 8] = [
     Algo::Chain,
     Algo::BinaryTree,
     Algo::CopyEngine,
+    Algo::OneShotLl,
 ];
 
 /// The algorithms `config` allows for `kind` that have a generator, in
@@ -61,6 +62,9 @@ pub(crate) struct Chooser {
     /// Protocols the backend executes.
     protos: &'static [Proto],
     max_channels: u32,
+    /// Largest AllReduce per rank the backend's one-step LL path serves
+    /// (0: none); larger calls take the FIFO one-shot in its place.
+    ll1_bytes: usize,
     /// Choices already made, by (collective, bytes, registered): the
     /// configuration is fixed per clique, so a repeated call is a lookup.
     memo: RwLock<HashMap<(CollKind, usize, bool), Choice>>,
@@ -113,11 +117,18 @@ impl Chooser {
             backend
                 .copy_engines()
                 .then_some(oxccl_topo::consts::CopyEngineModel::GUESS),
+        )
+        // Likewise the one-step LL AllReduce's: guesses but for the
+        // barrier, with a margin, timed where the backend asks for it.
+        .with_oneshot_ll(
+            (backend.oneshot_ll_priced() && backend.oneshot_ll_bytes() > 0)
+                .then(|| oxccl_topo::consts::OneShotLlModel::serving(backend.oneshot_ll_bytes())),
         );
         Ok(Chooser {
             policy,
             protos,
             max_channels,
+            ll1_bytes: backend.oneshot_ll_bytes(),
             memo: RwLock::default(),
         })
     }
@@ -167,7 +178,7 @@ impl Chooser {
         config: &Config,
         (kind, bytes, registered): (CollKind, usize, bool),
     ) -> Result<Choice> {
-        let algos = allowed_algos(config, kind);
+        let algos = ll1_served(allowed_algos(config, kind), bytes, self.ll1_bytes);
         if algos.is_empty() {
             return Err(Error::NoAlgorithm {
                 coll: kind,
@@ -220,6 +231,24 @@ impl Chooser {
         }
         Ok(c)
     }
+}
+
+/// `algos` for a call of `bytes` per rank where the one-step LL path
+/// serves at most `ll1_bytes`: past that (or without the path) `ll1` is
+/// the FIFO one-shot it falls back to, which computes the same rank-order
+/// sums, so a forced `ll1` still runs.
+fn ll1_served(mut algos: Vec<Algo>, bytes: usize, ll1_bytes: usize) -> Vec<Algo> {
+    if bytes <= ll1_bytes {
+        return algos;
+    }
+    if let Some(i) = algos.iter().position(|&a| a == Algo::OneShotLl) {
+        if algos.contains(&Algo::OneShot) {
+            algos.remove(i);
+        } else {
+            algos[i] = Algo::OneShot;
+        }
+    }
+    algos
 }
 
 /// `channels` for `algo`, clamped so that its plan has at most `max`
@@ -344,6 +373,7 @@ mod tests {
             policy: Policy::gpu(&topo, &[0; 8], 16),
             protos: &[Proto::Simple, Proto::LL],
             max_channels: 16,
+            ll1_bytes: 0,
             memo: RwLock::default(),
         };
         let config = Config::from_vars(|k| {

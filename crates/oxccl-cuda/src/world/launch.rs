@@ -6,7 +6,7 @@ use oxccl_core::{Awaited, BaseOp, DataType, FaultCause, LoweredOp, Proto, WaitFa
 use crate::driver::{Function, Module};
 use crate::error::{CudaError, Result};
 use crate::kernels::{self, Origin, THREADS};
-use crate::layout::{OxDesc, D_LL, D_PRE, D_PRE_AT, D_RESUME, D_SYS, MAX_BUFS};
+use crate::layout::{OxDesc, D_LL, D_LL1, D_PRE, D_PRE_AT, D_RESUME, D_SYS, MAX_BUFS};
 
 use super::failure::{W_ABORT, W_FAIL};
 use super::gate::Party;
@@ -180,6 +180,10 @@ impl World {
                 heap_delta: self.shared.as_ref().map_or(0, |s| s.delta.ptr),
                 trace,
                 progress: if relaunch { self.restart(rank)? } else { 0 },
+                ll1_slots: p.ll1.map_or(0, |l| l.table),
+                ll1_epoch: p.ll1.map_or(0, |l| l.epoch),
+                ll1_count: p.ll1.map_or(0, |l| l.count),
+                ll1_lines: p.ll1.map_or(0, |l| l.lines),
                 rank,
                 nranks: self.nranks(),
                 nbufs: bufs.len() as u32,
@@ -191,7 +195,8 @@ impl World {
                     }
                     | if self.devices.len() > 1 { D_SYS } else { 0 }
                     | if p.proto == Proto::LL { D_LL } else { 0 }
-                    | if relaunch { D_RESUME } else { 0 },
+                    | if relaunch { D_RESUME } else { 0 }
+                    | if p.ll1.is_some() { D_LL1 } else { 0 },
                 post_div: op.post_div.unwrap_or(0),
                 nslots: self.cfg.nslots as u32,
                 bufs: [0; MAX_BUFS],
@@ -203,12 +208,23 @@ impl World {
                     None => self.tagged(a),
                 };
             }
+            // The one-step LL AllReduce is one block of every thread,
+            // whatever the plan's channels (`oneshot_ll`).
+            let (blocks, threads) = if p.ll1.is_some() {
+                (1, THREADS)
+            } else {
+                (p.nchannels, p.threads)
+            };
             // SAFETY: `OxDesc` is the kernel's parameter type (crate::layout);
-            // the plan blob, links and tables live as long as the clique; the
-            // caller guarantees the buffers.
-            unsafe { f.launch_smem(p.nchannels, p.threads, self.cfg.block_smem, &st.stream, &d)? };
+            // the plan blob, links, tables and one-step LL slots live as long
+            // as the clique; the caller guarantees the buffers.
+            unsafe { f.launch_smem(blocks, threads, self.cfg.block_smem, &st.stream, &d)? };
             self.kernel_launches
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if p.ll1.is_some() {
+                self.ll1_calls
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
             if relaunch {
                 // SAFETY: as the launch above.
                 unsafe { self.relaunch_until_done(rank, &f, &d, p.nchannels, p.threads)? };

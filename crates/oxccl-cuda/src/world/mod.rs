@@ -29,6 +29,7 @@ mod heap;
 mod launch;
 mod links;
 mod memory;
+mod oneshot_ll;
 mod procs;
 mod relaunch;
 mod streams;
@@ -102,6 +103,10 @@ pub struct WorldConfig {
     /// ever waits for a peer's; a launch returns once its plan has run,
     /// relaunched until then (`relaunch`).
     pub relaunch: bool,
+    /// Largest AllReduce payload per rank, bytes, the one-step LL path
+    /// serves (`oneshot_ll`; 0: none). Each rank's slots take
+    /// 2 × ranks × twice this.
+    pub ll1_bytes: usize,
 }
 
 /// Kernels a device runs at once ("maximum number of resident grids per
@@ -133,6 +138,7 @@ impl WorldConfig {
             co_resident: 0,
             cache_dir: None,
             relaunch: false,
+            ll1_bytes: 64 << 10,
         }
     }
 }
@@ -210,6 +216,10 @@ pub struct World {
     kernel_launches: std::sync::atomic::AtomicU64,
     /// Calls run as copies on the copy engines so far.
     copy_calls: std::sync::atomic::AtomicU64,
+    /// The one-step LL AllReduce's slots, once a plan has used them.
+    ll1: Mutex<Option<Arc<oneshot_ll::Ll1Mem>>>,
+    /// Calls run on the one-step LL path so far.
+    ll1_calls: std::sync::atomic::AtomicU64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -389,6 +399,8 @@ impl World {
             addrs: copies::AddrExchange::default(),
             kernel_launches: std::sync::atomic::AtomicU64::new(0),
             copy_calls: std::sync::atomic::AtomicU64::new(0),
+            ll1: Mutex::new(None),
+            ll1_calls: std::sync::atomic::AtomicU64::new(0),
         })
     }
 

@@ -38,6 +38,12 @@ pub struct Prepared {
     /// The plan as copies, where it runs on the copy engines (`copies`):
     /// launches then enqueue these and no kernel.
     pub(super) copies: Option<Vec<super::copies::Copy>>,
+    /// The element count the one-step LL path was asked for
+    /// ([`World::prepare_oneshot_ll`]).
+    pub(super) ll1_asked: Option<usize>,
+    /// Where the plan runs on the one-step LL path: its launches run that
+    /// kernel, not the plan.
+    pub(super) ll1: Option<super::oneshot_ll::Ll1Launch>,
 }
 
 impl Prepared {
@@ -74,6 +80,12 @@ impl Prepared {
     pub fn sm_free(&self) -> bool {
         self.copies.is_some()
     }
+
+    /// Whether launches of this plan run the one-step LL AllReduce, not
+    /// the plan (so they write no step stamps).
+    pub fn oneshot_ll(&self) -> bool {
+        self.ll1.is_some()
+    }
 }
 
 /// Uploaded plans by hash, with the plan itself to rule out collisions.
@@ -102,7 +114,7 @@ impl World {
         elem_size: usize,
         proto: Proto,
     ) -> Result<Arc<Prepared>> {
-        self.prepare_with(rp, elem_size, proto, false)
+        self.prepare_with(rp, elem_size, proto, false, None)
     }
 
     /// As [`World::prepare_proto`], for a plan of the copy-engine
@@ -117,7 +129,23 @@ impl World {
         elem_size: usize,
         proto: Proto,
     ) -> Result<Arc<Prepared>> {
-        self.prepare_with(rp, elem_size, proto, true)
+        self.prepare_with(rp, elem_size, proto, true, None)
+    }
+
+    /// As [`World::prepare_proto`], for an AllReduce plan of `count`
+    /// elements of the one-step LL algorithm: where the path serves it
+    /// ([`World::oneshot_ll_bytes`]) its launches run the one-step LL
+    /// kernel ([`Prepared::oneshot_ll`]); otherwise they run the plan,
+    /// the FIFO one-shot. Every rank of a call must prepare the plan the
+    /// same way.
+    pub fn prepare_oneshot_ll(
+        &self,
+        rp: &RankPlan,
+        elem_size: usize,
+        proto: Proto,
+        count: usize,
+    ) -> Result<Arc<Prepared>> {
+        self.prepare_with(rp, elem_size, proto, false, Some(count))
     }
 
     fn prepare_with(
@@ -126,6 +154,7 @@ impl World {
         elem_size: usize,
         proto: Proto,
         copies_asked: bool,
+        ll1_asked: Option<usize>,
     ) -> Result<Arc<Prepared>> {
         if !matches!(proto, Proto::Simple | Proto::LL) {
             return Err(CudaError::Invalid(format!(
@@ -148,6 +177,7 @@ impl World {
                     && p.elem_size == elem_size
                     && p.proto == proto
                     && p.copies_asked == copies_asked
+                    && p.ll1_asked == ll1_asked
             }) {
                 return Ok(p.clone());
             }
@@ -166,7 +196,23 @@ impl World {
                 self.max_channels()
             )));
         }
-        let mut enc: Encoded = encode::encode(rp)?;
+        let ll1 = match ll1_asked {
+            Some(count) => self.oneshot_ll_for(rp, count, elem_size)?,
+            None => None,
+        };
+        // A plan run on the one-step LL path uploads no steps and makes no
+        // connections: its launches never run them.
+        let stepless;
+        let to_encode = if ll1.is_some() {
+            stepless = RankPlan {
+                channels: Vec::new(),
+                ..rp.clone()
+            };
+            &stepless
+        } else {
+            rp
+        };
+        let mut enc: Encoded = encode::encode(to_encode)?;
         // Every rank launches at least one block, even with nothing to do
         // (a launch of zero blocks is an error).
         if enc.chans.is_empty() {
@@ -220,6 +266,8 @@ impl World {
             peers: rp.peers(),
             copies_asked,
             copies,
+            ll1_asked,
+            ll1,
         });
         lock(&st.plans)
             .entry(h)

@@ -73,6 +73,7 @@ pub fn create(opts: &BackendOptions) -> Result<Arc<dyn Backend>, Error> {
     let info = oxccl_cuda::available().map_err(|e| Error::BackendUnavailable(e.to_string()))?;
     let mut cfg = WorldConfig::round_robin(opts.nranks, info.devices.len() as i32, opts.deadline);
     opts.cuda.apply(&mut cfg);
+    cfg.ll1_bytes = opts.ll1_bytes;
     create_with(cfg)
 }
 
@@ -81,6 +82,7 @@ pub fn create(opts: &BackendOptions) -> Result<Arc<dyn Backend>, Error> {
 pub fn create_on(opts: &BackendOptions, devices: Vec<i32>) -> Result<Arc<dyn Backend>, Error> {
     let mut cfg = WorldConfig::round_robin(opts.nranks, 1, opts.deadline);
     opts.cuda.apply(&mut cfg);
+    cfg.ll1_bytes = opts.ll1_bytes;
     cfg.devices = devices;
     create_with(cfg)
 }
@@ -107,6 +109,7 @@ pub(crate) fn create_procs(
 ) -> Result<Arc<dyn Backend>, Error> {
     let mut cfg = WorldConfig::round_robin(opts.nranks, 1, opts.deadline);
     opts.cuda.apply(&mut cfg);
+    cfg.ll1_bytes = opts.ll1_bytes;
     cfg.devices = devices;
     cfg.heap_bytes = opts.cuda.heap_bytes;
     let me = boot.rank();
@@ -319,7 +322,18 @@ impl Backend for CudaBackend {
         Some(super::LaunchCounts {
             kernels: self.world.kernel_launches(),
             copy_engine_calls: self.world.copy_engine_calls(),
+            oneshot_ll_calls: self.world.oneshot_ll_calls(),
         })
+    }
+
+    fn oneshot_ll_bytes(&self) -> usize {
+        self.world.oneshot_ll_bytes()
+    }
+
+    fn oneshot_ll_priced(&self) -> bool {
+        // A launch and one exchange of LL lines, where the executor's
+        // one-shot pays its plan's entry and exit synchronisation.
+        true
     }
 
     fn protocols(&self) -> &'static [oxccl_core::Proto] {
@@ -330,6 +344,13 @@ impl Backend for CudaBackend {
         // Every rank's upload (blob, connections, semaphores, scratch) now,
         // so no launch of this plan allocates or copies synchronously.
         let mine = |r: u32| self.procs.as_ref().is_none_or(|p| p.me == r);
+        let ll1_count = plan
+            .coll
+            .filter(|c| {
+                plan.algo == oxccl_core::Algo::OneShotLl
+                    && c.kind == oxccl_core::CollKind::AllReduce
+            })
+            .map(|c| c.count);
         let uploads = plan
             .ranks
             .iter()
@@ -340,6 +361,10 @@ impl Backend for CudaBackend {
                         // where the world can (else on the executor).
                         if plan.algo == oxccl_core::Algo::CopyEngine {
                             self.world.prepare_copies(rp, elem_size, proto)
+                        } else if let Some(count) = ll1_count {
+                            // The one-step LL AllReduce where the world
+                            // serves it (else the plan, the FIFO one-shot).
+                            self.world.prepare_oneshot_ll(rp, elem_size, proto, count)
                         } else {
                             self.world.prepare_proto(rp, elem_size, proto)
                         }
@@ -407,7 +432,7 @@ impl Backend for CudaBackend {
         // A plan run as copies writes no step stamps.
         let traced = launch
             .steps
-            .filter(|_| !p.sm_free())
+            .filter(|_| !p.sm_free() && !p.oneshot_ll())
             .and_then(|sink| super::cuda_trace::buffer(w, p, launch.rank).map(|m| (sink, m)));
         let trace = traced.as_ref().map_or(0, |(_, m)| m.dev_ptr);
         // SAFETY: as above; `trace` is 0 or stamp memory of the plan's

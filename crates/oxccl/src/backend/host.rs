@@ -35,6 +35,33 @@ pub struct HostBackend {
     host_of: Vec<u32>,
     /// Plans run, every rank's ([`Backend::launch_counts`]).
     plans_run: AtomicU64,
+    /// The one-step LL AllReduce, for ranks as threads (`None`: ranks as
+    /// processes, or turned off).
+    ll1: Option<oxccl_host::OneShotLl>,
+    /// Calls run on it, every rank's.
+    ll1_runs: AtomicU64,
+}
+
+/// A plan's handle when its launches run the one-step LL AllReduce of
+/// `count` elements instead of the plan.
+#[derive(Debug)]
+pub(crate) struct OneShotLlRun {
+    pub count: usize,
+}
+
+/// The handle of `plan` when it runs on a one-step LL path serving up to
+/// `cap` bytes per rank: an AllReduce plan of that algorithm whose
+/// payload fits.
+pub(crate) fn oneshot_ll_run(
+    plan: &oxccl_core::Plan,
+    elem_size: usize,
+    cap: usize,
+) -> Option<OneShotLlRun> {
+    let coll = plan.coll?;
+    let fits = plan.algo == oxccl_core::Algo::OneShotLl
+        && coll.kind == oxccl_core::CollKind::AllReduce
+        && coll.count.checked_mul(elem_size).is_some_and(|b| b <= cap);
+    fits.then_some(OneShotLlRun { count: coll.count })
 }
 
 /// Each rank's host as a label (in order of first appearance) from the
@@ -73,6 +100,8 @@ pub fn create(opts: &BackendOptions) -> Result<Arc<dyn Backend>, Error> {
         shared: false,
         host_of: Vec::new(),
         plans_run: AtomicU64::new(0),
+        ll1: (opts.ll1_bytes > 0).then(|| oxccl_host::OneShotLl::new(opts.nranks, opts.ll1_bytes)),
+        ll1_runs: AtomicU64::new(0),
     }))
 }
 
@@ -97,6 +126,10 @@ pub fn create_procs(
         nranks: opts.nranks,
         proc_rank: Some(boot.rank()),
         plans_run: AtomicU64::new(0),
+        // Its slots are plain memory of one process: ranks as processes
+        // run the FIFO one-shot instead.
+        ll1: None,
+        ll1_runs: AtomicU64::new(0),
     }))
 }
 
@@ -146,6 +179,47 @@ fn host_buf(raw: RawBuf) -> HostBuf {
 }
 
 impl HostBackend {
+    /// One rank's call on the one-step LL path: the plan's input and
+    /// output buffers, `run.count` elements.
+    ///
+    /// # Safety
+    /// As [`Backend::execute`].
+    unsafe fn run_oneshot_ll(
+        &self,
+        launch: &Launch<'_>,
+        run: &OneShotLlRun,
+        path: &oxccl_host::OneShotLl,
+    ) -> Result<(), Error> {
+        let role = |want: BufRole| {
+            launch
+                .plan
+                .bufs
+                .iter()
+                .zip(launch.bufs)
+                .find(|(d, _)| d.role == want)
+                .map(|(_, r)| host_buf(*r))
+                .ok_or_else(|| Error::Internal(format!("an AllReduce plan without {want:?}")))
+        };
+        let (input, output) = (role(BufRole::Input)?, role(BufRole::Output)?);
+        self.ll1_runs.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: the caller guarantees (trait contract) both buffers are
+        // valid host memory of their lengths for the call, aligned for the
+        // element type; in place they are the same memory, which the path
+        // allows (it reads all of the input before writing the output).
+        unsafe {
+            path.all_reduce(
+                &self.fabric,
+                launch.rank,
+                input,
+                output,
+                run.count,
+                launch.dtype,
+                launch.op,
+            )
+        }
+        .map_err(map_error)
+    }
+
     /// Whether private allocations take whole pages (see [`layout`]).
     fn paged(&self) -> bool {
         self.proc_rank.is_some() && !self.shared
@@ -237,10 +311,35 @@ impl Backend for HostBackend {
         Some(super::LaunchCounts {
             kernels: self.plans_run.load(Ordering::Relaxed),
             copy_engine_calls: 0,
+            oneshot_ll_calls: self.ll1_runs.load(Ordering::Relaxed),
         })
     }
 
+    fn oneshot_ll_bytes(&self) -> usize {
+        self.ll1
+            .as_ref()
+            .map_or(0, oxccl_host::OneShotLl::cap_bytes)
+    }
+
+    fn prepare_plan(
+        &self,
+        plan: &oxccl_core::Plan,
+        elem_size: usize,
+        _proto: Proto,
+    ) -> super::PreparedPlan {
+        let run = oneshot_ll_run(plan, elem_size, self.oneshot_ll_bytes());
+        Ok(run.map(|r| Arc::new(r) as super::PlanHandle))
+    }
+
     unsafe fn execute(&self, launch: &Launch<'_>) -> Result<(), Error> {
+        let ll1 = launch
+            .handle
+            .and_then(|h| h.downcast_ref::<OneShotLlRun>())
+            .zip(self.ll1.as_ref());
+        if let Some((run, path)) = ll1 {
+            // SAFETY: as the plan's execution below (the same contract).
+            return unsafe { self.run_oneshot_ll(launch, run, path) };
+        }
         // Inline: plans bind a handful of buffers, and a call allocates nothing.
         let bufs: smallvec::SmallVec<[HostBuf; 4]> = launch
             .plan

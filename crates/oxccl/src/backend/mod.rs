@@ -169,6 +169,9 @@ pub struct LaunchCounts {
     pub kernels: u64,
     /// Calls run as copies on the copy engines, with no kernel (no SM).
     pub copy_engine_calls: u64,
+    /// AllReduce calls run on the one-step LL path
+    /// ([`Backend::oneshot_ll_bytes`]); on a GPU each is one of `kernels`.
+    pub oneshot_ll_calls: u64,
 }
 
 /// A step record the device is still writing: read when the trace is
@@ -211,6 +214,9 @@ pub struct BackendOptions {
     pub deadline: Duration,
     /// When a wait for absent peers warns (first, then every period).
     pub wait_warn: crate::config::branches::WaitWarn,
+    /// Largest AllReduce payload per rank, in bytes, the one-step LL path
+    /// serves (0: none); see [`Backend::oneshot_ll_bytes`].
+    pub ll1_bytes: usize,
     /// The host backend's branch of the settings.
     pub host: crate::config::branches::HostSettings,
     /// The CUDA backend's branch of the settings.
@@ -641,6 +647,23 @@ pub trait Backend: Send + Sync + Debug {
     /// engines with no kernel (so the selector times them and may pick
     /// them); `false` where they run as the backend's other plans.
     fn copy_engines(&self) -> bool {
+        false
+    }
+
+    /// Largest AllReduce payload per rank, in bytes, that plans of
+    /// [`oxccl_core::Algo::OneShotLl`] run on the backend's one-step LL
+    /// path (0: it has none, and those plans run as the FIFO one-shot
+    /// they are). The facade routes larger calls forced to `ll1` to the
+    /// FIFO one-shot.
+    fn oneshot_ll_bytes(&self) -> usize {
+        0
+    }
+
+    /// Whether the selector may time the one-step LL path and pick it
+    /// unforced (where [`Backend::oneshot_ll_bytes`] serves the call): a
+    /// backend where it is a latency win says so; forcing `ll1` works
+    /// wherever the path exists.
+    fn oneshot_ll_priced(&self) -> bool {
         false
     }
 

@@ -100,6 +100,9 @@ fn facade(get: Get<'_>) -> Result<Config> {
     if let Some((var, v)) = pick(get, "OXCCL_CHUNK_BYTES", None) {
         c.chunk_bytes = Some(parse_bytes(var, &v)?);
     }
+    if let Some((var, v)) = pick(get, "OXCCL_LL1_BYTES", None) {
+        c.ll1_bytes = crate::config::parse_size(&v).map_err(|reason| bad(var, &v, reason))?;
+    }
     if let Some((var, v)) = pick(get, "OXCCL_BACKEND", None) {
         c.backend =
             BackendKind::from_str(&v).map_err(|_| bad(var, &v, "expected host, cuda or auto"))?;
