@@ -598,11 +598,11 @@ mod tests {
         assert_eq!(check::<OxConn>(), CONN_HEADER);
         assert_eq!(check::<OxSem>(), SEM_BYTES);
         assert_eq!(check::<OxError>(), 32);
-        assert_eq!(check::<OxDesc>(), 1144);
+        assert_eq!(check::<OxDesc>(), 1176);
         // Offsets the host relies on when it reads device memory.
         assert_eq!(std::mem::offset_of!(OxConn, head), 128);
         assert_eq!(std::mem::offset_of!(OxError, waited_ns), 24);
-        assert_eq!(std::mem::offset_of!(OxDesc, chans), 632);
+        assert_eq!(std::mem::offset_of!(OxDesc, chans), 664);
     }
 
     #[test]
@@ -637,7 +637,7 @@ mod tests {
         for f in OxDesc::fields() {
             assert!(h.contains(&format!("  {};\n", f.c_decl)), "{}", f.name);
         }
-        assert!(h.contains("static_assert(sizeof(OxDesc) == 1144,"));
+        assert!(h.contains("static_assert(sizeof(OxDesc) == 1176,"));
     }
 
     #[test]

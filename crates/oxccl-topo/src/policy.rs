@@ -1113,6 +1113,53 @@ mod tests {
         }
     }
 
+    /// The one-step LL AllReduce is timed only with a model, under LL,
+    /// up to the backend's payload limit: 8 ranks sharing one GPU pick it
+    /// for 8 B (registered buffers or not) and never past the limit, nor
+    /// under Simple alone, nor without the model.
+    #[test]
+    fn oneshot_ll_is_picked_only_where_modelled_and_served() {
+        let algos = Algo::ALL;
+        let both = [Proto::Simple, Proto::LL];
+        let one = Topology::preset("single-gpu", 1).unwrap();
+        let plain = Policy::gpu(&one, &[0; 8], 16);
+        let served = plain
+            .clone()
+            .with_oneshot_ll(Some(OneShotLlModel::serving(64 << 10)));
+        for registered in [true, false] {
+            for bytes in [8usize, 4096, 64 << 10, 1 << 20] {
+                let c = plain.best(CollKind::AllReduce, bytes, registered, &algos, &both);
+                assert_ne!(c.algo, Algo::OneShotLl, "no model, {bytes} B: {c:?}");
+                let s = served.best(
+                    CollKind::AllReduce,
+                    bytes,
+                    registered,
+                    &algos,
+                    &[Proto::Simple],
+                );
+                assert_ne!(s.algo, Algo::OneShotLl, "simple only, {bytes} B: {s:?}");
+            }
+            let past = served.best(
+                CollKind::AllReduce,
+                (64 << 10) + 8,
+                registered,
+                &algos,
+                &both,
+            );
+            assert_ne!(past.algo, Algo::OneShotLl, "past the limit: {past:?}");
+            let small = served.best(CollKind::AllReduce, 8, registered, &algos, &both);
+            assert_eq!(
+                (small.algo, small.proto, small.transport),
+                (Algo::OneShotLl, Proto::LL, Transport::Fifo),
+                "8 B, registered={registered}: {small:?} (without it {:?})",
+                plain.best(CollKind::AllReduce, 8, registered, &algos, &both)
+            );
+            // Other collectives never.
+            let ag = served.best(CollKind::AllGather, 8, registered, &algos, &both);
+            assert_ne!(ag.algo, Algo::OneShotLl, "{ag:?}");
+        }
+    }
+
     /// One rank's call is a local copy, priced at what its channels move:
     /// a large one spreads over every channel (one block alone copied 256
     /// MiB in 7.1 ms on an H100), a small one keeps one.
