@@ -82,6 +82,8 @@ __device__ void ox_ll1(const OxDesc& d) {
   // This rank's slot of each sender (sources), then the output (the one
   // destination, plain memory): the operand arrays ox_ll_reduce_copy takes.
   __shared__ char* s_src[OX_MAX_OPERANDS];
+  // Every rank's slot base (the table never changes after setup).
+  __shared__ char* s_base[OX_MAX_OPERANDS];
   __shared__ char* s_dst[1];
   __shared__ u8 s_pre[OX_MAX_OPERANDS];
   __shared__ u32 s_flag[OX_MAX_OPERANDS + 1];
@@ -102,7 +104,7 @@ __device__ void ox_ll1(const OxDesc& d) {
   const u64 stride = d.ll1_lines * 16;
   const char* in = (const char*)(d.bufs[0] & OX_ADDR_MASK);
   char* out = (char*)(d.bufs[1] & OX_ADDR_MASK);
-  char* mine = (char*)ox_ld_volatile(&d.ll1_slots[d.rank]);
+  char* mine = (char*)d.ll1_slots[d.rank];
   if (tid == 0) {
     s_fail = 0;  // only ever set to 1 afterwards, before a barrier
     s_dst[0] = out;
@@ -110,11 +112,13 @@ __device__ void ox_ll1(const OxDesc& d) {
     s_peer[n] = d.rank;
   }
   for (u32 q = tid; q < n; q += blockDim.x) {
+    s_base[q] = (char*)d.ll1_slots[q];
     s_src[q] = mine + (parity * n + q) * stride;
     s_pre[q] = pre;
     s_flag[q] = flag;
     s_peer[q] = q;
   }
+  __syncthreads();
   // (1) This rank's lines to every rank, the next rank first (so the
   // ranks' first stores spread over the clique).
   const u64 at = (parity * n + d.rank) * stride;
@@ -123,8 +127,7 @@ __device__ void ox_ll1(const OxDesc& d) {
     x.d = ox_ll_ld_mem<T>(in + k * 8, ox_ll_valid(count, k, E));
     for (u32 j = 1; j <= n; ++j) {
       const u32 q = (d.rank + j) % n;
-      char* base = (char*)ox_ld_volatile(&d.ll1_slots[q]);
-      ox_ll_store(base + at + k * 16, x.w[0], x.w[1], flag);
+      ox_ll_store(s_base[q] + at + k * 16, x.w[0], x.w[1], flag);
     }
   }
   // In place, every input line is read before any output line is written.
