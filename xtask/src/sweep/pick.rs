@@ -526,9 +526,10 @@ mod tests {
         assert!(worst > 0.0, "{out}");
         // Every point but the tree's ran, the forced variants after the
         // tree's included: the pick 3 × 2; AllReduce ring, chain, btree,
-        // oneshot, twoshot; Broadcast ring, chain, btree, allpairs, ce;
-        // AllToAll ring, allpairs, ce; each at 2 sizes.
-        assert_eq!(points, 6 + 2 * (5 + 5 + 3), "{out}");
+        // oneshot, twoshot, ll1 (the FIFO one-shot on a backend without
+        // the path); Broadcast ring, chain, btree, allpairs, ce; AllToAll
+        // ring, allpairs, ce; each at 2 sizes.
+        assert_eq!(points, 6 + 2 * (6 + 5 + 3), "{out}");
         let skipped: Vec<&str> = out.lines().filter(|l| l.starts_with("# skipped")).collect();
         assert_eq!(skipped.len(), 2, "{out}");
         for l in skipped {
