@@ -139,6 +139,45 @@ fn every_collective_across_processes_on_cuda() {
     }
 }
 
+/// The one-step LL AllReduce across processes (forced with
+/// `NCCL_ALGO=allreduce:ll1`): each rank stores into its peers' slots in
+/// their link arenas. Every dtype family and op, in place and out, at
+/// counts up to the path's limit, each case three times (so both parities
+/// of the slots are reused); on the device path every call ran on it.
+#[test]
+fn the_one_step_ll_allreduce_runs_across_processes_on_cuda() {
+    oxccl::backend::cuda::prefer_process_rank_queues();
+    let test = "the_one_step_ll_allreduce_runs_across_processes_on_cuda";
+    if oxccl::backend::cuda::device_or_skip(test).is_none() {
+        return;
+    }
+    for n in [2u32, 3, 4] {
+        let lines = run_ranks_with("ll1", n, "cuda", &[("NCCL_ALGO", "allreduce:ll1")]);
+        let oks = ok_lines(&lines);
+        assert_eq!(oks.len(), n as usize, "{lines:#?}");
+        for l in &lines {
+            let cases: u64 = tagged(l, "OK ")
+                .first()
+                .and_then(|o| o.split_whitespace().nth(3)?.parse().ok())
+                .unwrap_or_else(|| panic!("no OK line: {l:#?}"));
+            let ran: u64 = tagged(l, "LL1 ")
+                .first()
+                .and_then(|o| o.split_whitespace().nth(1)?.parse().ok())
+                .unwrap_or_else(|| panic!("no LL1 line: {l:#?}"));
+            assert!(cases >= 100, "{l:#?}");
+            // The device path's kernels wait on each other (MPS, or a GPU
+            // per rank); the staged path and the relaunch mode
+            // (`OXCCL_RELAUNCH`) have no one-step LL path.
+            let device_path = tagged(l, "BACKEND ")
+                .iter()
+                .any(|b| b.contains("heaps shared"));
+            if device_path && std::env::var_os("OXCCL_RELAUNCH").is_none() {
+                assert_eq!(ran, cases, "not every call ran the path: {l:#?}");
+            }
+        }
+    }
+}
+
 /// The caller's own device memory (`cuMemAlloc`, as a framework's caching
 /// allocator has it) through the raw entry points: on the device path each
 /// rank shares its allocations with its peer processes per call, so the
@@ -1632,6 +1671,38 @@ fn external_ring(c: &oxccl::Communicator) -> (u64, Option<String>) {
     (wrong, first)
 }
 
+/// AllReduce cases for the one-step LL path (the parent forces it):
+/// counts from 1 element to the path's 64 KiB default.
+fn child_ll1() {
+    let c = child_comm(Duration::from_secs(60));
+    println!("BACKEND {}", c.describe_backend());
+    let (mut cases, mut wrong, mut first) = (0usize, 0u64, None);
+    for dt in [DataType::F32, DataType::Bf16, DataType::I32, DataType::F64] {
+        let ops = [RedOp::Sum, RedOp::Max, RedOp::Avg];
+        for &op in ops.iter().filter(|o| o.undefined_reason(dt).is_none()) {
+            for (count, in_place) in [(1, false), (3, true), (1000, false), (1000, true)]
+                .into_iter()
+                .chain([((64 << 10) / dt.size(), false)])
+            {
+                for _ in 0..3 {
+                    let (w, f) = with_dtype!(dt, T => check_one::<T>(&c, CollKind::AllReduce, count, op, in_place, true));
+                    cases += 1;
+                    wrong += w;
+                    if w > 0 && first.is_none() {
+                        first = Some(format!(
+                            "{dt} {op} count {count} in_place={in_place}: {}",
+                            f.unwrap_or_default()
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    let ran = c.launch_counts().map_or(0, |l| l.oneshot_ll_calls);
+    println!("LL1 {ran} calls");
+    finish_child(c.rank(), cases, wrong, first);
+}
+
 fn finish_child(me: u32, cases: usize, wrong: u64, first: Option<String>) {
     if wrong > 0 {
         println!(
@@ -1817,6 +1888,7 @@ fn child() {
     common::procs::run_role(&[
         ("all", child_all),
         ("external", child_external),
+        ("ll1", child_ll1),
         ("windows", child_windows),
         ("graph", child_graph),
         ("split", child_split),

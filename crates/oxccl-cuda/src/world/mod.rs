@@ -105,7 +105,8 @@ pub struct WorldConfig {
     pub relaunch: bool,
     /// Largest AllReduce payload per rank, bytes, the one-step LL path
     /// serves (`oneshot_ll`; 0: none). Each rank's slots take
-    /// 2 × ranks × twice this.
+    /// 2 × ranks × twice this, at most `oneshot_ll::SLOT_BUDGET` (the
+    /// limit served shrinks to fit).
     pub ll1_bytes: usize,
 }
 

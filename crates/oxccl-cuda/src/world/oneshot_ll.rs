@@ -10,9 +10,15 @@
 //! replay. Nothing here is freed while the clique lives (peers' kernels
 //! store into every rank's slots).
 //!
-//! Ranks as threads of this process only: ranks as processes would map
-//! the slots through the window export of `exports`; their calls run the
-//! FIFO one-shot plan instead.
+//! Ranks as processes keep their slots and epoch in their link arena
+//! (`procs`), which every peer process maps at creation: a slot base is
+//! then a peer's arena as mapped here plus a fixed offset, with no
+//! exchange. The caller's buffers are only ever read and written by their
+//! own rank, so the path needs no sharing of them (a framework's tensors
+//! run it as they are).
+//!
+//! The slots are sized once for the clique: `lines` is the payload limit
+//! in LL lines, capped so a rank's slots take at most [`SLOT_BUDGET`].
 
 use std::sync::Arc;
 
@@ -24,15 +30,35 @@ use crate::layout::MAX_OPERANDS;
 
 use super::{lock, World};
 
-/// Every rank's slots, epoch and slot table, by rank.
+/// Most bytes of LL slots a rank holds: 2 parities × ranks × lines × 16.
+/// At 8 ranks it leaves the 64 KiB default whole (512 KiB fit); at 128
+/// ranks it serves 32 KiB.
+pub(super) const SLOT_BUDGET: u64 = 16 << 20;
+
+/// LL lines per sender and parity a clique of `n` ranks gets for a payload
+/// limit of `bytes` (0: the path is off).
+pub(super) fn slot_lines(bytes: usize, n: usize) -> u64 {
+    let asked = (bytes as u64).div_ceil(8);
+    let fit = SLOT_BUDGET / (2 * n.max(1) as u64 * 16);
+    asked.min(fit)
+}
+
+/// Bytes of one rank's slots.
+pub(super) fn slot_bytes(n: usize, lines: u64) -> u64 {
+    2 * n as u64 * lines * 16
+}
+
+/// Every rank's slots, epoch and slot table, by rank (0 where a rank is
+/// not driven by this process).
 #[derive(Debug)]
 pub(super) struct Ll1Mem {
     /// LL lines per sender and parity.
     lines: u64,
-    /// Held, never read here: the kernels address it through `tables`.
-    _slots: Vec<DevMem>,
-    epochs: Vec<DevMem>,
-    tables: Vec<DevMem>,
+    /// Held, never read here: the kernels address the slots through
+    /// `tables`, the epochs through `epochs`.
+    _held: Vec<DevMem>,
+    epochs: Vec<u64>,
+    tables: Vec<u64>,
 }
 
 /// What a launch of the path needs, fixed when its plan is prepared.
@@ -50,17 +76,16 @@ pub(crate) struct Ll1Launch {
 
 impl World {
     /// Largest AllReduce payload per rank, bytes, the one-step LL path
-    /// serves here (0: none): ranks as threads, not in relaunch mode
-    /// (whose kernels never wait for a peer, which the path must), at
-    /// most [`MAX_OPERANDS`] ranks (its reduction's sources).
+    /// serves here (0: none): not in relaunch mode (whose kernels never
+    /// wait for a peer, which the path must), at most [`MAX_OPERANDS`]
+    /// ranks (its reduction's sources), `WorldConfig::ll1_bytes` rounded
+    /// down to what the slots hold ([`SLOT_BUDGET`]).
     pub fn oneshot_ll_bytes(&self) -> usize {
-        let usable =
-            self.shared.is_none() && !self.cfg.relaunch && self.ranks.len() <= MAX_OPERANDS;
-        if usable {
-            self.cfg.ll1_bytes
-        } else {
-            0
+        if self.cfg.relaunch || self.ranks.len() > MAX_OPERANDS {
+            return 0;
         }
+        let lines = slot_lines(self.cfg.ll1_bytes, self.ranks.len());
+        self.cfg.ll1_bytes.min((lines * 8) as usize)
     }
 
     /// AllReduce calls run on the one-step LL path so far (this
@@ -92,10 +117,16 @@ impl World {
         }
         let mem = self.ll1_mem()?;
         let r = rp.rank as usize;
+        let (table, epoch) = (mem.tables[r], mem.epochs[r]);
+        if table == 0 || epoch == 0 {
+            return Err(CudaError::Invalid(format!(
+                "rank {r} is not driven by this process"
+            )));
+        }
         Ok(Some(Ll1Launch {
             count: count as u64,
-            table: mem.tables[r].ptr,
-            epoch: mem.epochs[r].ptr,
+            table,
+            epoch,
             lines: mem.lines,
         }))
     }
@@ -108,8 +139,20 @@ impl World {
             return Ok(m.clone());
         }
         let n = self.nranks() as usize;
-        let lines = self.cfg.ll1_bytes.div_ceil(8).max(1) as u64;
-        let slot_bytes = usize::try_from(2 * n as u64 * lines * 16)
+        let lines = slot_lines(self.cfg.ll1_bytes, n).max(1);
+        let m = match &self.shared {
+            Some(s) => self.ll1_in_arenas(s, n)?,
+            None => self.ll1_allocated(n, lines)?,
+        };
+        let m = Arc::new(m);
+        *held = Some(m.clone());
+        Ok(m)
+    }
+
+    /// Ranks as threads: each rank's slots and epoch in its device's
+    /// memory, allocated now, zeroed.
+    fn ll1_allocated(&self, n: usize, lines: u64) -> Result<Ll1Mem> {
+        let slot_bytes = usize::try_from(slot_bytes(n, lines))
             .map_err(|_| CudaError::Invalid("one-step LL slots too large".into()))?;
         let mut slots = Vec::with_capacity(n);
         let mut epochs = Vec::with_capacity(n);
@@ -118,23 +161,49 @@ impl World {
             slots.push(DevMem::zeroed(&dev.ctx, slot_bytes)?);
             epochs.push(DevMem::zeroed(&dev.ctx, 8)?);
         }
-        let bases: Vec<u8> = slots.iter().flat_map(|m| m.ptr.to_le_bytes()).collect();
+        let bases: Vec<u64> = slots.iter().map(|m| m.ptr).collect();
         let mut tables = Vec::with_capacity(n);
         for r in 0..n as u32 {
-            let dev = self.dev(r)?;
-            let t = DevMem::zeroed(&dev.ctx, bases.len())?;
-            // SAFETY: `t` holds `bases.len()` bytes; the setup stream
-            // waits for no rank's kernel.
-            unsafe { dev.setup.write_sync(t.ptr, &bases)? };
-            tables.push(t);
+            tables.push(self.ll1_table(r, &bases)?);
         }
-        let m = Arc::new(Ll1Mem {
+        Ok(Ll1Mem {
             lines,
-            _slots: slots,
+            epochs: epochs.iter().map(|m| m.ptr).collect(),
+            tables: tables.iter().map(|m| m.ptr).collect(),
+            _held: slots.into_iter().chain(epochs).chain(tables).collect(),
+        })
+    }
+
+    /// Ranks as processes: every rank's slots lie in its link arena,
+    /// mapped here at creation; only this process's rank gets a table.
+    fn ll1_in_arenas(&self, s: &super::procs::SharedLinks, n: usize) -> Result<Ll1Mem> {
+        let (me, Some(ll1)) = (s.me, s.ll1) else {
+            return Err(CudaError::Invalid(
+                "the link arenas hold no one-step LL slots".into(),
+            ));
+        };
+        let bases: Vec<u64> = (0..n as u32).map(|r| s.arena(r) + ll1.slots_at).collect();
+        let table = self.ll1_table(me, &bases)?;
+        let mut epochs = vec![0; n];
+        let mut tables = vec![0; n];
+        epochs[me as usize] = s.arena(me) + ll1.epoch_at;
+        tables[me as usize] = table.ptr;
+        Ok(Ll1Mem {
+            lines: ll1.lines,
             epochs,
             tables,
-        });
-        *held = Some(m.clone());
-        Ok(m)
+            _held: vec![table],
+        })
+    }
+
+    /// Rank `r`'s table of every rank's slot base, in its device's memory.
+    fn ll1_table(&self, r: u32, bases: &[u64]) -> Result<DevMem> {
+        let dev = self.dev(r)?;
+        let bytes: Vec<u8> = bases.iter().flat_map(|b| b.to_le_bytes()).collect();
+        let t = DevMem::zeroed(&dev.ctx, bytes.len())?;
+        // SAFETY: `t` holds `bytes.len()` bytes; the setup stream waits
+        // for no rank's kernel.
+        unsafe { dev.setup.write_sync(t.ptr, &bytes)? };
+        Ok(t)
     }
 }

@@ -31,6 +31,7 @@ use crate::ipc::{export, Imported, HANDLE_BYTES};
 use crate::layout::{CONN_HEADER, MAX_BUFS, SEM_BYTES};
 
 use super::heap::{default_heap_bytes, Heap};
+use super::oneshot_ll::{slot_bytes, slot_lines};
 use super::{LinkKind, World, WorldConfig};
 use oxccl_core::Proto;
 
@@ -58,19 +59,52 @@ pub(super) struct SharedLinks {
     pub(super) delta: DevMem,
     /// The caller's allocations shared with peers, and theirs mapped here.
     pub(super) exports: std::sync::Mutex<super::exports::Exports>,
+    /// The rank this process drives.
+    pub(super) me: u32,
+    /// Where each arena holds its rank's one-step LL slots and epoch
+    /// (`oneshot_ll`), where the path is on.
+    pub(super) ll1: Option<Ll1Arena>,
     _own: DevMem,
     _peers: Vec<Imported>,
 }
 
+/// The one-step LL path's part of every rank's link arena: the same
+/// offsets in each, so a peer's slots are its arena's base plus
+/// `slots_at` with no exchange.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Ll1Arena {
+    /// LL lines per sender and parity.
+    pub(super) lines: u64,
+    pub(super) slots_at: u64,
+    /// The rank's epoch word (read and written by its own kernels only).
+    pub(super) epoch_at: u64,
+}
+
 /// What each rank sends in the first exchange: its link arena's handle,
-/// its heap's handle and the heap's address in its own process.
-const RECORD: usize = 2 * HANDLE_BYTES + 8;
+/// its heap's handle, the heap's address in its own process, and the
+/// arena's layout (its bytes and its one-step LL lines), which every rank
+/// must share: a rank whose settings differ would write a peer's arena at
+/// the wrong offsets.
+const RECORD: usize = 2 * HANDLE_BYTES + 8 + LAYOUT;
+const LAYOUT: usize = 16;
+
+/// Little-endian u64 words, for messages.
+fn words(b: &[u8]) -> Vec<u64> {
+    b.chunks_exact(8)
+        .map(|w| u64::from_le_bytes(w.try_into().unwrap_or_default()))
+        .collect()
+}
 
 fn round256(b: usize) -> usize {
     b.div_ceil(256) * 256
 }
 
 impl SharedLinks {
+    /// Rank `r`'s link arena as mapped in this process.
+    pub(super) fn arena(&self, r: u32) -> u64 {
+        self.bases[r as usize]
+    }
+
     pub(super) fn link(&self, kind: LinkKind, key: LinkKey) -> Result<u64> {
         let (ch, from, to) = key;
         let n = self.bases.len() as u32;
@@ -115,9 +149,23 @@ impl World {
                 simple_at + round256(CONN_HEADER + w.cfg.nslots * w.fifo_slot_bytes(Proto::Simple));
             let entry = ll_at + round256(CONN_HEADER + w.cfg.nslots * w.fifo_slot_bytes(Proto::LL));
             let table_at = entry * channels as usize * n;
+            let mut arena = table_at + n * MAX_BUFS * 8;
+            // The one-step LL slots and epoch after the table, zeroed with
+            // it (every process computes the same offsets from `cfg`).
+            let ll1 = (w.oneshot_ll_bytes() > 0).then(|| {
+                let lines = slot_lines(w.cfg.ll1_bytes, n);
+                let slots_at = round256(arena);
+                let epoch_at = slots_at + slot_bytes(n, lines) as usize;
+                arena = epoch_at + 256;
+                Ll1Arena {
+                    lines,
+                    slots_at: slots_at as u64,
+                    epoch_at: epoch_at as u64,
+                }
+            });
             let dev = w.dev(me)?;
             let ctx = dev.ctx.clone();
-            let own = DevMem::zeroed(&ctx, table_at + n * MAX_BUFS * 8)?;
+            let own = DevMem::zeroed(&ctx, arena)?;
             let heap_bytes = match w.cfg.heap_bytes {
                 0 => default_heap_bytes(
                     crate::device::device_info(ctx.ordinal)?.total_mem,
@@ -129,8 +177,10 @@ impl World {
             let mut record = export(&own, &ctx)?.to_vec();
             record.extend(export(heap.arena(), &ctx)?);
             record.extend(heap.base().to_le_bytes());
+            record.extend((arena as u64).to_le_bytes());
+            record.extend(ll1.map_or(0, |l| l.lines).to_le_bytes());
             Ok((
-                w, ctx, own, heap, record, entry, simple_at, ll_at, channels, table_at,
+                w, ctx, own, heap, record, entry, simple_at, ll_at, channels, table_at, ll1,
             ))
         })();
         let fail = |e: String| CudaError::Invalid(format!("exchanging link arenas and heaps: {e}"));
@@ -139,7 +189,8 @@ impl World {
         let mut bases = vec![0u64; n];
         let mut deltas = vec![0i64; n];
         let mut err = local.as_ref().err().map(|e| format!("rank {me}: {e}"));
-        if let Ok((_, ctx, own, ..)) = &local {
+        if let Ok((_, ctx, own, _, mine, ..)) = &local {
+            let layout = |rec: &[u8]| rec[RECORD - LAYOUT..].to_vec();
             for (r, rec) in records.iter().enumerate() {
                 if r == me as usize {
                     bases[r] = own.ptr;
@@ -149,8 +200,19 @@ impl World {
                     err = Some(format!("rank {me}: rank {r} sent no link arena"));
                     break;
                 }
+                if layout(rec) != layout(mine) {
+                    err = Some(format!(
+                        "rank {r}'s link arena is laid out unlike rank {me}'s (bytes and \
+                         one-step LL lines {:?} against {:?}): every process of a \
+                         communicator must run with the same OXCCL_ settings",
+                        words(&layout(rec)),
+                        words(&layout(mine))
+                    ));
+                    break;
+                }
                 let (links, rest) = rec.split_at(HANDLE_BYTES);
-                let (heap, at) = rest.split_at(HANDLE_BYTES);
+                let (heap, rest) = rest.split_at(HANDLE_BYTES);
+                let at = &rest[..8];
                 let opened = Imported::open(ctx, links).and_then(|l| {
                     let h = Imported::open(ctx, heap)?;
                     Ok((l, h))
@@ -191,7 +253,7 @@ impl World {
         if let Some(v) = verdicts.iter().find(|v| !v.is_empty()) {
             return Err(CudaError::Invalid(String::from_utf8_lossy(v).into_owned()));
         }
-        let (mut w, _, own, heap, _, entry, simple_at, ll_at, channels, table_at) = local?;
+        let (mut w, _, own, heap, _, entry, simple_at, ll_at, channels, table_at, ll1) = local?;
         let delta = delta.ok_or_else(|| CudaError::Invalid("no heap deltas".into()))?;
         w.shared = Some(SharedLinks {
             table: bases[0] + table_at as u64,
@@ -203,6 +265,8 @@ impl World {
             heap,
             delta,
             exports: Default::default(),
+            me,
+            ll1,
             _own: own,
             _peers: peers,
         });

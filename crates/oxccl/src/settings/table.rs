@@ -79,7 +79,7 @@ pub static SETTINGS: &[Setting] = &[
     s("OXCCL_WAIT_WARN_MS", None, "10000", "ms", User, "A wait for peers that have not reached a call, a call enqueued on a GPU that has not completed, or a rendezvous at init whose ranks have not all joined, warns on stderr after this long, naming them and the call."),
     s("OXCCL_WAIT_WARN_EVERY_MS", None, "60000", "ms", User, "How often that warning repeats while the wait goes on."),
     s("OXCCL_CHUNK_BYTES", None, "the backend's slot", "bytes (64K, 1M)", User, "Piece size plans pipeline in."),
-    s("OXCCL_LL1_BYTES", None, "64K", "bytes (K/M), 0 off", User, "Largest AllReduce per rank the one-step LL path (`ll1`) serves; each rank's LL slots take 2 × ranks × twice this; larger calls forced to `ll1` run the FIFO one-shot."),
+    s("OXCCL_LL1_BYTES", None, "64K", "bytes (K/M), 0 off", User, "Largest AllReduce per rank the one-step LL path (`ll1`) serves; each rank's LL slots take 2 × ranks × twice this, at most 16 MiB (the limit shrinks to fit at many ranks; every process of a communicator must set the same); larger calls forced to `ll1` run the FIFO one-shot."),
     s("OXCCL_DETERMINISTIC", None, "0", "0 | 1", User, "AllReduce, Reduce and ReduceScatter reduce every element in rank order from the original inputs, so results are bit-identical whatever the algorithm, protocol, channels, piece or call size; the selector keeps to such plans (every rank must agree)."),
     s("OXCCL_CHECK_CALLS", None, "1", "0 | 1 | all", User, "Compare every call with the peers' before data moves; all extends it to ranks over the network."),
     s("OXCCL_DEBUG", Some("NCCL_DEBUG"), "none", "NONE | VERSION | WARN | ABORT | INFO | TRACE", User, "Logging to stderr through `tracing`."),
