@@ -9,13 +9,14 @@
 // a graph gets a fresh epoch each replay. Call e uses the flag
 // ox_ll_flag(e) (never 0: zeroed slots are never data) and parity e & 1.
 //
-// Rank r: (1) stores its input as lines tagged with the flag into slot
-// [parity][r] of every rank, itself included; (2) reads slot [parity][q]
-// for q = 0..n-1, polling each line until its flags are the call's, and
-// reduces the n contributions in rank order (pre-scale on each, post-
-// divide at the end, as the FIFO one-shot plan does), so every rank
-// computes the same bits as the sequential reference; (3) advances its
-// epoch.
+// Rank r: (1) stores its input, pre-scaled by its own factor (a
+// PreMulSum's factor is each rank's, so the sender applies it), as lines
+// tagged with the flag into slot [parity][r] of every rank, itself
+// included; (2) reads slot [parity][q] for q = 0..n-1, polling each line
+// until its flags are the call's, and reduces the n contributions in rank
+// order (post-divide at the end, as the FIFO one-shot plan does), so every
+// rank computes the same bits as the sequential reference; (3) advances
+// its epoch.
 //
 // No exit barrier. Rank r overwrites parity p of a peer q's slots only at
 // call e + 2, and its kernel for e + 2 starts after its kernel for e + 1
@@ -37,7 +38,7 @@
 // into the output; false once the block failed.
 template <typename T, int OP>
 __device__ bool ox_ll1_line(const OxDesc& d, char* const* srcs, u32 n, u32 flag, u64 k,
-                            char* out, T scale, bool pre, u32 post, volatile int* block_fail) {
+                            char* out, u32 post, volatile int* block_fail) {
   constexpr int E = 8 / sizeof(T);
   OxWord<T> acc;
   acc.d = 0;
@@ -55,10 +56,6 @@ __device__ bool ox_ll1_line(const OxDesc& d, char* const* srcs, u32 n, u32 flag,
         x.d = (u64)v[u].x | ((u64)v[u].z << 32);
       } else if (!ox_ll_wait(d, srcs[q] + k * 16, flag, &x.d, q, 0, block_fail)) {
         return false;
-      }
-      if (pre) {
-#pragma unroll
-        for (int j = 0; j < E; ++j) x.e[j] = OxNum<T>::mul(x.e[j], scale);
       }
       if (q == 0) {
         acc.d = x.d;
@@ -114,7 +111,7 @@ __device__ void ox_ll1(const OxDesc& d) {
   for (u32 q = tid; q < n; q += blockDim.x) {
     s_base[q] = (char*)d.ll1_slots[q];
     s_src[q] = mine + (parity * n + q) * stride;
-    s_pre[q] = pre;
+    s_pre[q] = 0;  // the senders scaled their own lines
     s_flag[q] = flag;
     s_peer[q] = q;
   }
@@ -125,6 +122,10 @@ __device__ void ox_ll1(const OxDesc& d) {
   for (u64 k = tid; k < nlines; k += blockDim.x) {
     OxWord<T> x;
     x.d = ox_ll_ld_mem<T>(in + k * 8, ox_ll_valid(count, k, E));
+    if (pre) {
+#pragma unroll
+      for (int j = 0; j < E; ++j) x.e[j] = OxNum<T>::mul(x.e[j], scale);
+    }
     for (u32 j = 1; j <= n; ++j) {
       const u32 q = (d.rank + j) % n;
       ox_ll_store(s_base[q] + at + k * 16, x.w[0], x.w[1], flag);
@@ -142,7 +143,7 @@ __device__ void ox_ll1(const OxDesc& d) {
       atomicExch(&s_fail, 1);
   } else {
     for (u64 k = tid; k < nlines; k += blockDim.x) {
-      if (!ox_ll1_line<T, OP>(d, s_src, n, flag, k, out, scale, pre, d.post_div, &s_fail)) {
+      if (!ox_ll1_line<T, OP>(d, s_src, n, flag, k, out, d.post_div, &s_fail)) {
         atomicExch(&s_fail, 1);
         break;
       }

@@ -160,7 +160,13 @@ fn run_ranks<T: Element>(
                             BufRole::Scratch => 0,
                         })
                         .collect();
-                    let p = w.prepare_proto(rp, T::DTYPE.size(), proto)?;
+                    // The one-step LL AllReduce's plans run its kernel where
+                    // the payload fits the world's limit (the plan past it).
+                    let p = if plan.algo == Algo::OneShotLl && coll.kind == CollKind::AllReduce {
+                        w.prepare_oneshot_ll(rp, T::DTYPE.size(), proto, coll.count)?
+                    } else {
+                        w.prepare_proto(rp, T::DTYPE.size(), proto)?
+                    };
                     assert_eq!(p.proto(), proto);
                     // SAFETY: the addresses are live allocations of this clique sized for the plan.
                     unsafe { w.launch(&p, r, &addrs, T::DTYPE, lowered, Party::All, 0)? };

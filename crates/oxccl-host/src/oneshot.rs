@@ -147,8 +147,34 @@ impl OneShotLl {
         let flag = ll_flag(epoch);
         let parity = (epoch & 1) as usize;
         let nwords = bytes.div_ceil(WORD_DATA);
-        // SAFETY: `input` holds `bytes` readable bytes (caller).
-        let data = unsafe { std::slice::from_raw_parts(input.ptr.cast_const(), bytes) };
+        // A PreMulSum's factor is this rank's own (ranks may pass different
+        // ones), so the sender scales its contribution before storing it.
+        let scaled: Vec<u64>;
+        let data = if op.pre_scale.is_some() {
+            let mut buf = vec![0u64; bytes.div_ceil(8)];
+            with_dtype!(dtype, T => {
+                let typed = TypedOp::<T>::new(op);
+                let src = [In { ptr: input.ptr.cast_const().cast::<T>(), pre: true }];
+                // SAFETY: `input` holds `count` readable elements (caller);
+                // `scaled` holds at least `bytes` writable, 8-byte aligned.
+                unsafe {
+                    kernel::transfer::<T>(
+                        &src,
+                        &[buf.as_mut_ptr().cast::<T>()],
+                        count,
+                        false,
+                        &typed,
+                        &mut Vec::new(),
+                    )
+                };
+            });
+            scaled = buf;
+            // SAFETY: `scaled` holds at least `bytes` initialised bytes.
+            unsafe { std::slice::from_raw_parts(scaled.as_ptr().cast::<u8>(), bytes) }
+        } else {
+            // SAFETY: `input` holds `bytes` readable bytes (caller).
+            unsafe { std::slice::from_raw_parts(input.ptr.cast_const(), bytes) }
+        };
         self.put(rank, parity, flag, data);
         #[cfg(test)]
         if let Some(f) = &self.between {
@@ -166,7 +192,8 @@ impl OneShotLl {
             let srcs: Vec<In<T>> = (0..self.nranks as usize)
                 .map(|q| In {
                     ptr: staged[q * per_src..].as_ptr().cast::<T>(),
-                    pre: true,
+                    // Scaled by its sender.
+                    pre: false,
                 })
                 .collect();
             let typed = TypedOp::<T>::new(op);

@@ -248,10 +248,66 @@ fn back_to_back(comms: &[Communicator], calls: usize) {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
+/// PreMulSum with a different factor on every rank (NCCL's factor is the
+/// calling rank's own): each contribution is scaled by its sender's
+/// factor, whatever rank reduces it. Half-integers, so every sum is exact.
+fn per_rank_factors(comms: &[Communicator]) {
+    let n = comms.len();
+    let count = CAP / 4 - 3;
+    let factor = |r: usize| 0.5 * (r as f64 + 1.0);
+    let ins: Vec<Vec<f32>> = (0..n)
+        .map(|r| {
+            (0..count)
+                .map(|i| ((i * 7 + r * 3) % 23) as f32 - 11.0)
+                .collect()
+        })
+        .collect();
+    let outs = common::on_ranks(comms, |c| {
+        let r = c.rank() as usize;
+        let send = c.alloc::<f32>(count).unwrap();
+        send.copy_from_slice(&ins[r]).unwrap();
+        let recv = c.alloc::<f32>(count).unwrap();
+        c.collective(
+            CollKind::AllReduce,
+            &send,
+            &recv,
+            RedOp::PreMulSum(factor(r)),
+            0,
+        )
+        .unwrap();
+        c.synchronize().unwrap();
+        let ran = c.last_choice().map(|ch| ch.algo);
+        assert_eq!(ran, Some(Algo::OneShotLl), "rank {r} of {n}");
+        recv.to_vec().unwrap()
+    });
+    let want: Vec<f32> = (0..count)
+        .map(|i| (0..n).fold(0.0f32, |acc, r| acc + ins[r][i] * factor(r) as f32))
+        .collect();
+    for (r, out) in outs.iter().enumerate() {
+        let wrong = out.iter().zip(&want).filter(|(a, b)| a != b).count();
+        let first = out.iter().zip(&want).position(|(a, b)| a != b);
+        assert_eq!(
+            wrong,
+            0,
+            "{n} ranks, rank {r}: {wrong} wrong, first at {first:?}: {:?} want {:?}",
+            first.map(|i| out[i]),
+            first.map(|i| want[i])
+        );
+    }
+}
+
 fn body(comms: &[Communicator], calls: usize) {
+    let n = comms.len();
+    let t = std::time::Instant::now();
+    per_rank_factors(comms);
     every_case(comms);
+    eprintln!(
+        "{n} ranks: every case in {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
     consecutive_calls(comms, calls, 300);
     back_to_back(comms, 64);
+    eprintln!("{n} ranks: done in {:.1} s", t.elapsed().as_secs_f64());
 }
 
 #[test]
