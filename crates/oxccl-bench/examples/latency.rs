@@ -8,7 +8,8 @@
 //! default `2,4,8 oneshot reg simple` and the clique's default threads per
 //! block for small plans (`WorldConfig::small_threads`; 512 runs them as
 //! large ones): registered buffers run the direct (put/get) plan; `fifo`
-//! runs the FIFO plan of the same algorithm under the protocol.
+//! runs the FIFO plan of the same algorithm under the protocol; `ll1`
+//! runs the one-step LL kernel (`latency 8 ll1 fifo ll`).
 //! `latency RANKS barrier` instead times plans of one, two and four
 //! all-pairs barriers (every rank signals every peer, then waits for every
 //! peer; no data): what one barrier costs, and what the first costs more
@@ -43,7 +44,14 @@ fn measure(w: &World, plan: &Plan, proto: Proto) -> (f64, f64) {
                         .enumerate()
                         .map(|(i, _)| [a, b, 0].get(i).copied().unwrap_or(0))
                         .collect();
-                    let p = w.prepare_proto(rp, 4, proto).unwrap();
+                    // `ll1`'s plans run the one-step LL kernel (the floor's
+                    // empty plan stays a plan).
+                    let count = plan.coll.map_or(0, |c| c.count);
+                    let p = if plan.algo == Algo::OneShotLl && count > 0 {
+                        w.prepare_oneshot_ll(rp, 4, proto, count).unwrap()
+                    } else {
+                        w.prepare_proto(rp, 4, proto).unwrap()
+                    };
                     let launch = || {
                         // SAFETY: live allocations of 8 bytes = the plan's 2 floats.
                         Ok(unsafe { w.launch(&p, r, &addrs, DataType::F32, op, Party::All, 0) }?)
