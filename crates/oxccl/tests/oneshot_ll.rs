@@ -323,9 +323,11 @@ fn cuda_oneshot_ll() {
     if oxccl::backend::cuda::device_or_skip("cuda_oneshot_ll").is_none() {
         return;
     }
-    for n in [2, 3, 8] {
+    // Fewer rank counts than the host's: each case allocates and frees
+    // device memory on every rank (3 ranks run in the device suite).
+    for n in [2, 8] {
         let comms = oxccl::init_all_with(n, config(BackendKind::Cuda)).expect("CUDA communicators");
-        body(&comms, 1000);
+        body(&comms, 500);
     }
 }
 
