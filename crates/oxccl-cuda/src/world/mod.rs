@@ -28,6 +28,7 @@ mod gate;
 mod heap;
 mod launch;
 mod links;
+mod ll1_slots;
 mod memory;
 mod oneshot_ll;
 mod procs;
@@ -105,7 +106,7 @@ pub struct WorldConfig {
     pub relaunch: bool,
     /// Largest AllReduce payload per rank, bytes, the one-step LL path
     /// serves (`oneshot_ll`; 0: none). Each rank's slots take
-    /// 2 × ranks × twice this, at most `oneshot_ll::SLOT_BUDGET` (the
+    /// 2 × ranks × twice this, at most `ll1_slots::SLOT_BUDGET` (the
     /// limit served shrinks to fit).
     pub ll1_bytes: usize,
 }

@@ -18,7 +18,7 @@
 //! run it as they are).
 //!
 //! The slots are sized once for the clique: `lines` is the payload limit
-//! in LL lines, capped so a rank's slots take at most [`SLOT_BUDGET`].
+//! in LL lines, capped so a rank's slots take at most `ll1_slots::SLOT_BUDGET`.
 
 use std::sync::Arc;
 
@@ -28,25 +28,8 @@ use crate::driver::DevMem;
 use crate::error::{CudaError, Result};
 use crate::layout::MAX_OPERANDS;
 
+use super::ll1_slots::{slot_bytes, slot_lines};
 use super::{lock, World};
-
-/// Most bytes of LL slots a rank holds: 2 parities × ranks × lines × 16.
-/// At 8 ranks it leaves the 64 KiB default whole (512 KiB fit); at 128
-/// ranks it serves 32 KiB.
-pub(super) const SLOT_BUDGET: u64 = 16 << 20;
-
-/// LL lines per sender and parity a clique of `n` ranks gets for a payload
-/// limit of `bytes` (0: the path is off).
-pub(super) fn slot_lines(bytes: usize, n: usize) -> u64 {
-    let asked = (bytes as u64).div_ceil(8);
-    let fit = SLOT_BUDGET / (2 * n.max(1) as u64 * 16);
-    asked.min(fit)
-}
-
-/// Bytes of one rank's slots.
-pub(super) fn slot_bytes(n: usize, lines: u64) -> u64 {
-    2 * n as u64 * lines * 16
-}
 
 /// Every rank's slots, epoch and slot table, by rank (0 where a rank is
 /// not driven by this process).
@@ -79,7 +62,7 @@ impl World {
     /// serves here (0: none): not in relaunch mode (whose kernels never
     /// wait for a peer, which the path must), at most [`MAX_OPERANDS`]
     /// ranks (its reduction's sources), `WorldConfig::ll1_bytes` rounded
-    /// down to what the slots hold ([`SLOT_BUDGET`]).
+    /// down to what the slots hold (`ll1_slots::SLOT_BUDGET`).
     pub fn oneshot_ll_bytes(&self) -> usize {
         if self.cfg.relaunch || self.ranks.len() > MAX_OPERANDS {
             return 0;

@@ -31,7 +31,7 @@ use crate::ipc::{export, Imported, HANDLE_BYTES};
 use crate::layout::{CONN_HEADER, MAX_BUFS, SEM_BYTES};
 
 use super::heap::{default_heap_bytes, Heap};
-use super::oneshot_ll::{slot_bytes, slot_lines};
+use super::ll1_slots::{slot_bytes, slot_lines};
 use super::{LinkKind, World, WorldConfig};
 use oxccl_core::Proto;
 
