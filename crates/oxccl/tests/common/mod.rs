@@ -63,7 +63,20 @@ pub fn on_ranks<R: Send>(comms: &[Communicator], f: impl Fn(&Communicator) -> R 
             .iter()
             .map(|c| {
                 let f = &f;
-                s.spawn(move || f(c))
+                s.spawn(move || {
+                    // A rank whose check fails aborts every communicator, so
+                    // its peers' waits end at once instead of at the
+                    // deadline (the failure would otherwise look like a hang).
+                    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(c))) {
+                        Ok(v) => v,
+                        Err(p) => {
+                            for other in comms {
+                                other.abort();
+                            }
+                            std::panic::resume_unwind(p)
+                        }
+                    }
+                })
             })
             .collect();
         hs.into_iter().map(|h| h.join().unwrap()).collect()
