@@ -42,8 +42,11 @@ impl Selector {
         bytes: usize,
         nranks: u32,
     ) -> Option<f64> {
+        if !serves(algo, kind) || self.constants().avoids(kind, algo) {
+            return None;
+        }
         if algo == Algo::OneShotLl {
-            return self.predict_oneshot_ll(kind, proto, bytes, nranks);
+            return self.predict_oneshot_ll(proto, bytes, nranks);
         }
         self.predict_plan(kind, algo, proto, channels, bytes, nranks)
     }
@@ -52,23 +55,15 @@ impl Selector {
     /// the path ([`crate::consts::OneShotLlModel`]). It is the LL
     /// protocol, so it is timed (and reported) under LL only; ranks on
     /// several hosts never share its slots.
-    fn predict_oneshot_ll(
-        &self,
-        kind: CollKind,
-        proto: Proto,
-        bytes: usize,
-        nranks: u32,
-    ) -> Option<f64> {
+    fn predict_oneshot_ll(&self, proto: Proto, bytes: usize, nranks: u32) -> Option<f64> {
         let (c, s) = (self.constants(), self.shape());
-        if !serves(Algo::OneShotLl, kind) || c.avoids(kind, Algo::OneShotLl) {
-            return None;
-        }
         c.oneshot_ll
             .filter(|_| proto == Proto::LL && s.nnodes <= 1)
             .and_then(|m| m.time_us(nranks.max(1), bytes as f64))
     }
 
-    /// [`Selector::predict`] for the plan-running algorithms.
+    /// [`Selector::predict`] for the plan-running algorithms (the caller
+    /// checked the algorithm serves `kind` and is not avoided).
     fn predict_plan(
         &self,
         kind: CollKind,
@@ -79,9 +74,6 @@ impl Selector {
         nranks: u32,
     ) -> Option<f64> {
         let (c, s) = (self.constants(), self.shape());
-        if !serves(algo, kind) || c.avoids(kind, algo) {
-            return None;
-        }
         if proto == Proto::LL128 && !s.ll128_ok {
             return None;
         }
